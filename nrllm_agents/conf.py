@@ -1,0 +1,51 @@
+"""Settings of nrllm_agents, read lazily from ``settings.NRLLM_AGENTS`` with typed defaults."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from django.conf import settings as django_settings
+
+DEFAULTS: dict[str, Any] = {
+    # name -> dotted path of a factory ``(request, run_id) -> Provider``
+    "PROVIDERS": {
+        "scripted": "nrllm_agents.registry.scripted_provider",
+        "openai": "nrllm_agents.registry.openai_provider",
+    },
+    # name -> dotted path of a factory ``(run_id) -> Tool``
+    "TOOLS": {
+        "calculator": "nrllm_agents.registry.calculator_tool",
+        "current_time": "nrllm_agents.registry.current_time_tool",
+        "sleep": "nrllm_agents.registry.sleep_tool",
+        "write_note": "nrllm_agents.tools.WriteNote",
+    },
+    "DEFAULT_PROVIDER": "scripted",
+    "DEFAULT_TOOLS": ["calculator", "current_time", "sleep"],
+    "DEFAULT_MAX_ITERATIONS": 10,
+    "MAX_ITERATIONS_LIMIT": 100,
+    "SLEEP_MAX_SECONDS": 30.0,
+    "OPENAI_TIMEOUT": 60.0,
+    "QUEUE_NAME": "default",
+    # threads of the in-process executor used when REDIS_URL is unset
+    "LOCAL_WORKERS": 4,
+    # RQ's default 180 s job timeout would kill long runs; -1 means no timeout.
+    "JOB_TIMEOUT": int(os.environ.get("NRLLM_JOB_TIMEOUT", "3600")),
+    "LEASE_SECONDS": int(os.environ.get("NRLLM_LEASE_SECONDS", "300")),
+}
+
+
+class _Settings:
+    """Attribute access to the merged settings; nothing is read before first use."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(name)
+        user = getattr(django_settings, "NRLLM_AGENTS", {}) or {}
+        value = user.get(name, DEFAULTS[name])
+        if name in ("PROVIDERS", "TOOLS"):
+            value = {**DEFAULTS[name], **value}
+        return value
+
+
+app_settings = _Settings()

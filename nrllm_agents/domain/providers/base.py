@@ -1,0 +1,21 @@
+"""The model provider protocol."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+from ..steps import ModelResponse
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """Answers one chat turn: messages and tool schemas in, a ``ModelResponse`` out.
+
+    Raises ``ProviderError`` when the model server cannot answer.
+    """
+
+    name: str
+    model: str
+
+    def complete(self, messages: Sequence[dict[str, Any]],
+                 tools: Sequence[dict[str, Any]]) -> ModelResponse: ...

@@ -1,0 +1,206 @@
+"""A provider for any server speaking the OpenAI chat-completions API (OpenAI, Ollama, vLLM...).
+
+Our transcript keeps tool calls as ``{"id", "name", "arguments": dict}``; this module
+converts them to and from the wire shape. Every SDK failure becomes a ``ProviderError``
+whose message is built here (class name, status, a short description) with the API key
+scrubbed out, and which chains nothing: SDK exceptions carry the request and its headers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, Sequence
+
+import openai
+
+from ..errors import ConfigurationError, ProviderError
+from ..steps import ModelResponse, ToolCall, Usage
+from .scripted import CallJournal
+
+PLACEHOLDER_API_KEY = "not-needed"  # local servers (Ollama, llama.cpp) ignore the key
+RETRYABLE_STATUSES = frozenset({408, 409, 429})
+_MAX_DESCRIPTION_CHARS = 200
+_REDACTED = "[redacted]"
+# Key-shaped tokens a server may echo back, even partially masked ("sk-abc***xyz").
+_KEY_PATTERN = re.compile(r"\bsk-[A-Za-z0-9_\-*.]{4,}|(?i:bearer)\s+\S+")
+
+
+def _get(obj: Any, name: str) -> Any:
+    """A field of an SDK model or of a plain dict; ``None`` when absent."""
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def to_wire_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Our transcript messages in chat-completions shape.
+
+    Assistant tool calls become ``{"id", "type": "function", "function": {"name",
+    "arguments": <JSON string>}}``; calls already in wire shape pass through. Every
+    other message (system, user, tool) is copied unchanged; assistant content may be None.
+    """
+    wire: list[dict[str, Any]] = []
+    for message in messages:
+        out = dict(message)
+        if out.get("role") == "assistant" and out.get("tool_calls"):
+            out["tool_calls"] = [_wire_call(call) for call in out["tool_calls"]]
+        elif "tool_calls" in out and not out["tool_calls"]:
+            del out["tool_calls"]  # some servers reject an empty list
+        wire.append(out)
+    return wire
+
+
+def _wire_call(call: dict[str, Any]) -> dict[str, Any]:
+    if "function" in call:
+        return dict(call)
+    arguments = call.get("arguments")
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments or {}, ensure_ascii=False)
+    return {"id": call["id"], "type": "function",
+            "function": {"name": call["name"], "arguments": arguments}}
+
+
+def parse_arguments(raw: Any) -> dict[str, Any]:
+    """Tool-call arguments as a dict.
+
+    An empty string means no arguments. Anything that is not a JSON object becomes
+    ``{"_raw": <string>}`` so the tool rejects it with a ``ToolError`` the model can
+    read, instead of the run crashing.
+    """
+    if isinstance(raw, dict):
+        return raw
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}
+    text = raw if isinstance(raw, str) else str(raw)
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {"_raw": text}
+    return value if isinstance(value, dict) else {"_raw": text}
+
+
+def parse_completion(completion: Any) -> ModelResponse:
+    """A chat completion (SDK object or dict) as a ``ModelResponse``.
+
+    Raises ``ProviderError`` (not retryable) when the body is not a completion or has
+    no choices. Missing usage counts as zero; missing tool-call ids are generated.
+    """
+    if completion is None or isinstance(completion, (str, bytes)):
+        raise ProviderError("malformed response: the body is not a chat completion")
+    choices = _get(completion, "choices")
+    if not isinstance(choices, (list, tuple)):
+        raise ProviderError("malformed response: no 'choices' list")
+    if not choices:
+        raise ProviderError("malformed response: empty 'choices' list")
+    choice = choices[0]
+    message = _get(choice, "message")
+    if message is None:
+        raise ProviderError("malformed response: the first choice has no message")
+    calls: list[ToolCall] = []
+    for i, call in enumerate(_get(message, "tool_calls") or ()):
+        function = _get(call, "function")
+        name = _get(function, "name")
+        if not isinstance(name, str) or not name:
+            raise ProviderError("malformed response: a tool call has no function name")
+        calls.append(ToolCall(id=str(_get(call, "id") or f"call_{i + 1}"), name=name,
+                              arguments=parse_arguments(_get(function, "arguments"))))
+    usage = _get(completion, "usage")
+    content = _get(message, "content")
+    finish_reason = _get(choice, "finish_reason") or ("tool_calls" if calls else "stop")
+    return ModelResponse(
+        content=content if content is None or isinstance(content, str) else str(content),
+        tool_calls=tuple(calls),
+        usage=Usage(int(_get(usage, "prompt_tokens") or 0), int(_get(usage, "completion_tokens") or 0)),
+        finish_reason=str(finish_reason),
+    )
+
+
+def redact(text: str, secret: str | None) -> str:
+    """``text`` with the secret and any key-shaped token replaced by a marker."""
+    if secret and secret != PLACEHOLDER_API_KEY:
+        text = text.replace(secret, _REDACTED)
+    return _KEY_PATTERN.sub(_REDACTED, text)
+
+
+def _description(exc: openai.OpenAIError) -> str:
+    body = _get(exc, "body")
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        detail = inner.get("message") if isinstance(inner, dict) else inner
+        if isinstance(detail, str) and detail:
+            return detail
+    return str(_get(exc, "message") or "no description")
+
+
+def translate_error(exc: openai.OpenAIError, api_key: str | None) -> ProviderError:
+    """A safe ``ProviderError`` for an SDK failure.
+
+    Retryable: connection errors, timeouts, 408/409/429 and 5xx. Not retryable: other
+    4xx, invalid response bodies and anything else the SDK raises.
+    """
+    status: int | None = None
+    if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
+        retryable = True
+    elif isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        retryable = status in RETRYABLE_STATUSES or status >= 500
+    else:
+        retryable = False
+    where = f" (HTTP {status})" if status is not None else ""
+    description = " ".join(_description(exc).split())[:_MAX_DESCRIPTION_CHARS]
+    message = redact(f"{type(exc).__name__}{where}: {description}", api_key)
+    return ProviderError(message, retryable=retryable, status_code=status)
+
+
+class OpenAIProvider:
+    """Answers chat turns through an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    Parameters
+    ----------
+    model: the model name sent with each request; required.
+    base_url: the API root (``.../v1``); defaults to ``OPENAI_BASE_URL``, then the SDK default.
+    api_key: defaults to ``OPENAI_API_KEY``, then a placeholder for keyless local servers.
+    timeout: seconds per request. The SDK never retries; retrying is the runtime's decision.
+    journal: records each model call start.
+    """
+
+    name = "openai"
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
+                 timeout: float = 60.0, journal: CallJournal | None = None) -> None:
+        if not model or not isinstance(model, str) or not model.strip():
+            raise ConfigurationError("the openai provider needs a model name")
+        self.model = model.strip()
+        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or PLACEHOLDER_API_KEY
+        self.timeout = timeout
+        self.journal = journal or CallJournal()
+        self._client = openai.OpenAI(base_url=self.base_url, api_key=self._api_key,
+                                     timeout=timeout, max_retries=0)
+
+    def __repr__(self) -> str:
+        return f"OpenAIProvider(model={self.model!r}, base_url={self.base_url!r})"
+
+    def complete(self, messages: Sequence[dict[str, Any]],
+                 tools: Sequence[dict[str, Any]]) -> ModelResponse:
+        """One model call; raises ``ProviderError`` (never an SDK exception) on failure."""
+        self.journal.record("model", self.model)
+        kwargs: dict[str, Any] = {"model": self.model, "messages": to_wire_messages(messages)}
+        if tools:
+            kwargs["tools"] = list(tools)
+        error: ProviderError
+        try:
+            completion = self._client.chat.completions.create(**kwargs)
+            return parse_completion(completion)
+        except ProviderError as exc:
+            error = exc
+        except openai.OpenAIError as exc:
+            error = translate_error(exc, self._api_key)
+        except ValueError as exc:  # a JSON content type with an undecodable body
+            error = ProviderError(redact(f"malformed response: {type(exc).__name__}", self._api_key))
+        except (TypeError, AttributeError):  # fields of the wrong type in a lenient parse
+            error = ProviderError("malformed response: unexpected field types")
+        # Raised outside the handlers so neither __cause__ nor __context__ holds the SDK error.
+        raise error from None

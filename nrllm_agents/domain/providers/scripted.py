@@ -1,0 +1,127 @@
+"""An offline, deterministic provider that plays a script of turns.
+
+A script is a list of turns, each either ``{"content": "final answer"}`` or
+``{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 1}}]}``, with optional
+``"delay"`` (seconds of simulated model latency) and ``"usage"`` (``prompt_tokens``,
+``completion_tokens``). The turn played is chosen by how many assistant messages the
+conversation already holds, so a run resumed in another process continues where it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any, Sequence
+
+from ..errors import ConfigurationError, ProviderError
+from ..steps import ModelResponse, ToolCall, Usage
+
+DEMO_SCRIPT: list[dict[str, Any]] = [
+    {"delay": 0.8, "usage": {"prompt_tokens": 42, "completion_tokens": 18},
+     "tool_calls": [{"name": "calculator", "arguments": {"expression": "(17 + 25) * 3"}}]},
+    {"delay": 0.8, "usage": {"prompt_tokens": 71, "completion_tokens": 12},
+     "tool_calls": [{"name": "current_time", "arguments": {}}]},
+    {"delay": 0.8, "usage": {"prompt_tokens": 95, "completion_tokens": 15},
+     "tool_calls": [{"name": "sleep", "arguments": {"seconds": 2}}]},
+    {"delay": 0.8, "usage": {"prompt_tokens": 118, "completion_tokens": 15},
+     "tool_calls": [{"name": "sleep", "arguments": {"seconds": 2}}]},
+    {"delay": 0.8, "usage": {"prompt_tokens": 140, "completion_tokens": 30},
+     "content": "(17 + 25) * 3 is 126. I checked the clock and waited a little, as asked."},
+]
+MAX_DELAY_SECONDS = 60.0
+
+
+def validate_script(script: Any) -> list[dict[str, Any]]:
+    """Return the script as a list of turns, or raise ``ConfigurationError`` saying what is wrong."""
+    if isinstance(script, str):
+        try:
+            script = json.loads(script)
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError(f"script is not valid JSON: {exc.msg} at char {exc.pos}") from None
+    if not isinstance(script, list) or not script:
+        raise ConfigurationError("script must be a non-empty JSON list of turns")
+    for i, turn in enumerate(script):
+        where = f"script turn {i}"
+        if not isinstance(turn, dict):
+            raise ConfigurationError(f"{where} must be an object")
+        unknown = set(turn) - {"content", "tool_calls", "delay", "usage"}
+        if unknown:
+            raise ConfigurationError(f"{where} has unknown keys: {', '.join(sorted(unknown))}")
+        if ("content" in turn) == ("tool_calls" in turn):
+            raise ConfigurationError(f"{where} needs exactly one of 'content' or 'tool_calls'")
+        if "content" in turn and not isinstance(turn["content"], str):
+            raise ConfigurationError(f"{where}: content must be a string")
+        if "tool_calls" in turn:
+            calls = turn["tool_calls"]
+            if not isinstance(calls, list) or not calls:
+                raise ConfigurationError(f"{where}: tool_calls must be a non-empty list")
+            for call in calls:
+                if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+                    raise ConfigurationError(f"{where}: each tool call needs a string 'name'")
+                if not isinstance(call.get("arguments", {}), dict):
+                    raise ConfigurationError(f"{where}: tool call arguments must be an object")
+        delay = turn.get("delay", 0)
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= MAX_DELAY_SECONDS:
+            raise ConfigurationError(f"{where}: delay must be a number of seconds in [0, {MAX_DELAY_SECONDS:g}]")
+        usage = turn.get("usage", {})
+        if not isinstance(usage, dict) or any(
+            k not in ("prompt_tokens", "completion_tokens") or isinstance(v, bool)
+            or not isinstance(v, int) or v < 0 for k, v in usage.items()
+        ):
+            raise ConfigurationError(f"{where}: usage takes non-negative integer prompt_tokens/completion_tokens")
+    return script
+
+
+class CallJournal:
+    """Appends one JSON line per model call or tool start to a file, across processes.
+
+    Tests and benchmarks use it to prove that nothing started after a cancellation
+    boundary. Enabled by the ``NRLLM_CALL_JOURNAL`` environment variable (a file path).
+    """
+
+    _lock = threading.Lock()
+
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path if path is not None else os.environ.get("NRLLM_CALL_JOURNAL") or None
+
+    def record(self, what: str, name: str) -> None:
+        if not self.path:
+            return
+        line = json.dumps({"what": what, "name": name, "t": time.time(), "pid": os.getpid()})
+        with self._lock, open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+
+
+class ScriptedProvider:
+    """Plays a validated script; ``calls`` counts the model calls this instance served."""
+
+    name = "scripted"
+
+    def __init__(self, script: Any = None, *, model: str = "scripted-demo",
+                 journal: CallJournal | None = None) -> None:
+        self.script = validate_script(DEMO_SCRIPT if script is None else script)
+        self.model = model or "scripted-demo"
+        self.calls = 0
+        self.journal = journal or CallJournal()
+
+    def complete(self, messages: Sequence[dict[str, Any]],
+                 tools: Sequence[dict[str, Any]]) -> ModelResponse:
+        self.calls += 1
+        self.journal.record("model", self.model)
+        index = sum(1 for m in messages if m.get("role") == "assistant")
+        if index >= len(self.script):
+            raise ProviderError(f"script exhausted after {len(self.script)} turns")
+        turn = self.script[index]
+        if turn.get("delay"):
+            time.sleep(float(turn["delay"]))
+        usage = Usage.from_dict(turn.get("usage"))
+        if "content" in turn:
+            return ModelResponse(content=turn["content"], usage=usage, finish_reason="stop")
+        calls = tuple(
+            ToolCall(id=str(c.get("id") or f"call_{index + 1}_{i + 1}"), name=c["name"],
+                     arguments=dict(c.get("arguments") or {}))
+            for i, c in enumerate(turn["tool_calls"])
+        )
+        return ModelResponse(content=None, tool_calls=calls, usage=usage, finish_reason="tool_calls")

@@ -1,0 +1,149 @@
+"""Plain value types shared by the tool loop, providers and tools (no Django)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+class StepKind(enum.StrEnum):
+    """What one recorded step is."""
+
+    REQUEST = "request"  # what is sent to the model, recorded before the call
+    LLM = "llm"  # the model's answer
+    TOOL = "tool"  # one tool execution
+    APPROVAL = "approval"  # a human decision on gated calls
+    CANCELLED = "cancelled"  # the acknowledgement of a cancel
+
+
+class LoopOutcome(enum.StrEnum):
+    """How one drive of the tool loop ended."""
+
+    COMPLETED = "completed"  # the model answered without calling a tool
+    MAX_ITERATIONS = "max_iterations"  # the iteration cap was reached
+    AWAITING_APPROVAL = "awaiting_approval"  # a turn holds a gated call; state is resumable
+    PROVIDER_FAILED = "provider_failed"  # the model call raised
+    TOOL_FAILED = "tool_failed"  # a tool raised unexpectedly
+    APPROVAL_DENIED = "approval_denied"  # a denial ended the run (on_deny="stop")
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token spend; adds up across model calls."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Usage:
+        data = data or {}
+        return cls(int(data.get("prompt_tokens") or 0), int(data.get("completion_tokens") or 0))
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call the model asked for."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolCall:
+        return cls(str(data["id"]), str(data["name"]), dict(data.get("arguments") or {}))
+
+
+@dataclass(frozen=True)
+class ModelResponse:
+    """What a provider returns for one call."""
+
+    content: str | None
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = Usage()
+    finish_reason: str = "stop"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One recorded unit of work, as handed to the trace hook."""
+
+    kind: StepKind
+    round: int
+    payload: dict[str, Any]
+    duration_ms: float | None = None
+
+
+Trace = Callable[[Step], None]
+"""The one hook the runtime hands the loop; it may raise to stop the loop at this boundary."""
+
+
+@dataclass
+class LoopState:
+    """Everything needed to resume a suspended loop; JSON-serialisable via as_dict()."""
+
+    messages: list[dict[str, Any]]
+    pending_calls: list[ToolCall] = field(default_factory=list)
+    round: int = 0
+    iterations: int = 0
+    usage: Usage = Usage()
+    sent: int = 0  # how many messages earlier request steps already recorded
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "messages": self.messages,
+            "pending_calls": [c.as_dict() for c in self.pending_calls],
+            "round": self.round,
+            "iterations": self.iterations,
+            "usage": self.usage.as_dict(),
+            "sent": self.sent,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LoopState:
+        return cls(
+            messages=list(data["messages"]),
+            pending_calls=[ToolCall.from_dict(c) for c in data.get("pending_calls", [])],
+            round=int(data.get("round", 0)),
+            iterations=int(data.get("iterations", 0)),
+            usage=Usage.from_dict(data.get("usage")),
+            sent=int(data.get("sent", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class LoopResult:
+    """How a drive of the loop ended, with what it produced."""
+
+    outcome: LoopOutcome
+    state: LoopState
+    final_text: str | None = None
+    error: BaseException | None = None
+
+    @property
+    def usage(self) -> Usage:
+        return self.state.usage
+
+    @property
+    def iterations(self) -> int:
+        return self.state.iterations

@@ -1,0 +1,34 @@
+"""The tool protocol."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """A callable capability the model may invoke.
+
+    ``execute`` returns a JSON-serialisable value. It raises ``ToolError`` for input the
+    model should correct (fed back as the tool result) and anything else for a failure
+    that ends the run with ``tool_failed``.
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]  # JSON schema of the arguments object
+    requires_approval: bool
+
+    def execute(self, arguments: dict[str, Any]) -> Any: ...
+
+
+def schema(tool: Tool) -> dict[str, Any]:
+    """The chat-completions ``tools`` entry for a tool."""
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        },
+    }

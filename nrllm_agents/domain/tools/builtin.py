@@ -1,0 +1,130 @@
+"""Built-in tools that need nothing but the standard library."""
+
+from __future__ import annotations
+
+import ast
+import datetime as dt
+import math
+import operator
+import time
+from typing import Any, Callable
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from ..errors import ToolError
+from ..providers.scripted import CallJournal
+
+_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+_MAX_EXPRESSION = 200
+_MAX_MAGNITUDE = 10 ** 100
+
+
+class Calculator:
+    """Evaluates arithmetic by walking its syntax tree; nothing is ever ``eval``-ed."""
+
+    name = "calculator"
+    description = "Evaluate an arithmetic expression (+ - * / // % ** and parentheses)."
+    parameters = {
+        "type": "object",
+        "properties": {"expression": {"type": "string", "description": "e.g. (2 + 3) * 4"}},
+        "required": ["expression"],
+        "additionalProperties": False,
+    }
+    requires_approval = False
+
+    def __init__(self, journal: CallJournal | None = None) -> None:
+        self.journal = journal or CallJournal()
+
+    def execute(self, arguments: dict[str, Any]) -> Any:
+        self.journal.record("tool", self.name)
+        expression = arguments.get("expression")
+        if not isinstance(expression, str) or not expression.strip():
+            raise ToolError("expression must be a non-empty string")
+        if len(expression) > _MAX_EXPRESSION:
+            raise ToolError(f"expression longer than {_MAX_EXPRESSION} characters")
+        try:
+            tree = ast.parse(expression, mode="eval")
+        except SyntaxError:
+            raise ToolError(f"not an arithmetic expression: {expression!r}") from None
+        return {"expression": expression, "value": self._eval(tree.body)}
+
+    def _eval(self, node: ast.AST) -> int | float:
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+            return _UNARY[type(node.op)](self._eval(node.operand))
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            left, right = self._eval(node.left), self._eval(node.right)
+            if isinstance(node.op, ast.Pow) and (abs(right) > 64 or abs(left) > 10 ** 6):
+                raise ToolError("exponent too large")
+            try:
+                value = _BINARY[type(node.op)](left, right)
+            except ZeroDivisionError:
+                raise ToolError("division by zero") from None
+            except (OverflowError, ValueError) as exc:
+                raise ToolError(f"arithmetic error: {exc}") from None
+            if isinstance(value, complex):
+                raise ToolError("complex results are not supported")
+            if isinstance(value, float) and not math.isfinite(value) or abs(value) > _MAX_MAGNITUDE:
+                raise ToolError("result out of range")
+            return value
+        raise ToolError(f"unsupported syntax: {type(node).__name__}")
+
+
+class CurrentTime:
+    """Tells the current time, in UTC or a named IANA time zone."""
+
+    name = "current_time"
+    description = "Return the current date and time, optionally in an IANA time zone."
+    parameters = {
+        "type": "object",
+        "properties": {"timezone": {"type": "string", "description": "e.g. Europe/Paris; default UTC"}},
+        "additionalProperties": False,
+    }
+    requires_approval = False
+
+    def __init__(self, journal: CallJournal | None = None) -> None:
+        self.journal = journal or CallJournal()
+
+    def execute(self, arguments: dict[str, Any]) -> Any:
+        self.journal.record("tool", self.name)
+        name = arguments.get("timezone") or "UTC"
+        if not isinstance(name, str):
+            raise ToolError("timezone must be a string")
+        try:
+            zone = ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ToolError(f"unknown time zone {name!r}") from None
+        return {"timezone": name, "now": dt.datetime.now(zone).isoformat(timespec="seconds")}
+
+
+class Sleep:
+    """Waits a bounded number of seconds: a stand-in for a slow tool."""
+
+    name = "sleep"
+    description = "Wait for the given number of seconds, then report how long it waited."
+    requires_approval = False
+
+    def __init__(self, max_seconds: float = 30.0, journal: CallJournal | None = None) -> None:
+        self.max_seconds = max_seconds
+        self.journal = journal or CallJournal()
+        self.parameters = {
+            "type": "object",
+            "properties": {"seconds": {"type": "number", "minimum": 0, "maximum": max_seconds}},
+            "required": ["seconds"],
+            "additionalProperties": False,
+        }
+
+    def execute(self, arguments: dict[str, Any]) -> Any:
+        self.journal.record("tool", self.name)
+        seconds = arguments.get("seconds")
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+            raise ToolError("seconds must be a number")
+        if not 0 <= seconds <= self.max_seconds:
+            raise ToolError(f"seconds must be between 0 and {self.max_seconds:g}")
+        time.sleep(seconds)
+        return {"slept": seconds}

@@ -1,0 +1,139 @@
+"""Runs, their append-only step stream, and notes written by the ``write_note`` tool.
+
+Only ``nrllm_agents.store`` writes ``AgentRun.status``.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class RunStatus(models.TextChoices):
+    """Where a run is in its lifecycle."""
+
+    QUEUED = "queued"  # stored, waiting for a worker to claim it
+    RUNNING = "running"  # a segment is executing it
+    WAITING_FOR_APPROVAL = "waiting_for_approval"  # suspended until a human decides
+    COMPLETED = "completed"  # ended by the segment (answer, cap or denial)
+    FAILED = "failed"  # ended by an error
+    CANCELLED = "cancelled"  # ended by an operator
+
+
+TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+ACTIVE = frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING_FOR_APPROVAL})
+
+
+class TerminationReason(models.TextChoices):
+    """Why a run ended; separate from its status."""
+
+    COMPLETED = "completed"  # the model gave its final answer
+    MAX_ITERATIONS = "max_iterations"  # the iteration cap was reached
+    PROVIDER_FAILED = "provider_failed"  # the model server failed
+    TOOL_FAILED = "tool_failed"  # a tool raised unexpectedly
+    APPROVAL_DENIED = "approval_denied"  # a denial ended the run
+    CANCELLED = "cancelled"  # an operator cancelled it
+    ENQUEUE_FAILED = "enqueue_failed"  # the queue could not take the job
+    INVALID_REQUEST = "invalid_request"  # the stored request could not be rehydrated
+    INTERNAL_ERROR = "internal_error"  # an unexpected error in the runtime
+
+
+class CancelSource(models.TextChoices):
+    """Where a cancel came from."""
+
+    ADMIN = "admin"  # the Django admin
+    CLI = "cli"  # manage.py agent_cancel (or Ctrl-C in agent_run)
+    API = "api"  # the REST API
+    PLAYGROUND = "playground"  # the playground's Cancel button
+    SYSTEM = "system"  # the application itself
+
+
+class AgentRun(models.Model):
+    """One agent task from creation to a terminal status."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                              on_delete=models.SET_NULL, related_name="agent_runs")
+    status = models.CharField(max_length=32, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    termination_reason = models.CharField(max_length=32, choices=TerminationReason.choices, blank=True)
+
+    prompt = models.TextField()
+    provider = models.CharField(max_length=64)
+    model = models.CharField(max_length=200, blank=True)
+    tools = models.JSONField(default=list, blank=True)
+    options = models.JSONField(default=dict, blank=True)  # max_iterations, script, on_deny, system
+    request_payload = models.JSONField(null=True, blank=True)  # what a queued run is rehydrated from
+    suspended_state = models.JSONField(null=True, blank=True)  # the loop state awaiting approval
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    claimed_by = models.CharField(max_length=200, blank=True)  # "worker:host:pid", "interactive:host:pid", ...
+    lease_expires = models.DateTimeField(null=True, blank=True)
+
+    iterations = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    final_text = models.TextField(blank=True)
+    error_class = models.CharField(max_length=200, blank=True)
+    error_message = models.TextField(blank=True)
+
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    cancelled_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                     on_delete=models.SET_NULL, related_name="+")
+    cancel_source = models.CharField(max_length=16, choices=CancelSource.choices, blank=True)
+    cancel_reason = models.TextField(blank=True)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="agentrun_status_created"),
+            models.Index(fields=["owner", "-created_at"], name="agentrun_owner_created"),
+        ]
+        permissions = [("cancel_agentrun", "Can cancel agent runs")]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.status})"
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL
+
+
+class AgentRunEvent(models.Model):
+    """One recorded step of a run. Append-only; ``(run, sequence)`` is unique."""
+
+    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="events")
+    sequence = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16)
+    round = models.PositiveIntegerField(default=0)
+    duration_ms = models.FloatField(null=True, blank=True)
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)  # set by the recorder, shared with observers
+
+    class Meta:
+        ordering = ["run", "sequence"]
+        constraints = [models.UniqueConstraint(fields=["run", "sequence"], name="agentrunevent_run_sequence")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.sequence} {self.kind}"
+
+
+class Note(models.Model):
+    """A note written by an agent through the approval-gated ``write_note`` tool."""
+
+    run = models.ForeignKey(AgentRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="notes")
+    title = models.CharField(max_length=200)
+    body = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.title

@@ -1,0 +1,71 @@
+"""The JSON shapes every surface shares: a step, and a run's final summary event."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from .models import AgentRun, AgentRunEvent, RunStatus
+
+
+def step_dict(*, run_id: Any, sequence: int, kind: str, round: int, duration_ms: float | None,
+              payload: dict[str, Any], created_at: datetime) -> dict[str, Any]:
+    return {
+        "run_id": str(run_id), "sequence": sequence, "kind": kind, "round": round,
+        "duration_ms": duration_ms, "payload": payload, "created_at": created_at.isoformat(),
+    }
+
+
+def event_dict(event: AgentRunEvent) -> dict[str, Any]:
+    return step_dict(run_id=event.run_id, sequence=event.sequence, kind=event.kind, round=event.round,
+                     duration_ms=event.duration_ms, payload=event.payload, created_at=event.created_at)
+
+
+_FINAL_EVENT = {
+    RunStatus.COMPLETED: "done",
+    RunStatus.CANCELLED: "cancelled",
+    RunStatus.WAITING_FOR_APPROVAL: "awaiting_approval",
+    RunStatus.FAILED: "failed",
+}
+
+
+def final_event_name(status: str) -> str | None:
+    """The stream's closing event for a status, or ``None`` while the run is still moving."""
+    return _FINAL_EVENT.get(RunStatus(status))
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def run_status_dict(run: AgentRun) -> dict[str, Any]:
+    """The run's status payload: what a final stream event and a summary line carry."""
+    pending = []
+    if run.status == RunStatus.WAITING_FOR_APPROVAL and run.suspended_state:
+        pending = run.suspended_state.get("pending_calls", [])
+    return {
+        "run_id": str(run.pk),
+        "status": run.status,
+        "termination_reason": run.termination_reason or None,
+        "iterations": run.iterations,
+        "usage": {"prompt_tokens": run.prompt_tokens, "completion_tokens": run.completion_tokens,
+                  "total_tokens": run.total_tokens},
+        "final_text": run.final_text or None,
+        "error": f"{run.error_class}: {run.error_message}" if run.error_class else None,
+        "pending_approval": pending,
+        "created_at": _iso(run.created_at),
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+        "cancel": {
+            "requested_at": _iso(run.cancel_requested_at),
+            "by": run.cancelled_by.get_username() if run.cancelled_by_id else None,
+            "source": run.cancel_source or None,
+            "reason": run.cancel_reason or None,
+            "stopped_at": _iso(run.stopped_at) if run.cancel_requested_at else None,
+        } if run.cancel_requested_at else None,
+    }
+
+
+def summary_event(run: AgentRun) -> dict[str, Any]:
+    """The last line of a ``--json`` stream (and the browser stream's final event payload)."""
+    return {"event": final_event_name(run.status) or run.status, **run_status_dict(run)}

@@ -1,0 +1,132 @@
+"""What a caller asks for: a validated, storable run request."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .conf import app_settings
+from .domain import ConfigurationError
+from .domain.providers import validate_script
+
+MAX_PROMPT_CHARS = 20_000
+
+
+class InvalidRequest(ValueError):
+    """The run request is invalid; ``errors`` maps each field to what is wrong with it."""
+
+    def __init__(self, errors: Mapping[str, str]) -> None:
+        self.errors = dict(errors)
+        super().__init__("; ".join(f"{k}: {v}" for k, v in self.errors.items()) or "invalid request")
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """A run request. Build it with ``RunRequest.from_mapping`` to validate untrusted input."""
+
+    prompt: str
+    provider: str = "scripted"
+    model: str = ""
+    tools: tuple[str, ...] = ()
+    max_iterations: int = 10
+    script: list[dict[str, Any]] | None = None
+    system: str | None = None
+    on_deny: str = "continue"
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> RunRequest:
+        """Validate untrusted input; raises ``InvalidRequest`` listing every bad field."""
+        errors: dict[str, str] = {}
+        if not isinstance(data, Mapping):
+            raise InvalidRequest({"non_field_errors": "expected an object"})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            errors["non_field_errors"] = f"unknown fields: {', '.join(map(str, unknown))}"
+
+        prompt = data.get("prompt")
+        if not isinstance(prompt, str) or not prompt.strip():
+            errors["prompt"] = "a non-empty string is required"
+        elif len(prompt) > MAX_PROMPT_CHARS or "\x00" in prompt:
+            errors["prompt"] = f"at most {MAX_PROMPT_CHARS} characters, no NUL"
+
+        provider = data.get("provider") or app_settings.DEFAULT_PROVIDER
+        if not isinstance(provider, str) or provider not in app_settings.PROVIDERS:
+            errors["provider"] = f"unknown provider; one of {', '.join(sorted(app_settings.PROVIDERS))}"
+
+        model = data.get("model") or ""
+        if not isinstance(model, str) or len(model) > 200 or "\x00" in model:
+            errors["model"] = "a string of at most 200 characters"
+        elif provider == "openai" and not model:
+            errors["model"] = "the openai provider needs a model name"
+
+        tools = data.get("tools")
+        if tools is None:
+            tools = list(app_settings.DEFAULT_TOOLS)
+        if not isinstance(tools, (list, tuple)) or not all(isinstance(t, str) for t in tools):
+            errors["tools"] = "a list of tool names"
+            tools = []
+        else:
+            missing = [t for t in tools if t not in app_settings.TOOLS]
+            if missing:
+                errors["tools"] = (f"unknown tools: {', '.join(missing)}; "
+                                   f"available: {', '.join(sorted(app_settings.TOOLS))}")
+
+        limit = int(app_settings.MAX_ITERATIONS_LIMIT)
+        max_iterations = data.get("max_iterations")
+        if max_iterations is None:
+            max_iterations = int(app_settings.DEFAULT_MAX_ITERATIONS)
+        if isinstance(max_iterations, bool) or not isinstance(max_iterations, int) or not 1 <= max_iterations <= limit:
+            errors["max_iterations"] = f"an integer from 1 to {limit}"
+
+        script = data.get("script")
+        if script is not None:
+            if provider != "scripted":
+                errors["script"] = "only the scripted provider takes a script"
+            else:
+                try:
+                    script = validate_script(script)
+                except ConfigurationError as exc:
+                    errors["script"] = str(exc)
+
+        system = data.get("system")
+        if system is not None and (not isinstance(system, str) or len(system) > MAX_PROMPT_CHARS):
+            errors["system"] = f"a string of at most {MAX_PROMPT_CHARS} characters"
+
+        on_deny = data.get("on_deny") or "continue"
+        if on_deny not in ("continue", "stop"):
+            errors["on_deny"] = "'continue' or 'stop'"
+
+        if errors:
+            raise InvalidRequest(errors)
+        return cls(prompt=prompt, provider=provider, model=model, tools=tuple(dict.fromkeys(tools)),
+                   max_iterations=max_iterations, script=script, system=system, on_deny=on_deny)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form stored on queued runs and accepted back by ``from_mapping``."""
+        data: dict[str, Any] = {
+            "prompt": self.prompt, "provider": self.provider, "model": self.model,
+            "tools": list(self.tools), "max_iterations": self.max_iterations, "on_deny": self.on_deny,
+        }
+        if self.script is not None:
+            data["script"] = self.script
+        if self.system is not None:
+            data["system"] = self.system
+        return data
+
+    def row_fields(self) -> dict[str, Any]:
+        """The columns of ``AgentRun`` that describe this request."""
+        options: dict[str, Any] = {"max_iterations": self.max_iterations, "on_deny": self.on_deny}
+        if self.script is not None:
+            options["script"] = self.script
+        if self.system is not None:
+            options["system"] = self.system
+        return {"prompt": self.prompt, "provider": self.provider, "model": self.model,
+                "tools": list(self.tools), "options": options}
+
+    @classmethod
+    def from_row(cls, run: Any) -> RunRequest:
+        """Rehydrate from a run's stored columns (used to resume after approval)."""
+        return cls.from_mapping({"prompt": run.prompt, "provider": run.provider, "model": run.model,
+                                 "tools": list(run.tools), **(run.options or {})})

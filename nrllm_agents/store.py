@@ -1,0 +1,232 @@
+"""The one writer of ``AgentRun.status``. Every transition is a fence.
+
+Each fence is either a guarded ``UPDATE ... WHERE status IN (...)`` (compare-and-set) or a
+``select_for_update`` + check + write inside one transaction, and returns a small value
+saying what happened. On SQLite the database is opened with ``transaction_mode=IMMEDIATE``
+so the read-check-write transactions are serialised there as well.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterable
+
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from .domain import Step, StepKind, Usage
+from .models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus, TerminationReason
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Transition:
+    """What a fence did.
+
+    ``applied``: the row moved. ``status``: the status now (``None`` when no such run).
+    ``previous``: the status the fence found.
+    """
+
+    applied: bool
+    status: str | None
+    previous: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def found(self) -> bool:
+        return self.status is not None
+
+
+NOT_FOUND = Transition(applied=False, status=None)
+
+
+def _active() -> list[str]:
+    return [s.value for s in ACTIVE]
+
+
+def begin(fields: dict[str, Any], *, claimed_by: str = "") -> AgentRun:
+    """Insert a run that is executing from birth (``— → running``)."""
+    now = timezone.now()
+    return AgentRun.objects.create(status=RunStatus.RUNNING, started_at=now, claimed_by=claimed_by, **fields)
+
+
+def create_queued(fields: dict[str, Any], request_payload: dict[str, Any]) -> AgentRun:
+    """Insert a queued run holding the payload a worker rehydrates (``— → queued``)."""
+    return AgentRun.objects.create(status=RunStatus.QUEUED, request_payload=request_payload, **fields)
+
+
+def claim_queued(run_id: uuid.UUID, *, claimed_by: str, lease_expires: datetime | None = None) -> Transition:
+    """``queued → running``; exactly one concurrent claimer wins."""
+    now = timezone.now()
+    with transaction.atomic():
+        row = (AgentRun.objects.select_for_update().filter(pk=run_id)
+               .values("status", "request_payload").first())
+        if row is None:
+            return NOT_FOUND
+        if row["status"] != RunStatus.QUEUED:
+            return Transition(False, row["status"], row["status"])
+        AgentRun.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
+            status=RunStatus.RUNNING, started_at=now, claimed_by=claimed_by, lease_expires=lease_expires)
+    return Transition(True, RunStatus.RUNNING, RunStatus.QUEUED, {"request_payload": row["request_payload"]})
+
+
+def claim_for_resume(run_id: uuid.UUID, *, claimed_by: str = "") -> Transition:
+    """``waiting_for_approval → running``; a second concurrent approve loses."""
+    with transaction.atomic():
+        row = (AgentRun.objects.select_for_update().filter(pk=run_id)
+               .values("status", "suspended_state").first())
+        if row is None:
+            return NOT_FOUND
+        if row["status"] != RunStatus.WAITING_FOR_APPROVAL:
+            return Transition(False, row["status"], row["status"])
+        AgentRun.objects.filter(pk=run_id, status=RunStatus.WAITING_FOR_APPROVAL).update(
+            status=RunStatus.RUNNING, claimed_by=claimed_by)
+    return Transition(True, RunStatus.RUNNING, RunStatus.WAITING_FOR_APPROVAL,
+                      {"suspended_state": row["suspended_state"]})
+
+
+def requeue_for_resume(run_id: uuid.UUID, payload: dict[str, Any]) -> Transition:
+    """``waiting_for_approval → queued`` with the decision stored for the worker that resumes it."""
+    with transaction.atomic():
+        row = AgentRun.objects.select_for_update().filter(pk=run_id).values("status").first()
+        if row is None:
+            return NOT_FOUND
+        if row["status"] != RunStatus.WAITING_FOR_APPROVAL:
+            return Transition(False, row["status"], row["status"])
+        AgentRun.objects.filter(pk=run_id, status=RunStatus.WAITING_FOR_APPROVAL).update(
+            status=RunStatus.QUEUED, request_payload=payload)
+    return Transition(True, RunStatus.QUEUED, RunStatus.WAITING_FOR_APPROVAL)
+
+
+def _refused(run_id: uuid.UUID) -> Transition:
+    status = probe_status(run_id, fail_soft=False)
+    return Transition(False, status, status)
+
+
+def suspend(run_id: uuid.UUID, *, state: dict[str, Any], iterations: int, usage: Usage) -> Transition:
+    """``running → waiting_for_approval``, storing the resumable loop state."""
+    n = AgentRun.objects.filter(pk=run_id, status=RunStatus.RUNNING).update(
+        status=RunStatus.WAITING_FOR_APPROVAL, suspended_state=state, iterations=iterations,
+        prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
+        claimed_by="", lease_expires=None)
+    return Transition(True, RunStatus.WAITING_FOR_APPROVAL, RunStatus.RUNNING) if n else _refused(run_id)
+
+
+def settle(run_id: uuid.UUID, *, status: str, reason: str, iterations: int = 0, usage: Usage = Usage(),
+           final_text: str = "", error_class: str = "", error_message: str = "") -> Transition:
+    """A segment's own terminal write (``non-terminal → completed / failed``)."""
+    assert status in (RunStatus.COMPLETED, RunStatus.FAILED), status
+    now = timezone.now()
+    n = AgentRun.objects.filter(pk=run_id, status__in=_active()).update(
+        status=status, termination_reason=reason, finished_at=now, stopped_at=now,
+        iterations=iterations, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
+        final_text=final_text or "", error_class=error_class, error_message=error_message[:2000],
+        request_payload=None, suspended_state=None, lease_expires=None)
+    return Transition(True, status, None) if n else _refused(run_id)
+
+
+def cancel(run_id: uuid.UUID, *, by: Any = None, source: str, reason: str = "") -> Transition:
+    """``queued / running / waiting_for_approval → cancelled``; exactly one of two cancels wins.
+
+    Clears what could resume the run. When no segment is executing the run (queued or
+    waiting), the ``cancelled`` step is appended here, so every cancelled stream ends with one;
+    a running segment appends it itself at its next boundary.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        row = AgentRun.objects.select_for_update().filter(pk=run_id).values("status").first()
+        if row is None:
+            return NOT_FOUND
+        previous = row["status"]
+        if previous in TERMINAL:
+            return Transition(False, previous, previous)
+        quiescent = previous != RunStatus.RUNNING
+        AgentRun.objects.filter(pk=run_id, status=previous).update(
+            status=RunStatus.CANCELLED, termination_reason=TerminationReason.CANCELLED,
+            cancel_requested_at=now, cancelled_by=by, cancel_source=source, cancel_reason=reason or "",
+            finished_at=now, stopped_at=now if quiescent else None,
+            request_payload=None, suspended_state=None, lease_expires=None)
+        if quiescent:
+            last = AgentRunEvent.objects.filter(run_id=run_id).aggregate(m=Max("sequence"))["m"]
+            _append_cancelled(run_id, (last + 1) if last is not None else 0, last, now)
+    return Transition(True, RunStatus.CANCELLED, previous)
+
+
+def _cancel_payload(run: dict[str, Any], boundary: int | None) -> dict[str, Any]:
+    return {
+        "status": RunStatus.CANCELLED.value,
+        "by": run["cancelled_by__username"],
+        "source": run["cancel_source"],
+        "reason": run["cancel_reason"],
+        "requested_at": run["cancel_requested_at"].isoformat() if run["cancel_requested_at"] else None,
+        "boundary_sequence": boundary,
+    }
+
+
+_CANCEL_FIELDS = ("cancelled_by__username", "cancel_source", "cancel_reason", "cancel_requested_at")
+
+
+def _append_cancelled(run_id: uuid.UUID, sequence: int, boundary: int | None, now: datetime) -> AgentRunEvent:
+    run = AgentRun.objects.filter(pk=run_id).values(*_CANCEL_FIELDS).get()
+    return AgentRunEvent.objects.create(run_id=run_id, sequence=sequence, kind=StepKind.CANCELLED,
+                                        round=0, payload=_cancel_payload(run, boundary), created_at=now)
+
+
+def acknowledge_cancel(run_id: uuid.UUID, *, sequence: int, boundary: int | None, round: int,
+                       iterations: int, usage: Usage) -> AgentRunEvent | None:
+    """A segment stopped by a cancel: stamp when it stopped and its spend, append ``cancelled``.
+
+    Happens at most once per run (guarded on ``stopped_at IS NULL``); returns the appended
+    event, or ``None`` when the acknowledgement was already made.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        n = AgentRun.objects.filter(pk=run_id, status=RunStatus.CANCELLED, stopped_at__isnull=True).update(
+            stopped_at=now, iterations=iterations, prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens, claimed_by="")
+        if not n:
+            return None
+        event = _append_cancelled(run_id, sequence, boundary, now)
+        if round:
+            AgentRunEvent.objects.filter(pk=event.pk).update(round=round)
+            event.round = round
+    return event
+
+
+def append_event(run_id: uuid.UUID, sequence: int, step: Step, created_at: datetime) -> None:
+    """Record one step (append-only; ``(run, sequence)`` is unique)."""
+    AgentRunEvent.objects.create(run_id=run_id, sequence=sequence, kind=step.kind.value, round=step.round,
+                                 duration_ms=step.duration_ms, payload=step.payload, created_at=created_at)
+
+
+def probe_status(run_id: uuid.UUID, *, fail_soft: bool = True) -> str | None:
+    """Re-read a run's status by primary key.
+
+    With ``fail_soft`` an error reading the row is logged and answered with ``None``
+    ("unknown"), which callers must treat as "not cancelled".
+    """
+    try:
+        return AgentRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
+    except Exception as exc:
+        if not fail_soft:
+            raise
+        logger.warning("status probe for run %s failed (%s); treating as not cancelled",
+                       run_id, type(exc).__name__)
+        return None
+
+
+def next_sequence(run_id: uuid.UUID) -> int:
+    """The sequence the next step of a run will take."""
+    last = AgentRunEvent.objects.filter(run_id=run_id).aggregate(m=Max("sequence"))["m"]
+    return 0 if last is None else last + 1
+
+
+def events(run_id: uuid.UUID, *, after: int = -1, limit: int | None = None) -> Iterable[AgentRunEvent]:
+    """The stream of a run from ``after`` (exclusive), in sequence order."""
+    qs = AgentRunEvent.objects.filter(run_id=run_id, sequence__gt=after).order_by("sequence")
+    return qs[:limit] if limit else qs

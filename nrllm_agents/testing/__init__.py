@@ -1,0 +1,1 @@
+"""Test doubles shipped with the product: a scripted OpenAI-compatible chat server."""

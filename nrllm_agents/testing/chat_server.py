@@ -1,0 +1,280 @@
+"""A real HTTP server on loopback that speaks the OpenAI chat-completions wire format.
+
+A test double shipped with the product: point ``OpenAIProvider`` (or any OpenAI client)
+at ``server.base_url`` and it gets scripted answers over real sockets. Standard library
+only. Each script entry is one of::
+
+    {"content": "final answer"}
+    {"tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}}]}
+    {"status": 500, "error": "upstream exploded"}      # an OpenAI-shaped error body
+    {"raw": "{not json"}                               # a verbatim (malformed) 200 body
+
+with optional ``"usage"`` (``prompt_tokens``/``completion_tokens``; omitted from the
+response when absent), ``"delay"`` (seconds before answering) and, for tool calls,
+``"id"`` per call and ``"arguments"`` given as a string to send it verbatim. By default
+entries are consumed in order, one per request; with ``by_turn=True`` the entry played
+is chosen by how many assistant messages the request holds (like ``ScriptedProvider``),
+so every conversation sees the same script. An exhausted script answers HTTP 500.
+
+Run ``python -m nrllm_agents.testing.chat_server --port 8765 --script turns.json`` for
+manual demos (without ``--script`` it plays the scripted provider's demo turns).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Iterable
+
+COMPLETIONS_PATH = "/v1/chat/completions"
+_ENTRY_KEYS = frozenset({"content", "tool_calls", "usage", "status", "error", "raw", "delay"})
+
+
+def validate_entry(entry: Any) -> dict[str, Any]:
+    """Return the entry, or raise ``ValueError`` saying what is wrong with it."""
+    if not isinstance(entry, dict):
+        raise ValueError("a script entry must be an object")
+    unknown = set(entry) - _ENTRY_KEYS
+    if unknown:
+        raise ValueError(f"script entry has unknown keys: {', '.join(sorted(unknown))}")
+    kinds = [k for k in ("raw", "error") if k in entry]
+    if "content" in entry or "tool_calls" in entry:
+        kinds.append("answer")
+    if len(kinds) != 1:
+        raise ValueError("a script entry needs exactly one of content/tool_calls, error or raw")
+    if "error" in entry and not (isinstance(entry.get("status"), int) and 400 <= entry["status"] <= 599):
+        raise ValueError("an error entry needs an HTTP 'status' in [400, 599]")
+    for call in entry.get("tool_calls") or []:
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            raise ValueError("each tool call needs a string 'name'")
+    usage = entry.get("usage", {})
+    if not isinstance(usage, dict) or not all(isinstance(v, int) for v in usage.values()):
+        raise ValueError("usage takes integer prompt_tokens/completion_tokens")
+    delay = entry.get("delay", 0)
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
+        raise ValueError("delay must be a non-negative number of seconds")
+    return entry
+
+
+def _error_body(message: str, status: int) -> dict[str, Any]:
+    kind = {401: "invalid_request_error", 404: "invalid_request_error",
+            429: "rate_limit_error"}.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    code = {401: "invalid_api_key", 429: "rate_limit_exceeded"}.get(status)
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+class ChatCompletionServer:
+    """Serves scripted chat completions on ``127.0.0.1`` at an ephemeral port.
+
+    ``requests`` holds the JSON body of every ``POST /v1/chat/completions`` received
+    (``None`` when undecodable), including ones rejected for a bad key; ``request_headers``
+    holds their headers, same order, names lower-cased. With ``api_key`` set, a request
+    without ``Authorization: Bearer <api_key>`` is answered 401 and consumes no entry.
+    """
+
+    def __init__(self, script: Iterable[dict[str, Any]] | None = None, *, api_key: str | None = None,
+                 by_turn: bool = False, host: str = "127.0.0.1", port: int = 0,
+                 verbose: bool = False) -> None:
+        self.api_key = api_key
+        self.by_turn = by_turn
+        self.verbose = verbose
+        self.requests: list[Any] = []
+        self.request_headers: list[dict[str, str]] = []
+        self._script: list[dict[str, Any]] = []
+        self._played = 0
+        self._ids = 0
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._address = (host, port)
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.queue(*(script or ()))
+
+    @property
+    def base_url(self) -> str:
+        """The API root to hand a client, e.g. ``http://127.0.0.1:54321/v1``."""
+        if self._httpd is None:
+            raise RuntimeError("the server is not started")
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def queue(self, *entries: dict[str, Any]) -> None:
+        """Append entries to the script; raises ``ValueError`` for a malformed one."""
+        checked = [validate_entry(e) for e in entries]
+        with self._lock:
+            self._script.extend(checked)
+
+    def start(self) -> ChatCompletionServer:
+        """Bind and serve in a daemon thread; returns self."""
+        if self._httpd is not None:
+            return self
+        self._stopping.clear()
+        handler = type("_BoundHandler", (_Handler,), {"owner": self})
+        self._httpd = ThreadingHTTPServer(self._address, handler)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="chat-completion-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and release the port; delayed answers still pending are cut short."""
+        if self._httpd is None:
+            return
+        self._stopping.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._httpd = self._thread = None
+
+    def __enter__(self) -> ChatCompletionServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # Called from handler threads.
+
+    def _record(self, body: Any, headers: dict[str, str]) -> None:
+        with self._lock:
+            self.requests.append(body)
+            self.request_headers.append(headers)
+
+    def _next_entry(self, body: Any) -> dict[str, Any] | None:
+        with self._lock:
+            if self.by_turn:
+                messages = body.get("messages") if isinstance(body, dict) else None
+                index = sum(1 for m in messages or () if isinstance(m, dict) and m.get("role") == "assistant")
+            else:
+                index = self._played
+            if index >= len(self._script):
+                return None
+            self._played += 1
+            return self._script[index]
+
+    def _completion(self, entry: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self._ids += 1
+            n = self._ids
+        message: dict[str, Any] = {"role": "assistant", "content": entry.get("content")}
+        finish_reason = "stop"
+        if entry.get("tool_calls"):
+            message["tool_calls"] = [{
+                "id": str(call.get("id") or f"call_{n}_{i + 1}"),
+                "type": "function",
+                "function": {"name": call["name"], "arguments": call["arguments"]
+                             if isinstance(call.get("arguments"), str)
+                             else json.dumps(call.get("arguments") or {})},
+            } for i, call in enumerate(entry["tool_calls"])]
+            finish_reason = "tool_calls"
+        completion: dict[str, Any] = {
+            "id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
+            "model": str(body.get("model") or "scripted"),
+            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        }
+        if "usage" in entry:
+            prompt = int(entry["usage"].get("prompt_tokens", 0))
+            completion_tokens = int(entry["usage"].get("completion_tokens", 0))
+            completion["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
+                                   "total_tokens": prompt + completion_tokens}
+        return completion
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: ChatCompletionServer
+    server_version = "nrllm-chat-server/1"
+
+    def do_POST(self) -> None:
+        if self.path.split("?", 1)[0].rstrip("/") != COMPLETIONS_PATH:
+            self._read_body()
+            self._send_json(404, _error_body(f"no route for POST {self.path}", 404))
+            return
+        raw = self._read_body()
+        try:
+            body: Any = json.loads(raw)
+        except ValueError:
+            body = None
+        owner = self.owner
+        owner._record(body, {k.lower(): v for k, v in self.headers.items()})
+        if owner.api_key is not None and self.headers.get("Authorization") != f"Bearer {owner.api_key}":
+            self._send_json(401, _error_body("Incorrect API key provided.", 401))
+            return
+        if not isinstance(body, dict):
+            self._send_json(400, _error_body("the request body is not a JSON object", 400))
+            return
+        entry = owner._next_entry(body)
+        if entry is None:
+            self._send_json(500, _error_body("chat_server script exhausted", 500))
+            return
+        if entry.get("delay") and owner._stopping.wait(float(entry["delay"])):
+            return  # stopping: drop the connection unanswered
+        if "raw" in entry:
+            self._send(int(entry.get("status", 200)), str(entry["raw"]).encode())
+        elif "error" in entry:
+            self._send_json(int(entry["status"]), _error_body(str(entry["error"]), int(entry["status"])))
+        else:
+            self._send_json(200, owner._completion(entry, body))
+
+    def do_GET(self) -> None:
+        self._send_json(404, _error_body(f"no route for GET {self.path}", 404))
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+        self._send(status, json.dumps(payload).encode())
+
+    def _send(self, status: int, data: bytes) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (e.g. its timeout)
+            pass
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if self.owner.verbose:
+            super().log_message(format, *args)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve a script until interrupted."""
+    parser = argparse.ArgumentParser(prog="python -m nrllm_agents.testing.chat_server",
+                                     description="A scripted OpenAI-compatible chat-completions server.")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback)")
+    parser.add_argument("--port", type=int, default=8765, help="port to listen on (0: any free port)")
+    parser.add_argument("--script", help="JSON file holding a list of script entries "
+                                         "(default: the scripted provider's demo turns)")
+    parser.add_argument("--api-key", help="require 'Authorization: Bearer <key>'")
+    parser.add_argument("--queue", action="store_true",
+                        help="consume entries in order across requests instead of by assistant turn")
+    args = parser.parse_args(argv)
+    if args.script:
+        with open(args.script, encoding="utf-8") as fh:
+            script = json.load(fh)
+    else:
+        from nrllm_agents.domain.providers.scripted import DEMO_SCRIPT
+        script = DEMO_SCRIPT
+    if not isinstance(script, list):
+        parser.error("the script file must hold a JSON list")
+    try:
+        server = ChatCompletionServer(script, api_key=args.api_key, by_turn=not args.queue,
+                                      host=args.host, port=args.port, verbose=True)
+    except ValueError as exc:
+        parser.error(str(exc))
+    with server:
+        print(f"serving {len(script)} entries at {server.base_url} (Ctrl-C to stop)", flush=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()

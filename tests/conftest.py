@@ -1,0 +1,74 @@
+"""Shared fixtures. PostgreSQL and Redis are required where a test asks for them: a test that
+cannot reach them fails, it never skips."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def is_postgres() -> bool:
+    from django.db import connection
+
+    return connection.vendor == "postgresql"
+
+
+@pytest.fixture
+def runtime():
+    from nrllm_agents.runtime import AgentRuntime
+
+    return AgentRuntime()
+
+
+@pytest.fixture
+def test_database_url(django_db_setup) -> str:
+    """A URL that points child processes at the test database."""
+    from django.db import connection
+
+    s = connection.settings_dict
+    if connection.vendor == "postgresql":
+        return f"postgres://{s['USER'] or 'postgres'}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+    return f"sqlite:///{s['NAME']}"
+
+
+@pytest.fixture
+def redis_url() -> str:
+    """The Redis used by tests (a dedicated db number, flushed). Fails when Redis is down."""
+    import redis
+
+    url = os.environ.get("NRLLM_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+    client = redis.Redis.from_url(url)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        pytest.fail(f"Redis is required at {url} and is not reachable: {exc}")
+    client.flushdb()
+    yield url
+    client.flushdb()
+
+
+@pytest.fixture
+def child_env(test_database_url, tmp_path) -> dict[str, str]:
+    """Environment for a child process (manage.py command, rqworker) on the test database."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env.update({
+        "DATABASE_URL": test_database_url,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "PYTHONPATH": str(ROOT),
+        "PYTHONUNBUFFERED": "1",
+        "NRLLM_CALL_JOURNAL": str(tmp_path / "journal.jsonl"),
+    })
+    env.pop("REDIS_URL", None)
+    return env
+
+
+def manage(*args: str, env: dict[str, str], **kwargs) -> subprocess.Popen:
+    """Start ``manage.py`` with the given arguments in a child process."""
+    return subprocess.Popen([sys.executable, str(ROOT / "manage.py"), *args], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
