@@ -301,6 +301,11 @@ class AgentRuntime:
             outcome = CancelOutcome.ALREADY_FINISHED
         return CancelResult(run_id, outcome, fence.status, fence.previous)
 
+    def cancel_many(self, selection: Any, *, by: Any = None, source: str, reason: str = "",
+                    dry_run: bool = False) -> store.BulkCancel:
+        """Cancel every active run of a queryset in a constant number of statements."""
+        return store.cancel_many(selection, by=by, source=source, reason=reason, dry_run=dry_run)
+
     def events(self, run_id: uuid.UUID | str, after: int = -1, limit: int | None = None) -> list[AgentRunEvent]:
         """The recorded steps after sequence ``after``, in order."""
         run_id = parse_run_id(run_id)
