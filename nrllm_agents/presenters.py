@@ -69,3 +69,16 @@ def run_status_dict(run: AgentRun) -> dict[str, Any]:
 def summary_event(run: AgentRun) -> dict[str, Any]:
     """The last line of a ``--json`` stream (and the browser stream's final event payload)."""
     return {"event": final_event_name(run.status) or run.status, **run_status_dict(run)}
+
+
+def stream_finished(run: AgentRun) -> bool:
+    """True when nothing more will be appended to the run's stream for now.
+
+    Completed, failed and waiting runs are done. A cancelled run is done once its stop was
+    acknowledged (``stopped_at`` set, which happens in the same transaction that appends the
+    ``cancelled`` step); until then a segment is still finishing its step in flight.
+    Followers (CLI ``--follow``, the browser stream) poll until this holds.
+    """
+    if run.status == RunStatus.CANCELLED:
+        return run.stopped_at is not None
+    return run.status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.WAITING_FOR_APPROVAL)
