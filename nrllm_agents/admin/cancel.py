@@ -1,0 +1,143 @@
+"""The admin's cancel flow: a confirmation page, then a summary of what the runtime did.
+
+Follows ``django.contrib.admin.actions.delete_selected``: the action renders a confirmation
+page listing what will happen to each selected run; posting it back (``post=yes``) calls
+the runtime once and reports the outcome with ``message_user``. Nothing here writes a
+status: the words below only map the runtime's result values.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
+
+from django import forms
+from django.contrib import messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.utils.translation import ngettext
+
+from ..models import RunStatus
+from ..runtime import CancelOutcome, CancelResult
+from ..store import BulkCancel
+
+if TYPE_CHECKING:
+    from django.contrib.admin import ModelAdmin
+
+CONFIRM_MAX_ROWS = 100  # rows listed on the confirmation page; the counts cover the whole selection
+REASON_MAX_CHARS = 1000
+
+
+class CancelForm(forms.Form):
+    """The operator's optional reason, recorded on each cancelled run and its ``cancelled`` step."""
+
+    reason = forms.CharField(required=False, max_length=REASON_MAX_CHARS, strip=True,
+                             widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+                             help_text="Optional. Recorded on every run this cancels.")
+
+
+def plan(status: str) -> str:
+    """What a cancel will do to a run in ``status``."""
+    if status == RunStatus.RUNNING:
+        return "cancel: it is executing and stops at its next step boundary"
+    if status in (RunStatus.QUEUED, RunStatus.WAITING_FOR_APPROVAL):
+        return "cancel: it is not executing and stops at once"
+    if status == RunStatus.CANCELLED:
+        return "nothing: already cancelled"
+    return f"nothing: already finished ({status})"
+
+
+def _runs(n: int) -> str:
+    return ngettext("%(n)d run", "%(n)d runs", n) % {"n": n}
+
+
+def _parts(cancelled: int, finished: int, already: int, *, verb: str) -> list[str]:
+    parts = []
+    if cancelled:
+        parts.append(f"{_runs(cancelled)} {verb}")
+    if finished:
+        parts.append(f"{_runs(finished)} already finished")
+    if already:
+        parts.append(f"{_runs(already)} already cancelled")
+    return parts
+
+
+def _executing(n: int, *, done: bool) -> str:
+    if done:
+        return ngettext("%(n)d of them was executing and stops at its next step boundary.",
+                        "%(n)d of them were executing and stop at their next step boundary.", n) % {"n": n}
+    return ngettext("%(n)d of them is executing and stops at its next step boundary.",
+                    "%(n)d of them are executing and stop at their next step boundary.", n) % {"n": n}
+
+
+def _finished(result: BulkCancel) -> int:
+    return sum(n for status, n in result.unchanged.items() if status != RunStatus.CANCELLED)
+
+
+def bulk_summary(result: BulkCancel) -> tuple[str, int]:
+    """The message and level for what ``cancel_many`` did, per outcome.
+
+    For example ``"3 runs cancelled, 2 runs already finished."``; SUCCESS when anything was
+    cancelled, WARNING when nothing was (everything selected had already ended or vanished).
+    """
+    already = result.unchanged.get(RunStatus.CANCELLED, 0)
+    parts = _parts(result.cancelled_total, _finished(result), already, verb="cancelled")
+    if not parts:
+        return "No runs were cancelled: none of the selected runs exists any more.", messages.WARNING
+    text = ", ".join(parts) + "."
+    executing = result.cancelled.get(RunStatus.RUNNING, 0)
+    if executing:
+        text += " " + _executing(executing, done=True)
+    if not result.cancelled_total:
+        return f"Nothing to cancel: {text}", messages.WARNING
+    return text, messages.SUCCESS
+
+
+def preview(result: BulkCancel) -> str:
+    """The confirmation page's summary of a dry run, e.g. ``"2 runs will be cancelled, ..."``."""
+    already = result.unchanged.get(RunStatus.CANCELLED, 0)
+    parts = _parts(result.cancelled_total, _finished(result), already, verb="will be cancelled")
+    text = (", ".join(parts) + ".") if parts else "None of the selected runs exists any more."
+    executing = result.cancelled.get(RunStatus.RUNNING, 0)
+    return f"{text} {_executing(executing, done=False)}" if executing else text
+
+
+def single_summary(result: CancelResult) -> tuple[str, int]:
+    """The message and level for what ``AgentRuntime.cancel`` did to one run."""
+    run = f"Run {result.run_id}"
+    if result.outcome == CancelOutcome.CANCELLED:
+        if result.was_executing:
+            return f"{run} cancelled; it was executing and stops at its next step boundary.", messages.SUCCESS
+        return f"{run} cancelled.", messages.SUCCESS
+    if result.outcome == CancelOutcome.ALREADY_CANCELLED:
+        return f"{run} was already cancelled; nothing changed.", messages.WARNING
+    if result.outcome == CancelOutcome.ALREADY_FINISHED:
+        return f"{run} had already finished ({result.status}); nothing changed.", messages.WARNING
+    return f"{run} does not exist any more; nothing changed.", messages.ERROR
+
+
+def confirmation(modeladmin: ModelAdmin, request: HttpRequest, queryset: QuerySet, *, form: CancelForm,
+                 counts: BulkCancel, hidden: Iterable[tuple[str, Any]], title: str) -> TemplateResponse:
+    """The confirmation page: the selected runs, what will happen to each, the reason field.
+
+    ``hidden`` are the fields that route the post back to the same action (they include
+    ``post=yes``); the form posts to the current URL, so changelist filters are kept.
+    """
+    opts = modeladmin.model._meta
+    shown = list(queryset.select_related("owner").order_by("-created_at")[:CONFIRM_MAX_ROWS])
+    total = sum(counts.cancelled.values()) + sum(counts.unchanged.values())
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": title,
+        "subtitle": None,
+        "opts": opts,
+        "form": form,
+        "summary": preview(counts),
+        "rows": [(run, plan(run.status)) for run in shown],
+        "more": max(total - len(shown), 0),
+        "actionable": counts.cancelled_total > 0,
+        "hidden": [(name, str(value)) for name, value in hidden],
+        "media": modeladmin.media + form.media,
+    }
+    request.current_app = modeladmin.admin_site.name
+    return TemplateResponse(request, f"admin/{opts.app_label}/{opts.model_name}/cancel_confirmation.html", context)

@@ -1,0 +1,188 @@
+"""The runs admin: a read-only list and page per run, its step timeline, and cancel actions.
+
+Visibility is the standard admin's: staff with the ``view_agentrun`` permission see every
+run (the admin is the operators' tool; per-owner views are the REST API's job). Runs are
+never added, edited or deleted here: a run is the audit record of what an agent did, its
+step stream is append-only, and deleting a run would pull the row from under a segment that
+may still be executing it (retention is a job for a data-retention task, not a click).
+Cancelling needs the dedicated ``nrllm_agents.cancel_agentrun`` permission.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import ActionLocation, helpers
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.defaultfilters import truncatechars
+
+from ..models import AgentRun, AgentRunEvent, CancelSource
+from ..runtime import AgentRuntime, InvalidRunId, parse_run_id
+from . import timeline
+from .cancel import CancelForm, bulk_summary, confirmation, single_summary
+
+TIMELINE_LIMIT = 500  # steps shown on a run's page; the API pages through longer streams
+CHANGE_FORM_ACTION = f"{ActionLocation.CHANGE_FORM.value}-action"  # the prefixed field Django routes on
+
+
+def _step_count() -> Coalesce:
+    # A correlated subquery rather than a JOIN + GROUP BY: it is evaluated for the page's
+    # rows only, and the changelist stays one query however many steps runs have.
+    steps = (AgentRunEvent.objects.filter(run=OuterRef("pk")).order_by().values("run")
+             .annotate(n=Count("pk")).values("n"))
+    return Coalesce(Subquery(steps, output_field=IntegerField()), 0)
+
+
+@admin.register(AgentRun)
+class AgentRunAdmin(admin.ModelAdmin):
+    """Lists and shows runs; cancels them through ``AgentRuntime`` only."""
+
+    list_display = ("id", "status", "termination_reason", "owner", "provider", "prompt_excerpt",
+                    "created_at", "started_at", "finished_at", "step_count")
+    list_filter = ("status", "termination_reason", "provider", "cancel_source", "created_at")
+    list_select_related = ("owner",)
+    date_hierarchy = "created_at"
+    search_fields = ("id", "prompt")
+    search_help_text = "A run id (whole or part) or words of the prompt."
+    show_full_result_count = False  # no COUNT(*) over the whole table on every filtered page
+    actions = ["cancel_selected", "cancel_run"]
+    fieldsets = (
+        ("Run", {"fields": ("id", "status", "termination_reason", "owner", "provider", "model", "tools",
+                            "prompt", "claimed_by")}),
+        ("Times", {"fields": ("created_at", "started_at", "finished_at", "lease_expires")}),
+        ("Usage", {"fields": ("iterations", "prompt_tokens", "completion_tokens", "total_tokens")}),
+        ("Result", {"fields": ("final_text", "error", "pending_approval")}),
+        ("Cancel record", {"fields": ("cancel_requested_at", "cancelled_by", "cancel_source", "cancel_reason",
+                                      "stopped_at", "cancel_state")}),
+        ("Options", {"fields": ("options",), "classes": ("collapse",)}),
+    )
+    readonly_fields = tuple(f for _, spec in fieldsets for f in spec["fields"])
+    runtime = AgentRuntime()
+
+    # --- permissions: read-only, plus the dedicated cancel permission -------------------------
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: AgentRun | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: AgentRun | None = None) -> bool:
+        return False
+
+    def has_cancel_permission(self, request: HttpRequest, obj: AgentRun | None = None) -> bool:
+        """Whether the user holds ``nrllm_agents.cancel_agentrun`` (superusers do)."""
+        return request.user.has_perm(f"{self.opts.app_label}.cancel_{self.opts.model_name}")
+
+    # --- list --------------------------------------------------------------------------------
+    def get_queryset(self, request: HttpRequest) -> QuerySet[AgentRun]:
+        return super().get_queryset(request).annotate(step_count=_step_count())
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[AgentRun],
+                           search_term: str) -> tuple[QuerySet[AgentRun], bool]:
+        """A whole run id is looked up by primary key; anything else matches ids and prompts."""
+        try:
+            run_id = parse_run_id(search_term)
+        except InvalidRunId:
+            return super().get_search_results(request, queryset, search_term)
+        return queryset.filter(pk=run_id), False
+
+    @admin.display(description="steps", ordering="step_count")
+    def step_count(self, run: AgentRun) -> int:
+        return run.step_count
+
+    @admin.display(description="prompt")
+    def prompt_excerpt(self, run: AgentRun) -> str:
+        return truncatechars(run.prompt, 60)
+
+    # --- a run's page ------------------------------------------------------------------------
+    @admin.display(description="total tokens")
+    def total_tokens(self, run: AgentRun) -> int:
+        return run.total_tokens
+
+    @admin.display(description="error")
+    def error(self, run: AgentRun) -> str:
+        return f"{run.error_class}: {run.error_message}" if run.error_class else "-"
+
+    @admin.display(description="pending approval")
+    def pending_approval(self, run: AgentRun) -> str:
+        calls = (run.suspended_state or {}).get("pending_calls") or []
+        return "; ".join(timeline.call_text(c) for c in calls) or "-"
+
+    @admin.display(description="stop acknowledged")
+    def cancel_state(self, run: AgentRun) -> str:
+        if not run.cancel_requested_at:
+            return "-"
+        if run.stopped_at:
+            return "yes"
+        return "not yet: the executing segment stops at its next step boundary"
+
+    def render_change_form(self, request: HttpRequest, context: dict[str, Any], add: bool = False,
+                           change: bool = False, form_url: str = "", obj: AgentRun | None = None) -> HttpResponse:
+        if obj is not None:
+            events = self.runtime.events(obj.pk, limit=TIMELINE_LIMIT)
+            context.update({
+                "timeline": timeline.rows(events),
+                "timeline_total": getattr(obj, "step_count", len(events)),
+                "can_cancel": not obj.is_terminal and self.has_cancel_permission(request, obj),
+                "change_form_action": CHANGE_FORM_ACTION,
+            })
+        return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
+
+    # --- cancel ------------------------------------------------------------------------------
+    def response_action(self, request: HttpRequest, queryset: QuerySet[AgentRun],
+                        action_location: ActionLocation = ActionLocation.CHANGE_LIST) -> HttpResponse | None:
+        """Refuse selections that are not run ids with a message, instead of a server error."""
+        selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+        bad = [value for value in selected if not _is_uuid(value)]
+        if bad:
+            self.message_user(request, f"Not a run id: {timeline.clip(bad[0], 80)!r}. Nothing was changed.",
+                              messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
+        return super().response_action(request, queryset, action_location=action_location)
+
+    @admin.action(description="Cancel selected runs", permissions=["cancel"])
+    def cancel_selected(self, request: HttpRequest, queryset: QuerySet[AgentRun]) -> HttpResponse | None:
+        """Confirm, then cancel the selection with one set-based call and summarise per outcome."""
+        form = CancelForm(request.POST if request.POST.get("post") else None)
+        if form.is_bound and form.is_valid():
+            result = self.runtime.cancel_many(queryset, by=request.user, source=CancelSource.ADMIN,
+                                              reason=form.cleaned_data["reason"])
+            self.message_user(request, *bulk_summary(result))
+            return None
+        select_across = request.POST.get("select_across") == "1"
+        hidden = [("action", "cancel_selected"), ("select_across", int(select_across)),
+                  *((helpers.ACTION_CHECKBOX_NAME, pk) for pk in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)),
+                  ("post", "yes")]
+        counts = self.runtime.cancel_many(queryset, source=CancelSource.ADMIN, dry_run=True)
+        return confirmation(self, request, queryset, form=form, counts=counts, hidden=hidden,
+                            title="Cancel selected runs")
+
+    @admin.action(description="Cancel this run", permissions=["cancel"], location=ActionLocation.CHANGE_FORM)
+    def cancel_run(self, request: HttpRequest, queryset: QuerySet[AgentRun]) -> HttpResponse | None:
+        """The same confirmation for one run, from its page; then ``AgentRuntime.cancel``."""
+        run = queryset.first()
+        if run is None:
+            self.message_user(request, "That run does not exist any more; nothing changed.", messages.ERROR)
+            return None
+        form = CancelForm(request.POST if request.POST.get("post") else None)
+        if form.is_bound and form.is_valid():
+            result = self.runtime.cancel(run.pk, by=request.user, source=CancelSource.ADMIN,
+                                         reason=form.cleaned_data["reason"])
+            self.message_user(request, *single_summary(result))
+            return None
+        hidden = [(CHANGE_FORM_ACTION, "cancel_run"), (helpers.ACTION_CHECKBOX_NAME, run.pk), ("post", "yes")]
+        counts = self.runtime.cancel_many(queryset, source=CancelSource.ADMIN, dry_run=True)
+        return confirmation(self, request, queryset, form=form, counts=counts, hidden=hidden,
+                            title="Cancel this run")
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except (ValueError, TypeError):
+        return False
+    return True
