@@ -32,6 +32,12 @@ DEFAULTS: dict[str, Any] = {
     # RQ's default 180 s job timeout would kill long runs; -1 means no timeout.
     "JOB_TIMEOUT": int(os.environ.get("NRLLM_JOB_TIMEOUT", "3600")),
     "LEASE_SECONDS": int(os.environ.get("NRLLM_LEASE_SECONDS", "300")),
+    # the browser stream (GET /api/runs/<id>/stream/): how often it reads the stored stream,
+    # how long it may stay silent before a keepalive comment, and when it closes so the
+    # client reconnects with Last-Event-ID (bounds how long one stream holds a worker thread)
+    "STREAM_POLL_SECONDS": float(os.environ.get("NRLLM_STREAM_POLL_SECONDS", "0.2")),
+    "STREAM_HEARTBEAT_SECONDS": float(os.environ.get("NRLLM_STREAM_HEARTBEAT_SECONDS", "10")),
+    "STREAM_MAX_SECONDS": float(os.environ.get("NRLLM_STREAM_MAX_SECONDS", "300")),
 }
 
 

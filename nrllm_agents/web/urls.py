@@ -1,3 +1,27 @@
-from django.urls import path  # noqa: F401
+"""The playground pages, sign-in, and the browser stream at ``api/runs/<id>/stream/``.
 
-urlpatterns: list = []
+Mounted at the site root; the REST API (``nrllm_agents.api``) leaves the stream path free.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth import views as auth_views
+from django.urls import path, reverse_lazy
+
+from . import stream, views
+
+app_name = "nrllm_web"
+
+urlpatterns = [
+    path("", views.index, name="index"),
+    path("playground/", views.playground, name="playground"),
+    path("playground/runs/", views.start_run, name="start"),
+    path("playground/runs/<uuid:run_id>/", views.run_page, name="run"),
+    path("playground/runs/<uuid:run_id>/cancel/", views.cancel_run, name="cancel"),
+    path("playground/runs/<uuid:run_id>/approve/", views.approve_run, name="approve"),
+    path("api/runs/<uuid:run_id>/stream/", stream.run_stream, name="run-stream"),
+    path("accounts/login/", auth_views.LoginView.as_view(
+        redirect_authenticated_user=True, next_page=reverse_lazy("nrllm_web:playground")), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(next_page=reverse_lazy("nrllm_web:login")),
+         name="logout"),
+]

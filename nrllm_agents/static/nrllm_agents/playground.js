@@ -1,0 +1,251 @@
+/* The playground, progressively enhanced: the forms post without JavaScript; with it they
+ * answer JSON, and the run page follows the run's Server-Sent Events stream from the last
+ * step the server rendered, so a reload resumes with no step missing or repeated.
+ * stepDetails() mirrors nrllm_agents/web/display.py; keep the two in step. */
+(function () {
+  "use strict";
+
+  const FINAL_EVENTS = ["done", "cancelled", "awaiting_approval", "failed"];
+  const TERMINAL = ["completed", "failed", "cancelled"];
+  const MAX_CHARS = 2000;
+
+  // --- helpers ---------------------------------------------------------------------------
+  function el(tag, attrs, text) {
+    const node = document.createElement(tag);
+    Object.entries(attrs || {}).forEach(([k, v]) => node.setAttribute(k, v));
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  // JSON as Python's json.dumps writes it (", " and ": "), so live and stored steps read alike.
+  function pyJson(v) {
+    if (Array.isArray(v)) return "[" + v.map(pyJson).join(", ") + "]";
+    if (v && typeof v === "object") {
+      return "{" + Object.keys(v).map((k) => JSON.stringify(k) + ": " + pyJson(v[k])).join(", ") + "}";
+    }
+    return JSON.stringify(v === undefined ? null : v);
+  }
+
+  const cut = (t) => (t.length <= MAX_CHARS ? t : t.slice(0, MAX_CHARS) + " …");
+  const callText = (c) => `${c.name}(${pyJson(c.arguments || {})})`;
+  const timeOf = (iso) => (iso && iso.length >= 19 ? iso.slice(11, 19) : "");
+  const messageText = (m) => `${m.role}: ${typeof m.content === "string" ? m.content : pyJson(m.content)}`;
+
+  function stepDetails(step) {
+    const p = step.payload || {};
+    const lines = [];
+    if (step.kind === "request") {
+      lines.push(["to", `${p.provider} · ${p.model}`]);
+      (p.messages || []).forEach((m) => lines.push(["sent", messageText(m)]));
+      lines.push(["tools", (p.tools || []).join(", ") || "none"]);
+    } else if (step.kind === "llm") {
+      if (p.content) lines.push(["answer", p.content]);
+      (p.tool_calls || []).forEach((c) => lines.push(["tool call", callText(c)]));
+      const u = p.usage || {};
+      lines.push(["tokens", `${u.prompt_tokens || 0} prompt + ${u.completion_tokens || 0} completion = ${u.total_tokens || 0}`]);
+    } else if (step.kind === "tool") {
+      lines.push(["call", callText(p)]);
+      if (p.error !== null && p.error !== undefined) lines.push(["error", String(p.error)]);
+      else lines.push(["result", pyJson(p.result)]);
+    } else if (step.kind === "approval") {
+      lines.push(["decision", `${p.approved ? "approved" : "denied"} by ${p.by || "unknown"}`]);
+      (p.calls || []).forEach((c) => lines.push(["call", callText(c)]));
+    } else if (step.kind === "cancelled") {
+      lines.push(["cancelled by", `${p.by || "unknown"} via ${p.source || "unknown"}`]);
+      lines.push(["requested at", String(p.requested_at || "")]);
+      if (p.reason) lines.push(["reason", p.reason]);
+      const b = p.boundary_sequence;
+      lines.push(["stopped", b === null || b === undefined ? "before any step" : `after step #${b}`]);
+    } else {
+      lines.push(["payload", pyJson(p)]);
+    }
+    return lines.map(([label, text]) => [label, cut(text)]);
+  }
+
+  function renderStep(step) {
+    const li = el("li", {class: `step kind-${step.kind}`, "data-sequence": step.sequence, "data-kind": step.kind});
+    const head = el("div", {class: "step-head"});
+    head.append(el("span", {class: "seq"}, `#${step.sequence}`), " ", el("span", {class: "kind"}, step.kind), " ",
+                el("span", {class: "round"}, `round ${step.round}`), " ");
+    if (step.duration_ms !== null && step.duration_ms !== undefined) {
+      head.append(el("span", {class: "duration"}, `${Math.round(step.duration_ms)} ms`), " ");
+    }
+    head.append(el("time", {class: "at", datetime: step.created_at, title: step.created_at}, `${timeOf(step.created_at)} UTC`));
+    const body = el("dl", {class: "step-body"});
+    stepDetails(step).forEach(([label, text]) => body.append(el("dt", {}, label), el("dd", {}, text)));
+    li.append(head, body);
+    return li;
+  }
+
+  function say(text, level) {
+    let list = document.getElementById("messages");
+    if (!list) {
+      list = el("ul", {class: "messages", id: "messages"});
+      document.querySelector("main").before(list);
+    }
+    list.replaceChildren(el("li", {class: `message ${level || "info"}`}, text));
+  }
+
+  async function postForm(form, submitter) {
+    const body = new FormData(form);
+    if (submitter && submitter.name) body.set(submitter.name, submitter.value);
+    const token = form.querySelector("input[name=csrfmiddlewaretoken]").value;
+    const response = await fetch(form.action, {
+      method: "POST", body, credentials: "same-origin",
+      headers: {"Accept": "application/json", "X-CSRFToken": token},
+    });
+    let data = {};
+    try { data = await response.json(); } catch (e) { /* not JSON: keep the status */ }
+    return {ok: response.ok, status: response.status, data};
+  }
+
+  // --- the run form ------------------------------------------------------------------------
+  const runForm = document.getElementById("run-form");
+  if (runForm) {
+    runForm.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      runForm.querySelectorAll(".js-error").forEach((n) => n.remove());
+      const button = document.getElementById("start-button");
+      button.disabled = true;
+      try {
+        const {status, data} = await postForm(runForm);
+        if (data.url) { window.location.assign(data.url); return; }
+        if (status === 400 && data.errors) {
+          Object.entries(data.errors).forEach(([field, errors]) => {
+            const box = runForm.querySelector(`[data-field="${field}"]`) || runForm;
+            const list = el("ul", {class: "errorlist js-error"});
+            errors.forEach((e) => list.append(el("li", {}, e)));
+            box.append(list);
+          });
+        } else {
+          say(data.detail || data.message || `Could not start the run (HTTP ${status}).`, "error");
+        }
+      } catch (e) {
+        say("Could not reach the server.", "error");
+      } finally {
+        button.disabled = false;
+      }
+    });
+  }
+
+  // --- the run panel -----------------------------------------------------------------------
+  const panel = document.getElementById("run");
+  if (!panel || !panel.dataset.runId) return;
+
+  const steps = document.getElementById("steps");
+  const strip = document.getElementById("strip");
+  const approval = document.getElementById("approval");
+  const cancelForm = document.getElementById("cancel-form");
+  const status = JSON.parse(document.getElementById("run-status").textContent);
+  let last = parseInt(panel.dataset.lastSequence, 10);
+  let source = null;
+
+  const text = (id, value) => { document.getElementById(id).textContent = value; };
+  const streamState = (value) => text("st-stream", value);
+
+  function setStatus(value) {
+    const badge = document.getElementById("st-status");
+    badge.textContent = value;
+    badge.className = `badge status-${value}`;
+    const recent = document.querySelector(`#recent-runs a[data-run-id="${panel.dataset.runId}"] .badge`);
+    if (recent) { recent.textContent = value.replace(/_/g, " "); recent.className = `badge status-${value}`; }
+    cancelForm.hidden = TERMINAL.includes(value);
+    if (value !== "waiting_for_approval") approval.hidden = true;
+  }
+
+  function tick() {
+    const started = strip.dataset.startedAt;
+    if (!started) return;
+    const end = strip.dataset.finishedAt ? new Date(strip.dataset.finishedAt) : new Date();
+    text("st-elapsed", `${Math.max((end - new Date(started)) / 1000, 0).toFixed(1)} s`);
+  }
+
+  function onStep(step) {
+    const hint = document.getElementById("no-steps");
+    if (hint) hint.remove();
+    steps.append(renderStep(step));
+    last = step.sequence;
+    if (!strip.dataset.startedAt) strip.dataset.startedAt = step.created_at;
+    if (step.kind === "llm") {
+      const usage = (step.payload || {}).usage || {};
+      text("st-iterations", parseInt(document.getElementById("st-iterations").textContent, 10) + 1);
+      text("st-tokens", parseInt(document.getElementById("st-tokens").textContent, 10) + (usage.total_tokens || 0));
+    }
+    setStatus(step.kind === "cancelled" ? "cancelled" : (TERMINAL.includes(status.status) ? status.status : "running"));
+  }
+
+  function onFinal(payload) {
+    Object.assign(status, payload);
+    setStatus(payload.status);
+    text("st-reason", payload.termination_reason || "—");
+    text("st-iterations", payload.iterations);
+    text("st-tokens", payload.usage.total_tokens);
+    strip.dataset.startedAt = payload.started_at || strip.dataset.startedAt || "";
+    strip.dataset.finishedAt = payload.finished_at || "";
+    tick();
+    const outcome = document.getElementById("outcome");
+    const c = payload.cancel;
+    if (payload.status === "cancelled" && c) {
+      outcome.replaceChildren(el("p", {class: "decision"},
+        `Cancelled by ${c.by || "unknown"} via ${c.source || "unknown"} at ${c.requested_at}` +
+        (c.stopped_at ? `; stopped at ${c.stopped_at}.` : ".")));
+    } else if (payload.error) {
+      outcome.replaceChildren(el("p", {class: "error"}, payload.error));
+    } else if (payload.final_text) {
+      outcome.replaceChildren(el("p", {class: "final"}, payload.final_text));
+    } else {
+      outcome.replaceChildren();
+    }
+    if (payload.status === "waiting_for_approval") {
+      const list = document.getElementById("pending-calls");
+      list.replaceChildren(...payload.pending_approval.map((call) => {
+        const li = el("li");
+        li.append(el("code", {}, callText(call)));
+        return li;
+      }));
+      approval.hidden = false;
+    }
+  }
+
+  function follow() {
+    if (source) return;
+    const es = new EventSource(`${panel.dataset.streamUrl}?after=${last}`);
+    source = es;
+    es.onopen = () => streamState("live");
+    es.addEventListener("step", (event) => onStep(JSON.parse(event.data)));
+    FINAL_EVENTS.forEach((name) => es.addEventListener(name, (event) => {
+      es.close();
+      source = null;
+      onFinal(JSON.parse(event.data));
+      streamState(name === "awaiting_approval" ? "paused (waiting for approval)" : "complete");
+    }));
+    es.onerror = () => {
+      if (es.readyState === EventSource.CLOSED) {
+        source = null;
+        streamState("unavailable — reload the page");
+      } else {
+        streamState("reconnecting…");  // EventSource resumes with Last-Event-ID by itself
+      }
+    };
+  }
+
+  async function act(form, submitter) {
+    try {
+      const {ok, status: code, data} = await postForm(form, submitter);
+      say(data.message || data.detail || `HTTP ${code}`, ok ? "success" : (code === 409 ? "warning" : "error"));
+      if (ok && form.classList.contains("approve-form")) { approval.hidden = true; setStatus("running"); }
+      follow();  // a waiting run's stream had closed: reopen it to see what the action did
+    } catch (e) {
+      say("Could not reach the server.", "error");
+    }
+  }
+
+  cancelForm.addEventListener("submit", (event) => { event.preventDefault(); act(cancelForm, event.submitter); });
+  approval.querySelector("form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    act(event.currentTarget, event.submitter);
+  });
+
+  window.setInterval(tick, 500);
+  if (panel.dataset.live === "true") follow();
+})();

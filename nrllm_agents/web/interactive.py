@@ -1,0 +1,88 @@
+"""Interactive segments for the playground: executed in a background thread of the web process.
+
+The page that started a run must be able to stream it, so the request returns as soon as
+the run exists and the segment (``AgentRuntime.run`` or ``approve``) goes on in a daemon
+thread that closes its own database connections. Like the in-process executor, such a run
+does not survive the web process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import Any, Callable
+
+from django.db import connections
+
+from ..runtime import RunResult
+from ..segment import StepObserver
+
+logger = logging.getLogger(__name__)
+
+Segment = Callable[[StepObserver], RunResult]
+
+_in_flight = 0  # background segments started and not yet finished
+_idle = threading.Condition()
+
+
+class LaunchTimeout(RuntimeError):
+    """The segment neither recorded a step nor returned in time; it goes on in the background."""
+
+    def __init__(self, timeout: float) -> None:
+        super().__init__(f"the run did not start within {timeout:g} s")
+
+
+def launch(segment: Segment, *, timeout: float = 30.0) -> uuid.UUID:
+    """Start ``segment(on_step)`` in a background thread; return its run id once known.
+
+    The id is known at the segment's first step (the observer is called with it) or when the
+    segment returns, whichever comes first. An exception raised before either (a bad request,
+    ``ApprovalNotPending``, ``RunNotFound``) is re-raised here, in the caller's thread.
+    Raises ``LaunchTimeout`` when neither happens within ``timeout`` seconds.
+    """
+    global _in_flight
+    known = threading.Event()
+    box: dict[str, Any] = {}
+
+    def observe(step: dict[str, Any]) -> None:
+        box.setdefault("run_id", step["run_id"])
+        known.set()
+
+    def target() -> None:
+        global _in_flight
+        try:
+            result = segment(observe)
+            box.setdefault("run_id", str(result.run_id))
+        except BaseException as exc:  # reported to the caller if it is still waiting
+            box["error"] = exc
+            if "run_id" in box:
+                logger.exception("interactive segment of run %s failed", box["run_id"])
+        finally:
+            known.set()
+            connections.close_all()  # this thread's connections only; they are thread-local
+            with _idle:
+                _in_flight -= 1
+                _idle.notify_all()
+
+    with _idle:
+        _in_flight += 1
+    threading.Thread(target=target, name="nrllm-interactive", daemon=True).start()
+    if not known.wait(timeout):
+        raise LaunchTimeout(timeout)
+    if "run_id" not in box:
+        raise box["error"]
+    return uuid.UUID(str(box["run_id"]))
+
+
+def wait_idle(timeout: float = 30.0) -> bool:
+    """Wait until no interactive segment is executing (tests, shutdown)."""
+    deadline = time.monotonic() + timeout
+    with _idle:
+        while _in_flight:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            _idle.wait(min(remaining, 0.05))
+    return True

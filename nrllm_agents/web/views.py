@@ -1,0 +1,197 @@
+"""The playground: start, watch, approve and cancel runs from a browser.
+
+Start, Cancel and Approve are plain POST forms (CSRF-protected) that work without
+JavaScript and redirect to the run page; called by ``fetch`` with ``Accept:
+application/json`` they answer JSON instead. Every action calls the runtime and maps its
+result; none writes a status. Users see and act on their own runs, staff on all (404
+otherwise).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from .. import dispatch
+from ..models import ACTIVE, AgentRun, CancelSource, RunStatus
+from ..presenters import event_dict, run_status_dict, stream_finished
+from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, CancelResult, RunNotFound
+from . import interactive
+from .access import get_visible_run, login_required, wants_json
+from .display import call_text, elapsed, for_page
+from .forms import RunForm
+
+RECENT_RUNS = 15
+MAX_REASON_CHARS = 500
+
+
+def _urls(run_id: uuid.UUID) -> dict[str, str]:
+    return {"url": reverse("nrllm_web:run", args=[run_id]),
+            "stream_url": reverse("nrllm_web:run-stream", args=[run_id])}
+
+
+def _run_json(run_id: uuid.UUID, status: int, **extra: Any) -> JsonResponse:
+    run = AgentRuntime().status(run_id)
+    return JsonResponse({"run_id": str(run_id), **_urls(run_id), **extra, "run": run_status_dict(run)},
+                        status=status)
+
+
+def _visible(request: HttpRequest, run_id: uuid.UUID) -> AgentRun | JsonResponse:
+    """The run, or a 404 answer (JSON for scripts, Django's page otherwise)."""
+    try:
+        return get_visible_run(request.user, run_id)
+    except Http404:
+        if wants_json(request):
+            return JsonResponse({"detail": "Not found."}, status=404)
+        raise
+
+
+def _page(request: HttpRequest, *, form: RunForm | None = None, run: AgentRun | None = None,
+          status: int = 200) -> HttpResponse:
+    context: dict[str, Any] = {
+        "form": form or RunForm(),
+        "recent": AgentRun.objects.filter(owner=request.user).order_by("-created_at")[:RECENT_RUNS],
+        "run": run,
+    }
+    if run is not None:
+        steps = [for_page(event_dict(e)) for e in AgentRuntime().events(run.pk)]
+        status_dict = run_status_dict(run)
+        context.update({
+            "status": status_dict,
+            "pending": [call_text(c) for c in status_dict["pending_approval"]],
+            "elapsed": elapsed(run.started_at, run.finished_at),
+            "steps": steps,
+            "last_sequence": steps[-1]["sequence"] if steps else -1,
+            "live": not stream_finished(run),
+            "can_cancel": run.status in ACTIVE,
+            "waiting": run.status == RunStatus.WAITING_FOR_APPROVAL,
+            **_urls(run.pk),
+        })
+    return render(request, "nrllm_agents/playground.html", context, status=status)
+
+
+@require_GET
+def index(request: HttpRequest) -> HttpResponse:
+    return redirect("nrllm_web:playground")
+
+
+@require_GET
+@login_required
+def playground(request: HttpRequest) -> HttpResponse:
+    """The form and the user's recent runs."""
+    return _page(request)
+
+
+@require_GET
+@login_required
+def run_page(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    """One run: status strip, its stored stream (then live, with JavaScript), its actions."""
+    return _page(request, run=get_visible_run(request.user, run_id))
+
+
+@require_POST
+@login_required
+def start_run(request: HttpRequest) -> HttpResponse:
+    """Start a run from the form: interactive (a thread of this process) or queued."""
+    form = RunForm(request.POST)
+    if not form.is_valid() or form.run_request is None:
+        if wants_json(request):
+            return JsonResponse({"errors": {k: [str(m) for m in v] for k, v in form.errors.items()}}, status=400)
+        return _page(request, form=form, status=400)
+    runtime, run_request = AgentRuntime(), form.run_request
+    if form.queued:
+        try:
+            run_id = runtime.enqueue(run_request, owner=request.user)
+        except dispatch.EnqueueError as exc:  # the run was settled failed (enqueue_failed)
+            return _answer(request, exc.run_id, 503, messages.ERROR, f"The queue refused the run: {exc}")
+        return _answer(request, run_id, 202, messages.SUCCESS, "Run queued.")
+    try:
+        run_id = interactive.launch(lambda on_step: runtime.run(run_request, owner=request.user, on_step=on_step))
+    except interactive.LaunchTimeout as exc:
+        if wants_json(request):
+            return JsonResponse({"detail": str(exc)}, status=503)
+        messages.error(request, str(exc))
+        return redirect("nrllm_web:playground")
+    return _answer(request, run_id, 201, messages.SUCCESS, "Run started.")
+
+
+def _answer(request: HttpRequest, run_id: uuid.UUID, status: int, level: int, message: str,
+            **extra: Any) -> HttpResponse:
+    """JSON for scripts; for forms, a message and a redirect to the run page."""
+    if wants_json(request):
+        return _run_json(run_id, status, message=message, **extra)
+    messages.add_message(request, level, message)
+    return redirect("nrllm_web:run", run_id=run_id)
+
+
+_CANCEL_MESSAGES = {
+    CancelOutcome.CANCELLED: "Run cancelled.",
+    CancelOutcome.ALREADY_CANCELLED: "The run was already cancelled; nothing changed.",
+}
+
+
+def _cancel_answer(result: CancelResult) -> tuple[int, int, str]:
+    """HTTP status, message level and message for what a cancel did."""
+    if result.outcome == CancelOutcome.CANCELLED and result.was_executing:
+        return 202, messages.SUCCESS, "Cancel requested: the run stops at its next step boundary."
+    if result.outcome in _CANCEL_MESSAGES:
+        return 200, messages.SUCCESS, _CANCEL_MESSAGES[result.outcome]
+    return 409, messages.WARNING, f"The run had already {result.status}; nothing changed."
+
+
+@require_POST
+@login_required
+def cancel_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    """Cancel from the playground (source ``playground``, by the signed-in user)."""
+    run = _visible(request, run_id)
+    if isinstance(run, JsonResponse):
+        return run
+    reason = (request.POST.get("reason") or "")[:MAX_REASON_CHARS]
+    result = AgentRuntime().cancel(run.pk, by=request.user, source=CancelSource.PLAYGROUND, reason=reason)
+    if result.outcome == CancelOutcome.NOT_FOUND:  # deleted between the lookup and the cancel
+        raise Http404("no such run")
+    status, level, message = _cancel_answer(result)
+    return _answer(request, run.pk, status, level, message, outcome=result.outcome.value,
+                   previous_status=result.previous_status)
+
+
+@require_POST
+@login_required
+def approve_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    """Approve or deny the pending calls of a waiting run, then resume it.
+
+    A run that came through the queue (it still holds its stored request) is resumed by a
+    worker; an interactive one in a background thread of this process, so the page streams it.
+    """
+    decision = request.POST.get("decision")
+    if decision not in ("approve", "deny"):
+        if wants_json(request):
+            return JsonResponse({"errors": {"decision": ["'approve' or 'deny'"]}}, status=400)
+        messages.error(request, "Choose Approve or Deny.")
+        return redirect("nrllm_web:run", run_id=run_id)
+    run = _visible(request, run_id)
+    if isinstance(run, JsonResponse):
+        return run
+    approved, runtime, user = decision == "approve", AgentRuntime(), request.user
+    verb = "Approved" if approved else "Denied"
+    try:
+        if run.request_payload is not None:
+            runtime.approve(run.pk, approved, by=user, queued=True)
+            return _answer(request, run.pk, 202, messages.SUCCESS, f"{verb}; a worker resumes the run.")
+        interactive.launch(lambda on_step: runtime.approve(run.pk, approved, by=user, on_step=on_step))
+    except ApprovalNotPending as exc:
+        return _answer(request, run.pk, 409, messages.WARNING,
+                       f"The run is {exc.status}, no longer waiting for approval; nothing changed.")
+    except RunNotFound:
+        raise Http404("no such run") from None
+    except dispatch.EnqueueError as exc:
+        return _answer(request, run.pk, 503, messages.ERROR, f"The queue refused the run: {exc}")
+    except interactive.LaunchTimeout as exc:
+        return _answer(request, run.pk, 503, messages.ERROR, str(exc))
+    return _answer(request, run.pk, 202, messages.SUCCESS, f"{verb}; the run resumes.")
