@@ -7,7 +7,7 @@ PG_URL ?= postgres://postgres@127.0.0.1:5432/nrllm_agents
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 PYTEST_ARGS ?=
 
-.PHONY: run test test-postgres test-sqlite venv migrate bench clean
+.PHONY: run demo test test-postgres test-sqlite test-django52 venv migrate bench clean
 
 venv:
 	@bash scripts/venv.sh $(VENV)
@@ -15,7 +15,15 @@ venv:
 migrate: venv
 	@$(PY) manage.py migrate --noinput -v0
 
+# The web app on the embedded default (SQLite, in-process executor): the playground at
+# http://127.0.0.1:8000/playground/ (a local superuser is created on first start; its
+# password is printed once).
 run: migrate
+	@$(PY) manage.py agent_bootstrap --url http://127.0.0.1:8000
+	@$(PY) manage.py runserver 127.0.0.1:8000
+
+# A demo run streamed live in this terminal; the command that cancels it is printed first.
+demo: migrate
 	@$(PY) manage.py agent_run "Work out (17 + 25) * 3, tell me the time, then wait a little." \
 		--tool calculator --tool current_time --tool sleep
 
@@ -27,8 +35,15 @@ test-postgres: venv
 test-sqlite: venv
 	DATABASE_URL=sqlite:///$(CURDIR)/db.sqlite3 NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
+# The oldest supported stack: Python 3.11 with Django 5.2 LTS (unit + integration, both databases).
+COMPAT_VENV ?= .venv-django52
+test-django52:
+	@test -x $(COMPAT_VENV)/bin/python || python3.11 -m venv $(COMPAT_VENV) || python3 -m venv $(COMPAT_VENV)
+	@$(COMPAT_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt "Django>=5.2,<5.3"
+	DATABASE_URL=$(PG_URL) NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(COMPAT_VENV)/bin/python -m pytest tests/unit tests/integration $(PYTEST_ARGS)
+
 bench: venv
 	DATABASE_URL=$(PG_URL) $(PY) bench/step_overhead.py
 
 clean:
-	rm -rf $(VENV) test-db.sqlite3* .pytest_cache
+	rm -rf $(VENV) $(COMPAT_VENV) test-db.sqlite3* .pytest_cache

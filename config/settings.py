@@ -102,7 +102,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = os.environ.get("DJANGO_STATIC_ROOT") or str(BASE_DIR / "staticfiles")
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "nrllm_web:login"
 
 REDIS_URL = os.environ.get("REDIS_URL") or None
 RQ_QUEUES = {"default": {"URL": REDIS_URL or "redis://127.0.0.1:6379/0", "DEFAULT_TIMEOUT": 360}}
