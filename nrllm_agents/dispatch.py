@@ -1,14 +1,17 @@
 """Hands queued run ids to whatever executes them: RQ workers, or an in-process executor.
 
-With ``REDIS_URL`` set, a job carrying the run id goes to the django-rq queue and
-``manage.py rqworker`` processes execute it (production). Without it, a small background
-thread pool in this process executes it through the identical claim path (the embedded
-development default; runs do not survive the process).
+With ``REDIS_URL`` set (production), a job carrying nothing but the run id goes to the
+django-rq queue and ``manage.py rqworker`` processes execute it. Without it (the embedded
+development default), a small background thread pool in this process executes it. Both
+end in ``jobs.execute_run``, i.e. ``AgentRuntime.run_queued``: the identical claim path,
+so a run cancelled before its executor gets to it never executes, wherever it was queued.
+
+Callers dispatch after the run's row is committed (``AgentRuntime.enqueue`` defers to
+``transaction.on_commit``), so a job never arrives before the row it names.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import threading
 import time
@@ -16,11 +19,14 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 from .conf import app_settings
 
 logger = logging.getLogger(__name__)
+
+JOB_FUNCTION = "nrllm_agents.jobs.execute_run"
 
 _executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
@@ -34,36 +40,74 @@ class EnqueueError(RuntimeError):
     def __init__(self, run_id: uuid.UUID, cause: str) -> None:
         super().__init__(f"could not enqueue run {run_id}: {cause}")
         self.run_id = run_id
+        self.cause = cause
 
 
-def job_id(run_id: uuid.UUID | str) -> str:
-    """One job id per run, so a repeated dispatch names the same job."""
-    return f"nrllm-run-{run_id}"
+def job_id(run_id: uuid.UUID | str, segment: int = 0) -> str:
+    """The RQ job id of one segment of a run.
+
+    ``segment`` is the number of steps the run had recorded when it was dispatched: 0 for a
+    new run, more for the resume after an approval. A repeated dispatch of the same segment
+    names the same job; a resume gets a job of its own instead of overwriting the finished
+    job (and its results) of the segment before it.
+    """
+    return f"nrllm-run-{run_id}-{segment}"
+
+
+def job_timeout() -> int:
+    """Seconds RQ lets one job run, ``-1`` for no limit.
+
+    From ``NRLLM_AGENTS["JOB_TIMEOUT"]`` (default: env ``NRLLM_JOB_TIMEOUT``, else 3600).
+    Always passed explicitly: RQ's own default (180 s, or the queue's ``DEFAULT_TIMEOUT``)
+    would kill a long run in the middle of a step. When the limit does strike, RQ raises
+    in the job and the run settles ``failed`` (never left ``running``). Raises
+    ``ImproperlyConfigured`` for anything but a positive integer or -1.
+    """
+    value = app_settings.JOB_TIMEOUT
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not (value == -1 or value > 0):
+        raise ImproperlyConfigured(f"NRLLM_AGENTS['JOB_TIMEOUT'] must be a positive number of seconds "
+                                   f"or -1 (no limit), not {str(value)[:40]!r}")
+    return value
 
 
 def uses_redis() -> bool:
+    """True when queued runs go to RQ workers (``REDIS_URL`` is set)."""
     return bool(getattr(settings, "REDIS_URL", None))
 
 
-def dispatch(run_id: uuid.UUID, *, delay_seconds: float = 0) -> None:
-    """Send the run id to the executor. Raises on failure (the caller settles the run)."""
+def dispatch(run_id: uuid.UUID) -> str:
+    """Send the run id to its executor and return the job id.
+
+    Raises whatever the queue raised (Redis unreachable, bad configuration): the caller
+    settles the run ``failed`` so that no queued row waits for a job that does not exist.
+    """
+    from . import store
+
+    jid = job_id(run_id, store.next_sequence(run_id))
     if uses_redis():
         import django_rq
 
-        # Our caller already waits for the commit; 'auto' enqueues right now.
+        # Our caller already waited for the commit: enqueue now, not at some later commit.
         queue = django_rq.get_queue(app_settings.QUEUE_NAME, commit_mode="auto")
-        kwargs = {"job_id": job_id(run_id), "job_timeout": app_settings.JOB_TIMEOUT,
-                  "result_ttl": 3600, "failure_ttl": 7 * 24 * 3600, "description": f"agent run {run_id}"}
-        if delay_seconds > 0:
-            queue.enqueue_in(dt.timedelta(seconds=delay_seconds), "nrllm_agents.jobs.execute_run",
-                             str(run_id), **kwargs)
-        else:
-            queue.enqueue("nrllm_agents.jobs.execute_run", str(run_id), **kwargs)
-        return
+        queue.enqueue(JOB_FUNCTION, str(run_id), job_id=jid, job_timeout=job_timeout(),
+                      result_ttl=3600, failure_ttl=7 * 24 * 3600, description=f"agent run {run_id}")
+        return jid
+    _submit_locally(str(run_id))
+    return jid
+
+
+# --- the in-process executor (no REDIS_URL) -------------------------------------------------
+def _submit_locally(run_id: str) -> None:
     global _in_flight
     with _idle:
         _in_flight += 1  # counted before submit, so wait_local_idle never sees a gap
-    _local_executor().submit(_run_locally, str(run_id), delay_seconds)
+    try:
+        _local_executor().submit(_run_locally, run_id)
+    except BaseException:
+        _finished_locally()
+        raise
 
 
 def _local_executor() -> ThreadPoolExecutor:
@@ -75,31 +119,35 @@ def _local_executor() -> ThreadPoolExecutor:
         return _executor
 
 
-def _run_locally(run_id: str, delay_seconds: float) -> None:
-    global _in_flight
+def _run_locally(run_id: str) -> None:
     from .jobs import execute_run
 
     try:
-        if delay_seconds > 0:
-            time.sleep(delay_seconds)
         execute_run(run_id)
     except Exception:
         logger.exception("in-process execution of run %s failed", run_id)
     finally:
-        connections.close_all()
-        with _idle:
-            _in_flight -= 1
-            _idle.notify_all()
+        connections.close_all()  # this thread's connections only
+        _finished_locally()
+
+
+def _finished_locally() -> None:
+    global _in_flight
+    with _idle:
+        _in_flight -= 1
+        _idle.notify_all()
 
 
 def wait_local_idle(timeout: float = 30.0) -> bool:
-    """Wait until the in-process executor has nothing queued or running (tests, shutdown)."""
+    """Wait until the in-process executor has nothing queued or running (tests, shutdown).
+
+    Returns False if it is still busy after ``timeout`` seconds.
+    """
     deadline = time.monotonic() + timeout
     with _idle:
-        while True:
-            if _in_flight == 0:
-                return True
+        while _in_flight:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
             _idle.wait(min(remaining, 0.05))
+        return True

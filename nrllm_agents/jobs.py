@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.db import close_old_connections
+
+logger = logging.getLogger(__name__)
 
 
 def execute_run(run_id: str) -> str | None:
     """Claim and execute a queued run; returns its outcome, or ``None`` when the claim lost.
 
     A run cancelled before this job runs, or already claimed by another delivery of the
-    same job, loses the claim and nothing executes.
+    same job (or another worker), loses the claim and nothing executes. Both RQ workers and
+    the in-process executor call this, so both take the identical claim path.
     """
     from .runtime import AgentRuntime
 
-    close_old_connections()
+    close_old_connections()  # a worker's connection may have gone stale between jobs
     try:
         result = AgentRuntime().run_queued(run_id)
-        return None if result is None else result.outcome.value
+        if result is None:
+            logger.info("run %s: claim lost (cancelled, finished or claimed elsewhere); nothing to do", run_id)
+            return None
+        return result.outcome.value
     finally:
         close_old_connections()

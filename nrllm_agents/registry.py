@@ -9,7 +9,7 @@ from django.utils.module_loading import import_string
 
 from .conf import app_settings
 from .domain import ConfigurationError
-from .domain.providers import Provider, ScriptedProvider
+from .domain.providers import CallJournal, Provider, ScriptedProvider
 from .domain.tools import Calculator, CurrentTime, Sleep, Tool
 
 if TYPE_CHECKING:
@@ -43,22 +43,24 @@ def build_tools(names: list[str] | tuple[str, ...], run_id: uuid.UUID | None = N
 
 
 def scripted_provider(request: RunRequest, run_id: Any = None) -> Provider:
-    return ScriptedProvider(request.script, model=request.model or "scripted-demo")
+    return ScriptedProvider(request.script, model=request.model or "scripted-demo",
+                            journal=CallJournal(run_id=run_id))
 
 
 def openai_provider(request: RunRequest, run_id: Any = None) -> Provider:
     from .domain.providers.openai_compat import OpenAIProvider
 
-    return OpenAIProvider(request.model, timeout=float(app_settings.OPENAI_TIMEOUT))
+    return OpenAIProvider(request.model, timeout=float(app_settings.OPENAI_TIMEOUT),
+                          journal=CallJournal(run_id=run_id))
 
 
 def calculator_tool(run_id: Any = None) -> Tool:
-    return Calculator()
+    return Calculator(journal=CallJournal(run_id=run_id))
 
 
 def current_time_tool(run_id: Any = None) -> Tool:
-    return CurrentTime()
+    return CurrentTime(journal=CallJournal(run_id=run_id))
 
 
 def sleep_tool(run_id: Any = None) -> Tool:
-    return Sleep(max_seconds=float(app_settings.SLEEP_MAX_SECONDS))
+    return Sleep(max_seconds=float(app_settings.SLEEP_MAX_SECONDS), journal=CallJournal(run_id=run_id))

@@ -172,12 +172,16 @@ class AgentRuntime:
         """Store a ``queued`` run and wake a worker for it once the transaction commits.
 
         Fail-closed: if the queue refuses the job, the run is settled ``failed``
-        (``enqueue_failed``) and ``EnqueueError`` is raised; no queued row is left that no
-        job will ever wake. Raises ``InvalidRequest`` for a bad request.
+        (``enqueue_failed``) and ``EnqueueError`` is raised (logged instead when called inside
+        ``atomic()``: the dispatch then runs after COMMIT); no queued row is left that no job
+        will ever wake. Raises ``InvalidRequest`` for a bad request.
         """
         request = request if isinstance(request, RunRequest) else RunRequest.from_mapping(request)
         run = store.create_queued({**request.row_fields(), "owner": owner}, request.as_dict())
-        transaction.on_commit(lambda: self._dispatch(run.pk), robust=False)
+        # Outside atomic() the hook runs now and EnqueueError reaches the caller. Inside, it runs
+        # after COMMIT, where raising would drop the other hooks of that commit (other runs'
+        # dispatches): there the failed run is settled and the error logged instead.
+        transaction.on_commit(lambda: self._dispatch(run.pk), robust=transaction.get_connection().in_atomic_block)
         return run.pk
 
     def _dispatch(self, run_id: uuid.UUID) -> None:
@@ -206,7 +210,11 @@ class AgentRuntime:
         payload = claim.data.get("request_payload") or {}
         run = AgentRun.objects.get(pk=run_id)
         if "resume" in payload:
-            state = LoopState.from_dict(run.suspended_state or {})
+            try:
+                state = LoopState.from_dict(run.suspended_state or {})
+            except (KeyError, TypeError, ValueError) as exc:  # settle, never strand the claimed run
+                trace = SegmentTrace(run_id, next_sequence=store.next_sequence(run_id), on_step=on_step)
+                return self._settle_unrunnable(run_id, trace, exc)
             return self._resume(run, state, payload["resume"].get("approved", False),
                                 payload["resume"].get("by"), on_step)
         trace = SegmentTrace(run_id, next_sequence=store.next_sequence(run_id), on_step=on_step)

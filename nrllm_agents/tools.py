@@ -27,7 +27,7 @@ class WriteNote:
 
     def __init__(self, run_id: uuid.UUID | None = None) -> None:
         self.run_id = run_id
-        self.journal = CallJournal()
+        self.journal = CallJournal(run_id=run_id)
 
     def execute(self, arguments: dict[str, Any]) -> Any:
         from .models import Note
