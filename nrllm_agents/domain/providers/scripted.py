@@ -31,6 +31,7 @@ DEMO_SCRIPT: list[dict[str, Any]] = [
      "content": "(17 + 25) * 3 is 126. I checked the clock and waited a little, as asked."},
 ]
 MAX_DELAY_SECONDS = 60.0
+MAX_USAGE_TOKENS = 1_000_000  # per turn: a run's total must fit the database's integer columns
 
 
 def validate_script(script: Any) -> list[dict[str, Any]]:
@@ -68,9 +69,10 @@ def validate_script(script: Any) -> list[dict[str, Any]]:
         usage = turn.get("usage", {})
         if not isinstance(usage, dict) or any(
             k not in ("prompt_tokens", "completion_tokens") or isinstance(v, bool)
-            or not isinstance(v, int) or v < 0 for k, v in usage.items()
+            or not isinstance(v, int) or not 0 <= v <= MAX_USAGE_TOKENS for k, v in usage.items()
         ):
-            raise ConfigurationError(f"{where}: usage takes non-negative integer prompt_tokens/completion_tokens")
+            raise ConfigurationError(f"{where}: usage takes integer prompt_tokens/completion_tokens "
+                                     f"from 0 to {MAX_USAGE_TOKENS}")
     return script
 
 
@@ -79,17 +81,22 @@ class CallJournal:
 
     Tests and benchmarks use it to prove that nothing started after a cancellation
     boundary. Enabled by the ``NRLLM_CALL_JOURNAL`` environment variable (a file path).
+    Given a ``run_id``, each line carries it, so runs sharing a process stay apart.
     """
 
     _lock = threading.Lock()
 
-    def __init__(self, path: str | None = None) -> None:
+    def __init__(self, path: str | None = None, *, run_id: object = None) -> None:
         self.path = path if path is not None else os.environ.get("NRLLM_CALL_JOURNAL") or None
+        self.run_id = None if run_id is None else str(run_id)
 
     def record(self, what: str, name: str) -> None:
         if not self.path:
             return
-        line = json.dumps({"what": what, "name": name, "t": time.time(), "pid": os.getpid()})
+        entry = {"what": what, "name": name, "t": time.time(), "pid": os.getpid()}
+        if self.run_id is not None:
+            entry["run_id"] = self.run_id
+        line = json.dumps(entry)
         with self._lock, open(self.path, "a", encoding="utf-8") as fh:
             fh.write(line + "\n")
 
