@@ -106,8 +106,14 @@ LOGIN_URL = "nrllm_web:login"
 
 REDIS_URL = os.environ.get("REDIS_URL") or None
 RQ_QUEUES = {"default": {"URL": REDIS_URL or "redis://127.0.0.1:6379/0", "DEFAULT_TIMEOUT": 360}}
+# On SIGTERM a worker hands its run back to the queue at the next step boundary.
+RQ = {"WORKER_CLASS": "nrllm_agents.worker.GracefulWorker"}
 
-NRLLM_AGENTS: dict = {}
+# Extra tools by environment, e.g. NRLLM_EXTRA_TOOLS="search=myproject.tools.make_search,other=..."
+NRLLM_AGENTS: dict = {
+    "TOOLS": dict(item.strip().split("=", 1) for item in os.environ.get("NRLLM_EXTRA_TOOLS", "").split(",")
+                  if "=" in item),
+}
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -31,7 +31,14 @@ DEFAULTS: dict[str, Any] = {
     "LOCAL_WORKERS": 4,
     # RQ's default 180 s job timeout would kill long runs; -1 means no timeout.
     "JOB_TIMEOUT": int(os.environ.get("NRLLM_JOB_TIMEOUT", "3600")),
-    "LEASE_SECONDS": int(os.environ.get("NRLLM_LEASE_SECONDS", "300")),
+    # how long a segment owns a run without renewing; renewed at every step boundary, so it
+    # must exceed the longest single step (a model call's timeout, the longest tool)
+    "LEASE_SECONDS": float(os.environ.get("NRLLM_LEASE_SECONDS", "300")),
+    # requeues a run may take (transient provider failures and reaped workers share it)
+    "MAX_ATTEMPTS": int(os.environ.get("NRLLM_MAX_ATTEMPTS", "3")),
+    # retry delay: RETRY_BASE_SECONDS * 2**attempt, capped at RETRY_MAX_SECONDS
+    "RETRY_BASE_SECONDS": float(os.environ.get("NRLLM_RETRY_BASE_SECONDS", "2")),
+    "RETRY_MAX_SECONDS": float(os.environ.get("NRLLM_RETRY_MAX_SECONDS", "300")),
     # the browser stream (GET /api/runs/<id>/stream/): how often it reads the stored stream,
     # how long it may stay silent before a keepalive comment, and when it closes so the
     # client reconnects with Last-Event-ID (bounds how long one stream holds a worker thread)

@@ -12,6 +12,7 @@ Callers dispatch after the run's row is committed (``AgentRuntime.enqueue`` defe
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 import time
@@ -77,11 +78,13 @@ def uses_redis() -> bool:
     return bool(getattr(settings, "REDIS_URL", None))
 
 
-def dispatch(run_id: uuid.UUID) -> str:
+def dispatch(run_id: uuid.UUID, *, delay_seconds: float = 0) -> str:
     """Send the run id to its executor and return the job id.
 
-    Raises whatever the queue raised (Redis unreachable, bad configuration): the caller
-    settles the run ``failed`` so that no queued row waits for a job that does not exist.
+    ``delay_seconds`` (a retry's backoff) schedules the job instead: RQ workers must then
+    run with ``--with-scheduler`` (one is enough). Raises whatever the queue raised (Redis
+    unreachable, bad configuration): the caller settles the run ``failed`` so that no
+    queued row waits for a job that does not exist.
     """
     from . import store
 
@@ -91,20 +94,24 @@ def dispatch(run_id: uuid.UUID) -> str:
 
         # Our caller already waited for the commit: enqueue now, not at some later commit.
         queue = django_rq.get_queue(app_settings.QUEUE_NAME, commit_mode="auto")
-        queue.enqueue(JOB_FUNCTION, str(run_id), job_id=jid, job_timeout=job_timeout(),
-                      result_ttl=3600, failure_ttl=7 * 24 * 3600, description=f"agent run {run_id}")
+        options = {"job_id": jid, "job_timeout": job_timeout(), "result_ttl": 3600,
+                   "failure_ttl": 7 * 24 * 3600, "description": f"agent run {run_id}"}
+        if delay_seconds > 0:
+            queue.enqueue_in(dt.timedelta(seconds=delay_seconds), JOB_FUNCTION, str(run_id), **options)
+        else:
+            queue.enqueue(JOB_FUNCTION, str(run_id), **options)
         return jid
-    _submit_locally(str(run_id))
+    _submit_locally(str(run_id), delay_seconds)
     return jid
 
 
 # --- the in-process executor (no REDIS_URL) -------------------------------------------------
-def _submit_locally(run_id: str) -> None:
+def _submit_locally(run_id: str, delay_seconds: float = 0) -> None:
     global _in_flight
     with _idle:
         _in_flight += 1  # counted before submit, so wait_local_idle never sees a gap
     try:
-        _local_executor().submit(_run_locally, run_id)
+        _local_executor().submit(_run_locally, run_id, delay_seconds)
     except BaseException:
         _finished_locally()
         raise
@@ -119,10 +126,12 @@ def _local_executor() -> ThreadPoolExecutor:
         return _executor
 
 
-def _run_locally(run_id: str) -> None:
+def _run_locally(run_id: str, delay_seconds: float = 0) -> None:
     from .jobs import execute_run
 
     try:
+        if delay_seconds > 0:
+            time.sleep(delay_seconds)  # a retry's backoff; the thread is the scheduler here
         execute_run(run_id)
     except Exception:
         logger.exception("in-process execution of run %s failed", run_id)

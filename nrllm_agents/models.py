@@ -38,6 +38,8 @@ class TerminationReason(models.TextChoices):
     CANCELLED = "cancelled"  # an operator cancelled it
     ENQUEUE_FAILED = "enqueue_failed"  # the queue could not take the job
     INVALID_REQUEST = "invalid_request"  # the stored request could not be rehydrated
+    RETRIES_EXHAUSTED = "retries_exhausted"  # transient failures or lost workers used up the requeue budget
+    NOT_RETRYABLE = "not_retryable"  # a permanent failure, or a lost worker during a non-idempotent tool
     INTERNAL_ERROR = "internal_error"  # an unexpected error in the runtime
 
 
@@ -73,6 +75,8 @@ class AgentRun(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     claimed_by = models.CharField(max_length=200, blank=True)  # "worker:host:pid", "interactive:host:pid", ...
     lease_expires = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)  # requeues so far (retries, reaps); bounded by MAX_ATTEMPTS
+    pending_effect = models.JSONField(null=True, blank=True)  # the non-idempotent call in flight, if any
 
     iterations = models.PositiveIntegerField(default=0)
     prompt_tokens = models.PositiveIntegerField(default=0)
@@ -93,6 +97,7 @@ class AgentRun(models.Model):
         indexes = [
             models.Index(fields=["status", "created_at"], name="agentrun_status_created"),
             models.Index(fields=["owner", "-created_at"], name="agentrun_owner_created"),
+            models.Index(fields=["status", "lease_expires"], name="agentrun_status_lease"),
         ]
         permissions = [("cancel_agentrun", "Can cancel agent runs")]
 

@@ -7,93 +7,29 @@ already won the row), the stop is acknowledged, and the outcome is ``cancelled``
 
 from __future__ import annotations
 
-import enum
 import logging
 import uuid
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from datetime import timedelta
-
 from django.db import transaction
-from django.utils import timezone
 
 from . import dispatch, registry, store
 from .conf import app_settings
-from .domain import (LoopOutcome, LoopResult, LoopState, RunCancellationRequested, ToolLoop, Usage)
+from .domain import (LoopOutcome, LoopResult, LoopState, ProviderError, RunCancellationRequested, RunLeaseLost,
+                     SegmentInterrupted, ToolLoop, Usage, rebuild_state)
 from .models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
+from .outcomes import (ApprovalNotPending, CancelOutcome, CancelResult, InvalidRunId, Outcome, RunNotFound,
+                       RunResult, parse_run_id)
+from .presenters import event_dict
 from .requests import InvalidRequest, RunRequest
 from .segment import SegmentTrace, StepObserver, identity
 
+__all__ = [
+    "AgentRuntime", "ApprovalNotPending", "CancelOutcome", "CancelResult", "InvalidRunId", "Outcome",
+    "RunNotFound", "RunResult", "parse_run_id",
+]
+
 logger = logging.getLogger(__name__)
-
-
-class Outcome(enum.StrEnum):
-    """What one segment call ended with (never stored; the status is)."""
-
-    COMPLETED = "completed"  # settled completed
-    AWAITING_APPROVAL = "awaiting_approval"  # suspended, waiting for a human decision
-    SUSPEND_FAILED = "suspend_failed"  # wanted to suspend but the row was no longer running
-    FAILED = "failed"  # settled failed
-    CANCELLED = "cancelled"  # a cancel won the row; the segment stopped at a boundary
-    QUEUED = "queued"  # handed to a worker (approve with queued=True)
-
-
-class CancelOutcome(enum.StrEnum):
-    """What a cancel request did."""
-
-    CANCELLED = "cancelled"  # this call cancelled the run
-    ALREADY_CANCELLED = "already_cancelled"  # it was cancelled before; nothing changed
-    ALREADY_FINISHED = "already_finished"  # it had completed or failed; nothing changed
-    NOT_FOUND = "not_found"  # no such run (or not visible to the caller)
-
-
-class RunNotFound(LookupError):
-    """No run has this id."""
-
-    def __init__(self, run_id: Any) -> None:
-        super().__init__(f"run {run_id} not found")
-        self.run_id = run_id
-
-
-class ApprovalNotPending(RuntimeError):
-    """The run is not waiting for approval, so it cannot be approved or denied."""
-
-    def __init__(self, run_id: Any, status: str) -> None:
-        super().__init__(f"run {run_id} is {status}, not waiting for approval")
-        self.run_id = run_id
-        self.status = status
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """What a segment call returns."""
-
-    run_id: uuid.UUID
-    outcome: Outcome
-    status: str
-    termination_reason: str
-    steps: int  # steps this segment recorded
-    final_text: str | None = None
-    usage: Usage = Usage()
-    iterations: int = 0
-    error: str = ""
-    pending_calls: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class CancelResult:
-    """What ``AgentRuntime.cancel`` did; ``previous_status`` is what the cancel found."""
-
-    run_id: Any
-    outcome: CancelOutcome
-    status: str | None
-    previous_status: str | None
-
-    @property
-    def was_executing(self) -> bool:
-        """A segment was executing it: it stops at its next boundary."""
-        return self.outcome == CancelOutcome.CANCELLED and self.previous_status == RunStatus.RUNNING
 
 
 _SETTLE = {
@@ -105,29 +41,12 @@ _SETTLE = {
 }
 
 
-class InvalidRunId(ValueError):
-    """The text is not a run id (a UUID)."""
-
-    def __init__(self, value: Any) -> None:
-        super().__init__(f"not a run id: {str(value)[:80]!r}")
-
-
-def parse_run_id(value: uuid.UUID | str) -> uuid.UUID:
-    """A run id from a UUID or its text; raises ``InvalidRunId``."""
-    if isinstance(value, uuid.UUID):
-        return value
-    try:
-        return uuid.UUID(str(value).strip())
-    except (ValueError, AttributeError, TypeError):
-        raise InvalidRunId(value) from None
-
-
 def _safe_message(exc: BaseException | None) -> str:
     return str(exc)[:2000] if exc is not None else ""
 
 
 class AgentRuntime:
-    """Starts, resumes, queues and cancels runs. Stateless; cheap to construct."""
+    """Starts, resumes, queues, recovers and cancels runs. Stateless; cheap to construct."""
 
     # --- segments -------------------------------------------------------------------------
     def run(self, request: RunRequest | dict[str, Any], *, owner: Any = None,
@@ -137,8 +56,10 @@ class AgentRuntime:
         Raises ``InvalidRequest`` for a bad request; never raises for a run outcome.
         """
         request = request if isinstance(request, RunRequest) else RunRequest.from_mapping(request)
-        run = store.begin({**request.row_fields(), "owner": owner}, claimed_by=identity("interactive"))
-        trace = SegmentTrace(run.pk, next_sequence=0, on_step=on_step)
+        segment = identity("interactive")
+        run = store.begin({**request.row_fields(), "owner": owner}, claimed_by=segment,
+                          lease_expires=store.lease_until())
+        trace = SegmentTrace(run.pk, owner=segment, next_sequence=0, on_step=on_step)
         return self._execute(run.pk, request, trace, lambda loop: loop.start(request.prompt, system=request.system))
 
     def approve(self, run_id: uuid.UUID | str, decision: bool, *, by: Any = None,
@@ -151,10 +72,11 @@ class AgentRuntime:
         """
         run_id = parse_run_id(run_id)
         who = by.get_username() if by is not None and hasattr(by, "get_username") else by
+        segment = identity("resume")
         if queued:
             claim = store.requeue_for_resume(run_id, {"resume": {"approved": bool(decision), "by": who}})
         else:
-            claim = store.claim_for_resume(run_id, claimed_by=identity("resume"))
+            claim = store.claim_for_resume(run_id, claimed_by=segment, lease_expires=store.lease_until())
         if not claim.found:
             raise RunNotFound(run_id)
         if not claim.applied:
@@ -166,7 +88,20 @@ class AgentRuntime:
                              termination_reason=run.termination_reason, steps=0,
                              usage=Usage(run.prompt_tokens, run.completion_tokens), iterations=run.iterations)
         run = AgentRun.objects.get(pk=run_id)
-        return self._resume(run, LoopState.from_dict(claim.data["suspended_state"]), decision, who, on_step)
+        return self._resume(run, segment, claim.data["suspended_state"], decision, who, on_step)
+
+    def _resume(self, run: AgentRun, segment: str, suspended: Any, decision: bool, by: str | None,
+                on_step: StepObserver | None, interruptible: bool = False) -> RunResult:
+        trace = SegmentTrace(run.pk, owner=segment, next_sequence=store.next_sequence(run.pk), on_step=on_step,
+                             interruptible=interruptible)
+        try:
+            state = LoopState.from_dict(suspended or {})
+            request = RunRequest.from_row(run)
+        except (InvalidRequest, KeyError, TypeError, ValueError) as exc:  # settle, never strand the run
+            return self._settle_unrunnable(run.pk, trace, exc)
+        trace.usage, trace.iterations = state.usage, state.iterations
+        return self._execute(run.pk, request, trace,
+                             lambda loop: loop.resume(state, approved=bool(decision), decision={"by": by}))
 
     def enqueue(self, request: RunRequest | dict[str, Any], *, owner: Any = None) -> uuid.UUID:
         """Store a ``queued`` run and wake a worker for it once the transaction commits.
@@ -184,9 +119,9 @@ class AgentRuntime:
         transaction.on_commit(lambda: self._dispatch(run.pk), robust=transaction.get_connection().in_atomic_block)
         return run.pk
 
-    def _dispatch(self, run_id: uuid.UUID) -> None:
+    def _dispatch(self, run_id: uuid.UUID, *, delay_seconds: float = 0) -> None:
         try:
-            dispatch.dispatch(run_id)
+            dispatch.dispatch(run_id, delay_seconds=delay_seconds)
         except Exception as exc:
             cause = f"{type(exc).__name__}: {_safe_message(exc)[:300]}"
             logger.error("run %s: enqueue failed (%s)", run_id, type(exc).__name__)
@@ -199,70 +134,99 @@ class AgentRuntime:
 
         Returns ``None`` and does nothing when the claim loses: the run was cancelled
         before a worker got to it, or another worker (or a second delivery of the same
-        job) claimed it first. A stored request that cannot be rehydrated settles the run
-        ``failed`` rather than stranding it.
+        job) claimed it first. A run handed back to the queue mid-way (retry, reaped, worker
+        shutdown) continues from its recorded stream. A stored request that cannot be
+        rehydrated settles the run ``failed`` rather than stranding it.
         """
         run_id = parse_run_id(run_id)
-        lease = timezone.now() + timedelta(seconds=int(app_settings.LEASE_SECONDS))
-        claim = store.claim_queued(run_id, claimed_by=identity("worker"), lease_expires=lease)
+        segment = identity("worker")
+        claim = store.claim_queued(run_id, claimed_by=segment, lease_expires=store.lease_until())
         if not claim.applied:
             return None
         payload = claim.data.get("request_payload") or {}
         run = AgentRun.objects.get(pk=run_id)
         if "resume" in payload:
-            try:
-                state = LoopState.from_dict(run.suspended_state or {})
-            except (KeyError, TypeError, ValueError) as exc:  # settle, never strand the claimed run
-                trace = SegmentTrace(run_id, next_sequence=store.next_sequence(run_id), on_step=on_step)
-                return self._settle_unrunnable(run_id, trace, exc)
-            return self._resume(run, state, payload["resume"].get("approved", False),
-                                payload["resume"].get("by"), on_step)
-        trace = SegmentTrace(run_id, next_sequence=store.next_sequence(run_id), on_step=on_step)
+            decision = payload["resume"]
+            return self._resume(run, segment, run.suspended_state, bool(decision.get("approved")),
+                                decision.get("by"), on_step, interruptible=True)
+        trace = SegmentTrace(run_id, owner=segment, next_sequence=store.next_sequence(run_id), on_step=on_step,
+                             interruptible=True)
         try:
-            request = RunRequest.from_mapping(payload)
+            request = RunRequest.from_row(run) if payload == store.RECOVER else RunRequest.from_mapping(payload)
         except InvalidRequest as exc:
             return self._settle_unrunnable(run_id, trace, exc)
-        return self._execute(run_id, request, trace,
-                             lambda loop: loop.start(request.prompt, system=request.system))
-
-    def _resume(self, run: AgentRun, state: LoopState, decision: bool, by: str | None,
-                on_step: StepObserver | None) -> RunResult:
-        trace = SegmentTrace(run.pk, next_sequence=store.next_sequence(run.pk), on_step=on_step,
-                             base_usage=state.usage, base_iterations=state.iterations)
-        try:
-            request = RunRequest.from_row(run)
-        except InvalidRequest as exc:
-            return self._settle_unrunnable(run.pk, trace, exc)
-        return self._execute(run.pk, request, trace,
-                             lambda loop: loop.resume(state, approved=bool(decision), decision={"by": by}))
+        if trace.next_sequence == 0:
+            return self._execute(run_id, request, trace, lambda loop: loop.start(request.prompt, system=request.system))
+        # Continue from the stream: it is the checkpoint of everything that already happened.
+        state = rebuild_state(event_dict(e) for e in store.events(run_id))
+        trace.usage, trace.iterations = state.usage, state.iterations
+        return self._execute(run_id, request, trace, lambda loop: loop.proceed(state))
 
     def _execute(self, run_id: uuid.UUID, request: RunRequest, trace: SegmentTrace,
                  drive: Callable[[ToolLoop], LoopResult]) -> RunResult:
         """The ladder shared by every segment."""
         try:
             loop = ToolLoop(registry.build_provider(request, run_id), registry.build_tools(request.tools, run_id),
-                            trace=trace, max_iterations=request.max_iterations, on_deny=request.on_deny)
+                            trace=trace, max_iterations=request.max_iterations, on_deny=request.on_deny,
+                            before_effect=trace.before_effect)
             result = drive(loop)
         except RunCancellationRequested:
             # Before the generic handler: the cancel already won the row; never settle.
             return self._cancelled(run_id, trace)
+        except RunLeaseLost:
+            return RunResult(run_id=run_id, outcome=Outcome.LEASE_LOST, status="", termination_reason="",
+                             steps=trace.recorded, usage=trace.usage, iterations=trace.iterations)
+        except SegmentInterrupted:
+            return self._requeue(run_id, trace, count_attempt=False)
         except Exception as exc:
             logger.exception("run %s: unexpected error in the runtime", run_id)
             return self._close(run_id, trace, store.settle(
                 run_id, status=RunStatus.FAILED, reason=TerminationReason.INTERNAL_ERROR,
-                iterations=trace.iterations, usage=trace.usage,
+                iterations=trace.iterations, usage=trace.usage, owner=trace.owner,
                 error_class=type(exc).__name__, error_message=_safe_message(exc)), Outcome.FAILED)
         state = result.state
         if result.outcome == LoopOutcome.AWAITING_APPROVAL:
-            fence = store.suspend(run_id, state=state.as_dict(), iterations=state.iterations, usage=state.usage)
+            fence = store.suspend(run_id, state=state.as_dict(), iterations=state.iterations, usage=state.usage,
+                                  owner=trace.owner)
             return self._close(run_id, trace, fence, Outcome.AWAITING_APPROVAL, result,
                                refused=Outcome.SUSPEND_FAILED)
         status, reason = _SETTLE[result.outcome]
+        if result.outcome == LoopOutcome.PROVIDER_FAILED and trace.interruptible:
+            # Queued runs retry transient model failures; permanent ones dead-letter at once.
+            if isinstance(result.error, ProviderError) and result.error.retryable:
+                attempts = AgentRun.objects.filter(pk=run_id).values_list("attempts", flat=True).first() or 0
+                if attempts < int(app_settings.MAX_ATTEMPTS):
+                    return self._requeue(run_id, trace, count_attempt=True, attempt=attempts, error=result.error)
+                reason = TerminationReason.RETRIES_EXHAUSTED
+            else:
+                reason = TerminationReason.NOT_RETRYABLE
         fence = store.settle(run_id, status=status, reason=reason, iterations=state.iterations, usage=state.usage,
-                             final_text=result.final_text or "",
+                             final_text=result.final_text or "", owner=trace.owner,
                              error_class=type(result.error).__name__ if result.error else "",
                              error_message=_safe_message(result.error))
         return self._close(run_id, trace, fence, Outcome(status.value), result)
+
+    def _requeue(self, run_id: uuid.UUID, trace: SegmentTrace, *, count_attempt: bool, attempt: int = 0,
+                 error: BaseException | None = None) -> RunResult:
+        """Hand a running run back to the queue; it continues from its stream in a worker."""
+        fence = store.requeue(run_id, trace.owner, count_attempt=count_attempt,
+                              error_class=type(error).__name__ if error else "", error_message=_safe_message(error))
+        if not fence.applied:
+            if fence.status == RunStatus.CANCELLED:
+                return self._cancelled(run_id, trace)
+            return RunResult(run_id=run_id, outcome=Outcome.LEASE_LOST, status=fence.status or "",
+                             termination_reason="", steps=trace.recorded)
+        delay = 0.0
+        if count_attempt:
+            delay = min(float(app_settings.RETRY_BASE_SECONDS) * 2 ** attempt, float(app_settings.RETRY_MAX_SECONDS))
+        try:
+            self._dispatch(run_id, delay_seconds=delay)
+        except dispatch.EnqueueError:
+            pass  # settled failed (enqueue_failed) by _dispatch
+        run = AgentRun.objects.get(pk=run_id)
+        return RunResult(run_id=run_id, outcome=Outcome.REQUEUED if run.status == RunStatus.QUEUED else Outcome.FAILED,
+                         status=run.status, termination_reason=run.termination_reason, steps=trace.recorded,
+                         usage=trace.usage, iterations=trace.iterations, error=run.error_message)
 
     def _close(self, run_id: uuid.UUID, trace: SegmentTrace, fence: store.Transition, outcome: Outcome,
                result: LoopResult | None = None, refused: Outcome = Outcome.FAILED) -> RunResult:
@@ -271,7 +235,9 @@ class AgentRuntime:
             if fence.status == RunStatus.CANCELLED:
                 return self._cancelled(run_id, trace)
             logger.warning("run %s: %s refused, row is %s", run_id, outcome, fence.status)
-            outcome = refused
+            outcome = refused if fence.status in (RunStatus.RUNNING, RunStatus.WAITING_FOR_APPROVAL) else outcome
+            if fence.status in (RunStatus.QUEUED, RunStatus.RUNNING):
+                outcome = Outcome.LEASE_LOST  # reaped and requeued or taken by another segment
         run = AgentRun.objects.get(pk=run_id)
         return RunResult(
             run_id=run_id, outcome=outcome, status=run.status, termination_reason=run.termination_reason,
@@ -290,7 +256,7 @@ class AgentRuntime:
 
     def _settle_unrunnable(self, run_id: uuid.UUID, trace: SegmentTrace, exc: Exception) -> RunResult:
         fence = store.settle(run_id, status=RunStatus.FAILED, reason=TerminationReason.INVALID_REQUEST,
-                             iterations=trace.iterations, usage=trace.usage,
+                             iterations=trace.iterations, usage=trace.usage, owner=trace.owner,
                              error_class=type(exc).__name__, error_message=_safe_message(exc))
         return self._close(run_id, trace, fence, Outcome.FAILED)
 
@@ -313,6 +279,16 @@ class AgentRuntime:
                     dry_run: bool = False) -> store.BulkCancel:
         """Cancel every active run of a queryset in a constant number of statements."""
         return store.cancel_many(selection, by=by, source=source, reason=reason, dry_run=dry_run)
+
+    def reap(self, *, limit: int = 100, dry_run: bool = False) -> store.ReapReport:
+        """Requeue or dead-letter runs whose segment stopped renewing its lease (a dead worker)."""
+        report = store.reap(limit=limit, dry_run=dry_run)
+        for run_id in [] if dry_run else report.requeued:
+            try:
+                self._dispatch(run_id)
+            except dispatch.EnqueueError:
+                logger.error("run %s: reaped but could not be enqueued; settled failed", run_id)
+        return report
 
     def events(self, run_id: uuid.UUID | str, after: int = -1, limit: int | None = None) -> list[AgentRunEvent]:
         """The recorded steps after sequence ``after``, in order."""

@@ -24,6 +24,7 @@ class WriteNote:
         "additionalProperties": False,
     }
     requires_approval = True
+    idempotent = False  # a second execution would write a second note
 
     def __init__(self, run_id: uuid.UUID | None = None) -> None:
         self.run_id = run_id

@@ -1,11 +1,13 @@
 """The agent domain: tool loop, providers, tools and step types. Imports no Django."""
 
-from .errors import ConfigurationError, ProviderError, RunCancellationRequested, ToolError
-from .loop import DENIED_RESULT, ToolLoop
+from .errors import (ConfigurationError, ProviderError, RunCancellationRequested, RunLeaseLost,
+                     SegmentInterrupted, ToolError)
+from .loop import DENIED_RESULT, ToolLoop, tool_content
+from .replay import rebuild_state
 from .steps import LoopOutcome, LoopResult, LoopState, ModelResponse, Step, StepKind, ToolCall, Trace, Usage
 
 __all__ = [
-    "DENIED_RESULT", "ConfigurationError", "LoopOutcome", "LoopResult", "LoopState", "ModelResponse",
+    "DENIED_RESULT", "ConfigurationError", "RunLeaseLost", "SegmentInterrupted", "LoopOutcome", "LoopResult", "LoopState", "ModelResponse",
     "ProviderError", "RunCancellationRequested", "Step", "StepKind", "ToolCall", "ToolError", "ToolLoop",
-    "Trace", "Usage",
+    "Trace", "Usage", "rebuild_state", "tool_content",
 ]

@@ -15,6 +15,23 @@ class RunCancellationRequested(BaseException):
         self.boundary_sequence = boundary_sequence
 
 
+class RunLeaseLost(BaseException):
+    """This segment no longer owns the run (its lease expired and it was reaped); it stops silently.
+
+    Nothing more is written: not the step in flight, not a settle. The new owner continues.
+    """
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or self.__doc__.splitlines()[0])
+
+
+class SegmentInterrupted(BaseException):
+    """The process is shutting down (SIGTERM); the run is handed back to the queue at this boundary."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or self.__doc__.splitlines()[0])
+
+
 class ProviderError(Exception):
     """The model provider failed to answer."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .errors import ToolError
 from .providers.base import Provider
@@ -29,10 +29,13 @@ def _elapsed_ms(t0: float) -> float:
     return round((time.perf_counter() - t0) * 1000, 3)
 
 
-def _as_content(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, default=str, ensure_ascii=False)
+def tool_content(result: Any, error: str | None) -> str:
+    """The tool message the model sees for a result or an error."""
+    if error is not None:
+        return f"error: {error}"
+    if isinstance(result, str):
+        return result
+    return json.dumps(result, default=str, ensure_ascii=False)
 
 
 class ToolLoop:
@@ -45,15 +48,19 @@ class ToolLoop:
     trace: called once per step, in order; may raise to stop the loop at that boundary.
     max_iterations: the cap on model calls across the whole run (resumes included).
     on_deny: ``"continue"`` feeds a denial back to the model; ``"stop"`` ends the run.
+    before_effect: called right before a tool that is not idempotent starts (the runtime
+        stamps a write fence there); like ``trace``, it may raise to stop the loop.
     """
 
     def __init__(self, provider: Provider, tools: Mapping[str, Tool], *, trace: Trace,
-                 max_iterations: int = 10, on_deny: str = "continue") -> None:
+                 max_iterations: int = 10, on_deny: str = "continue",
+                 before_effect: Callable[[ToolCall], None] | None = None) -> None:
         self.provider = provider
         self.tools = dict(tools)
         self.trace = trace
         self.max_iterations = max_iterations
         self.on_deny = on_deny
+        self.before_effect = before_effect
         self._schemas = [schema(t) for t in self.tools.values()]
 
     def start(self, prompt: str, *, system: str | None = None) -> LoopResult:
@@ -84,9 +91,31 @@ class ToolLoop:
                 return failed
         else:
             for call in calls:
-                state.messages.append({"role": "tool", "tool_call_id": call.id, "content": DENIED_RESULT})
+                # Recorded as tool steps so the stream alone can rebuild the transcript.
+                self._record_tool(state, call, None, DENIED_RESULT, 0.0)
             if self.on_deny == "stop":
                 return LoopResult(LoopOutcome.APPROVAL_DENIED, state)
+        return self._drive(state)
+
+    def proceed(self, state: LoopState) -> LoopResult:
+        """Continue a state rebuilt from the stream: finish the last turn's calls, then go on.
+
+        A turn that holds a gated call and has no recorded decision suspends again; a
+        denied turn answers its remaining calls with the denial.
+        """
+        calls = list(state.pending_calls)
+        if state.decision is None and any((t := self.tools.get(c.name)) and t.requires_approval for c in calls):
+            return LoopResult(LoopOutcome.AWAITING_APPROVAL, state)
+        state.pending_calls = []
+        if state.decision is False:
+            for call in calls:
+                self._record_tool(state, call, None, DENIED_RESULT, 0.0)
+            if self.on_deny == "stop":
+                return LoopResult(LoopOutcome.APPROVAL_DENIED, state)
+        else:
+            failed = self._run_calls(state, calls)
+            if failed is not None:
+                return failed
         return self._drive(state)
 
     def _drive(self, state: LoopState) -> LoopResult:
@@ -144,6 +173,8 @@ class ToolLoop:
             if tool is None:
                 error = f"unknown tool {call.name!r}"
             else:
+                if self.before_effect is not None and not getattr(tool, "idempotent", True):
+                    self.before_effect(call)
                 try:
                     result = tool.execute(dict(call.arguments))
                 except ToolError as exc:
@@ -151,16 +182,19 @@ class ToolLoop:
                 except Exception as exc:  # ends the run as tool_failed, after the step is recorded
                     fatal = exc
                     error = _safe_error(exc)
-            content = f"error: {error}" if error is not None else _as_content(result)
-            state.messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
-            state.sent = len(state.messages)
-            self.trace(Step(StepKind.TOOL, state.round, {
-                "call_id": call.id,
-                "name": call.name,
-                "arguments": call.arguments,
-                "result": None if error is not None else result,
-                "error": error,
-            }, duration_ms=_elapsed_ms(t0)))
+            self._record_tool(state, call, result, error, _elapsed_ms(t0))
             if fatal is not None:
                 return LoopResult(LoopOutcome.TOOL_FAILED, state, error=fatal)
         return None
+
+    def _record_tool(self, state: LoopState, call: ToolCall, result: Any, error: str | None,
+                     duration_ms: float) -> None:
+        state.messages.append({"role": "tool", "tool_call_id": call.id, "content": tool_content(result, error)})
+        state.sent = len(state.messages)
+        self.trace(Step(StepKind.TOOL, state.round, {
+            "call_id": call.id,
+            "name": call.name,
+            "arguments": call.arguments,
+            "result": None if error is not None else result,
+            "error": error,
+        }, duration_ms=duration_ms))

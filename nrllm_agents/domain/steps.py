@@ -108,6 +108,7 @@ class LoopState:
     iterations: int = 0
     usage: Usage = Usage()
     sent: int = 0  # how many messages earlier request steps already recorded
+    decision: bool | None = None  # a human decision already recorded for pending_calls (rebuilt states)
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -93,19 +93,19 @@ def test_cancel_stops_at_the_boundary_and_acknowledges(runtime, boundary, last_k
 
 
 def test_failing_probe_never_fabricates_a_cancellation(runtime):
-    """Every status re-read fails at the database layer; the run still completes."""
+    """Every boundary probe (the lease renewal) fails at the database layer; the run still completes."""
     failures = []
 
     def fail_probe(execute, sql, params, many, context):
-        select_list = sql.split("FROM")[0].replace('"', "").strip()
-        if select_list == "SELECT nrllm_agents_agentrun.status AS status":  # the probe's read, and nothing else
+        statement = sql.replace('"', "")
+        if statement.startswith("UPDATE nrllm_agents_agentrun SET lease_expires = "):  # the probe, nothing else
             failures.append(sql)
             raise OperationalError("simulated store hiccup")
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(fail_probe):
         result = runtime.run(request(TWO_TOOLS))
-    assert failures, "the probe was not exercised"
+    assert len(failures) == 6, "every boundary's probe should have been exercised"
     assert result.outcome == Outcome.COMPLETED and runtime.status(result.run_id).status == RunStatus.COMPLETED
     assert "cancelled" not in kinds(runtime, result.run_id)
 

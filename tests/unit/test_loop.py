@@ -161,10 +161,10 @@ def test_denial_is_fed_back_and_the_loop_continues():
     result = loop.resume(state, approved=False)
     assert result.outcome == LoopOutcome.COMPLETED and gated.calls == []
     denial = [m for m in result.state.messages if m["role"] == "tool"]
-    assert denial and denial[0]["content"] == DENIED_RESULT
-    # The denial is visible in the audit stream: the next request step carries it.
-    assert trace.steps[-2].kind == StepKind.REQUEST
-    assert trace.steps[-2].payload["messages"][0]["content"] == DENIED_RESULT
+    assert denial and denial[0]["content"] == f"error: {DENIED_RESULT}"
+    # The denial is in the audit stream as the call's tool step: the stream alone rebuilds the transcript.
+    assert trace.kinds[-4:] == ["approval", "tool", "request", "llm"]
+    assert trace.steps[-3].payload["error"] == DENIED_RESULT and trace.steps[-3].payload["result"] is None
 
 
 def test_denial_can_end_the_run():

@@ -18,6 +18,9 @@ class Tool(Protocol):
     description: str
     parameters: dict[str, Any]  # JSON schema of the arguments object
     requires_approval: bool
+    # Optional ``idempotent: bool`` (default True). A tool with a side effect that must not
+    # happen twice sets it False: the runtime stamps a write fence before it starts, and a
+    # run lost while that stamp stands is never retried.
 
     def execute(self, arguments: dict[str, Any]) -> Any: ...
 

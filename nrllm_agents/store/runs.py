@@ -1,9 +1,5 @@
-"""The one writer of ``AgentRun.status``. Every transition is a fence.
+"""Run transitions: begin, claim, suspend, resume, settle, cancel, and the step stream.
 
-Each fence is either a guarded ``UPDATE ... WHERE status IN (...)`` (compare-and-set) or a
-``select_for_update`` + check + write inside one transaction, and returns a small value
-saying what happened. On SQLite the database is opened with ``transaction_mode=IMMEDIATE``
-so the read-check-write transactions are serialised there as well.
 """
 
 from __future__ import annotations
@@ -18,8 +14,8 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from .domain import Step, StepKind, Usage
-from .models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus, TerminationReason
+from ..domain import Step, StepKind, Usage
+from ..models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus, TerminationReason
 
 logger = logging.getLogger(__name__)
 
@@ -49,10 +45,11 @@ def _active() -> list[str]:
     return [s.value for s in ACTIVE]
 
 
-def begin(fields: dict[str, Any], *, claimed_by: str = "") -> AgentRun:
-    """Insert a run that is executing from birth (``— → running``)."""
+def begin(fields: dict[str, Any], *, claimed_by: str = "", lease_expires: datetime | None = None) -> AgentRun:
+    """Insert a run that is executing from birth (``— → running``), owned by ``claimed_by``."""
     now = timezone.now()
-    return AgentRun.objects.create(status=RunStatus.RUNNING, started_at=now, claimed_by=claimed_by, **fields)
+    return AgentRun.objects.create(status=RunStatus.RUNNING, started_at=now, claimed_by=claimed_by,
+                                   lease_expires=lease_expires, **fields)
 
 
 def create_queued(fields: dict[str, Any], request_payload: dict[str, Any]) -> AgentRun:
@@ -75,7 +72,7 @@ def claim_queued(run_id: uuid.UUID, *, claimed_by: str, lease_expires: datetime 
     return Transition(True, RunStatus.RUNNING, RunStatus.QUEUED, {"request_payload": row["request_payload"]})
 
 
-def claim_for_resume(run_id: uuid.UUID, *, claimed_by: str = "") -> Transition:
+def claim_for_resume(run_id: uuid.UUID, *, claimed_by: str = "", lease_expires: datetime | None = None) -> Transition:
     """``waiting_for_approval → running``; a second concurrent approve loses."""
     with transaction.atomic():
         row = (AgentRun.objects.select_for_update().filter(pk=run_id)
@@ -85,7 +82,7 @@ def claim_for_resume(run_id: uuid.UUID, *, claimed_by: str = "") -> Transition:
         if row["status"] != RunStatus.WAITING_FOR_APPROVAL:
             return Transition(False, row["status"], row["status"])
         AgentRun.objects.filter(pk=run_id, status=RunStatus.WAITING_FOR_APPROVAL).update(
-            status=RunStatus.RUNNING, claimed_by=claimed_by)
+            status=RunStatus.RUNNING, claimed_by=claimed_by, lease_expires=lease_expires)
     return Transition(True, RunStatus.RUNNING, RunStatus.WAITING_FOR_APPROVAL,
                       {"suspended_state": row["suspended_state"]})
 
@@ -108,9 +105,16 @@ def _refused(run_id: uuid.UUID) -> Transition:
     return Transition(False, status, status)
 
 
-def suspend(run_id: uuid.UUID, *, state: dict[str, Any], iterations: int, usage: Usage) -> Transition:
-    """``running → waiting_for_approval``, storing the resumable loop state."""
-    n = AgentRun.objects.filter(pk=run_id, status=RunStatus.RUNNING).update(
+def _owned(run_id: uuid.UUID, owner: str | None) -> Any:
+    """Rows this segment may write: running and, when ``owner`` is given, claimed by it."""
+    qs = AgentRun.objects.filter(pk=run_id, status=RunStatus.RUNNING)
+    return qs.filter(claimed_by=owner) if owner is not None else qs
+
+
+def suspend(run_id: uuid.UUID, *, state: dict[str, Any], iterations: int, usage: Usage,
+            owner: str | None = None) -> Transition:
+    """``running → waiting_for_approval`` (by the owning segment), storing the resumable state."""
+    n = _owned(run_id, owner).update(
         status=RunStatus.WAITING_FOR_APPROVAL, suspended_state=state, iterations=iterations,
         prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
         claimed_by="", lease_expires=None)
@@ -118,15 +122,22 @@ def suspend(run_id: uuid.UUID, *, state: dict[str, Any], iterations: int, usage:
 
 
 def settle(run_id: uuid.UUID, *, status: str, reason: str, iterations: int = 0, usage: Usage = Usage(),
-           final_text: str = "", error_class: str = "", error_message: str = "") -> Transition:
-    """A segment's own terminal write (``non-terminal → completed / failed``)."""
+           final_text: str = "", error_class: str = "", error_message: str = "",
+           owner: str | None = None) -> Transition:
+    """A terminal write (``→ completed / failed``).
+
+    With ``owner`` (a segment settling its own run) the row must be running and claimed by
+    it, so a segment that lost its lease settles nothing. Without, any non-terminal row
+    (used for runs no segment holds, e.g. a failed enqueue).
+    """
     assert status in (RunStatus.COMPLETED, RunStatus.FAILED), status
     now = timezone.now()
-    n = AgentRun.objects.filter(pk=run_id, status__in=_active()).update(
+    rows = _owned(run_id, owner) if owner is not None else AgentRun.objects.filter(pk=run_id, status__in=_active())
+    n = rows.update(
         status=status, termination_reason=reason, finished_at=now, stopped_at=now,
         iterations=iterations, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
         final_text=final_text or "", error_class=error_class, error_message=error_message[:2000],
-        request_payload=None, suspended_state=None, lease_expires=None)
+        request_payload=None, suspended_state=None, lease_expires=None, pending_effect=None)
     return Transition(True, status, None) if n else _refused(run_id)
 
 
@@ -146,11 +157,13 @@ def cancel(run_id: uuid.UUID, *, by: Any = None, source: str, reason: str = "") 
         if previous in TERMINAL:
             return Transition(False, previous, previous)
         quiescent = previous != RunStatus.RUNNING
+        # A running run keeps its owner and lease: its segment acknowledges at the next
+        # boundary, or the reaper does once that lease expires (the segment died).
+        quiescent_fields = {"stopped_at": now, "lease_expires": None} if quiescent else {}
         AgentRun.objects.filter(pk=run_id, status=previous).update(
             status=RunStatus.CANCELLED, termination_reason=TerminationReason.CANCELLED,
             cancel_requested_at=now, cancelled_by=by, cancel_source=source, cancel_reason=reason or "",
-            finished_at=now, stopped_at=now if quiescent else None,
-            request_payload=None, suspended_state=None, lease_expires=None)
+            finished_at=now, request_payload=None, suspended_state=None, **quiescent_fields)
         if quiescent:
             last = AgentRunEvent.objects.filter(run_id=run_id).aggregate(m=Max("sequence"))["m"]
             _append_cancelled(run_id, (last + 1) if last is not None else 0, last, now)
@@ -178,7 +191,7 @@ def _append_cancelled(run_id: uuid.UUID, sequence: int, boundary: int | None, no
 
 
 def acknowledge_cancel(run_id: uuid.UUID, *, sequence: int, boundary: int | None, round: int,
-                       iterations: int, usage: Usage) -> AgentRunEvent | None:
+                       iterations: int, usage: Usage, owner: str | None = None) -> AgentRunEvent | None:
     """A segment stopped by a cancel: stamp when it stopped and its spend, append ``cancelled``.
 
     Happens at most once per run (guarded on ``stopped_at IS NULL``); returns the appended
@@ -186,9 +199,11 @@ def acknowledge_cancel(run_id: uuid.UUID, *, sequence: int, boundary: int | None
     """
     now = timezone.now()
     with transaction.atomic():
-        n = AgentRun.objects.filter(pk=run_id, status=RunStatus.CANCELLED, stopped_at__isnull=True).update(
-            stopped_at=now, iterations=iterations, prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens, claimed_by="")
+        rows = AgentRun.objects.filter(pk=run_id, status=RunStatus.CANCELLED, stopped_at__isnull=True)
+        if owner is not None:
+            rows = rows.filter(claimed_by=owner)  # a segment that lost the run never writes to it
+        n = rows.update(stopped_at=now, iterations=iterations, prompt_tokens=usage.prompt_tokens,
+                        completion_tokens=usage.completion_tokens, claimed_by="", pending_effect=None)
         if not n:
             return None
         event = _append_cancelled(run_id, sequence, boundary, now)
@@ -232,67 +247,3 @@ def events(run_id: uuid.UUID, *, after: int = -1, limit: int | None = None) -> I
     qs = AgentRunEvent.objects.filter(run_id=run_id, sequence__gt=after).order_by("sequence")
     return qs[:limit] if limit else qs
 
-
-@dataclass(frozen=True)
-class BulkCancel:
-    """What a set-based cancel found and did, by the status each selected run had."""
-
-    cancelled: dict[str, int]  # previous status -> runs this call cancelled
-    unchanged: dict[str, int]  # terminal status -> runs left as they were
-    dry_run: bool = False
-
-    @property
-    def cancelled_total(self) -> int:
-        return sum(self.cancelled.values())
-
-
-def cancel_many(selection: Any, *, by: Any = None, source: str, reason: str = "",
-                dry_run: bool = False) -> BulkCancel:
-    """Cancel every active run a queryset selects, with a constant number of statements.
-
-    Queued and waiting runs are quiescent: they are stamped ``stopped_at`` and get their
-    ``cancelled`` step in one ``INSERT ... SELECT``. Running runs stop at their next
-    boundary and acknowledge it themselves. Terminal runs are counted, never touched.
-    """
-    from django.db.models import Count
-
-    with transaction.atomic():
-        found = dict(selection.order_by().values_list("status").annotate(n=Count("pk")))
-        unchanged = {s: n for s, n in found.items() if s in TERMINAL}
-        if dry_run:
-            return BulkCancel({s: n for s, n in found.items() if s not in TERMINAL}, unchanged, True)
-        now = timezone.now()
-        common = dict(status=RunStatus.CANCELLED, termination_reason=TerminationReason.CANCELLED,
-                      cancel_requested_at=now, cancelled_by=by, cancel_source=source, cancel_reason=reason or "",
-                      finished_at=now, request_payload=None, suspended_state=None, lease_expires=None)
-        cancelled: dict[str, int] = {}
-        for status in (RunStatus.QUEUED, RunStatus.WAITING_FOR_APPROVAL, RunStatus.RUNNING):
-            stopped = None if status == RunStatus.RUNNING else now
-            n = selection.filter(status=status).order_by().update(stopped_at=stopped, **common)
-            if n:
-                cancelled[status.value] = n
-        if cancelled.get(RunStatus.QUEUED) or cancelled.get(RunStatus.WAITING_FOR_APPROVAL):
-            _append_cancelled_bulk(now, by, source, reason or "")
-    return BulkCancel(cancelled, unchanged)
-
-
-def _append_cancelled_bulk(now: datetime, by: Any, source: str, reason: str) -> None:
-    """One ``INSERT ... SELECT`` appending ``cancelled`` to every run this batch stopped."""
-    from django.db import connection
-
-    run_table, event_table = AgentRun._meta.db_table, AgentRunEvent._meta.db_table
-    build = "jsonb_build_object" if connection.vendor == "postgresql" else "json_object"
-    ts = connection.ops.adapt_datetimefield_value(now)
-    username = by.get_username() if by is not None else None
-    sql = (
-        f"INSERT INTO {event_table} (run_id, sequence, kind, round, duration_ms, payload, created_at) "
-        f"SELECT r.id, COALESCE(m.mx + 1, 0), %s, 0, NULL, "
-        f"{build}('status', %s, 'by', %s, 'source', %s, 'reason', %s, 'requested_at', %s, "
-        f"'boundary_sequence', m.mx), %s "
-        f"FROM {run_table} r LEFT JOIN (SELECT run_id, MAX(sequence) AS mx FROM {event_table} GROUP BY run_id) m "
-        f"ON m.run_id = r.id "
-        f"WHERE r.status = %s AND r.cancel_requested_at = %s AND r.stopped_at = %s"
-    )
-    with connection.cursor() as cur:
-        cur.execute(sql, [StepKind.CANCELLED.value, RunStatus.CANCELLED.value, username, source, reason,
-                          now.isoformat(), ts, RunStatus.CANCELLED.value, ts, ts])

@@ -1,0 +1,52 @@
+"""Rebuild a loop's state from its recorded steps: the step stream is the checkpoint.
+
+A segment that died (or was stopped for a deploy, or failed transiently) is continued by
+another process from what the stream says happened: the transcript, the counters, and the
+calls of the last model turn that have no recorded result yet.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from .loop import tool_content
+from .steps import LoopState, ToolCall, Usage
+
+
+def rebuild_state(steps: Iterable[Mapping[str, Any]]) -> LoopState:
+    """The ``LoopState`` after the given steps (dicts with ``kind``, ``round``, ``payload``).
+
+    ``pending_calls`` holds the calls of the last model turn without a recorded ``tool``
+    step, in order: a continuation runs exactly those, never one that already ran;
+    ``decision`` is the human decision recorded for that turn, if any.
+    """
+    messages: list[dict[str, Any]] = []
+    usage = Usage()
+    iterations = 0
+    round_ = 0
+    turn: list[ToolCall] = []
+    done: set[str] = set()
+    decision: bool | None = None
+    for step in steps:
+        kind, payload = step["kind"], step.get("payload") or {}
+        round_ = max(round_, int(step.get("round") or 0))
+        if kind == "request":
+            messages.extend(payload.get("messages") or [])
+        elif kind == "llm":
+            iterations += 1
+            usage = usage + Usage.from_dict(payload.get("usage"))
+            turn = [ToolCall.from_dict(c) for c in payload.get("tool_calls") or []]
+            done, decision = set(), None
+            assistant: dict[str, Any] = {"role": "assistant", "content": payload.get("content")}
+            if turn:
+                assistant["tool_calls"] = [c.as_dict() for c in turn]
+            messages.append(assistant)
+        elif kind == "approval":
+            decision = bool(payload.get("approved"))
+        elif kind == "tool":
+            done.add(str(payload.get("call_id")))
+            messages.append({"role": "tool", "tool_call_id": payload.get("call_id"),
+                             "content": tool_content(payload.get("result"), payload.get("error"))})
+    pending = [c for c in turn if c.id not in done]
+    return LoopState(messages=messages, pending_calls=pending, round=round_, iterations=iterations,
+                     usage=usage, sent=len(messages), decision=decision if pending else None)

@@ -1,0 +1,98 @@
+"""What the runtime's calls return and raise: small values every surface maps."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from .domain import Usage
+from .models import RunStatus
+
+
+class Outcome(enum.StrEnum):
+    """What one segment call ended with (never stored; the status is)."""
+
+    COMPLETED = "completed"  # settled completed
+    AWAITING_APPROVAL = "awaiting_approval"  # suspended, waiting for a human decision
+    SUSPEND_FAILED = "suspend_failed"  # wanted to suspend but the row was no longer running
+    FAILED = "failed"  # settled failed
+    CANCELLED = "cancelled"  # a cancel won the row; the segment stopped at a boundary
+    QUEUED = "queued"  # handed to a worker (approve with queued=True)
+    REQUEUED = "requeued"  # handed back to the queue: a transient failure, or this worker shutting down
+    LEASE_LOST = "lease_lost"  # this segment lost the run (reaped); it wrote nothing more
+
+
+class CancelOutcome(enum.StrEnum):
+    """What a cancel request did."""
+
+    CANCELLED = "cancelled"  # this call cancelled the run
+    ALREADY_CANCELLED = "already_cancelled"  # it was cancelled before; nothing changed
+    ALREADY_FINISHED = "already_finished"  # it had completed or failed; nothing changed
+    NOT_FOUND = "not_found"  # no such run (or not visible to the caller)
+
+
+class RunNotFound(LookupError):
+    """No run has this id."""
+
+    def __init__(self, run_id: Any) -> None:
+        super().__init__(f"run {run_id} not found")
+        self.run_id = run_id
+
+
+class ApprovalNotPending(RuntimeError):
+    """The run is not waiting for approval, so it cannot be approved or denied."""
+
+    def __init__(self, run_id: Any, status: str) -> None:
+        super().__init__(f"run {run_id} is {status}, not waiting for approval")
+        self.run_id = run_id
+        self.status = status
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a segment call returns."""
+
+    run_id: uuid.UUID
+    outcome: Outcome
+    status: str
+    termination_reason: str
+    steps: int  # steps this segment recorded
+    final_text: str | None = None
+    usage: Usage = Usage()
+    iterations: int = 0
+    error: str = ""
+    pending_calls: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    """What ``AgentRuntime.cancel`` did; ``previous_status`` is what the cancel found."""
+
+    run_id: Any
+    outcome: CancelOutcome
+    status: str | None
+    previous_status: str | None
+
+    @property
+    def was_executing(self) -> bool:
+        """A segment was executing it: it stops at its next boundary."""
+        return self.outcome == CancelOutcome.CANCELLED and self.previous_status == RunStatus.RUNNING
+
+
+class InvalidRunId(ValueError):
+    """The text is not a run id (a UUID)."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__(f"not a run id: {str(value)[:80]!r}")
+
+
+def parse_run_id(value: uuid.UUID | str) -> uuid.UUID:
+    """A run id from a UUID or its text; raises ``InvalidRunId``."""
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value).strip())
+    except (ValueError, AttributeError, TypeError):
+        raise InvalidRunId(value) from None

@@ -1,0 +1,20 @@
+"""The one writer of ``AgentRun.status``. Every transition is a fence.
+
+Each fence is either a guarded ``UPDATE ... WHERE status IN (...)`` (compare-and-set) or a
+``select_for_update`` + check + write inside one transaction, and returns a small value
+saying what happened. On SQLite the database is opened with ``transaction_mode=IMMEDIATE``
+so the read-check-write transactions are serialised there as well.
+"""
+
+from .bulk import BulkCancel, cancel_many
+from .leases import RECOVER, ReapReport, lease_until, lost_or_cancelled, reap, renew, requeue
+from .runs import (NOT_FOUND, Transition, acknowledge_cancel, append_event, begin, cancel, claim_for_resume,
+                   claim_queued, create_queued, events, next_sequence, probe_status, requeue_for_resume, settle,
+                   suspend)
+
+__all__ = [
+    "NOT_FOUND", "RECOVER", "BulkCancel", "ReapReport", "Transition", "acknowledge_cancel", "append_event", "begin",
+    "cancel", "cancel_many", "claim_for_resume", "claim_queued", "create_queued", "events", "lease_until",
+    "lost_or_cancelled", "next_sequence", "probe_status", "reap", "renew", "requeue", "requeue_for_resume",
+    "settle", "suspend",
+]

@@ -1,0 +1,77 @@
+"""Set-based cancellation: a constant number of statements whatever the selection's size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from ..domain import StepKind
+from ..models import TERMINAL, AgentRun, AgentRunEvent, RunStatus, TerminationReason
+@dataclass(frozen=True)
+class BulkCancel:
+    """What a set-based cancel found and did, by the status each selected run had."""
+
+    cancelled: dict[str, int]  # previous status -> runs this call cancelled
+    unchanged: dict[str, int]  # terminal status -> runs left as they were
+    dry_run: bool = False
+
+    @property
+    def cancelled_total(self) -> int:
+        return sum(self.cancelled.values())
+
+
+def cancel_many(selection: Any, *, by: Any = None, source: str, reason: str = "",
+                dry_run: bool = False) -> BulkCancel:
+    """Cancel every active run a queryset selects, with a constant number of statements.
+
+    Queued and waiting runs are quiescent: they are stamped ``stopped_at`` and get their
+    ``cancelled`` step in one ``INSERT ... SELECT``. Running runs stop at their next
+    boundary and acknowledge it themselves. Terminal runs are counted, never touched.
+    """
+    from django.db.models import Count
+
+    with transaction.atomic():
+        found = dict(selection.order_by().values_list("status").annotate(n=Count("pk")))
+        unchanged = {s: n for s, n in found.items() if s in TERMINAL}
+        if dry_run:
+            return BulkCancel({s: n for s, n in found.items() if s not in TERMINAL}, unchanged, True)
+        now = timezone.now()
+        common = dict(status=RunStatus.CANCELLED, termination_reason=TerminationReason.CANCELLED,
+                      cancel_requested_at=now, cancelled_by=by, cancel_source=source, cancel_reason=reason or "",
+                      finished_at=now, request_payload=None, suspended_state=None)
+        cancelled: dict[str, int] = {}
+        for status in (RunStatus.QUEUED, RunStatus.WAITING_FOR_APPROVAL, RunStatus.RUNNING):
+            # Running runs keep their lease: their segment (or the reaper) acknowledges.
+            extra = {} if status == RunStatus.RUNNING else {"stopped_at": now, "lease_expires": None}
+            n = selection.filter(status=status).order_by().update(**extra, **common)
+            if n:
+                cancelled[status.value] = n
+        if cancelled.get(RunStatus.QUEUED) or cancelled.get(RunStatus.WAITING_FOR_APPROVAL):
+            _append_cancelled_bulk(now, by, source, reason or "")
+    return BulkCancel(cancelled, unchanged)
+
+
+def _append_cancelled_bulk(now: datetime, by: Any, source: str, reason: str) -> None:
+    """One ``INSERT ... SELECT`` appending ``cancelled`` to every run this batch stopped."""
+    from django.db import connection
+
+    run_table, event_table = AgentRun._meta.db_table, AgentRunEvent._meta.db_table
+    build = "jsonb_build_object" if connection.vendor == "postgresql" else "json_object"
+    ts = connection.ops.adapt_datetimefield_value(now)
+    username = by.get_username() if by is not None else None
+    sql = (
+        f"INSERT INTO {event_table} (run_id, sequence, kind, round, duration_ms, payload, created_at) "
+        f"SELECT r.id, COALESCE(m.mx + 1, 0), %s, 0, NULL, "
+        f"{build}('status', %s, 'by', %s, 'source', %s, 'reason', %s, 'requested_at', %s, "
+        f"'boundary_sequence', m.mx), %s "
+        f"FROM {run_table} r LEFT JOIN (SELECT run_id, MAX(sequence) AS mx FROM {event_table} GROUP BY run_id) m "
+        f"ON m.run_id = r.id "
+        f"WHERE r.status = %s AND r.cancel_requested_at = %s AND r.stopped_at = %s"
+    )
+    with connection.cursor() as cur:
+        cur.execute(sql, [StepKind.CANCELLED.value, RunStatus.CANCELLED.value, username, source, reason,
+                          now.isoformat(), ts, RunStatus.CANCELLED.value, ts, ts])

@@ -1,0 +1,176 @@
+"""Leases: a segment proves at every boundary that it is alive and still owns its run.
+
+Every write here is guarded by ownership (``status = running AND claimed_by = me``) or,
+for the reaper, by staleness re-checked inside the statement, so a heartbeat that lands
+between the reaper's scan and its write wins.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Callable
+
+from django.db import DatabaseError, IntegrityError, transaction
+from django.db.models import F, Max
+from django.utils import timezone
+
+from ..conf import app_settings
+from ..models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
+from .runs import NOT_FOUND, Transition, _append_cancelled, _owned
+
+logger = logging.getLogger(__name__)
+
+RECOVER = {"recover": True}  # request_payload of a run handed back to the queue mid-way
+
+
+def _isolated(query: Callable[[], Any]) -> Any:
+    """Run a fail-soft query; inside a caller's transaction, in a savepoint so a failure
+    does not doom that transaction. In autocommit (the normal case) it costs nothing extra."""
+    if transaction.get_connection().in_atomic_block:
+        with transaction.atomic():
+            return query()
+    return query()
+
+
+def lease_until(now: datetime | None = None) -> datetime:
+    return (now or timezone.now()) + timedelta(seconds=float(app_settings.LEASE_SECONDS))
+
+
+def renew(run_id: uuid.UUID, owner: str, *, effect: dict[str, Any] | None = None,
+          clear_effect: bool = False) -> bool | None:
+    """Extend this segment's lease with one guarded UPDATE.
+
+    ``True``: still running and ours. ``False``: not any more (cancelled, reaped, finished).
+    ``None``: the store could not be reached; callers go on (a hiccup never stops a run).
+    ``effect`` stamps the non-idempotent call about to start; ``clear_effect`` removes it.
+    """
+    fields: dict[str, Any] = {"lease_expires": lease_until()}
+    if effect is not None:
+        fields["pending_effect"] = effect
+    elif clear_effect:
+        fields["pending_effect"] = None
+    try:
+        return _isolated(lambda: _owned(run_id, owner).update(**fields)) == 1
+    except DatabaseError as exc:
+        logger.warning("lease renewal for run %s failed (%s); going on", run_id, type(exc).__name__)
+        return None
+
+
+def lost_or_cancelled(run_id: uuid.UUID, owner: str) -> str | None:
+    """Why a renewal matched no row: ``"cancelled"`` (cancelled while ours) or ``"lost"``.
+
+    ``None`` when the row cannot be read: callers treat that as "not cancelled".
+    """
+    try:
+        row = _isolated(lambda: AgentRun.objects.filter(pk=run_id).values("status", "claimed_by").order_by().first())
+    except DatabaseError as exc:
+        logger.warning("ownership read for run %s failed (%s)", run_id, type(exc).__name__)
+        return None
+    if row is not None and row["status"] == RunStatus.CANCELLED and row["claimed_by"] == owner:
+        return "cancelled"
+    return "lost"
+
+
+def requeue(run_id: uuid.UUID, owner: str, *, count_attempt: bool, error_class: str = "",
+            error_message: str = "") -> Transition:
+    """``running → queued`` by the owning segment (a transient failure, a graceful shutdown).
+
+    The run continues later from its recorded stream.
+    """
+    n = _owned(run_id, owner).update(
+        status=RunStatus.QUEUED, claimed_by="", lease_expires=None, pending_effect=None,
+        request_payload=RECOVER, attempts=F("attempts") + (1 if count_attempt else 0),
+        error_class=error_class, error_message=error_message[:2000])
+    if n:
+        return Transition(True, RunStatus.QUEUED, RunStatus.RUNNING)
+    status = AgentRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
+    return Transition(False, status, status) if status else NOT_FOUND
+
+
+@dataclass
+class ReapReport:
+    """What one pass of the reaper found and did."""
+
+    requeued: list[uuid.UUID] = field(default_factory=list)
+    dead_lettered: dict[str, int] = field(default_factory=dict)  # reason -> runs
+    acknowledged: int = 0  # cancelled runs whose segment died before acknowledging
+    skipped: int = 0  # came back to life (heartbeat) between scan and write
+    dry_run: bool = False
+
+    def summary(self) -> str:
+        parts = [f"{len(self.requeued)} requeued"]
+        parts += [f"{n} dead-lettered ({reason})" for reason, n in sorted(self.dead_lettered.items())]
+        parts += [f"{self.acknowledged} cancel acknowledged", f"{self.skipped} skipped (alive)"]
+        return ("would have: " if self.dry_run else "") + ", ".join(parts)
+
+
+def reap(*, limit: int = 100, dry_run: bool = False, now: datetime | None = None) -> ReapReport:
+    """Requeue or dead-letter running runs whose lease expired.
+
+    A run whose lost segment had stamped a non-idempotent effect is dead-lettered
+    (``not_retryable``): the write runs at most once. One that used its requeue budget is
+    dead-lettered (``retries_exhausted``). The others go back to the queue and continue
+    from their stream. Each write re-checks the expiry inside its statement.
+    """
+    now = now or timezone.now()
+    report = ReapReport(dry_run=dry_run)
+    budget = int(app_settings.MAX_ATTEMPTS)
+    stale = list(AgentRun.objects.filter(status=RunStatus.RUNNING, lease_expires__lt=now)
+                 .order_by("lease_expires").values("id", "attempts", "pending_effect")[:limit])
+    for row in stale:
+        if row["pending_effect"]:
+            verdict = TerminationReason.NOT_RETRYABLE.value
+        elif row["attempts"] >= budget:
+            verdict = TerminationReason.RETRIES_EXHAUSTED.value
+        else:
+            verdict = "requeue"
+        if dry_run:
+            _count(report, verdict, row["id"])
+            continue
+        still_stale = AgentRun.objects.filter(pk=row["id"], status=RunStatus.RUNNING, lease_expires__lt=now)
+        if verdict == "requeue":
+            n = still_stale.update(status=RunStatus.QUEUED, attempts=F("attempts") + 1, claimed_by="",
+                                   lease_expires=None, request_payload=RECOVER)
+        else:
+            message = ("the worker was lost during a non-idempotent tool call; not retried"
+                       if row["pending_effect"] else f"the worker was lost and the budget of {budget} requeues is used")
+            n = still_stale.update(status=RunStatus.FAILED, termination_reason=verdict, finished_at=now,
+                                   stopped_at=now, error_class="LeaseExpired", error_message=message,
+                                   request_payload=None, suspended_state=None, lease_expires=None)
+        if n:
+            _count(report, verdict, row["id"])
+        else:
+            report.skipped += 1
+    report.acknowledged = _acknowledge_orphaned_cancels(now, limit, dry_run)
+    return report
+
+
+def _count(report: ReapReport, verdict: str, run_id: uuid.UUID) -> None:
+    if verdict == "requeue":
+        report.requeued.append(run_id)
+    else:
+        report.dead_lettered[verdict] = report.dead_lettered.get(verdict, 0) + 1
+
+
+def _acknowledge_orphaned_cancels(now: datetime, limit: int, dry_run: bool) -> int:
+    """Cancelled while running, and the segment died before its boundary: acknowledge for it."""
+    orphans = list(AgentRun.objects.filter(status=RunStatus.CANCELLED, stopped_at__isnull=True,
+                                           lease_expires__lt=now).values_list("id", flat=True)[:limit])
+    if dry_run:
+        return len(orphans)
+    done = 0
+    for run_id in orphans:
+        try:
+            with transaction.atomic():
+                n = AgentRun.objects.filter(pk=run_id, stopped_at__isnull=True, lease_expires__lt=now).update(
+                    stopped_at=now, claimed_by="", lease_expires=None, pending_effect=None)
+                if n:
+                    last = AgentRunEvent.objects.filter(run_id=run_id).aggregate(m=Max("sequence"))["m"]
+                    _append_cancelled(run_id, 0 if last is None else last + 1, last, now)
+                    done += 1
+        except IntegrityError:  # the segment acknowledged after all, in between
+            continue
+    return done

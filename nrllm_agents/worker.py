@@ -1,0 +1,42 @@
+"""An RQ worker that hands its run back to the queue on SIGTERM instead of killing or waiting on it.
+
+The default ``manage.py rqworker`` class (``RQ["WORKER_CLASS"]`` in settings). On a warm
+shutdown (SIGTERM or Ctrl-C to the worker) it signals its work horse; the run in flight stops
+at its next step boundary and is requeued — not failed, not cancelled — so another worker
+continues it from its stream. Deploys neither kill runs nor wait for them to finish.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from types import FrameType
+
+from rq.worker import Worker
+
+from .segment import shutdown_requested
+
+HANDOFF_SIGNAL = signal.SIGRTMIN
+
+
+def _hand_off(signum: int, frame: FrameType | None) -> None:
+    shutdown_requested.set()  # checked at the next step boundary; nothing else happens in a handler
+
+
+class GracefulWorker(Worker):
+    """``rq.Worker`` whose work horse requeues its run at the next boundary on shutdown."""
+
+    def setup_work_horse_signals(self) -> None:
+        super().setup_work_horse_signals()
+        # A SIGTERM sent to the whole process group must not kill a step in flight; the
+        # worker forwards the shutdown as HANDOFF_SIGNAL, and a cold shutdown still SIGKILLs.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(HANDOFF_SIGNAL, _hand_off)
+
+    def handle_warm_shutdown_request(self) -> None:
+        if self.horse_pid:
+            self.log.info("Worker %s: handing the run in flight back to the queue", self.name)
+            try:
+                os.kill(self.horse_pid, HANDOFF_SIGNAL)
+            except ProcessLookupError:
+                pass
