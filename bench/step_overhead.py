@@ -1,8 +1,9 @@
 """What a step boundary costs: the runtime's per-step bookkeeping beside a raw-psycopg floor.
 
 Runs N steps with the scripted provider at zero delay (calculator tool calls, so each round
-records ``request``, ``llm`` and ``tool``) and times the trace hook on every step: persist the
-step, then probe the run's status by primary key (``SegmentTrace.__call__``). On the very same
+records ``request``, ``llm`` and ``tool``) and times the trace hook on every step
+(``SegmentTrace.__call__``): renew the run's lease and record the step in one commit; the
+ownership-guarded renewal is the cancellation probe (on PostgreSQL a single statement). On the very same
 step, right beside it, it times the floor: the same row written with raw psycopg, one
 ``INSERT`` into the event table plus one primary-key ``SELECT`` of a run's status, on a
 connection of its own. Both see the same moment's load; which goes first alternates. It prints
@@ -180,7 +181,7 @@ def main() -> None:
               f"({runs} runs x {steps_per_run} steps), scripted provider at zero delay, calculator tool; "
               f"each step timed through the runtime's hook and, beside it, through the raw floor")
         print(f"  {'':34} {'mean':>9} {'p50':>9} {'p99':>9}   (ms per step)")
-        print(f"  {'runtime hook (record + probe)':34} {h['mean']:9.3f} {h['p50']:9.3f} {h['p99']:9.3f}")
+        print(f"  {'runtime hook (probe + record)':34} {h['mean']:9.3f} {h['p50']:9.3f} {h['p99']:9.3f}")
         print(f"  {'raw psycopg (INSERT + PK SELECT)':34} {r['mean']:9.3f} {r['p50']:9.3f} {r['p99']:9.3f}")
         print(f"  {'ratio hook / floor':34} {h['mean'] / r['mean']:8.2f}x {h['p50'] / r['p50']:8.2f}x "
               f"{h['p99'] / r['p99']:8.2f}x")

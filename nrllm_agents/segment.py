@@ -38,9 +38,10 @@ def identity(role: str) -> str:
 class SegmentTrace:
     """The trace hook handed to the tool loop for one segment.
 
-    At each step, in order: hand it to ``on_step``; renew the lease with one
-    ownership-guarded write (that write is also the cancellation probe: it matches no row
-    once the run is cancelled or lost); record the step; then stop if the run was cancelled.
+    At each step, in order: hand it to ``on_step``; renew the lease with an
+    ownership-guarded write and record the step in the same commit (the renewal is also the
+    cancellation probe: it matches no row once the run is cancelled or lost); then stop if
+    the run was cancelled.
 
     - cancelled while ours: the step in flight is recorded, then ``RunCancellationRequested``;
     - lost (reaped, owned by another segment): nothing is written, ``RunLeaseLost``;
@@ -75,9 +76,14 @@ class SegmentTrace:
         self.round = step.round
         self._notify(step_dict(run_id=self.run_id, sequence=sequence, kind=step.kind.value, round=step.round,
                                duration_ms=step.duration_ms, payload=step.payload, created_at=created_at))
-        cancelled = self._check_ownership(store.renew(self.run_id, self.owner))
+        cancelled = False
         try:
-            store.append_event(self.run_id, sequence, step, created_at)
+            recorded = store.record_step(self.run_id, self.owner, sequence, step, created_at)
+            if recorded is not True:
+                # Not renewed: cancelled while ours (the step in flight is still recorded), or
+                # lost (raises, writing nothing); a store hiccup counts as "not cancelled".
+                cancelled = recorded is False and self._check_ownership(False)
+                store.append_event(self.run_id, sequence, step, created_at)
         except IntegrityError:
             # Someone else wrote this sequence: another segment owns the run now.
             raise RunLeaseLost() from None

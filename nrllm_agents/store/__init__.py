@@ -7,7 +7,7 @@ so the read-check-write transactions are serialised there as well.
 """
 
 from .bulk import BulkCancel, cancel_many
-from .leases import RECOVER, ReapReport, lease_until, lost_or_cancelled, reap, renew, requeue
+from .leases import RECOVER, ReapReport, lease_until, lost_or_cancelled, reap, record_step, renew, requeue
 from .runs import (NOT_FOUND, Transition, acknowledge_cancel, append_event, begin, cancel, claim_for_resume,
                    claim_queued, create_queued, events, next_sequence, probe_status, requeue_for_resume, settle,
                    suspend)
@@ -15,6 +15,6 @@ from .runs import (NOT_FOUND, Transition, acknowledge_cancel, append_event, begi
 __all__ = [
     "NOT_FOUND", "RECOVER", "BulkCancel", "ReapReport", "Transition", "acknowledge_cancel", "append_event", "begin",
     "cancel", "cancel_many", "claim_for_resume", "claim_queued", "create_queued", "events", "lease_until",
-    "lost_or_cancelled", "next_sequence", "probe_status", "reap", "renew", "requeue", "requeue_for_resume",
+    "lost_or_cancelled", "next_sequence", "probe_status", "reap", "record_step", "renew", "requeue", "requeue_for_resume",
     "settle", "suspend",
 ]

@@ -7,19 +7,21 @@ between the reaper's scan and its write wins.
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
-from django.db import DatabaseError, IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
 from ..conf import app_settings
 from ..models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
-from .runs import NOT_FOUND, Transition, _append_cancelled, _owned
+from ..domain import Step
+from .runs import NOT_FOUND, Transition, _append_cancelled, _owned, append_event
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +59,43 @@ def renew(run_id: uuid.UUID, owner: str, *, effect: dict[str, Any] | None = None
     except DatabaseError as exc:
         logger.warning("lease renewal for run %s failed (%s); going on", run_id, type(exc).__name__)
         return None
+
+
+def record_step(run_id: uuid.UUID, owner: str, sequence: int, step: Step, created_at: datetime) -> bool | None:
+    """Renew this segment's lease and, only if that matched, append the step: one commit.
+
+    ``True``: renewed and recorded. ``False``: the renewal matched no row (cancelled or lost)
+    and NOTHING was written. ``None``: the store could not be reached; nothing is known.
+    On PostgreSQL it is a single statement (an ``UPDATE ... RETURNING`` feeding the
+    ``INSERT``); elsewhere both statements run in one transaction. A duplicate sequence
+    (another segment wrote it) raises ``IntegrityError``.
+    """
+    until = lease_until()
+    try:
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                _isolated(lambda: cursor.execute(_RECORD_SQL, [
+                    until, run_id, RunStatus.RUNNING.value, owner, sequence, step.kind.value, step.round,
+                    step.duration_ms, json.dumps(step.payload, default=str), created_at]))
+                return cursor.rowcount == 1
+        with transaction.atomic():
+            if not _owned(run_id, owner).update(lease_expires=until):
+                return False
+            append_event(run_id, sequence, step, created_at)
+            return True
+    except IntegrityError:
+        raise
+    except DatabaseError as exc:
+        logger.warning("boundary write for run %s failed (%s); going on", run_id, type(exc).__name__)
+        return None
+
+
+_RECORD_SQL = (
+    f"WITH renewed AS (UPDATE {AgentRun._meta.db_table} SET lease_expires = %s "
+    f"WHERE id = %s AND status = %s AND claimed_by = %s RETURNING id) "
+    f"INSERT INTO {AgentRunEvent._meta.db_table} (run_id, sequence, kind, round, duration_ms, payload, created_at) "
+    f"SELECT id, %s, %s, %s, %s, %s::jsonb, %s FROM renewed"
+)
 
 
 def lost_or_cancelled(run_id: uuid.UUID, owner: str) -> str | None:

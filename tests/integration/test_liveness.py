@@ -78,15 +78,15 @@ def test_zombie_that_lost_its_lease_writes_nothing(runtime):
 
 
 def test_cancel_landing_between_probe_and_renewal_is_a_cancellation(runtime, monkeypatch):
-    real_renew = store.renew
+    real_record = store.record_step
     box: dict[str, Any] = {}
 
-    def cancel_then_renew(run_id, owner, **kw):
-        if not box and not kw:
+    def cancel_then_renew(run_id, owner, *args):
+        if not box:
             box["cancel"] = runtime.cancel(run_id, source=CancelSource.SYSTEM, reason="between")
-        return real_renew(run_id, owner, **kw)
+        return real_record(run_id, owner, *args)
 
-    monkeypatch.setattr(store, "renew", cancel_then_renew)
+    monkeypatch.setattr(store, "record_step", cancel_then_renew)
     result = runtime.run(request(STEPS))
     assert box["cancel"].was_executing
     assert result.outcome == Outcome.CANCELLED  # never "lease lost"

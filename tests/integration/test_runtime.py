@@ -98,7 +98,9 @@ def test_failing_probe_never_fabricates_a_cancellation(runtime):
 
     def fail_probe(execute, sql, params, many, context):
         statement = sql.replace('"', "")
-        if statement.startswith("UPDATE nrllm_agents_agentrun SET lease_expires = "):  # the probe, nothing else
+        # The probe is the boundary's lease renewal (on PostgreSQL one statement with the append).
+        if statement.startswith(("UPDATE nrllm_agents_agentrun SET lease_expires = ",
+                                 "WITH renewed AS (UPDATE nrllm_agents_agentrun SET lease_expires = ")):
             failures.append(sql)
             raise OperationalError("simulated store hiccup")
         return execute(sql, params, many, context)
