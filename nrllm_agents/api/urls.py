@@ -1,3 +1,26 @@
-from django.urls import path  # noqa: F401
+"""URLs of the REST API (included under ``api/``) with its OpenAPI schema and offline docs.
 
-urlpatterns: list = []
+``runs/<id>/stream/`` is left free for the playground's server-sent event stream.
+"""
+
+from __future__ import annotations
+
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from . import views
+from .schema import SCHEMA_SETTINGS
+
+app_name = "nrllm_api"
+
+urlpatterns = [
+    path("runs/", views.RunListCreateView.as_view(), name="run-list"),
+    # Before runs/<id>/, which would otherwise take "cancel" for an id.
+    path("runs/cancel/", views.BulkCancelView.as_view(), name="run-bulk-cancel"),
+    path("runs/<str:id>/", views.RunDetailView.as_view(), name="run-detail"),
+    path("runs/<str:id>/cancel/", views.RunCancelView.as_view(), name="run-cancel"),
+    path("runs/<str:id>/approve/", views.RunApproveView.as_view(), name="run-approve"),
+    path("runs/<str:id>/events/", views.RunEventsView.as_view(), name="run-events"),
+    path("schema/", SpectacularAPIView.as_view(custom_settings=SCHEMA_SETTINGS), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="nrllm_api:schema"), name="docs"),
+]

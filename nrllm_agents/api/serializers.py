@@ -1,0 +1,284 @@
+"""Request validation and the documented response shapes of the REST API.
+
+Input serializers validate what a caller sends (cancel, approve, bulk cancel, list and event
+query parameters) strictly, as the schema states it. A run's creation request is checked for
+shape by ``CreateRunSerializer``, then by ``RunRequest.from_mapping``, the one validator every
+surface shares.
+
+Output serializers describe the JSON that ``nrllm_agents.presenters`` builds; they render
+through the presenters, never beside them, and the schemathesis test proves the served schema
+and the responses agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.validators import MaxValueValidator
+from rest_framework import serializers
+
+from ..conf import app_settings
+from ..domain import StepKind
+from ..domain.providers.scripted import MAX_DELAY_SECONDS, MAX_USAGE_TOKENS
+from ..models import AgentRun, CancelSource, RunStatus, TerminationReason
+from ..presenters import run_status_dict
+from ..requests import MAX_PROMPT_CHARS
+from ..runtime import CancelOutcome, Outcome
+from .fields import (StrictBooleanField, StrictCharField, StrictDateTimeField, StrictFloatField, StrictIntegerField,
+                     StrictUUIDField)
+
+MAX_BULK_IDS = 1000  # beyond this, select by status: an IN list of ids does not scale
+MAX_EVENTS_PAGE = 1000
+DEFAULT_EVENTS_PAGE = 100
+MAX_REASON_CHARS = 2000
+MAX_SEQUENCE = 2**31 - 1  # the largest sequence the column holds
+
+
+def run_representation(run: AgentRun) -> dict[str, Any]:
+    """A run as the API shows it: the shared status payload, its owner and its request."""
+    options = run.options or {}
+    return {
+        **run_status_dict(run),
+        "owner": run.owner.get_username() if run.owner_id else None,
+        "request": {
+            "prompt": run.prompt, "provider": run.provider, "model": run.model, "tools": list(run.tools or []),
+            "max_iterations": options.get("max_iterations"), "on_deny": options.get("on_deny"),
+            "script": options.get("script"), "system": options.get("system"),
+        },
+    }
+
+
+# --- input ----------------------------------------------------------------------------------
+
+
+class RunFilterSerializer(serializers.Serializer):
+    """Filters of ``GET /api/runs/``; repeat ``status`` or ``termination_reason`` to match any."""
+
+    status = serializers.ListField(child=serializers.ChoiceField(RunStatus.choices), required=False,
+                                   help_text="Only runs in one of these statuses.")
+    termination_reason = serializers.ListField(child=serializers.ChoiceField(TerminationReason.choices),
+                                               required=False,
+                                               help_text="Only runs that ended for one of these reasons.")
+    created_after = StrictDateTimeField(required=False, help_text="Only runs created at or after this time.")
+    created_before = StrictDateTimeField(required=False, help_text="Only runs created before this time.")
+
+
+class EventsQuerySerializer(serializers.Serializer):
+    """Paging of a run's step stream by sequence."""
+
+    after = serializers.IntegerField(required=False, default=-1, min_value=-1, max_value=MAX_SEQUENCE,
+                                     help_text="Return steps with a sequence greater than this (-1: from the start).")
+    limit = serializers.IntegerField(required=False, default=DEFAULT_EVENTS_PAGE, min_value=1,
+                                     max_value=MAX_EVENTS_PAGE, help_text="At most this many steps.")
+
+
+class CancelRequestSerializer(serializers.Serializer):
+    # Recorded as written: trimming would also make an over-long reason of trailing spaces valid.
+    reason = StrictCharField(required=False, allow_blank=True, max_length=MAX_REASON_CHARS, default="",
+                             trim_whitespace=False, help_text="Why the run is cancelled; recorded on the run.")
+
+
+class ApproveRequestSerializer(serializers.Serializer):
+    approved = StrictBooleanField(help_text="true runs the pending calls; false denies them.")
+    queued = StrictBooleanField(required=False, default=False,
+                                help_text="Hand the resumed run to a worker instead of running it now.")
+
+
+class BulkCancelRequestSerializer(serializers.Serializer):
+    """Either ``ids``, or ``status`` (with an optional ``created_before``); never both."""
+
+    ids = serializers.ListField(child=StrictUUIDField(), required=False, allow_empty=False,
+                                max_length=MAX_BULK_IDS, help_text="Cancel these runs.")
+    status = serializers.ListField(child=serializers.ChoiceField(RunStatus.choices), required=False,
+                                   allow_empty=False, help_text="Cancel the runs in these statuses.")
+    created_before = StrictDateTimeField(required=False, help_text="With status: only runs created before this time.")
+    dry_run = StrictBooleanField(required=False, default=False, help_text="Count what would happen; change nothing.")
+    reason = StrictCharField(required=False, allow_blank=True, max_length=MAX_REASON_CHARS, default="",
+                             trim_whitespace=False, help_text="Why; recorded on each run cancelled.")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if ("ids" in attrs) == ("status" in attrs):
+            raise serializers.ValidationError("give either ids or status")
+        if "ids" in attrs and "created_before" in attrs:
+            raise serializers.ValidationError({"created_before": ["only with status"]})
+        return attrs
+
+
+class _TurnUsageSerializer(serializers.Serializer):
+    prompt_tokens = StrictIntegerField(required=False, min_value=0, max_value=MAX_USAGE_TOKENS)
+    completion_tokens = StrictIntegerField(required=False, min_value=0, max_value=MAX_USAGE_TOKENS)
+
+
+class _ScriptToolCallSerializer(serializers.Serializer):
+    name = StrictCharField()
+    arguments = serializers.DictField(required=False)
+
+
+class ScriptTurnSerializer(serializers.Serializer):
+    """One scripted model turn: exactly one of ``content`` or ``tool_calls``."""
+
+    content = StrictCharField(required=False, allow_blank=True, trim_whitespace=False)
+    tool_calls = _ScriptToolCallSerializer(many=True, required=False)
+    delay = StrictFloatField(required=False, min_value=0, max_value=MAX_DELAY_SECONDS,
+                             help_text="Simulated model latency in seconds.")
+    usage = _TurnUsageSerializer(required=False)
+
+
+class CreateRunSerializer(serializers.Serializer):
+    """The shape of ``POST /api/runs/``: types, choices and bounds, exactly as the schema states them.
+
+    The view checks this shape first (omit a field for its default; ``null`` is not a value), then
+    ``RunRequest.from_mapping`` applies the rules every surface shares (a script only for the
+    scripted provider, a model for openai, no unknown fields, a prompt that is not blank).
+    """
+
+    prompt = StrictCharField(max_length=MAX_PROMPT_CHARS, trim_whitespace=False)
+    provider = serializers.ChoiceField(choices=[], required=False,
+                                       help_text="Model provider; default from settings (scripted).")
+    model = StrictCharField(required=False, allow_blank=True, max_length=200, trim_whitespace=False,
+                            help_text="Model name; required by the openai provider.")
+    tools = serializers.ListField(child=serializers.ChoiceField(choices=[]), required=False,
+                                  help_text="Tools the agent may call; default from settings.")
+    max_iterations = StrictIntegerField(required=False, min_value=1)
+    script = ScriptTurnSerializer(many=True, required=False, allow_empty=False,
+                                  help_text="Turns for the scripted provider (offline, deterministic).")
+    system = StrictCharField(required=False, allow_blank=True, max_length=MAX_PROMPT_CHARS, trim_whitespace=False)
+    on_deny = serializers.ChoiceField(["continue", "stop"], required=False,
+                                      help_text="After a denied approval: let the model go on, or end the run.")
+    mode = serializers.ChoiceField(["queued", "sync"], required=False, default="queued",
+                                   help_text="queued (default): a worker runs it, answer 202. "
+                                             "sync: run it now, answer 201 with its outcome.")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The choices are settings: read them when used, not at import.
+        self.fields["provider"].choices = sorted(app_settings.PROVIDERS)
+        self.fields["tools"].child.choices = sorted(app_settings.TOOLS)
+        limit = int(app_settings.MAX_ITERATIONS_LIMIT)
+        self.fields["max_iterations"].max_value = limit
+        self.fields["max_iterations"].validators.append(MaxValueValidator(limit))
+
+
+# --- output ---------------------------------------------------------------------------------
+
+
+class UsageSerializer(serializers.Serializer):
+    prompt_tokens = serializers.IntegerField()
+    completion_tokens = serializers.IntegerField()
+    total_tokens = serializers.IntegerField()
+
+
+class PendingCallSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    arguments = serializers.DictField()
+
+
+class CancelRecordSerializer(serializers.Serializer):
+    requested_at = serializers.DateTimeField()
+    by = serializers.CharField(allow_null=True, help_text="Username of who cancelled, if a user did.")
+    source = serializers.ChoiceField(CancelSource.choices, allow_null=True)
+    reason = serializers.CharField(allow_null=True)
+    stopped_at = serializers.DateTimeField(
+        allow_null=True, help_text="When execution stopped; null while an executing run reaches its next boundary.")
+
+
+class RunRequestEchoSerializer(serializers.Serializer):
+    prompt = serializers.CharField()
+    provider = serializers.CharField()
+    model = serializers.CharField(allow_blank=True)
+    tools = serializers.ListField(child=serializers.CharField())
+    max_iterations = serializers.IntegerField(allow_null=True)
+    on_deny = serializers.CharField(allow_null=True)
+    script = serializers.ListField(child=serializers.DictField(), allow_null=True)
+    system = serializers.CharField(allow_null=True)
+
+
+class RunSerializer(serializers.Serializer):
+    """A run: status, reason, request, timestamps, usage, pending approval and cancel record."""
+
+    run_id = serializers.UUIDField()
+    status = serializers.ChoiceField(RunStatus.choices)
+    termination_reason = serializers.ChoiceField(TerminationReason.choices, allow_null=True)
+    iterations = serializers.IntegerField()
+    usage = UsageSerializer()
+    final_text = serializers.CharField(allow_null=True)
+    error = serializers.CharField(allow_null=True)
+    pending_approval = PendingCallSerializer(many=True, help_text="Calls awaiting a decision (waiting runs).")
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    cancel = CancelRecordSerializer(allow_null=True)
+    owner = serializers.CharField(allow_null=True)
+    request = RunRequestEchoSerializer()
+
+    def to_representation(self, instance: AgentRun) -> dict[str, Any]:
+        return run_representation(instance)
+
+
+class RunOutcomeSerializer(RunSerializer):
+    """A run after a segment executed here (or was handed to a worker), with what that segment ended with."""
+
+    outcome = serializers.ChoiceField([o.value for o in Outcome])
+
+
+class EventSerializer(serializers.Serializer):
+    run_id = serializers.UUIDField()
+    sequence = serializers.IntegerField()
+    kind = serializers.ChoiceField([k.value for k in StepKind])
+    round = serializers.IntegerField()
+    duration_ms = serializers.FloatField(allow_null=True)
+    payload = serializers.DictField()
+    created_at = serializers.DateTimeField()
+
+
+class EventPageSerializer(serializers.Serializer):
+    run_id = serializers.UUIDField()
+    status = serializers.ChoiceField(RunStatus.choices)
+    finished = serializers.BooleanField(help_text="Nothing more will be appended for now; stop polling.")
+    results = EventSerializer(many=True)
+    next_after = serializers.IntegerField(help_text="Pass as `after` to read on from here.")
+    has_more = serializers.BooleanField(help_text="More steps are already recorded past this page.")
+
+
+class CancelResponseSerializer(serializers.Serializer):
+    run_id = serializers.UUIDField()
+    outcome = serializers.ChoiceField([o.value for o in CancelOutcome if o != CancelOutcome.NOT_FOUND])
+    previous_status = serializers.ChoiceField(RunStatus.choices, help_text="The status the cancel found.")
+    status = serializers.ChoiceField(RunStatus.choices, help_text="The status now.")
+    stopping = serializers.BooleanField(help_text="The run was executing and stops at its next step boundary.")
+    detail = serializers.CharField()
+    run = RunSerializer()
+
+
+class _CountsField(serializers.DictField):
+    child = serializers.IntegerField()
+
+
+class BulkCancelResponseSerializer(serializers.Serializer):
+    dry_run = serializers.BooleanField()
+    matched = serializers.IntegerField(help_text="Selected runs the caller may see.")
+    cancelled = _CountsField(help_text="Previous status -> runs cancelled (in a dry run: that would be).")
+    unchanged = _CountsField(help_text="Terminal status -> runs left as they were.")
+    cancelled_total = serializers.IntegerField()
+    not_found = serializers.IntegerField(allow_null=True,
+                                         help_text="With ids: ids that match no run the caller may see.")
+
+
+class ErrorSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+
+
+class ConflictSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    run_id = serializers.UUIDField()
+    status = serializers.ChoiceField(RunStatus.choices, help_text="The run's current status.")
+
+
+class EnqueueFailedSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    run_id = serializers.UUIDField(help_text="The run, now failed with reason enqueue_failed.")
+
+
+class ValidationErrorSerializer(serializers.Serializer):
+    """A 400: ``detail`` for an unreadable body, else field -> messages (see ``errors.flatten_errors``)."""

@@ -1,0 +1,327 @@
+"""The REST API over ``AgentRuntime``: list, create, inspect, approve and cancel runs.
+
+Every view calls the runtime and maps its result to an HTTP answer; none writes a status.
+A caller sees and acts on their own runs, staff on all; a run the caller may not see answers
+404 with the same body as one that does not exist (and as a malformed id).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from django.urls import reverse
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import generics, status
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.parsers import JSONParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ..dispatch import EnqueueError
+from ..models import AgentRun, CancelSource, RunStatus
+from ..presenters import event_dict, stream_finished
+from ..requests import InvalidRequest, RunRequest
+from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, InvalidRunId, RunNotFound, parse_run_id
+from . import serializers as s
+from .errors import exception_handler
+from .fields import positive_int, query_data
+from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, RUN_ID, THROTTLED
+from .throttling import CANCEL_SCOPE, CREATE_SCOPE, RunRateThrottle
+
+NOT_FOUND_DETAIL = "Run not found."
+ENQUEUE_FAILED_DETAIL = ("The queue did not accept the run; it was marked failed (enqueue_failed). "
+                         "Try again later.")
+UNSTORABLE = "must not contain NUL or lone surrogate characters"
+
+
+def visible_runs(user: Any) -> QuerySet[AgentRun]:
+    """The runs a user may see and act on: their own, or all for staff."""
+    runs = AgentRun.objects.select_related("owner", "cancelled_by")
+    return runs if user.is_staff else runs.filter(owner=user)
+
+
+def _unstorable(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value or any("\ud800" <= ch <= "\udfff" for ch in value)
+    if isinstance(value, dict):
+        return any(_unstorable(k) or _unstorable(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_unstorable(v) for v in value)
+    return False
+
+
+def reject_unstorable(data: dict[str, Any]) -> None:
+    """Reject NUL and lone surrogate characters anywhere in a body the runtime stores as JSON.
+
+    PostgreSQL cannot store either (jsonb and text refuse NUL; UTF-8 cannot encode a lone
+    surrogate), so they are input errors here rather than server errors later.
+    """
+    errors = {("non_field_errors" if _unstorable(key) else key): [UNSTORABLE]
+              for key, value in data.items() if _unstorable(key) or _unstorable(value)}
+    if errors:
+        raise ValidationError(errors)
+
+
+class RunAPIView(APIView):
+    """Common ground: JSON bodies; token then session auth (so an anonymous caller gets 401
+    with a ``WWW-Authenticate: Token`` challenge); flat 400 bodies; throttles on POST only."""
+
+    parser_classes = [JSONParser]
+    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    post_throttle_scope: str | None = None
+    runtime = AgentRuntime()
+
+    def get_exception_handler(self) -> Any:
+        return exception_handler
+
+    def get_throttles(self) -> list[RunRateThrottle]:
+        if self.request.method == "POST" and self.post_throttle_scope:
+            return [RunRateThrottle(self.post_throttle_scope)]
+        return []
+
+    def get_run(self, run_id: str) -> AgentRun:
+        """The visible run with this id, or 404 (unknown, not visible and malformed look the same)."""
+        try:
+            pk = parse_run_id(run_id)
+        except InvalidRunId:
+            raise NotFound(NOT_FOUND_DETAIL) from None
+        run = visible_runs(self.request.user).filter(pk=pk).first()
+        if run is None:
+            raise NotFound(NOT_FOUND_DETAIL)
+        return run
+
+    def fresh(self, run_id: Any) -> dict[str, Any]:
+        """The run as it is now (after the runtime acted on it)."""
+        return s.run_representation(visible_runs(self.request.user).get(pk=run_id))
+
+
+class RunPagination(PageNumberPagination):
+    """Page numbers; a malformed ``page`` or ``page_size`` is a 400, not silently the default."""
+
+    page_size_query_param = "page_size"
+    max_page_size = 200
+    max_page = 10**9
+    last_page_strings = ()
+
+    def get_page_number(self, request: Request, paginator: Any) -> int:
+        raw = request.query_params.get(self.page_query_param)
+        return positive_int(raw, name=self.page_query_param, maximum=self.max_page) or 1
+
+    def get_page_size(self, request: Request) -> int:
+        raw = request.query_params.get(self.page_size_query_param)
+        return positive_int(raw, name=self.page_size_query_param, maximum=self.max_page_size) or self.page_size
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        parameters = super().get_schema_operation_parameters(view)
+        bounds = {self.page_query_param: self.max_page, self.page_size_query_param: self.max_page_size}
+        for parameter in parameters:
+            parameter["schema"].update(minimum=1, maximum=bounds[parameter["name"]])
+        return parameters
+
+
+class RunListCreateView(generics.ListAPIView, RunAPIView):
+    """``GET /api/runs/`` (newest first, filtered, paginated) and ``POST /api/runs/``."""
+
+    serializer_class = s.RunSerializer
+    pagination_class = RunPagination
+    post_throttle_scope = CREATE_SCOPE
+
+    def get_queryset(self) -> QuerySet[AgentRun]:
+        filters = s.RunFilterSerializer(data=query_data(self.request.query_params,
+                                                         lists=("status", "termination_reason")))
+        filters.is_valid(raise_exception=True)
+        f = filters.validated_data
+        runs = visible_runs(self.request.user).order_by("-created_at", "-pk")
+        if f.get("status"):
+            runs = runs.filter(status__in=f["status"])
+        if f.get("termination_reason"):
+            runs = runs.filter(termination_reason__in=f["termination_reason"])
+        if "created_after" in f:
+            runs = runs.filter(created_at__gte=f["created_after"])
+        if "created_before" in f:
+            runs = runs.filter(created_at__lt=f["created_before"])
+        return runs
+
+    @extend_schema(
+        operation_id="runs_list", summary="List runs", parameters=[s.RunFilterSerializer],
+        description="The caller's runs (staff: all runs), newest first. Repeat `status` or "
+                    "`termination_reason` to match any of several values.",
+        responses={200: s.RunSerializer(many=True), **BAD_REQUEST, **AUTH_ERRORS,
+                   404: OpenApiResponse(s.ErrorSerializer, "No such page.")},
+    )
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(
+        operation_id="runs_create", summary="Start a run", request=s.CreateRunSerializer,
+        description="Validate the request, then queue it for a worker (`mode` queued, the default: 202) "
+                    "or execute it in this request (`mode` sync: 201 with the settled run and its outcome).",
+        responses={202: OpenApiResponse(s.RunSerializer, "Queued: a worker will run it."),
+                   201: OpenApiResponse(s.RunOutcomeSerializer, "Executed here: the run and its outcome."),
+                   **BAD_REQUEST, **AUTH_ERRORS, **THROTTLED, **ENQUEUE_FAILED},
+    )
+    def post(self, request: Request) -> Response:
+        data = request.data
+        if not isinstance(data, dict):
+            raise ValidationError({"non_field_errors": ["expected a JSON object"]})
+        reject_unstorable(data)
+        s.CreateRunSerializer(data=data).is_valid(raise_exception=True)
+        fields = dict(data)
+        mode = fields.pop("mode", "queued")
+        try:
+            run_request = RunRequest.from_mapping(fields)
+        except InvalidRequest as exc:
+            raise ValidationError({field: [message] for field, message in exc.errors.items()}) from None
+        if mode == "sync":
+            result = self.runtime.run(run_request, owner=request.user)
+            return Response({**self.fresh(result.run_id), "outcome": result.outcome.value},
+                            status=status.HTTP_201_CREATED, headers=self._location(result.run_id))
+        try:
+            run_id = self.runtime.enqueue(run_request, owner=request.user)
+        except EnqueueError as exc:
+            return Response({"detail": ENQUEUE_FAILED_DETAIL, "run_id": str(exc.run_id)},
+                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        return Response(self.fresh(run_id), status=status.HTTP_202_ACCEPTED, headers=self._location(run_id))
+
+    @staticmethod
+    def _location(run_id: Any) -> dict[str, str]:
+        return {"Location": reverse("nrllm_api:run-detail", args=[run_id])}
+
+
+class RunDetailView(RunAPIView):
+    @extend_schema(
+        operation_id="runs_retrieve", summary="Show a run", parameters=[RUN_ID],
+        description="Status, termination reason, request, timestamps, usage, the calls awaiting approval "
+                    "if any, and the cancel record.",
+        responses={200: s.RunSerializer, **AUTH_ERRORS, **NOT_FOUND},
+    )
+    def get(self, request: Request, id: str) -> Response:
+        return Response(s.run_representation(self.get_run(id)))
+
+
+_CANCELLED_DETAIL = {
+    RunStatus.RUNNING: "Cancelled; the run was executing and stops at its next step boundary.",
+    RunStatus.QUEUED: "Cancelled; the run was queued and will never execute.",
+    RunStatus.WAITING_FOR_APPROVAL: "Cancelled; the run was waiting for approval and can no longer be approved.",
+}
+
+
+class RunCancelView(RunAPIView):
+    post_throttle_scope = CANCEL_SCOPE
+
+    @extend_schema(
+        operation_id="runs_cancel", summary="Cancel a run", parameters=[RUN_ID], request=s.CancelRequestSerializer,
+        description="Cancel a queued, running or waiting run. A running run stops at its next step boundary: "
+                    "the step in flight is recorded, then a `cancelled` step.",
+        responses={202: OpenApiResponse(s.CancelResponseSerializer, "It was executing: it stops at its next step "
+                                        "boundary, and `run.cancel.stopped_at` fills in then."),
+                   200: OpenApiResponse(s.CancelResponseSerializer, "It was queued or waiting (now cancelled, "
+                                        "nothing executing), or already cancelled (`outcome` says so)."),
+                   409: OpenApiResponse(s.CancelResponseSerializer, "It had completed or failed; nothing changed."),
+                   **BAD_REQUEST, **AUTH_ERRORS, **NOT_FOUND, **THROTTLED},
+    )
+    def post(self, request: Request, id: str) -> Response:
+        run = self.get_run(id)
+        body = s.CancelRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        result = self.runtime.cancel(run.pk, by=request.user, source=CancelSource.API,
+                                     reason=body.validated_data["reason"])
+        if result.outcome == CancelOutcome.NOT_FOUND:  # deleted in between
+            raise NotFound(NOT_FOUND_DETAIL)
+        if result.outcome == CancelOutcome.CANCELLED:
+            detail = _CANCELLED_DETAIL[RunStatus(result.previous_status)]
+            code = status.HTTP_202_ACCEPTED if result.was_executing else status.HTTP_200_OK
+        elif result.outcome == CancelOutcome.ALREADY_CANCELLED:
+            detail, code = "Already cancelled; nothing changed.", status.HTTP_200_OK
+        else:
+            detail, code = f"The run is {result.status}; nothing to cancel.", status.HTTP_409_CONFLICT
+        return Response({
+            "run_id": str(run.pk), "outcome": result.outcome.value, "previous_status": result.previous_status,
+            "status": result.status, "stopping": result.was_executing, "detail": detail,
+            "run": self.fresh(run.pk),
+        }, status=code)
+
+
+class RunApproveView(RunAPIView):
+    @extend_schema(
+        operation_id="runs_approve", summary="Approve or deny a waiting run", parameters=[RUN_ID],
+        request=s.ApproveRequestSerializer,
+        description="Decide on the calls a waiting run holds, then resume it here, or (`queued`) hand it "
+                    "to a worker.",
+        responses={200: OpenApiResponse(s.RunOutcomeSerializer, "Resumed here: the run and its outcome."),
+                   202: OpenApiResponse(s.RunOutcomeSerializer, "Decision stored: a worker resumes the run."),
+                   409: OpenApiResponse(s.ConflictSerializer, "The run is not waiting for approval."),
+                   **BAD_REQUEST, **AUTH_ERRORS, **NOT_FOUND, **ENQUEUE_FAILED},
+    )
+    def post(self, request: Request, id: str) -> Response:
+        run = self.get_run(id)
+        body = s.ApproveRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        queued = body.validated_data["queued"]
+        try:
+            result = self.runtime.approve(run.pk, body.validated_data["approved"], by=request.user, queued=queued)
+        except RunNotFound:
+            raise NotFound(NOT_FOUND_DETAIL) from None
+        except ApprovalNotPending as exc:
+            return Response({"detail": f"The run is {exc.status}, not waiting for approval.",
+                             "run_id": str(run.pk), "status": exc.status}, status=status.HTTP_409_CONFLICT)
+        except EnqueueError:
+            return Response({"detail": ENQUEUE_FAILED_DETAIL, "run_id": str(run.pk)},
+                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        return Response({**self.fresh(run.pk), "outcome": result.outcome.value},
+                        status=status.HTTP_202_ACCEPTED if queued else status.HTTP_200_OK)
+
+
+class RunEventsView(RunAPIView):
+    @extend_schema(
+        operation_id="runs_events", summary="Read a run's step stream", parameters=[RUN_ID, s.EventsQuerySerializer],
+        description="Recorded steps with a sequence greater than `after`, in order. Poll with "
+                    "`after=next_after` until `finished`.",
+        responses={200: s.EventPageSerializer, **BAD_REQUEST, **AUTH_ERRORS, **NOT_FOUND},
+    )
+    def get(self, request: Request, id: str) -> Response:
+        run = self.get_run(id)  # read before the steps, so "finished" never hides a step
+        query = s.EventsQuerySerializer(data=query_data(request.query_params))
+        query.is_valid(raise_exception=True)
+        after, limit = query.validated_data["after"], query.validated_data["limit"]
+        events = self.runtime.events(run.pk, after=after, limit=limit + 1)
+        page = events[:limit]
+        return Response({
+            "run_id": str(run.pk), "status": run.status, "finished": stream_finished(run),
+            "results": [event_dict(e) for e in page],
+            "next_after": page[-1].sequence if page else after, "has_more": len(events) > limit,
+        })
+
+
+class BulkCancelView(RunAPIView):
+    post_throttle_scope = CANCEL_SCOPE
+
+    @extend_schema(
+        operation_id="runs_bulk_cancel", summary="Cancel many runs", request=s.BulkCancelRequestSerializer,
+        description="Cancel the selected runs the caller may see, in a constant number of statements: by "
+                    "`ids`, or by `status` (and `created_before`). `dry_run` only counts.",
+        responses={200: s.BulkCancelResponseSerializer, **BAD_REQUEST, **AUTH_ERRORS, **THROTTLED},
+    )
+    def post(self, request: Request) -> Response:
+        body = s.BulkCancelRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        v = body.validated_data
+        selection = visible_runs(request.user)
+        if "ids" in v:
+            selection = selection.filter(pk__in=v["ids"])
+        else:
+            selection = selection.filter(status__in=v["status"])
+            if "created_before" in v:
+                selection = selection.filter(created_at__lt=v["created_before"])
+        result = self.runtime.cancel_many(selection, by=request.user, source=CancelSource.API,
+                                          reason=v["reason"], dry_run=v["dry_run"])
+        matched = result.cancelled_total + sum(result.unchanged.values())
+        return Response({
+            "dry_run": result.dry_run, "matched": matched, "cancelled": result.cancelled,
+            "unchanged": result.unchanged, "cancelled_total": result.cancelled_total,
+            "not_found": max(len(set(v["ids"])) - matched, 0) if "ids" in v else None,
+        })
