@@ -13,6 +13,20 @@ from .domain.providers import validate_script
 MAX_PROMPT_CHARS = 20_000
 
 
+UNSTORABLE = "must not contain NUL or lone surrogate characters"
+
+
+def unstorable(value: Any) -> bool:
+    """True when a JSON-like value holds text the database cannot store (NUL, lone surrogates)."""
+    if isinstance(value, str):
+        return "\x00" in value or any("\ud800" <= ch <= "\udfff" for ch in value)
+    if isinstance(value, dict):
+        return any(unstorable(k) or unstorable(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(unstorable(v) for v in value)
+    return False
+
+
 class InvalidRequest(ValueError):
     """The run request is invalid; ``errors`` maps each field to what is wrong with it."""
 
@@ -48,15 +62,15 @@ class RunRequest:
         prompt = data.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
             errors["prompt"] = "a non-empty string is required"
-        elif len(prompt) > MAX_PROMPT_CHARS or "\x00" in prompt:
-            errors["prompt"] = f"at most {MAX_PROMPT_CHARS} characters, no NUL"
+        elif len(prompt) > MAX_PROMPT_CHARS:
+            errors["prompt"] = f"at most {MAX_PROMPT_CHARS} characters"
 
         provider = data.get("provider") or app_settings.DEFAULT_PROVIDER
         if not isinstance(provider, str) or provider not in app_settings.PROVIDERS:
             errors["provider"] = f"unknown provider; one of {', '.join(sorted(app_settings.PROVIDERS))}"
 
         model = data.get("model") or ""
-        if not isinstance(model, str) or len(model) > 200 or "\x00" in model:
+        if not isinstance(model, str) or len(model) > 200:
             errors["model"] = "a string of at most 200 characters"
         elif provider == "openai" and not model:
             errors["model"] = "the openai provider needs a model name"
@@ -98,6 +112,11 @@ class RunRequest:
         if on_deny not in ("continue", "stop"):
             errors["on_deny"] = "'continue' or 'stop'"
 
+        # PostgreSQL cannot store NUL or lone surrogates (text, jsonb): refuse them here, for
+        # every surface, rather than fail later with a server error.
+        for key, value in data.items():
+            if unstorable(key) or unstorable(value):
+                errors[key if isinstance(key, str) and not unstorable(key) else "non_field_errors"] = UNSTORABLE
         if errors:
             raise InvalidRequest(errors)
         return cls(prompt=prompt, provider=provider, model=model, tools=tuple(dict.fromkeys(tools)),

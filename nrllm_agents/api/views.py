@@ -24,7 +24,7 @@ from rest_framework.views import APIView
 from ..dispatch import EnqueueError
 from ..models import AgentRun, CancelSource, RunStatus
 from ..presenters import event_dict, stream_finished
-from ..requests import InvalidRequest, RunRequest
+from ..requests import UNSTORABLE, InvalidRequest, RunRequest, unstorable
 from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, InvalidRunId, RunNotFound, parse_run_id
 from . import serializers as s
 from .errors import exception_handler
@@ -35,7 +35,6 @@ from .throttling import CANCEL_SCOPE, CREATE_SCOPE, RunRateThrottle
 NOT_FOUND_DETAIL = "Run not found."
 ENQUEUE_FAILED_DETAIL = ("The queue did not accept the run; it was marked failed (enqueue_failed). "
                          "Try again later.")
-UNSTORABLE = "must not contain NUL or lone surrogate characters"
 
 
 def visible_runs(user: Any) -> QuerySet[AgentRun]:
@@ -44,24 +43,14 @@ def visible_runs(user: Any) -> QuerySet[AgentRun]:
     return runs if user.is_staff else runs.filter(owner=user)
 
 
-def _unstorable(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value or any("\ud800" <= ch <= "\udfff" for ch in value)
-    if isinstance(value, dict):
-        return any(_unstorable(k) or _unstorable(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_unstorable(v) for v in value)
-    return False
-
-
-def reject_unstorable(data: dict[str, Any]) -> None:
+def rejectunstorable(data: dict[str, Any]) -> None:
     """Reject NUL and lone surrogate characters anywhere in a body the runtime stores as JSON.
 
     PostgreSQL cannot store either (jsonb and text refuse NUL; UTF-8 cannot encode a lone
     surrogate), so they are input errors here rather than server errors later.
     """
-    errors = {("non_field_errors" if _unstorable(key) else key): [UNSTORABLE]
-              for key, value in data.items() if _unstorable(key) or _unstorable(value)}
+    errors = {("non_field_errors" if unstorable(key) else key): [UNSTORABLE]
+              for key, value in data.items() if unstorable(key) or unstorable(value)}
     if errors:
         raise ValidationError(errors)
 
@@ -168,7 +157,7 @@ class RunListCreateView(generics.ListAPIView, RunAPIView):
         data = request.data
         if not isinstance(data, dict):
             raise ValidationError({"non_field_errors": ["expected a JSON object"]})
-        reject_unstorable(data)
+        rejectunstorable(data)
         s.CreateRunSerializer(data=data).is_valid(raise_exception=True)
         fields = dict(data)
         mode = fields.pop("mode", "queued")

@@ -87,3 +87,15 @@ def test_scripted_turn_follows_the_transcript_not_the_instance():
     script = [{"content": "first"}, {"content": "second"}]
     transcript = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "first"}]
     assert ScriptedProvider(script).complete(transcript, []).content == "second"
+
+
+@pytest.mark.parametrize("field, value", [
+    ("prompt", "a\x00b"), ("system", "lone \ud800 surrogate"), ("model", "m\x00"),
+    ("script", [{"content": "nul \x00 inside"}]), ("tools", ["calc\x00"]),
+])
+def test_run_requests_refuse_text_the_database_cannot_store(field, value, settings):
+    from nrllm_agents.requests import UNSTORABLE, InvalidRequest, RunRequest
+
+    with pytest.raises(InvalidRequest) as info:
+        RunRequest.from_mapping({"prompt": "ok", field: value})
+    assert info.value.errors[field] == UNSTORABLE
