@@ -1,9 +1,10 @@
 """The admin's cancel flow: a confirmation page, then a summary of what the runtime did.
 
-Follows ``django.contrib.admin.actions.delete_selected``: the action renders a confirmation
-page listing what will happen to each selected run; posting it back (``post=yes``) calls
-the runtime once and reports the outcome with ``message_user``. Nothing here writes a
-status: the words below only map the runtime's result values.
+Follows ``django.contrib.admin.actions.delete_selected``: the list's action, and a run's own
+cancel URL, render a confirmation page listing what will happen to each selected run;
+posting it back (``post=yes``) calls the runtime once and reports the outcome with
+``message_user``. Nothing here writes a status: the words below only map the runtime's
+result values.
 """
 
 from __future__ import annotations
@@ -117,11 +118,13 @@ def single_summary(result: CancelResult) -> tuple[str, int]:
 
 
 def confirmation(modeladmin: ModelAdmin, request: HttpRequest, queryset: QuerySet, *, form: CancelForm,
-                 counts: BulkCancel, hidden: Iterable[tuple[str, Any]], title: str) -> TemplateResponse:
+                 counts: BulkCancel, hidden: Iterable[tuple[str, Any]], title: str,
+                 original: Any = None) -> TemplateResponse:
     """The confirmation page: the selected runs, what will happen to each, the reason field.
 
     ``hidden`` are the fields that route the post back to the same action (they include
     ``post=yes``); the form posts to the current URL, so changelist filters are kept.
+    ``original`` is the run whose page this came from, if any (for the breadcrumbs).
     """
     opts = modeladmin.model._meta
     shown = list(queryset.select_related("owner").order_by("-created_at")[:CONFIRM_MAX_ROWS])
@@ -131,6 +134,7 @@ def confirmation(modeladmin: ModelAdmin, request: HttpRequest, queryset: QuerySe
         "title": title,
         "subtitle": None,
         "opts": opts,
+        "original": original,
         "form": form,
         "summary": preview(counts),
         "rows": [(run, plan(run.status)) for run in shown],

@@ -6,19 +6,28 @@ never added, edited or deleted here: a run is the audit record of what an agent 
 step stream is append-only, and deleting a run would pull the row from under a segment that
 may still be executing it (retention is a job for a data-retention task, not a click).
 Cancelling needs the dedicated ``nrllm_agents.cancel_agentrun`` permission.
+
+Works the same on Django 5.2 LTS and 6.x: the list's cancel is a standard changelist action,
+and a run's page cancels through its own admin URL (``<id>/cancel/``) rather than a
+change-form action (``ActionLocation.CHANGE_FORM``), which Django 5.2 does not have.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from functools import update_wrapper
+from typing import Any, Callable
 
 from django.contrib import admin, messages
-from django.contrib.admin import ActionLocation, helpers
+from django.contrib.admin import helpers
+from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.defaultfilters import truncatechars
+from django.urls import URLPattern, path, reverse
 
 from ..models import AgentRun, AgentRunEvent, CancelSource
 from ..runtime import AgentRuntime, InvalidRunId, parse_run_id
@@ -26,7 +35,6 @@ from . import timeline
 from .cancel import CancelForm, bulk_summary, confirmation, single_summary
 
 TIMELINE_LIMIT = 500  # steps shown on a run's page; the API pages through longer streams
-CHANGE_FORM_ACTION = f"{ActionLocation.CHANGE_FORM.value}-action"  # the prefixed field Django routes on
 
 
 def _step_count() -> Coalesce:
@@ -49,7 +57,7 @@ class AgentRunAdmin(admin.ModelAdmin):
     search_fields = ("id", "prompt")
     search_help_text = "A run id (whole or part) or words of the prompt."
     show_full_result_count = False  # no COUNT(*) over the whole table on every filtered page
-    actions = ["cancel_selected", "cancel_run"]
+    actions = ["cancel_selected"]
     fieldsets = (
         ("Run", {"fields": ("id", "status", "termination_reason", "owner", "provider", "model", "tools",
                             "prompt", "claimed_by")}),
@@ -128,21 +136,44 @@ class AgentRunAdmin(admin.ModelAdmin):
                 "timeline": timeline.rows(events),
                 "timeline_total": getattr(obj, "step_count", len(events)),
                 "can_cancel": not obj.is_terminal and self.has_cancel_permission(request, obj),
-                "change_form_action": CHANGE_FORM_ACTION,
+                "cancel_url": self._url("cancel", obj.pk),
             })
         return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
 
     # --- cancel ------------------------------------------------------------------------------
+    def get_urls(self) -> list[URLPattern]:
+        """The standard admin URLs plus ``<id>/cancel/``, a run's cancel confirmation.
+
+        Listed first: the standard ``<path:object_id>/`` fallback would otherwise take it.
+        """
+        def wrap(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+            def wrapper(*args: Any, **kwargs: Any) -> HttpResponse:
+                return self.admin_site.admin_view(view)(*args, **kwargs)  # staff login, CSRF, never_cache
+
+            wrapper.model_admin = self  # type: ignore[attr-defined]
+            return update_wrapper(wrapper, view)
+
+        info = self.opts.app_label, self.opts.model_name
+        return [path("<path:object_id>/cancel/", wrap(self.cancel_view), name="%s_%s_cancel" % info),
+                *super().get_urls()]
+
+    def _url(self, view: str, *args: Any) -> str:
+        return reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_{view}", args=args,
+                       current_app=self.admin_site.name)
+
     def response_action(self, request: HttpRequest, queryset: QuerySet[AgentRun],
-                        action_location: ActionLocation = ActionLocation.CHANGE_LIST) -> HttpResponse | None:
-        """Refuse selections that are not run ids with a message, instead of a server error."""
+                        *args: Any, **kwargs: Any) -> HttpResponse | None:
+        """Refuse selections that are not run ids with a message, instead of a server error.
+
+        Extra arguments (Django 6.x passes ``action_location``) go through to Django unchanged.
+        """
         selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
         bad = [value for value in selected if not _is_uuid(value)]
         if bad:
             self.message_user(request, f"Not a run id: {timeline.clip(bad[0], 80)!r}. Nothing was changed.",
                               messages.ERROR)
             return HttpResponseRedirect(request.get_full_path())
-        return super().response_action(request, queryset, action_location=action_location)
+        return super().response_action(request, queryset, *args, **kwargs)
 
     @admin.action(description="Cancel selected runs", permissions=["cancel"])
     def cancel_selected(self, request: HttpRequest, queryset: QuerySet[AgentRun]) -> HttpResponse | None:
@@ -161,23 +192,42 @@ class AgentRunAdmin(admin.ModelAdmin):
         return confirmation(self, request, queryset, form=form, counts=counts, hidden=hidden,
                             title="Cancel selected runs")
 
-    @admin.action(description="Cancel this run", permissions=["cancel"], location=ActionLocation.CHANGE_FORM)
-    def cancel_run(self, request: HttpRequest, queryset: QuerySet[AgentRun]) -> HttpResponse | None:
-        """The same confirmation for one run, from its page; then ``AgentRuntime.cancel``."""
+    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """A run's "Cancel run…": the same confirmation for one run; then ``AgentRuntime.cancel``.
+
+        GET, or a POST without ``post=yes``, shows the confirmation; its form posts back here
+        with ``post=yes`` and the reason. Without the cancel permission the answer is 403 and
+        nothing is read or changed; an id that is not a run's redirects to the list with a message.
+        """
+        if request.method not in ("GET", "HEAD", "POST"):
+            return HttpResponseNotAllowed(["GET", "HEAD", "POST"])
+        if not (self.has_view_permission(request) and self.has_cancel_permission(request)):
+            raise PermissionDenied
+        try:
+            run_id = parse_run_id(unquote(object_id))
+        except InvalidRunId:
+            return self._refuse(request, f"Not a run id: {timeline.clip(unquote(object_id), 80)!r}. "
+                                         "Nothing was changed.")
+        queryset = self.get_queryset(request).filter(pk=run_id)
         run = queryset.first()
         if run is None:
-            self.message_user(request, "That run does not exist any more; nothing changed.", messages.ERROR)
-            return None
-        form = CancelForm(request.POST if request.POST.get("post") else None)
+            return self._refuse(request, f"Run {run_id} does not exist; nothing changed.")
+        if not self.has_cancel_permission(request, run):
+            raise PermissionDenied
+        form = CancelForm(request.POST if request.method == "POST" and request.POST.get("post") else None)
         if form.is_bound and form.is_valid():
             result = self.runtime.cancel(run.pk, by=request.user, source=CancelSource.ADMIN,
                                          reason=form.cleaned_data["reason"])
             self.message_user(request, *single_summary(result))
-            return None
-        hidden = [(CHANGE_FORM_ACTION, "cancel_run"), (helpers.ACTION_CHECKBOX_NAME, run.pk), ("post", "yes")]
+            preserved = {"preserved_filters": self.get_preserved_filters(request), "opts": self.opts}
+            return HttpResponseRedirect(add_preserved_filters(preserved, self._url("change", run.pk)))
         counts = self.runtime.cancel_many(queryset, source=CancelSource.ADMIN, dry_run=True)
-        return confirmation(self, request, queryset, form=form, counts=counts, hidden=hidden,
-                            title="Cancel this run")
+        return confirmation(self, request, queryset, form=form, counts=counts, hidden=[("post", "yes")],
+                            title="Cancel this run", original=run)
+
+    def _refuse(self, request: HttpRequest, message: str) -> HttpResponse:
+        self.message_user(request, message, messages.ERROR)
+        return HttpResponseRedirect(self._url("changelist"))
 
 
 def _is_uuid(value: str) -> bool:

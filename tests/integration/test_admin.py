@@ -14,6 +14,8 @@ from html import escape
 import pytest
 from django.contrib import messages
 from django.contrib.auth.models import Permission
+from django.contrib.staticfiles import finders
+from django.templatetags.static import static
 from django.db import connection, connections
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -25,7 +27,7 @@ from nrllm_agents.runtime import ApprovalNotPending, Outcome
 pytestmark = pytest.mark.django_db
 
 CHANGELIST = reverse("admin:nrllm_agents_agentrun_changelist")
-FORM_ACTION = "CHANGE_FORM-action"  # Django's prefixed action field on a change page
+CONFIRMATION = "admin/nrllm_agents/agentrun/cancel_confirmation.html"
 ANSWER = [{"content": "42"}]
 CALCULATE = [
     {"usage": {"prompt_tokens": 42, "completion_tokens": 18},
@@ -39,6 +41,11 @@ SLOW = [{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.1}}]}] * 20
 
 def change_url(run_id) -> str:
     return reverse("admin:nrllm_agents_agentrun_change", args=[run_id])
+
+
+def cancel_url(run_id) -> str:
+    """A run's cancel confirmation (its own admin URL; works on Django 5.2 and 6.x alike)."""
+    return reverse("admin:nrllm_agents_agentrun_cancel", args=[run_id])
 
 
 def completed(runtime, prompt: str = "add the numbers", script=CALCULATE, **kw) -> uuid.UUID:
@@ -146,6 +153,7 @@ def test_changelist_lists_runs_with_step_counts_filters_and_search(op_client, ru
     html = response.content.decode()
     for title in ("By status", "By termination reason", "By provider", "By created at"):
         assert title in html
+    assert f'href="{static("nrllm_agents/admin.css")}"' in html
     counts = {run.pk: run.step_count for run in response.context["cl"].result_list}
     assert counts == {run_id: AgentRunEvent.objects.filter(run_id=run_id).count() for run_id in (done, bad, later)}
     assert counts[done] == 5 and counts[later] == 0
@@ -213,7 +221,7 @@ def test_confirmation_page_lists_each_run_and_what_will_happen(op_client, runtim
     before = {i: snapshot(i) for i in (q, w, done, gone)}
     response = op_client.post(CHANGELIST, bulk([q, w, done, gone], index="0"))
     assert response.status_code == 200
-    assert "admin/nrllm_agents/agentrun/cancel_confirmation.html" in [t.name for t in response.templates]
+    assert CONFIRMATION in [t.name for t in response.templates]
     plans = {run.pk: plan for run, plan in response.context["rows"]}
     assert plans == {q: "cancel: it is not executing and stops at once",
                      w: "cancel: it is not executing and stops at once",
@@ -325,19 +333,25 @@ def test_cancel_from_a_runs_page(op_client, operator, runtime):
     w = waiting(runtime)
     page = op_client.get(change_url(w))
     html = page.content.decode()
-    assert 'id="cancel-run-form"' in html and '<option value="cancel_run">Cancel this run</option>' in html
+    assert 'id="cancel-run-form"' in html and f'action="{cancel_url(w)}"' in html
+    assert "CHANGE_FORM-action" not in html  # no change-form action machinery (Django 6.1-only)
     pending = escape('write_note({"body": "126", "title": "Result"})')
     assert f'<div class="readonly">{pending}</div>' in html  # the calls awaiting a decision
 
-    selected = {FORM_ACTION: "cancel_run", "_selected_action": str(w)}
-    confirm = op_client.post(change_url(w), selected)
-    assert confirm.status_code == 200
-    assert [(run.pk, plan) for run, plan in confirm.context["rows"]] == [
-        (w, "cancel: it is not executing and stops at once")]
-    assert f'name="{FORM_ACTION}" value="cancel_run"' in confirm.content.decode()
+    # The button posts to the run's cancel URL; the first post (or a GET) shows the confirmation.
+    for confirm in (op_client.post(cancel_url(w)), op_client.get(cancel_url(w))):
+        assert confirm.status_code == 200
+        assert CONFIRMATION in [t.name for t in confirm.templates]
+        assert [(run.pk, plan) for run, plan in confirm.context["rows"]] == [
+            (w, "cancel: it is not executing and stops at once")]
+        assert confirm.context["summary"] == "1 run will be cancelled."
+        body = confirm.content.decode()
+        assert 'name="post" value="yes"' in body and 'name="reason"' in body and 'value="Yes, cancel"' in body
+        assert 'name="csrfmiddlewaretoken"' in body and "admin/js/cancel.js" in body
+        assert f'href="{change_url(w)}"' in body  # the breadcrumbs lead back to the run
     assert row(w).status == RunStatus.WAITING_FOR_APPROVAL
 
-    response = op_client.post(change_url(w), {**selected, "post": "yes", "reason": "no notes today"}, follow=True)
+    response = op_client.post(cancel_url(w), {"post": "yes", "reason": "no notes today"}, follow=True)
     assert response.redirect_chain[-1][0] == change_url(w)
     assert shown(response) == [(messages.SUCCESS, f"Run {w} cancelled.")]
     run = row(w)
@@ -347,7 +361,7 @@ def test_cancel_from_a_runs_page(op_client, operator, runtime):
     assert "no notes today" in html and 'id="cancel-run-form"' not in html
 
     before = snapshot(w)
-    again = op_client.post(change_url(w), {**selected, "post": "yes"}, follow=True)
+    again = op_client.post(cancel_url(w), {"post": "yes"}, follow=True)
     assert shown(again) == [(messages.WARNING, f"Run {w} was already cancelled; nothing changed.")]
     assert snapshot(w) == before
 
@@ -356,21 +370,43 @@ def test_cancel_from_a_finished_runs_page_changes_nothing(op_client, runtime):
     done = completed(runtime)
     page = op_client.get(change_url(done))
     assert 'id="cancel-run-form"' not in page.content.decode()
-    confirm = op_client.post(change_url(done), {FORM_ACTION: "cancel_run", "_selected_action": str(done)})
+    confirm = op_client.post(cancel_url(done))
     assert confirm.context["actionable"] is False and 'value="Yes, cancel"' not in confirm.content.decode()
     before = snapshot(done)
-    response = op_client.post(change_url(done), {FORM_ACTION: "cancel_run", "_selected_action": str(done),
-                                                 "post": "yes"}, follow=True)
+    response = op_client.post(cancel_url(done), {"post": "yes"}, follow=True)
     assert shown(response) == [(messages.WARNING, f"Run {done} had already finished (completed); nothing changed.")]
     assert snapshot(done) == before
+
+
+def test_cancel_from_a_runs_page_refuses_bad_input_and_keeps_list_filters(op_client, runtime):
+    run_id = queued(runtime)
+    before = snapshot(run_id)
+    unknown = uuid.uuid4()
+    response = op_client.post(cancel_url(unknown), {"post": "yes"}, follow=True)
+    assert response.redirect_chain[-1][0] == CHANGELIST
+    assert shown(response) == [(messages.ERROR, f"Run {unknown} does not exist; nothing changed.")]
+    response = op_client.post(cancel_url("1; drop table"), {"post": "yes"}, follow=True)
+    assert response.redirect_chain[-1][0] == CHANGELIST
+    assert shown(response) == [(messages.ERROR, "Not a run id: '1; drop table'. Nothing was changed.")]
+    response = op_client.post(cancel_url(run_id), {"post": "yes", "reason": "x" * 1001})
+    assert response.status_code == 200 and response.context["form"].errors["reason"]
+    assert op_client.put(cancel_url(run_id)).status_code == 405
+    assert snapshot(run_id) == before
+
+    # From a filtered list, the run's page and its cancel keep the list's filters.
+    filters = "_changelist_filters=status__exact%3Dqueued"
+    page = op_client.get(f"{change_url(run_id)}?{filters}")
+    assert f'action="{cancel_url(run_id)}?{filters}"' in page.content.decode()
+    response = op_client.post(f"{cancel_url(run_id)}?{filters}", {"post": "yes"})
+    assert response.status_code == 302 and response["Location"] == f"{change_url(run_id)}?{filters}"
+    assert row(run_id).status == RunStatus.CANCELLED
 
 
 @pytest.mark.django_db(transaction=True)  # the run executes in another thread, on its own connection
 def test_cancel_from_the_page_of_an_executing_run(client, django_user_model, runtime):
     client.force_login(django_user_model.objects.create_superuser("op", "op@example.com", "pw"))
     live = InThread(runtime, SLOW)
-    response = client.post(change_url(live.run_id), {FORM_ACTION: "cancel_run", "_selected_action": str(live.run_id),
-                                                     "post": "yes"}, follow=True)
+    response = client.post(cancel_url(live.run_id), {"post": "yes"}, follow=True)
     assert live.join().outcome == Outcome.CANCELLED
     assert shown(response) == [(messages.SUCCESS, f"Run {live.run_id} cancelled; it was executing and stops at "
                                                   "its next step boundary.")]
@@ -386,19 +422,24 @@ def test_staff_without_the_cancel_permission_cannot_cancel(client, viewer, runti
     assert page.status_code == 200 and listed(page) == {q, w}
     assert "cancel_selected" not in page.content.decode()
     response = client.post(CHANGELIST, bulk([q, w], post="yes"))
-    assert "admin/nrllm_agents/agentrun/cancel_confirmation.html" not in [t.name for t in response.templates]
+    assert CONFIRMATION not in [t.name for t in response.templates]
     run_page = client.get(change_url(w))
     assert run_page.status_code == 200
-    assert "cancel_run" not in run_page.content.decode() and 'id="cancel-run-form"' not in run_page.content.decode()
-    for data in ({FORM_ACTION: "cancel_run", "_selected_action": str(w)},
-                 {FORM_ACTION: "cancel_run", "_selected_action": str(w), "post": "yes"}):
-        assert client.post(change_url(w), data).status_code == 403
+    html = run_page.content.decode()
+    assert 'id="cancel-run-form"' not in html and cancel_url(w) not in html
+    for response in (client.get(cancel_url(w)), client.post(cancel_url(w)),
+                     client.post(cancel_url(w), {"post": "yes"}),
+                     client.post(cancel_url(uuid.uuid4()), {"post": "yes"})):  # no hint whether a run exists
+        assert response.status_code == 403
     assert {i: snapshot(i) for i in before} == before
 
     # The gate is the permission: granted, the same user cancels through the same requests.
     viewer.user_permissions.add(Permission.objects.get(codename="cancel_agentrun"))
-    response = client.post(CHANGELIST, bulk([q, w], post="yes"), follow=True)
-    assert shown(response) == [(messages.SUCCESS, "2 runs cancelled.")]
+    assert 'id="cancel-run-form"' in client.get(change_url(w)).content.decode()
+    response = client.post(CHANGELIST, bulk([q], post="yes"), follow=True)
+    assert shown(response) == [(messages.SUCCESS, "1 run cancelled.")]
+    response = client.post(cancel_url(w), {"post": "yes"}, follow=True)
+    assert shown(response) == [(messages.SUCCESS, f"Run {w} cancelled.")]
 
 
 def test_csrf_is_enforced_on_the_confirmation_forms(operator, runtime):
@@ -411,13 +452,23 @@ def test_csrf_is_enforced_on_the_confirmation_forms(operator, runtime):
     form_token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.content.decode()).group(1)
 
     assert csrf_client.post(CHANGELIST, bulk([q], post="yes")).status_code == 403
-    single = {FORM_ACTION: "cancel_run", "_selected_action": str(w), "post": "yes"}
-    assert csrf_client.post(change_url(w), single).status_code == 403
+    assert csrf_client.post(cancel_url(w), {"post": "yes"}).status_code == 403
+    assert csrf_client.post(cancel_url(w)).status_code == 403  # even the first post, from the run's page
     assert (row(q).status, row(w).status) == (RunStatus.QUEUED, RunStatus.WAITING_FOR_APPROVAL)
 
     response = csrf_client.post(CHANGELIST, bulk([q], post="yes", csrfmiddlewaretoken=form_token), follow=True)
     assert shown(response) == [(messages.SUCCESS, "1 run cancelled.")]
     assert row(q).status == RunStatus.CANCELLED
+
+    run_page = csrf_client.get(change_url(w)).content.decode()
+    page_token = re.search(r'id="cancel-run-form">\s*<input type="hidden" name="csrfmiddlewaretoken" value="([^"]+)"',
+                           run_page).group(1)
+    confirm = csrf_client.post(cancel_url(w), {"csrfmiddlewaretoken": page_token})
+    assert confirm.status_code == 200 and CONFIRMATION in [t.name for t in confirm.templates]
+    confirm_token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', confirm.content.decode()).group(1)
+    response = csrf_client.post(cancel_url(w), {"post": "yes", "csrfmiddlewaretoken": confirm_token}, follow=True)
+    assert shown(response) == [(messages.SUCCESS, f"Run {w} cancelled.")]
+    assert row(w).status == RunStatus.CANCELLED
 
 
 # --- a run's page: fields and timeline ---------------------------------------------------------
@@ -453,6 +504,8 @@ def test_run_page_shows_the_step_stream_as_a_timeline(op_client, operator, runti
     assert "42 prompt + 18 completion = 60 tokens" in html and "approved by op" in html
     assert "The answer is 126." in html and "division by zero" in html
     assert 'id="cancel-run-form"' not in html
+    # Styles come from a static file (no inline <style>, so no CSP nonce tag on any Django version).
+    assert f'href="{static("nrllm_agents/admin.css")}"' in html and finders.find("nrllm_agents/admin.css")
 
 
 # --- the queue dashboard and notes -----------------------------------------------------------
