@@ -101,9 +101,14 @@ class ToolLoop:
         """Continue a state rebuilt from the stream: finish the last turn's calls, then go on.
 
         A turn that holds a gated call and has no recorded decision suspends again; a
-        denied turn answers its remaining calls with the denial.
+        denied turn answers its remaining calls with the denial. A stream that already ends
+        with the model's final answer (the segment stopped before settling) completes with
+        that answer: the model is not asked again.
         """
         calls = list(state.pending_calls)
+        last = state.messages[-1] if state.messages else {}
+        if not calls and last.get("role") == "assistant" and not last.get("tool_calls"):
+            return LoopResult(LoopOutcome.COMPLETED, state, final_text=last.get("content") or "")
         if state.decision is None and any((t := self.tools.get(c.name)) and t.requires_approval for c in calls):
             return LoopResult(LoopOutcome.AWAITING_APPROVAL, state)
         state.pending_calls = []

@@ -18,7 +18,8 @@ def rebuild_state(steps: Iterable[Mapping[str, Any]]) -> LoopState:
 
     ``pending_calls`` holds the calls of the last model turn without a recorded ``tool``
     step, in order: a continuation runs exactly those, never one that already ran;
-    ``decision`` is the human decision recorded for that turn, if any.
+    ``decision`` is the human decision recorded for that turn, if any (kept even when every
+    call of the turn has its step, so a denial that ends the run still ends it).
     """
     messages: list[dict[str, Any]] = []
     usage = Usage()
@@ -49,4 +50,4 @@ def rebuild_state(steps: Iterable[Mapping[str, Any]]) -> LoopState:
                              "content": tool_content(payload.get("result"), payload.get("error"))})
     pending = [c for c in turn if c.id not in done]
     return LoopState(messages=messages, pending_calls=pending, round=round_, iterations=iterations,
-                     usage=usage, sent=len(messages), decision=decision if pending else None)
+                     usage=usage, sent=len(messages), decision=decision)

@@ -89,6 +89,39 @@ class Workers:
     def logs(self) -> str:
         return "\n".join(f"--- {name}\n{self.log(name)}" for name in self.names)
 
+    def log_text(self, name: str) -> str:
+        """The whole log of one worker (``log`` keeps only its tail)."""
+        path = self.log_dir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def index_of_horse(self, pid: int) -> int:
+        """Which of these workers forked the work horse ``pid``."""
+        for index, proc in enumerate(self.processes):
+            if pid in _children(proc.pid):
+                return index
+        raise LookupError(f"no worker of {self.prefix} has a child {pid}")
+
+    def kill(self, index: int) -> None:
+        """SIGKILL one worker as if its machine vanished: its process group, and its work horse,
+        which RQ puts in a process group of its own (and whatever that horse started)."""
+        proc = self.processes[index]
+        horses = _children(proc.pid)
+        _signal_group(proc, signal.SIGKILL)
+        for pid in horses:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                _signal_pid(pid, signal.SIGKILL)
+        proc.wait(10)
+
+    def terminate(self, index: int) -> None:
+        """SIGTERM to one worker process alone: RQ's warm shutdown (what a deploy sends)."""
+        _signal_pid(self.processes[index].pid, signal.SIGTERM)
+
+    def wait_exit(self, index: int, timeout: float = 60.0) -> int:
+        """Wait for one worker process to exit; returns its exit code."""
+        return self.processes[index].wait(timeout)
+
     def stop(self, grace: float = 10.0) -> None:
         """End every process this object started, and their work horses."""
         for proc in self.processes:

@@ -221,3 +221,37 @@ def test_calculator_in_a_loop():
                         [Calculator()], trace)
     loop.start("go")
     assert trace.steps[2].payload["result"] == {"expression": "(17 + 25) * 3", "value": 126}
+
+
+def test_a_rebuilt_stream_continues_exactly_where_it_stopped():
+    """The stream is the checkpoint: rebuild it at each cut and continue; the result matches."""
+    from nrllm_agents.domain import rebuild_state
+
+    script = [{"tool_calls": [call("a", n=1), call("b", n=2)]}, {"tool_calls": [call("a", n=3)]},
+              {"content": "finished"}]
+    full = Recorder()
+    make_loop(script, [CountingTool("a"), CountingTool("b")], full)[0].start("go")
+    as_dicts = [{"kind": s.kind.value, "round": s.round, "payload": s.payload} for s in full.steps]
+    for cut in range(1, len(as_dicts)):
+        a, b = CountingTool("a"), CountingTool("b")
+        rest = Recorder()
+        loop, provider = make_loop(script, [a, b], rest)
+        result = loop.proceed(rebuild_state(as_dicts[:cut]))
+        assert result.outcome == LoopOutcome.COMPLETED and result.final_text == "finished"
+        done_before = [d["payload"]["call_id"] for d in as_dicts[:cut] if d["kind"] == "tool"]
+        ran_now = [s.payload["call_id"] for s in rest.steps if s.kind == StepKind.TOOL]
+        assert sorted(done_before + ran_now) == ["call_1_1", "call_1_2", "call_2_1"]  # each exactly once
+
+
+def test_a_rebuilt_denial_with_stop_ends_the_run_without_asking_again():
+    from nrllm_agents.domain import rebuild_state
+
+    gated = CountingTool("gated", requires_approval=True)
+    trace = Recorder()
+    loop, _ = make_loop([{"tool_calls": [call("gated")]}, {"content": "x"}], [gated], trace, on_deny="stop")
+    loop.resume(loop.start("go").state, approved=False)
+    steps = [{"kind": s.kind.value, "round": s.round, "payload": s.payload} for s in trace.steps]
+    again, provider = make_loop([{"tool_calls": [call("gated")]}, {"content": "x"}], [gated], Recorder(),
+                                on_deny="stop")
+    result = again.proceed(rebuild_state(steps))
+    assert result.outcome == LoopOutcome.APPROVAL_DENIED and provider.calls == 0 and gated.calls == []
