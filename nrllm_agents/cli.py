@@ -1,0 +1,356 @@
+"""What the ``agent_*`` management commands share: parsing, the step printer, following a
+stored stream, exit codes, and turning Ctrl-C into a cancel.
+
+Output comes in two forms. Human lines (styled when the terminal allows), or, with
+``--json``, one JSON object per line with an ``event`` key: first ``started``, then one
+``step`` per recorded step (``presenters.step_dict`` shape), last the summary
+(``presenters.summary_event``) — the shapes the browser stream uses too.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import signal
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+from django.core.management.base import CommandError, OutputWrapper
+from django.core.management.color import Style
+from django.db import connections
+from django.utils import timezone
+
+from . import presenters
+from .models import AgentRun, CancelSource, RunStatus
+from .runtime import AgentRuntime, InvalidRunId, parse_run_id
+from .requests import InvalidRequest
+
+# Exit codes shared by agent_run, agent_approve and the followers.
+EXIT_OK = 0  # completed (an approval denial that ended the run included)
+EXIT_FAILED = 1  # the run failed, or the command could not do what was asked
+EXIT_USAGE = 2  # malformed input: nothing was done
+EXIT_CANCELLED = 3  # the run was cancelled
+EXIT_AWAITING_APPROVAL = 4  # the run is waiting for a human decision
+EXIT_INTERRUPTED = 130  # a second Ctrl-C: left without waiting for the step in flight
+
+_EXIT_BY_STATUS = {
+    RunStatus.COMPLETED: EXIT_OK,
+    RunStatus.CANCELLED: EXIT_CANCELLED,
+    RunStatus.WAITING_FOR_APPROVAL: EXIT_AWAITING_APPROVAL,
+    RunStatus.FAILED: EXIT_FAILED,
+}
+
+POLL_SECONDS = 0.2
+# A cancelled run whose segment never acknowledged the stop (its process died) would keep a
+# follower waiting forever; no single step can take longer than this (model and tool bounds).
+ACK_GRACE = timedelta(seconds=120)
+CANCEL_HINT = "python manage.py agent_cancel {run_id}"
+
+# RunRequest field -> the flag that sets it, so a usage error names what the user typed.
+_FLAGS = {"prompt": "PROMPT", "provider": "--provider", "model": "--model", "tools": "--tool",
+          "max_iterations": "--max-iterations", "script": "--script"}
+
+
+def exit_code(status: str) -> int:
+    """The exit code for a run's status: 0 completed, 3 cancelled, 4 waiting, 1 otherwise."""
+    return _EXIT_BY_STATUS.get(status, EXIT_FAILED)
+
+
+def usage_error(message: str) -> CommandError:
+    """A one-line usage error (exit 2)."""
+    return CommandError(message, returncode=EXIT_USAGE)
+
+
+def run_id_arg(value: str) -> Any:
+    """A run id from the command line, or a usage error."""
+    try:
+        return parse_run_id(value)
+    except InvalidRunId as exc:
+        raise usage_error(str(exc)) from None
+
+
+def request_error(exc: InvalidRequest) -> CommandError:
+    """An ``InvalidRequest`` as one line naming the flags at fault (exit 2)."""
+    parts = [f"{_FLAGS.get(field, field)}: {message}" for field, message in exc.errors.items()]
+    return usage_error("invalid request: " + "; ".join(parts).replace("\n", " "))
+
+
+def enqueue_failed(exc: Exception) -> CommandError:
+    """The queue refused the job (exit 1); the runtime already marked the run failed."""
+    return CommandError(f"{exc}; the run was marked failed (enqueue_failed)", returncode=EXIT_FAILED)
+
+
+def parse_script(value: str) -> Any:
+    """``--script``: inline JSON, or ``@path`` to a file holding it. Structure is checked later
+    by ``RunRequest``; this only turns text into JSON, with a one-line error naming the flag."""
+    text = value
+    if value.startswith("@"):
+        try:
+            text = Path(value[1:]).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise usage_error(f"--script: cannot read {value[1:]!r}: {exc.__class__.__name__}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise usage_error(f"--script: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+
+
+_DURATION = re.compile(r"^\s*(\d{1,9})\s*([smhdw])\s*$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(value: str) -> timedelta:
+    """``30s``, ``15m``, ``2h``, ``7d``, ``1w`` -> a timedelta; anything else is a usage error."""
+    match = _DURATION.match(value or "")
+    if not match:
+        raise usage_error(f"--older-than: expected a duration like 30s, 15m, 2h or 7d, got {value[:40]!r}")
+    try:
+        return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+    except OverflowError:
+        raise usage_error(f"--older-than: {value!r} is too long ago") from None
+
+
+def _short(value: Any, limit: int = 100) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _calls(calls: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{c.get('name')}({_short(c.get('arguments') or {}, 60)})" for c in calls)
+
+
+def describe_step(step: dict[str, Any]) -> str:
+    """One human line for a step (``presenters.step_dict`` shape)."""
+    kind, p = step["kind"], step.get("payload") or {}
+    if kind == "request":
+        count = p.get("message_count")
+        text = f"to {p.get('provider')}/{p.get('model')} ({count} message{'' if count == 1 else 's'})"
+    elif kind == "llm":
+        text = (f"asks for {_calls(p['tool_calls'])}" if p.get("tool_calls")
+                else f"answers: {_short(p.get('content') or '')}")
+        usage = p.get("usage") or {}
+        if usage.get("total_tokens"):
+            text += f" [{usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens]"
+    elif kind == "tool":
+        text = (f"{p.get('name')} failed: {_short(p['error'])}" if p.get("error")
+                else f"{p.get('name')}({_short(p.get('arguments') or {}, 60)}) -> {_short(p.get('result'))}")
+    elif kind == "approval":
+        decision = "approved" if p.get("approved") else "denied"
+        text = f"{decision} by {p.get('by') or 'someone'}: {_calls(p.get('calls') or [])}"
+    elif kind == "cancelled":
+        text = f"via {p.get('source')}" + (f" by {p['by']}" if p.get("by") else "")
+        text += f" ({p['reason']})" if p.get("reason") else ""
+        boundary = p.get("boundary_sequence")
+        text += f"; stopped after step #{boundary}" if boundary is not None else "; no step had run"
+    else:
+        text = _short(p)
+    duration = step.get("duration_ms")
+    suffix = f"  ({duration:.0f} ms)" if isinstance(duration, (int, float)) else ""
+    return f"  #{step['sequence']:<3} {kind:<9} r{step['round']}  {text}{suffix}"
+
+
+class StreamPrinter:
+    """Prints a run's stream to a command's stdout: human lines, or JSON lines with ``--json``.
+
+    Steps are printed once each, in order (a step whose sequence was already printed is
+    skipped), and every line is flushed so pipes see it live.
+    """
+
+    def __init__(self, stdout: OutputWrapper, style: Style, *, as_json: bool) -> None:
+        self.stdout, self.style, self.as_json = stdout, style, as_json
+        self.run_id: str | None = None
+        self.last_sequence = -1
+
+    def _emit(self, obj: dict[str, Any] | None, text: str, style_func: Callable[[str], str] | None = None) -> None:
+        if self.as_json:
+            if obj is not None:
+                self.stdout.write(json.dumps(obj, default=str, ensure_ascii=False), style_func=lambda s: s)
+        else:
+            self.stdout.write(text, style_func=style_func)
+        self.stdout.flush()
+
+    def started(self, run_id: Any, note: str = "") -> None:
+        """The first line: the run id."""
+        self.run_id = str(run_id)
+        self._emit({"event": "started", "run_id": self.run_id}, f"run {self.run_id}{note}", self.style.SUCCESS)
+
+    def step(self, step: dict[str, Any]) -> None:
+        """A recorded step (``presenters.step_dict`` shape); usable as ``on_step``."""
+        if self.run_id is None:
+            self.started(step["run_id"])
+        if step["sequence"] <= self.last_sequence:
+            return
+        self.last_sequence = step["sequence"]
+        self._emit({"event": "step", "step": step}, describe_step(step))
+
+    def note(self, text: str, obj: dict[str, Any] | None = None) -> None:
+        """An informational line (in JSON mode only when ``obj`` is given)."""
+        self._emit(obj, text, self.style.NOTICE)
+
+    def summary(self, run: AgentRun) -> int:
+        """The last line, from a fresh row; returns the exit code the run's status maps to."""
+        event = presenters.summary_event(run)
+        self._emit(event, *self._human_summary(run, event))
+        return exit_code(run.status)
+
+    def _human_summary(self, run: AgentRun, event: dict[str, Any]) -> tuple[str, Callable[[str], str]]:
+        head = f"run {run.pk}"
+        tokens = event["usage"]["total_tokens"]
+        spend = f" [{run.iterations} model calls, {tokens} tokens]"
+        if run.status == RunStatus.COMPLETED:
+            why = "" if run.termination_reason == "completed" else f" ({run.termination_reason})"
+            return f"{head} completed{why}{spend}: {_short(run.final_text or '', 300)}", self.style.SUCCESS
+        if run.status == RunStatus.CANCELLED:
+            c = event.get("cancel") or {}
+            who = f" by {c['by']}" if c.get("by") else ""
+            reason = f" ({c['reason']})" if c.get("reason") else ""
+            return f"{head} cancelled via {c.get('source')}{who}{reason}{spend}", self.style.WARNING
+        if run.status == RunStatus.WAITING_FOR_APPROVAL:
+            return (f"{head} is waiting for approval of {_calls(event['pending_approval'])}; decide with: "
+                    f"python manage.py agent_approve {run.pk} --approve (or --deny)"), self.style.WARNING
+        if run.status == RunStatus.FAILED:
+            error = _short(event["error"] or "", 300)
+            return f"{head} failed ({run.termination_reason}){spend}: {error}", self.style.ERROR
+        return f"{head} is {run.status}", self.style.NOTICE
+
+
+def follow(runtime: AgentRuntime, run_id: Any, *, after: int = -1,
+           on_step: Callable[[dict[str, Any]], None], poll: float = POLL_SECONDS) -> AgentRun:
+    """Tail a run's stored stream until nothing more will be appended; returns the last row read.
+
+    Each round reads the status first, then the steps after the last one seen, so when the
+    status says the stream is finished (``presenters.stream_finished``) the fetch that follows
+    still gets every step recorded before it. A run cancelled more than ``ACK_GRACE`` ago whose
+    stop was never acknowledged (the process executing it died) also ends the tail.
+    Raises ``RunNotFound``.
+    """
+    last = after
+    while True:
+        run = runtime.status(run_id)
+        finished = presenters.stream_finished(run) or _abandoned(run)
+        for event in runtime.events(run_id, after=last):
+            on_step(presenters.event_dict(event))
+            last = event.sequence
+        if finished:
+            return run
+        time.sleep(poll)
+
+
+def _abandoned(run: AgentRun) -> bool:
+    """Cancelled long ago and never acknowledged: the executing process is gone."""
+    return (run.status == RunStatus.CANCELLED and run.stopped_at is None
+            and run.cancel_requested_at is not None and timezone.now() - run.cancel_requested_at > ACK_GRACE)
+
+
+class CancelOnInterrupt:
+    """While active, Ctrl-C cancels the run (source ``cli``) instead of killing the process.
+
+    The first SIGINT only wakes a helper thread, which cancels through the runtime on its own
+    database connection (the handler itself does no database work: the main thread may be in
+    the middle of a query). The segment then stops at its next step boundary and the command
+    reports the run as cancelled. A second SIGINT exits at once (status 130) after giving the
+    cancel a moment to commit. Installed only in the main thread; a no-op elsewhere.
+    """
+
+    REASON = "interrupted (Ctrl-C)"
+
+    def __init__(self, runtime: AgentRuntime, stderr: OutputWrapper, run_id: Any = None) -> None:
+        self.runtime, self.stderr = runtime, stderr
+        self.run_id = run_id
+        self._signals = itertools.count()
+        self._interrupted = threading.Event()
+        self._id_known = threading.Event()
+        self._done = threading.Event()
+        self._closing = False
+        self._previous: Any = None
+        self._installed = False
+        self._thread = threading.Thread(target=self._cancel_when_interrupted, name="nrllm-cli-interrupt",
+                                        daemon=True)
+        if run_id is not None:
+            self._id_known.set()
+
+    def set_run_id(self, run_id: Any) -> None:
+        """Tell which run to cancel (for ``agent_run``, known once its first step is recorded)."""
+        if self.run_id is None:
+            self.run_id = run_id
+            self._id_known.set()
+
+    def __enter__(self) -> CancelOnInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+            # The helper inherits a mask that blocks SIGINT, so the kernel delivers it to the
+            # main thread: a signal landing on the helper would not interrupt the main thread's
+            # blocking sleep, and the handler would only run once that step finished.
+            if not hasattr(signal, "pthread_sigmask"):  # Windows: signals only reach the main thread
+                self._thread.start()
+                return self
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                self._thread.start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self._installed:
+            return
+        signal.signal(signal.SIGINT, self._previous)
+        self._closing = True
+        self._interrupted.set()
+        self._id_known.set()
+        self._thread.join(timeout=30)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        # Handlers can nest (a second SIGINT may run this before the first call returns), so
+        # "is this the first?" is decided by one C call that no nested call can split.
+        if next(self._signals):
+            os.write(2, b"\ninterrupted again: exiting now, without waiting for the step in flight\n")
+            self._done.wait(timeout=5)  # let the cancel already asked for commit
+            os._exit(EXIT_INTERRUPTED)
+        self._interrupted.set()
+        os.write(2, b"\ninterrupted: cancelling the run at its next step boundary "
+                    b"(press Ctrl-C again to exit now)\n")
+
+    def _cancel_when_interrupted(self) -> None:
+        try:
+            self._interrupted.wait()
+            if self._closing:
+                return
+            self._id_known.wait()
+            if self._closing and self.run_id is None:
+                return
+            result = self.runtime.cancel(self.run_id, source=CancelSource.CLI, reason=self.REASON)
+            if result.outcome != "cancelled":
+                self.stderr.write(f"run {self.run_id}: not cancelled ({result.outcome.replace('_', ' ')})")
+        except Exception as exc:  # a failed cancel is reported, never raised into the run
+            self.stderr.write(f"could not cancel run {self.run_id}: {type(exc).__name__}: {exc}")
+        finally:
+            self._done.set()
+            connections.close_all()  # this thread's connections only
+
+
+def stderr_hint(stderr: OutputWrapper, run_id: Any) -> None:
+    """Tell, on stderr, the command that would cancel the run."""
+    stderr.write(f"to cancel it: {CANCEL_HINT.format(run_id=run_id)}", style_func=lambda s: s)
+    stderr.flush()
+
+
+def interrupted_follow(run_id: Any) -> CommandError:
+    """Ctrl-C while following: the run is left alone; say so."""
+    return CommandError(f"stopped following run {run_id}; it goes on (cancel it with "
+                        f"{CANCEL_HINT.format(run_id=run_id)})", returncode=EXIT_INTERRUPTED)
+
+
+__all__ = [
+    "EXIT_AWAITING_APPROVAL", "EXIT_CANCELLED", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE",
+    "CancelOnInterrupt", "StreamPrinter", "describe_step", "enqueue_failed", "exit_code", "follow",
+    "interrupted_follow", "parse_duration", "parse_script", "request_error", "run_id_arg", "stderr_hint",
+    "usage_error",
+]

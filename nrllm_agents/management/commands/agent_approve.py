@@ -1,0 +1,81 @@
+"""``manage.py agent_approve``: decide on a run waiting for approval, and resume it."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from nrllm_agents import cli
+from nrllm_agents.dispatch import EnqueueError
+from nrllm_agents.runtime import AgentRuntime, ApprovalNotPending, RunNotFound
+
+
+class Command(BaseCommand):
+    help = (
+        "Approve or deny the pending tool calls of a run waiting for approval, then resume it here, "
+        "streaming its steps like agent_run (Ctrl-C cancels it), or in a worker with --queued. "
+        "Exit status: 0 completed, 3 cancelled, 4 awaiting approval again, 1 failed or not awaiting "
+        "approval or not found, 2 usage error."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("run_id", metavar="RUN_ID", help="Id (UUID) of the waiting run.")
+        decision = parser.add_mutually_exclusive_group(required=True)
+        decision.add_argument("--approve", action="store_true", help="Run the pending calls.")
+        decision.add_argument("--deny", action="store_true", help="Refuse the pending calls; the model is told.")
+        parser.add_argument("--json", action="store_true", help="Print one JSON object per line.")
+        parser.add_argument("--queued", action="store_true",
+                            help="Store the decision and let a worker resume the run; exit at once.")
+        parser.add_argument("--follow", action="store_true",
+                            help="With --queued: tail the stream until the run ends or waits again.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        run_id = cli.run_id_arg(options["run_id"])
+        if options["follow"] and not options["queued"]:
+            raise cli.usage_error("--follow goes with --queued (a run resumed here always streams)")
+        runtime = AgentRuntime()
+        printer = cli.StreamPrinter(self.stdout, self.style, as_json=options["json"])
+        decision = bool(options["approve"])
+        try:
+            if options["queued"]:
+                code = self._queued(runtime, run_id, decision, printer, follow=options["follow"])
+            else:
+                code = self._here(runtime, run_id, decision, printer)
+        except RunNotFound as exc:
+            raise CommandError(str(exc), returncode=cli.EXIT_FAILED) from None
+        except ApprovalNotPending as exc:
+            raise CommandError(str(exc), returncode=cli.EXIT_FAILED) from None
+        except EnqueueError as exc:
+            raise cli.enqueue_failed(exc) from None
+        if code:
+            sys.exit(code)
+
+    def _here(self, runtime: AgentRuntime, run_id: Any, decision: bool, printer: cli.StreamPrinter) -> int:
+        with cli.CancelOnInterrupt(runtime, self.stderr, run_id=run_id):
+            announced = False
+
+            def on_step(step: dict[str, Any]) -> None:
+                nonlocal announced
+                if not announced:  # only once the claim won: a refused approve prints no stream
+                    announced = True
+                    printer.started(run_id, " resumed" if decision else " resumed (denied)")
+                    cli.stderr_hint(self.stderr, run_id)
+                printer.step(step)
+
+            runtime.approve(run_id, decision, on_step=on_step)
+        return printer.summary(runtime.status(run_id))
+
+    def _queued(self, runtime: AgentRuntime, run_id: Any, decision: bool, printer: cli.StreamPrinter,
+                *, follow: bool) -> int:
+        after = runtime.events(run_id)[-1:]  # the stream so far is not repeated when following
+        runtime.approve(run_id, decision, queued=True)
+        printer.started(run_id, f" {'approved' if decision else 'denied'}; a worker resumes it")
+        if not follow:
+            return cli.EXIT_OK
+        try:
+            run = cli.follow(runtime, run_id, after=after[0].sequence if after else -1, on_step=printer.step)
+        except KeyboardInterrupt:
+            raise cli.interrupted_follow(run_id) from None
+        return printer.summary(run)

@@ -1,0 +1,116 @@
+"""``manage.py agent_cancel``: cancel runs by id, or in bulk by status and age."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from nrllm_agents import cli
+from nrllm_agents.models import AgentRun, CancelSource, RunStatus
+from nrllm_agents.runtime import AgentRuntime, CancelOutcome, CancelResult
+
+MAX_REASON_CHARS = 1000
+
+
+class Command(BaseCommand):
+    help = (
+        "Cancel agent runs. A run that is executing stops at its next step boundary; a queued or "
+        "waiting run stops at once; a finished run is left unchanged. Give run ids, or select runs "
+        "with --status / --older-than (with --dry-run to only count them). Exit status: 0 when every "
+        "given run is cancelled (now or before), 1 when any was not found or had already completed "
+        "or failed, 2 for a malformed id or no selection."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("run_ids", nargs="*", metavar="RUN_ID", help="Ids (UUIDs) of the runs to cancel.")
+        parser.add_argument("--reason", default="", help="Why; stored on the run and in its cancelled step.")
+        parser.add_argument("--json", action="store_true", help="Print one JSON object per line.")
+        parser.add_argument("--status", action="append", metavar="STATUS",
+                            help=f"Bulk: select runs with this status; repeatable "
+                                 f"({', '.join(RunStatus.values)}).")
+        parser.add_argument("--older-than", metavar="DURATION",
+                            help="Bulk: select runs created more than this long ago (30s, 15m, 2h, 7d).")
+        parser.add_argument("--dry-run", action="store_true",
+                            help="Bulk: report what would be cancelled and change nothing.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        reason = options["reason"] or ""
+        if len(reason) > MAX_REASON_CHARS or "\x00" in reason:
+            raise cli.usage_error(f"--reason: at most {MAX_REASON_CHARS} characters, no NUL")
+        bulk = options["status"] is not None or options["older_than"] is not None
+        if options["run_ids"] and (bulk or options["dry_run"]):
+            raise cli.usage_error("give run ids, or select runs with --status / --older-than [--dry-run]; not both")
+        if bulk:
+            self._bulk(options, reason)
+        elif options["dry_run"]:
+            raise cli.usage_error("--dry-run needs a selection: --status and/or --older-than")
+        elif not options["run_ids"]:
+            raise cli.usage_error("give at least one run id, or select runs with --status / --older-than")
+        else:
+            self._by_id(options, reason)
+
+    def _by_id(self, options: dict[str, Any], reason: str) -> None:
+        # Every id is checked before anything is written: one malformed id changes nothing.
+        run_ids = list(dict.fromkeys(cli.run_id_arg(value) for value in options["run_ids"]))
+        runtime = AgentRuntime()
+        results = [runtime.cancel(run_id, source=CancelSource.CLI, reason=reason) for run_id in run_ids]
+        for result in results:
+            self._report(result, options["json"])
+        refused = [r for r in results if r.outcome in (CancelOutcome.NOT_FOUND, CancelOutcome.ALREADY_FINISHED)]
+        if refused:
+            missing = sum(r.outcome == CancelOutcome.NOT_FOUND for r in refused)
+            raise CommandError(f"{len(refused)} of {len(results)} runs not cancelled "
+                               f"({missing} not found, {len(refused) - missing} already finished)",
+                               returncode=cli.EXIT_FAILED)
+
+    def _report(self, result: CancelResult, as_json: bool) -> None:
+        if as_json:
+            self.stdout.write(json.dumps({
+                "event": "cancel", "run_id": str(result.run_id), "outcome": result.outcome.value,
+                "status": result.status, "previous_status": result.previous_status,
+                "stops_at_next_boundary": result.was_executing,
+            }))
+            return
+        if result.outcome == CancelOutcome.CANCELLED:
+            tail = (" (it stops at its next step boundary)" if result.was_executing
+                    else f" (was {result.previous_status})")
+            self.stdout.write(f"{result.run_id} cancelled{tail}", self.style.SUCCESS)
+        elif result.outcome == CancelOutcome.ALREADY_CANCELLED:
+            self.stdout.write(f"{result.run_id} already cancelled", self.style.SUCCESS)
+        elif result.outcome == CancelOutcome.ALREADY_FINISHED:
+            self.stdout.write(f"{result.run_id} already {result.status} (unchanged)", self.style.WARNING)
+        else:
+            self.stdout.write(f"{result.run_id} not found", self.style.ERROR)
+
+    def _bulk(self, options: dict[str, Any], reason: str) -> None:
+        selection = AgentRun.objects.all()
+        if options["status"] is not None:
+            unknown = sorted(set(options["status"]) - set(RunStatus.values))
+            if unknown:
+                raise cli.usage_error(f"--status: unknown {', '.join(unknown)}; one of {', '.join(RunStatus.values)}")
+            selection = selection.filter(status__in=options["status"])
+        if options["older_than"] is not None:
+            selection = selection.filter(created_at__lt=timezone.now() - cli.parse_duration(options["older_than"]))
+        done = AgentRuntime().cancel_many(selection, source=CancelSource.CLI, reason=reason,
+                                          dry_run=options["dry_run"])
+        if options["json"]:
+            self.stdout.write(json.dumps({
+                "event": "bulk_cancel", "dry_run": done.dry_run, "cancelled_total": done.cancelled_total,
+                "cancelled": done.cancelled, "unchanged": done.unchanged,
+            }))
+            return
+        verb = "would cancel" if done.dry_run else "cancelled"
+        self.stdout.write(f"{verb} {done.cancelled_total} runs{_by_status(done.cancelled)}", self.style.SUCCESS)
+        running = done.cancelled.get(RunStatus.RUNNING, 0)
+        if running and not done.dry_run:
+            self.stdout.write(f"{running} running runs stop at their next step boundary")
+        if done.unchanged:
+            self.stdout.write(f"left unchanged: {sum(done.unchanged.values())} finished runs"
+                              f"{_by_status(done.unchanged)}")
+
+
+def _by_status(counts: dict[str, int]) -> str:
+    return f" ({', '.join(f'{s}: {n}' for s, n in sorted(counts.items()))})" if counts else ""

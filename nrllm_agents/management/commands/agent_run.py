@@ -1,0 +1,98 @@
+"""``manage.py agent_run``: start an agent run and stream its steps."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from nrllm_agents import cli
+from nrllm_agents.dispatch import EnqueueError, uses_redis
+from nrllm_agents.requests import InvalidRequest, RunRequest
+from nrllm_agents.runtime import AgentRuntime, RunNotFound
+
+
+class Command(BaseCommand):
+    help = (
+        "Start an agent run. By default it runs in this process and prints each step as it is "
+        "recorded; Ctrl-C cancels it at its next step boundary (twice: exit at once). With --queued "
+        "a worker runs it. Exit status: 0 completed, 3 cancelled, 4 awaiting approval, 1 failed, "
+        "2 usage error."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("prompt", metavar="PROMPT", help="What the agent should do.")
+        parser.add_argument("--provider", help="Model provider (default: the configured default, 'scripted').")
+        parser.add_argument("--model", help="Model name passed to the provider.")
+        parser.add_argument("--tool", dest="tools", action="append", metavar="NAME",
+                            help="Offer this tool to the model; repeat for several (default: the configured tools).")
+        parser.add_argument("--script", metavar="JSON|@FILE",
+                            help="Turns for the scripted provider, as JSON or @path to a JSON file.")
+        parser.add_argument("--max-iterations", type=int, metavar="N", help="Cap on model calls for this run.")
+        parser.add_argument("--json", action="store_true", help="Print one JSON object per line.")
+        parser.add_argument("--queued", action="store_true",
+                            help="Hand the run to a worker (RQ with REDIS_URL, else an in-process executor) "
+                                 "and print its id at once.")
+        parser.add_argument("--follow", action="store_true",
+                            help="With --queued: tail the stream until the run ends or waits for approval, "
+                                 "and exit with the run's exit status.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["follow"] and not options["queued"]:
+            raise cli.usage_error("--follow goes with --queued (an interactive run always streams)")
+        request = self._request(options)
+        runtime = AgentRuntime()
+        printer = cli.StreamPrinter(self.stdout, self.style, as_json=options["json"])
+        if options["queued"]:
+            code = self._queued(runtime, request, printer, follow=options["follow"])
+        else:
+            code = self._interactive(runtime, request, printer)
+        if code:
+            sys.exit(code)
+
+    def _request(self, options: dict[str, Any]) -> RunRequest:
+        data: dict[str, Any] = {"prompt": options["prompt"]}
+        for key in ("provider", "model", "tools", "max_iterations"):
+            if options[key] is not None:
+                data[key] = options[key]
+        if options["script"] is not None:
+            data["script"] = cli.parse_script(options["script"])
+        try:
+            return RunRequest.from_mapping(data)
+        except InvalidRequest as exc:
+            raise cli.request_error(exc) from None
+
+    def _interactive(self, runtime: AgentRuntime, request: RunRequest, printer: cli.StreamPrinter) -> int:
+        with cli.CancelOnInterrupt(runtime, self.stderr) as interrupt:
+            def on_step(step: dict[str, Any]) -> None:
+                if printer.run_id is None:  # the first step names the run: announce it first
+                    printer.started(step["run_id"])
+                    cli.stderr_hint(self.stderr, step["run_id"])
+                    interrupt.set_run_id(step["run_id"])
+                printer.step(step)
+
+            result = runtime.run(request, on_step=on_step)
+        if printer.run_id is None:  # no step was recorded (cannot happen today, but say the id anyway)
+            printer.started(result.run_id)
+        return printer.summary(runtime.status(result.run_id))
+
+    def _queued(self, runtime: AgentRuntime, request: RunRequest, printer: cli.StreamPrinter, *, follow: bool) -> int:
+        try:
+            run_id = runtime.enqueue(request)
+        except EnqueueError as exc:
+            raise cli.enqueue_failed(exc) from None
+        printer.started(run_id, " queued")
+        cli.stderr_hint(self.stderr, run_id)
+        if not uses_redis() and not follow:
+            # The embedded executor lives in this process: it finishes the run before we exit.
+            self.stderr.write("no REDIS_URL: the run executes in this process, which exits when it is done")
+        if not follow:
+            return cli.EXIT_OK
+        try:
+            run = cli.follow(runtime, run_id, on_step=printer.step)
+        except KeyboardInterrupt:
+            raise cli.interrupted_follow(run_id) from None
+        except RunNotFound:  # deleted while we watched
+            raise CommandError(f"run {run_id} disappeared while being followed", returncode=cli.EXIT_FAILED) from None
+        return printer.summary(run)
