@@ -24,6 +24,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 from .conf import app_settings
+from .inflight import InFlight
 
 logger = logging.getLogger(__name__)
 
@@ -31,8 +32,7 @@ JOB_FUNCTION = "nrllm_agents.jobs.execute_run"
 
 _executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
-_in_flight = 0  # runs handed to the in-process executor and not yet finished
-_idle = threading.Condition()
+_in_flight = InFlight()  # runs handed to the in-process executor and not yet finished
 
 
 class EnqueueError(RuntimeError):
@@ -107,13 +107,11 @@ def dispatch(run_id: uuid.UUID, *, delay_seconds: float = 0) -> str:
 
 # --- the in-process executor (no REDIS_URL) -------------------------------------------------
 def _submit_locally(run_id: str, delay_seconds: float = 0) -> None:
-    global _in_flight
-    with _idle:
-        _in_flight += 1  # counted before submit, so wait_local_idle never sees a gap
+    _in_flight.started()  # counted before submit, so wait_local_idle never sees a gap
     try:
         _local_executor().submit(_run_locally, run_id, delay_seconds)
     except BaseException:
-        _finished_locally()
+        _in_flight.finished()
         raise
 
 
@@ -137,14 +135,7 @@ def _run_locally(run_id: str, delay_seconds: float = 0) -> None:
         logger.exception("in-process execution of run %s failed", run_id)
     finally:
         connections.close_all()  # this thread's connections only
-        _finished_locally()
-
-
-def _finished_locally() -> None:
-    global _in_flight
-    with _idle:
-        _in_flight -= 1
-        _idle.notify_all()
+        _in_flight.finished()
 
 
 def wait_local_idle(timeout: float = 30.0) -> bool:
@@ -152,11 +143,4 @@ def wait_local_idle(timeout: float = 30.0) -> bool:
 
     Returns False if it is still busy after ``timeout`` seconds.
     """
-    deadline = time.monotonic() + timeout
-    with _idle:
-        while _in_flight:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            _idle.wait(min(remaining, 0.05))
-        return True
+    return _in_flight.wait_idle(timeout)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from typing import Any, Callable
 
 from django.db import connections
 
+from ..inflight import InFlight
 from ..runtime import RunResult
 from ..segment import StepObserver
 
@@ -23,8 +23,7 @@ logger = logging.getLogger(__name__)
 
 Segment = Callable[[StepObserver], RunResult]
 
-_in_flight = 0  # background segments started and not yet finished
-_idle = threading.Condition()
+_in_flight = InFlight()  # background segments started and not yet finished
 
 
 class LaunchTimeout(RuntimeError):
@@ -42,7 +41,6 @@ def launch(segment: Segment, *, timeout: float = 30.0) -> uuid.UUID:
     ``ApprovalNotPending``, ``RunNotFound``) is re-raised here, in the caller's thread.
     Raises ``LaunchTimeout`` when neither happens within ``timeout`` seconds.
     """
-    global _in_flight
     known = threading.Event()
     box: dict[str, Any] = {}
 
@@ -51,7 +49,6 @@ def launch(segment: Segment, *, timeout: float = 30.0) -> uuid.UUID:
         known.set()
 
     def target() -> None:
-        global _in_flight
         try:
             result = segment(observe)
             box.setdefault("run_id", str(result.run_id))
@@ -62,12 +59,9 @@ def launch(segment: Segment, *, timeout: float = 30.0) -> uuid.UUID:
         finally:
             known.set()
             connections.close_all()  # this thread's connections only; they are thread-local
-            with _idle:
-                _in_flight -= 1
-                _idle.notify_all()
+            _in_flight.finished()
 
-    with _idle:
-        _in_flight += 1
+    _in_flight.started()
     threading.Thread(target=target, name="nrllm-interactive", daemon=True).start()
     if not known.wait(timeout):
         raise LaunchTimeout(timeout)
@@ -78,11 +72,4 @@ def launch(segment: Segment, *, timeout: float = 30.0) -> uuid.UUID:
 
 def wait_idle(timeout: float = 30.0) -> bool:
     """Wait until no interactive segment is executing (tests, shutdown)."""
-    deadline = time.monotonic() + timeout
-    with _idle:
-        while _in_flight:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            _idle.wait(min(remaining, 0.05))
-    return True
+    return _in_flight.wait_idle(timeout)
