@@ -27,7 +27,8 @@ if [ ! -x "$venv/bin/python" ]; then
   "$py" -m venv "$venv"
 fi
 if [ ! -f "$stamp" ] || [ requirements.txt -nt "$stamp" ] || [ requirements-dev.txt -nt "$stamp" ]; then
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+  # (this machine's pip config names local mirrors that may not exist: drop that noise only)
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip 2> >(grep -v "^WARNING: Location" >&2)
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r requirements-dev.txt 2> >(grep -v "^WARNING: Location" >&2)
   touch "$stamp"
 fi
