@@ -39,7 +39,7 @@ test-sqlite: venv
 COMPAT_VENV ?= .venv-django52
 test-django52:
 	@test -x $(COMPAT_VENV)/bin/python || python3.11 -m venv $(COMPAT_VENV) || python3 -m venv $(COMPAT_VENV)
-	@$(COMPAT_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt "Django>=5.2,<5.3" 2>&1 | grep -v "^WARNING: Location" || true
+	@$(COMPAT_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt "Django>=5.2,<5.3"
 	@$(COMPAT_VENV)/bin/python -c "import django; assert django.VERSION[:2] == (5, 2), django.__version__"
 	DATABASE_URL=$(PG_URL) NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(COMPAT_VENV)/bin/python -m pytest tests/unit tests/integration $(PYTEST_ARGS)
 
