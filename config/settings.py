@@ -135,6 +135,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Start, inspect, approve and cancel durable LLM agent runs.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema and the docs page are behind authentication like every other endpoint.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

@@ -44,8 +44,13 @@ def instant_scripted_provider(request: Any, run_id: Any = None) -> ScriptedProvi
                             model=request.model or "scripted-demo")
 
 
-def test_the_schema_is_valid_openapi_3_and_describes_every_endpoint():
-    response = APIClient().get("/api/schema/", {"format": "json"})
+def test_the_schema_and_docs_need_authentication():
+    for path in ("/api/schema/", "/api/docs/"):
+        assert APIClient().get(path).status_code in (401, 403)
+
+
+def test_the_schema_is_valid_openapi_3_and_describes_every_endpoint(api):
+    response = api.get("/api/schema/", {"format": "json"})
     assert response.status_code == 200
     schema = response.json()
     validate_schema(schema)
@@ -61,8 +66,8 @@ def test_the_schema_is_valid_openapi_3_and_describes_every_endpoint():
     assert set(schema["components"]["securitySchemes"]) == {"tokenAuth", "cookieAuth"}
 
 
-def test_the_docs_page_is_served_with_local_assets_only():
-    response = APIClient().get("/api/docs/")
+def test_the_docs_page_is_served_with_local_assets_only(api):
+    response = api.get("/api/docs/")
     assert response.status_code == 200
     page = response.content.decode()
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in page
@@ -96,7 +101,9 @@ def api_schema(wsgi_app, alice, bob, make_run, redis_url, settings):
     settings.NRLLM_AGENTS = {"PROVIDERS": {"scripted": f"{__name__}.instant_scripted_provider"},
                              "SLEEP_MAX_SECONDS": 0.01}
     seeded = [str(make_run(alice, state).pk) for state in RunStatus] + [str(make_run(bob).pk)]
-    schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", wsgi_app)
+    token = Token.objects.get_or_create(user=alice)[0].key
+    schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", wsgi_app,
+                                            headers={"Authorization": f"Token {token}"})
 
     @schema.hook
     def flatmap_path_parameters(context, path_parameters):
