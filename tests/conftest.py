@@ -27,6 +27,18 @@ def runtime():
 
 
 @pytest.fixture
+def alice(django_user_model):
+    """An ordinary user (password ``alice-pw``)."""
+    return django_user_model.objects.create_user("alice", password="alice-pw")
+
+
+@pytest.fixture
+def bob(django_user_model):
+    """Another ordinary user (password ``bob-pw``): owns runs alice must not see."""
+    return django_user_model.objects.create_user("bob", password="bob-pw")
+
+
+@pytest.fixture
 def test_database_url(django_db_setup) -> str:
     """A URL that points child processes at the test database."""
     from django.db import connection

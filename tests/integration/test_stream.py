@@ -70,16 +70,6 @@ def stream_url(run_id: Any, query: str = "") -> str:
 
 
 @pytest.fixture
-def alice(django_user_model):
-    return django_user_model.objects.create_user("alice", password="alice-pw")
-
-
-@pytest.fixture
-def bob(django_user_model):
-    return django_user_model.objects.create_user("bob", password="bob-pw")
-
-
-@pytest.fixture
 def fast_stream(settings):
     settings.NRLLM_AGENTS = dict(FAST)
     settings.REDIS_URL = None  # queued runs in these tests execute in this process

@@ -29,16 +29,6 @@ def form(script: str = QUICK, tools: tuple[str, ...] = ("calculator",), mode: st
 
 
 @pytest.fixture
-def alice(django_user_model):
-    return django_user_model.objects.create_user("alice", password="alice-pw")
-
-
-@pytest.fixture
-def bob(django_user_model):
-    return django_user_model.objects.create_user("bob", password="bob-pw")
-
-
-@pytest.fixture
 def web(settings):
     settings.REDIS_URL = None  # queued runs execute in this process's executor
     settings.NRLLM_AGENTS = {"STREAM_POLL_SECONDS": 0.02}
