@@ -45,6 +45,8 @@ test-django52:
 
 bench: venv
 	DATABASE_URL=$(PG_URL) $(PY) bench/step_overhead.py
+	DATABASE_URL=$(PG_URL) $(PY) bench/cancel_latency.py
+	DATABASE_URL=$(PG_URL) $(PY) bench/bulk_cancel.py
 
 clean:
 	rm -rf $(VENV) $(COMPAT_VENV) test-db.sqlite3* .pytest_cache
