@@ -235,9 +235,12 @@ class AgentRuntime:
             if fence.status == RunStatus.CANCELLED:
                 return self._cancelled(run_id, trace)
             logger.warning("run %s: %s refused, row is %s", run_id, outcome, fence.status)
-            outcome = refused if fence.status in (RunStatus.RUNNING, RunStatus.WAITING_FOR_APPROVAL) else outcome
+            # Writes are ownership-guarded: a queued or running row was reaped or taken by
+            # another segment; a waiting one was suspended by someone else.
             if fence.status in (RunStatus.QUEUED, RunStatus.RUNNING):
-                outcome = Outcome.LEASE_LOST  # reaped and requeued or taken by another segment
+                outcome = Outcome.LEASE_LOST
+            elif fence.status == RunStatus.WAITING_FOR_APPROVAL:
+                outcome = refused
         run = AgentRun.objects.get(pk=run_id)
         return RunResult(
             run_id=run_id, outcome=outcome, status=run.status, termination_reason=run.termination_reason,

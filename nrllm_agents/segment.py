@@ -74,8 +74,10 @@ class SegmentTrace:
             self.usage = self.usage + Usage.from_dict(step.payload.get("usage"))
             self.iterations += 1
         self.round = step.round
-        self._notify(step_dict(run_id=self.run_id, sequence=sequence, kind=step.kind.value, round=step.round,
-                               duration_ms=step.duration_ms, payload=step.payload, created_at=created_at))
+        if self.on_step is not None:  # building the dict is work the hot path skips when nobody watches
+            self._notify(step_dict(run_id=self.run_id, sequence=sequence, kind=step.kind.value,
+                                   round=step.round, duration_ms=step.duration_ms, payload=step.payload,
+                                   created_at=created_at))
         cancelled = False
         try:
             recorded = store.record_step(self.run_id, self.owner, sequence, step, created_at)

@@ -57,47 +57,36 @@ def create_queued(fields: dict[str, Any], request_payload: dict[str, Any]) -> Ag
     return AgentRun.objects.create(status=RunStatus.QUEUED, request_payload=request_payload, **fields)
 
 
-def claim_queued(run_id: uuid.UUID, *, claimed_by: str, lease_expires: datetime | None = None) -> Transition:
-    """``queued → running``; exactly one concurrent claimer wins."""
-    now = timezone.now()
+def _move(run_id: uuid.UUID, source: str, target: str, *, read: str | None = None, **fields: Any) -> Transition:
+    """The read-check-write fence: lock the row, check it is in ``source``, move it to ``target``.
+
+    ``read`` names a column returned in ``data`` as it was before the write.
+    """
     with transaction.atomic():
-        row = (AgentRun.objects.select_for_update().filter(pk=run_id)
-               .values("status", "request_payload").first())
+        row = AgentRun.objects.select_for_update().filter(pk=run_id).values("status", *filter(None, [read])).first()
         if row is None:
             return NOT_FOUND
-        if row["status"] != RunStatus.QUEUED:
+        if row["status"] != source:
             return Transition(False, row["status"], row["status"])
-        AgentRun.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
-            status=RunStatus.RUNNING, started_at=now, claimed_by=claimed_by, lease_expires=lease_expires)
-    return Transition(True, RunStatus.RUNNING, RunStatus.QUEUED, {"request_payload": row["request_payload"]})
+        AgentRun.objects.filter(pk=run_id, status=source).update(status=target, **fields)
+    return Transition(True, target, source, {read: row[read]} if read else {})
+
+
+def claim_queued(run_id: uuid.UUID, *, claimed_by: str, lease_expires: datetime | None = None) -> Transition:
+    """``queued → running``; exactly one concurrent claimer wins."""
+    return _move(run_id, RunStatus.QUEUED, RunStatus.RUNNING, read="request_payload",
+                 started_at=timezone.now(), claimed_by=claimed_by, lease_expires=lease_expires)
 
 
 def claim_for_resume(run_id: uuid.UUID, *, claimed_by: str = "", lease_expires: datetime | None = None) -> Transition:
     """``waiting_for_approval → running``; a second concurrent approve loses."""
-    with transaction.atomic():
-        row = (AgentRun.objects.select_for_update().filter(pk=run_id)
-               .values("status", "suspended_state").first())
-        if row is None:
-            return NOT_FOUND
-        if row["status"] != RunStatus.WAITING_FOR_APPROVAL:
-            return Transition(False, row["status"], row["status"])
-        AgentRun.objects.filter(pk=run_id, status=RunStatus.WAITING_FOR_APPROVAL).update(
-            status=RunStatus.RUNNING, claimed_by=claimed_by, lease_expires=lease_expires)
-    return Transition(True, RunStatus.RUNNING, RunStatus.WAITING_FOR_APPROVAL,
-                      {"suspended_state": row["suspended_state"]})
+    return _move(run_id, RunStatus.WAITING_FOR_APPROVAL, RunStatus.RUNNING, read="suspended_state",
+                 claimed_by=claimed_by, lease_expires=lease_expires)
 
 
 def requeue_for_resume(run_id: uuid.UUID, payload: dict[str, Any]) -> Transition:
     """``waiting_for_approval → queued`` with the decision stored for the worker that resumes it."""
-    with transaction.atomic():
-        row = AgentRun.objects.select_for_update().filter(pk=run_id).values("status").first()
-        if row is None:
-            return NOT_FOUND
-        if row["status"] != RunStatus.WAITING_FOR_APPROVAL:
-            return Transition(False, row["status"], row["status"])
-        AgentRun.objects.filter(pk=run_id, status=RunStatus.WAITING_FOR_APPROVAL).update(
-            status=RunStatus.QUEUED, request_payload=payload)
-    return Transition(True, RunStatus.QUEUED, RunStatus.WAITING_FOR_APPROVAL)
+    return _move(run_id, RunStatus.WAITING_FOR_APPROVAL, RunStatus.QUEUED, request_payload=payload)
 
 
 def _refused(run_id: uuid.UUID) -> Transition:
