@@ -1,13 +1,18 @@
 """How long a cancelled queued run takes to stop, measured across real worker processes.
 
-Enqueues K runs over W real ``manage.py rqworker`` processes. Every run is a script of
-rounds whose model turn takes ``d`` seconds and whose tool (``sleep``) takes ``d`` seconds,
-so every step in flight lasts about ``d``. From another process (which runs the
-``agent_cancel`` command), cancels are issued at random moments while runs execute; the
-others complete. It prints the distribution of ``stopped_at − cancel_requested_at`` (p50, p99,
-max) in milliseconds and in units of ``d``, and, from the call journal the workers write, the
+For each step length ``d`` (``--delays``, default 0.1 s and 5 s), enqueues K runs over W real
+``manage.py rqworker`` processes. Every run is a script of rounds whose model turn takes ``d``
+seconds and whose tool (``sleep``) takes ``d`` seconds, so every step in flight lasts about
+``d``. From another process (which runs the ``agent_cancel`` command), cancels are issued at
+random moments while runs execute; the others complete. It prints the distribution of
+``stopped_at − cancel_requested_at`` (p50, p99, max) in milliseconds and in units of ``d``, by
+the kind of step the cancel interrupted, and, from the call journal the workers write, the
 model calls and tools started after each cancel was requested and after each stop boundary.
-Expected: max ≤ d plus a few ms; nothing started after a boundary. No assertions.
+Since a cancel interrupts the step in flight, the target is p99 ≤ 50 ms whatever ``d``.
+
+Then the ``openai`` provider against the shipped chat server streaming slowly: how many
+pieces of the answer the server sent after the cancel committed, and how long after it the
+server saw the connection close. No assertions.
 
 PostgreSQL (``DATABASE_URL`` names the server; the benchmark creates, migrates and drops its own
 database) and Redis (``--redis-url``, flushed before and after: use a db of its own)::
@@ -48,8 +53,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=40, help="K: runs to enqueue")
     parser.add_argument("--workers", type=int, default=3, help="W: rqworker processes")
-    parser.add_argument("--delay", type=float, default=0.1, help="d: seconds per model turn and per tool")
-    parser.add_argument("--rounds", type=int, default=6, help="tool rounds per run")
+    parser.add_argument("--delays", default="0.1,5", help="d: seconds per model turn and per tool, comma-separated")
+    parser.add_argument("--rounds", type=int, default=None, help="tool rounds per run (default: 6, or 2 for d >= 1)")
+    parser.add_argument("--long-runs", type=int, default=12, help="K for d >= 1 s")
+    parser.add_argument("--stream-runs", type=int, default=8, help="runs cut off mid-stream (0: skip)")
     parser.add_argument("--cancel-fraction", type=float, default=0.7, help="share of runs to cancel")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--database", default="nrllm_bench_cancel", help="throwaway database to create and drop")
@@ -62,16 +69,25 @@ def main() -> None:
 
     os.environ["REDIS_URL"] = args.redis_url  # read by settings: this process enqueues there
     redis.Redis.from_url(args.redis_url).flushdb()
-    with tempfile.TemporaryDirectory(prefix="nrllm-cancel-bench-") as workdir:
-        measure(args, rng, seed, Path(workdir))
+    with tempfile.TemporaryDirectory(prefix="nrllm-cancel-bench-") as workdir, \
+            throwaway_database(args.database) as url:
+        for d in [float(x) for x in args.delays.split(",") if x.strip()]:
+            runs = args.runs if d < 1 else args.long_runs
+            rounds = args.rounds or (6 if d < 1 else 2)
+            redis.Redis.from_url(args.redis_url).flushdb()
+            measure(args, rng, seed, Path(workdir) / f"d{d}", url, d=d, runs=runs, rounds=rounds)
+        if args.stream_runs:
+            redis.Redis.from_url(args.redis_url).flushdb()
+            measure_stream(args, rng, Path(workdir) / "stream", url)
     redis.Redis.from_url(args.redis_url).flushdb()
 
 
-def measure(args: argparse.Namespace, rng: random.Random, seed: int, workdir: Path) -> None:
-    """Run the load on a throwaway database and print the distribution."""
-    d = args.delay
+def measure(args: argparse.Namespace, rng: random.Random, seed: int, workdir: Path, url: str, *,
+            d: float, runs: int, rounds: int) -> None:
+    """Run the load for one step length and print the distribution."""
+    workdir.mkdir(parents=True, exist_ok=True)
     journal_path = workdir / "journal.jsonl"
-    with throwaway_database(args.database) as url:
+    if True:  # (one throwaway database for every step length)
         from tests.e2e.workers import Canceller, Workers, wait_for
 
         from nrllm_agents.models import TERMINAL, AgentRun, AgentRunEvent, RunStatus
@@ -87,13 +103,13 @@ def measure(args: argparse.Namespace, rng: random.Random, seed: int, workdir: Pa
             workers.start()
             canceller.start()
             runtime = AgentRuntime()
-            request = {"prompt": "bench", "tools": ["sleep"], "script": script(args.rounds, d),
-                       "max_iterations": args.rounds + 1}
-            run_ids = [str(runtime.enqueue(request)) for _ in range(args.runs)]
-            targets = set(rng.sample(run_ids, round(args.runs * args.cancel_fraction)))
+            request = {"prompt": "bench", "tools": ["sleep"], "script": script(rounds, d),
+                       "max_iterations": rounds + 1}
+            run_ids = [str(runtime.enqueue(request)) for _ in range(runs)]
+            targets = set(rng.sample(run_ids, round(runs * args.cancel_fraction)))
             # A target is cancelled on some tick while it runs, each tick with the same chance,
             # so the cancel lands at a random point of the run (often mid-step).
-            run_seconds = (2 * args.rounds + 1) * d
+            run_seconds = (2 * rounds + 1) * d
             chance = min(1.0, 2 * (d / 4) / run_seconds)
             while targets:
                 time.sleep(rng.uniform(0, d / 2))
@@ -116,6 +132,7 @@ def measure(args: argparse.Namespace, rng: random.Random, seed: int, workdir: Pa
                 entry = json.loads(line)
                 journal.setdefault(entry.get("run_id"), []).append(entry)
         latencies, after_request, after_boundary, queued_hits, completed = [], [], [], 0, 0
+        by_kind: dict[str, list[float]] = {}
         for run in AgentRun.objects.filter(pk__in=run_ids):
             if run.status == RunStatus.COMPLETED:
                 completed += 1
@@ -130,12 +147,15 @@ def measure(args: argparse.Namespace, rng: random.Random, seed: int, workdir: Pa
             requested = run.cancel_requested_at.timestamp()
             boundary = steps[-1].created_at.timestamp()
             starts = journal.get(str(run.pk), [])
-            latencies.append((run.stopped_at - run.cancel_requested_at).total_seconds())
+            latency = (run.stopped_at - run.cancel_requested_at).total_seconds()
+            latencies.append(latency)
+            cut = next((s.kind for s in steps if s.payload.get("interrupted")), None)
+            by_kind.setdefault(f"interrupted {cut} step" if cut else "stopped at a boundary", []).append(latency)
             after_request.append(sum(s["t"] > requested for s in starts))
             after_boundary.append(sum(s["t"] > boundary for s in starts))
 
-        print(f"cancel_latency: {args.runs} runs over {args.workers} rqworker processes, steps of d = "
-              f"{d * 1000:.0f} ms ({args.rounds} sleep rounds per run), seed {seed}")
+        print(f"cancel_latency: {runs} runs over {args.workers} rqworker processes, steps of d = "
+              f"{d * 1000:.0f} ms ({rounds} sleep rounds per run), seed {seed}")
         print(f"  cancelled while running: {len(latencies)}; while queued (never ran): {queued_hits}; "
               f"completed: {completed}")
         if latencies:
@@ -146,10 +166,60 @@ def measure(args: argparse.Namespace, rng: random.Random, seed: int, workdir: Pa
             print(f"    units of d                     {percentile(ms, .5) / (d * 1000):9.2f} "
                   f"{percentile(ms, .99) / (d * 1000):9.2f} {max(ms) / (d * 1000):9.2f}   "
                   f"{statistics.fmean(ms) / (d * 1000):.2f}")
+            for kind, values in sorted(by_kind.items()):
+                kms = [x * 1000 for x in values]
+                print(f"    {kind + ' (' + str(len(kms)) + ')':<32} {percentile(kms, .5):9.1f} "
+                      f"{percentile(kms, .99):9.1f} {max(kms):9.1f}   ms")
             print(f"  model calls + tools started after the cancel was requested: {sum(after_request)} in "
                   f"{sum(1 for n in after_request if n)} runs (per run: max {max(after_request)}; a start can "
                   f"race the cancel's commit by a few ms and is then the step in flight)")
             print(f"  model calls + tools started after the stop boundary: {sum(after_boundary)}")
+
+
+def measure_stream(args: argparse.Namespace, rng: random.Random, workdir: Path, url: str) -> None:
+    """Runs on the ``openai`` provider against a slowly streaming server, cut off mid-answer."""
+    from tests.e2e.workers import Canceller, Workers, wait_for
+
+    from nrllm_agents.models import AgentRun
+    from nrllm_agents.runtime import AgentRuntime
+    from nrllm_agents.testing.chat_server import ChatCompletionServer
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    answer = {"content": " ".join(f"tok{i}" for i in range(2000)), "chunk_delay": 0.01,
+              "usage": {"prompt_tokens": 10, "completion_tokens": 2000}}
+    with ChatCompletionServer([answer], by_turn=True) as server:
+        env = {k: v for k, v in os.environ.items() if k != "NRLLM_CALL_JOURNAL"}
+        env.update({"DATABASE_URL": url, "REDIS_URL": args.redis_url, "OPENAI_BASE_URL": server.base_url,
+                    "DJANGO_SETTINGS_MODULE": "config.settings", "PYTHONPATH": str(ROOT)})
+        workers = Workers(env, count=1, log_dir=workdir)  # one answer at a time: server logs match runs
+        canceller = Canceller(env)
+        cut_at: dict[str, float] = {}
+        try:
+            workers.start()
+            canceller.start()
+            runtime = AgentRuntime()
+            run_ids = [str(runtime.enqueue({"prompt": "bench", "provider": "openai", "model": "slow", "tools": []}))
+                       for _ in range(args.stream_runs)]
+            for run_id in run_ids:
+                wait_for(lambda: AgentRun.objects.filter(pk=run_id, status="running").exists(),
+                         timeout=120, interval=0.01, what="the run to start")
+                time.sleep(rng.uniform(0.3, 1.5))  # mid-answer: the whole answer takes 20 s
+                cut_at[run_id] = canceller.cancel(run_id)["t"]
+            wait_for(lambda: not AgentRun.objects.filter(pk__in=run_ids, stopped_at__isnull=True).exists(),
+                     timeout=120, interval=0.05, what="every run to stop")
+        finally:
+            canceller.stop()
+            workers.stop()
+        logs = [log for log in server.streams if log.sent]
+    after = [sum(1 for t, _ in log.sent if t > at) for log, at in zip(logs, cut_at.values())]
+    closed = [(log.disconnected_at - at) * 1000 for log, at in zip(logs, cut_at.values()) if log.disconnected_at]
+    print(f"streaming: {len(logs)} answers of 2000 pieces, 10 ms apart, on the openai provider, cancelled mid-answer")
+    if after:
+        print(f"  pieces the server sent after the cancel returned: p50 {percentile(after, .5)}, "
+              f"max {max(after)} (one piece is one token here)")
+    if closed:
+        print(f"  server saw the connection close, ms after the cancel returned: p50 {percentile(closed, .5):.1f}, "
+              f"max {max(closed):.1f} ({len(closed)} of {len(logs)} closed early)")
 
 
 if __name__ == "__main__":

@@ -131,12 +131,19 @@ def describe_step(step: dict[str, Any]) -> str:
     if kind == "request":
         count = p.get("message_count")
         text = f"to {p.get('provider')}/{p.get('model')} ({count} message{'' if count == 1 else 's'})"
+    elif kind == "llm" and p.get("interrupted"):
+        text = f"INTERRUPTED by the cancel, after: {_short(p.get('content') or '')!s}"
+        usage = p.get("usage") or {}
+        estimated = "~" if p.get("usage_estimated") else ""
+        text += f" [{estimated}{usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens]"
     elif kind == "llm":
         text = (f"asks for {_calls(p['tool_calls'])}" if p.get("tool_calls")
                 else f"answers: {_short(p.get('content') or '')}")
         usage = p.get("usage") or {}
         if usage.get("total_tokens"):
             text += f" [{usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens]"
+    elif kind == "tool" and p.get("interrupted"):
+        text = f"{p.get('name')}({_short(p.get('arguments') or {}, 60)}) INTERRUPTED by the cancel: no result"
     elif kind == "tool":
         text = (f"{p.get('name')} failed: {_short(p['error'])}" if p.get("error")
                 else f"{p.get('name')}({_short(p.get('arguments') or {}, 60)}) -> {_short(p.get('result'))}")
@@ -147,7 +154,10 @@ def describe_step(step: dict[str, Any]) -> str:
         text = f"via {p.get('source')}" + (f" by {p['by']}" if p.get("by") else "")
         text += f" ({p['reason']})" if p.get("reason") else ""
         boundary = p.get("boundary_sequence")
-        text += f"; stopped after step #{boundary}" if boundary is not None else "; no step had run"
+        if p.get("interrupted"):
+            text += f"; interrupted step #{p.get('interrupted_sequence')} in flight"
+        else:
+            text += f"; stopped after step #{boundary}" if boundary is not None else "; no step had run"
     else:
         text = _short(p)
     duration = step.get("duration_ms")
@@ -166,8 +176,14 @@ class StreamPrinter:
         self.stdout, self.style, self.as_json = stdout, style, as_json
         self.run_id: str | None = None
         self.last_sequence = -1
+        self._open_line = False  # live text is on the terminal's current line
+        isatty = getattr(getattr(stdout, "_out", stdout), "isatty", None)
+        self._terminal = bool(isatty and isatty())
 
     def _emit(self, obj: dict[str, Any] | None, text: str, style_func: Callable[[str], str] | None = None) -> None:
+        if self._open_line:
+            self.stdout.write("\r\033[K", ending="")  # the recorded step replaces the live text
+            self._open_line = False
         if self.as_json:
             if obj is not None:
                 self.stdout.write(json.dumps(obj, default=str, ensure_ascii=False), style_func=lambda s: s)
@@ -188,6 +204,24 @@ class StreamPrinter:
             return
         self.last_sequence = step["sequence"]
         self._emit({"event": "step", "step": step}, describe_step(step))
+
+    def delta(self, delta: dict[str, Any]) -> None:
+        """A piece of the model's answer as it is written (never recorded); usable as ``on_delta``.
+
+        ``--json`` prints an ``{"event": "delta", ...}`` line per piece. Human output on a
+        terminal grows one line of text, erased when the recorded step replaces it; elsewhere
+        (a pipe, a file) only recorded steps are printed.
+        """
+        if self.as_json:
+            self._emit({"event": "delta", **delta}, "")
+            return
+        if not self._terminal:
+            return
+        if delta.get("offset") == 0 or not self._open_line:
+            self.stdout.write(f"  …    {'':<9} r{delta.get('round')}  ", ending="")
+        self.stdout.write(" ".join(str(delta.get("text") or "").splitlines()), ending="")
+        self.stdout.flush()
+        self._open_line = True
 
     def note(self, text: str, obj: dict[str, Any] | None = None) -> None:
         """An informational line (in JSON mode only when ``obj`` is given)."""
@@ -253,8 +287,8 @@ class CancelOnInterrupt:
 
     The first SIGINT only wakes a helper thread, which cancels through the runtime on its own
     database connection (the handler itself does no database work: the main thread may be in
-    the middle of a query). The segment then stops at its next step boundary and the command
-    reports the run as cancelled. A second SIGINT exits at once (status 130) after giving the
+    the middle of a query). The step in flight is interrupted (a tool that ignores the cancel
+    token runs to its boundary) and the command reports the run as cancelled. A second SIGINT exits at once (status 130) after giving the
     cancel a moment to commit. Installed only in the main thread; a no-op elsewhere.
     """
 
@@ -315,7 +349,7 @@ class CancelOnInterrupt:
             self._done.wait(timeout=5)  # let the cancel already asked for commit
             os._exit(EXIT_INTERRUPTED)
         self._interrupted.set()
-        os.write(2, b"\ninterrupted: cancelling the run at its next step boundary "
+        os.write(2, b"\ninterrupted: cancelling the run and the step in flight "
                     b"(press Ctrl-C again to exit now)\n")
 
     def _cancel_when_interrupted(self) -> None:

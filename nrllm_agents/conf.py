@@ -26,6 +26,9 @@ DEFAULTS: dict[str, Any] = {
     "MAX_ITERATIONS_LIMIT": 100,
     "SLEEP_MAX_SECONDS": 30.0,
     "OPENAI_TIMEOUT": 60.0,
+    # stream model answers (live text, and a cancel keeps what arrived); off: one response,
+    # and a cancel still aborts the call by closing its connection
+    "OPENAI_STREAM": os.environ.get("NRLLM_OPENAI_STREAM", "1").strip().lower() not in {"0", "false", "no", "off"},
     "QUEUE_NAME": "default",
     # threads of the in-process executor used when REDIS_URL is unset
     "LOCAL_WORKERS": 4,
@@ -45,6 +48,9 @@ DEFAULTS: dict[str, Any] = {
     "STREAM_POLL_SECONDS": float(os.environ.get("NRLLM_STREAM_POLL_SECONDS", "0.2")),
     "STREAM_HEARTBEAT_SECONDS": float(os.environ.get("NRLLM_STREAM_HEARTBEAT_SECONDS", "10")),
     "STREAM_MAX_SECONDS": float(os.environ.get("NRLLM_STREAM_MAX_SECONDS", "300")),
+    # how often a process re-reads the status of the runs it executes, in one query, when no
+    # cancel notification can reach it (SQLite; a PostgreSQL listening connection that is lost)
+    "CANCEL_POLL_SECONDS": float(os.environ.get("NRLLM_CANCEL_POLL_SECONDS", "1")),
 }
 
 

@@ -51,7 +51,7 @@ def openai_provider(request: RunRequest, run_id: Any = None) -> Provider:
     from .domain.providers.openai_compat import OpenAIProvider
 
     return OpenAIProvider(request.model, timeout=float(app_settings.OPENAI_TIMEOUT),
-                          journal=CallJournal(run_id=run_id))
+                          stream=bool(app_settings.OPENAI_STREAM), journal=CallJournal(run_id=run_id))
 
 
 def calculator_tool(run_id: Any = None) -> Tool:

@@ -14,6 +14,7 @@ from typing import Any, Callable
 from django.db import transaction
 
 from . import dispatch, registry, store
+from .interrupts import watcher
 from .conf import app_settings
 from .domain import (LoopOutcome, LoopResult, LoopState, ProviderError, RunCancellationRequested, RunLeaseLost,
                      SegmentInterrupted, ToolLoop, Usage, rebuild_state)
@@ -22,7 +23,7 @@ from .outcomes import (ApprovalNotPending, CancelOutcome, CancelResult, InvalidR
                        RunResult, parse_run_id)
 from .presenters import event_dict
 from .requests import InvalidRequest, RunRequest
-from .segment import SegmentTrace, StepObserver, identity
+from .segment import DeltaObserver, SegmentTrace, StepObserver, identity
 
 __all__ = [
     "AgentRuntime", "ApprovalNotPending", "CancelOutcome", "CancelResult", "InvalidRunId", "Outcome",
@@ -50,8 +51,9 @@ class AgentRuntime:
 
     # --- segments -------------------------------------------------------------------------
     def run(self, request: RunRequest | dict[str, Any], *, owner: Any = None,
-            on_step: StepObserver | None = None) -> RunResult:
-        """Execute a new run in this process, streaming steps to ``on_step``.
+            on_step: StepObserver | None = None, on_delta: DeltaObserver | None = None) -> RunResult:
+        """Execute a new run in this process, streaming steps to ``on_step`` and the model's
+        text, as it is written, to ``on_delta``.
 
         Raises ``InvalidRequest`` for a bad request; never raises for a run outcome.
         """
@@ -59,11 +61,12 @@ class AgentRuntime:
         segment = identity("interactive")
         run = store.begin({**request.row_fields(), "owner": owner}, claimed_by=segment,
                           lease_expires=store.lease_until())
-        trace = SegmentTrace(run.pk, owner=segment, next_sequence=0, on_step=on_step)
+        trace = SegmentTrace(run.pk, owner=segment, next_sequence=0, on_step=on_step, on_delta=on_delta)
         return self._execute(run.pk, request, trace, lambda loop: loop.start(request.prompt, system=request.system))
 
     def approve(self, run_id: uuid.UUID | str, decision: bool, *, by: Any = None,
-                on_step: StepObserver | None = None, queued: bool = False) -> RunResult:
+                on_step: StepObserver | None = None, queued: bool = False,
+                on_delta: DeltaObserver | None = None) -> RunResult:
         """Resume a waiting run with a human decision on its pending calls.
 
         Here by default; with ``queued=True`` the decision is stored and a worker resumes
@@ -88,12 +91,13 @@ class AgentRuntime:
                              termination_reason=run.termination_reason, steps=0,
                              usage=Usage(run.prompt_tokens, run.completion_tokens), iterations=run.iterations)
         run = AgentRun.objects.get(pk=run_id)
-        return self._resume(run, segment, claim.data["suspended_state"], decision, who, on_step)
+        return self._resume(run, segment, claim.data["suspended_state"], decision, who, on_step, on_delta=on_delta)
 
     def _resume(self, run: AgentRun, segment: str, suspended: Any, decision: bool, by: str | None,
-                on_step: StepObserver | None, interruptible: bool = False) -> RunResult:
+                on_step: StepObserver | None, interruptible: bool = False,
+                on_delta: DeltaObserver | None = None) -> RunResult:
         trace = SegmentTrace(run.pk, owner=segment, next_sequence=store.next_sequence(run.pk), on_step=on_step,
-                             interruptible=interruptible)
+                             interruptible=interruptible, on_delta=on_delta)
         try:
             state = LoopState.from_dict(suspended or {})
             request = RunRequest.from_row(run)
@@ -129,7 +133,8 @@ class AgentRuntime:
                          error_class=type(exc).__name__, error_message=cause)
             raise dispatch.EnqueueError(run_id, cause) from None
 
-    def run_queued(self, run_id: uuid.UUID | str, on_step: StepObserver | None = None) -> RunResult | None:
+    def run_queued(self, run_id: uuid.UUID | str, on_step: StepObserver | None = None,
+                   on_delta: DeltaObserver | None = None) -> RunResult | None:
         """Claim a queued run (``queued → running``) and execute it here.
 
         Returns ``None`` and does nothing when the claim loses: the run was cancelled
@@ -148,9 +153,9 @@ class AgentRuntime:
         if "resume" in payload:
             decision = payload["resume"]
             return self._resume(run, segment, run.suspended_state, bool(decision.get("approved")),
-                                decision.get("by"), on_step, interruptible=True)
+                                decision.get("by"), on_step, interruptible=True, on_delta=on_delta)
         trace = SegmentTrace(run_id, owner=segment, next_sequence=store.next_sequence(run_id), on_step=on_step,
-                             interruptible=True)
+                             interruptible=True, on_delta=on_delta)
         try:
             request = RunRequest.from_row(run) if payload == store.RECOVER else RunRequest.from_mapping(payload)
         except InvalidRequest as exc:
@@ -164,11 +169,20 @@ class AgentRuntime:
 
     def _execute(self, run_id: uuid.UUID, request: RunRequest, trace: SegmentTrace,
                  drive: Callable[[ToolLoop], LoopResult]) -> RunResult:
-        """The ladder shared by every segment."""
+        """The ladder shared by every segment; cancels reach its calls in flight meanwhile."""
+        unwatch = watcher.watch(run_id, trace.token)
+        try:
+            return self._ladder(run_id, request, trace, drive)
+        finally:
+            unwatch()
+
+    def _ladder(self, run_id: uuid.UUID, request: RunRequest, trace: SegmentTrace,
+                drive: Callable[[ToolLoop], LoopResult]) -> RunResult:
         try:
             loop = ToolLoop(registry.build_provider(request, run_id), registry.build_tools(request.tools, run_id),
                             trace=trace, max_iterations=request.max_iterations, on_deny=request.on_deny,
-                            before_effect=trace.before_effect)
+                            before_effect=trace.before_effect, token=trace.token, before_start=trace.before_start,
+                            on_delta=trace.delta if trace.on_delta is not None else None)
             result = drive(loop)
         except RunCancellationRequested:
             # Before the generic handler: the cancel already won the row; never settle.
@@ -268,6 +282,9 @@ class AgentRuntime:
         """Cancel a run; terminal is terminal. Exactly one of two concurrent cancels wins."""
         run_id = parse_run_id(run_id)
         fence = store.cancel(run_id, by=by, source=source, reason=reason)
+        if fence.applied and fence.previous == RunStatus.RUNNING:
+            # Executed by this process? Stop its step in flight without waiting for a signal.
+            transaction.on_commit(lambda: watcher.cancelled_here(run_id))
         if not fence.found:
             outcome = CancelOutcome.NOT_FOUND
         elif fence.applied:
@@ -281,7 +298,10 @@ class AgentRuntime:
     def cancel_many(self, selection: Any, *, by: Any = None, source: str, reason: str = "",
                     dry_run: bool = False) -> store.BulkCancel:
         """Cancel every active run of a queryset in a constant number of statements."""
-        return store.cancel_many(selection, by=by, source=source, reason=reason, dry_run=dry_run)
+        result = store.cancel_many(selection, by=by, source=source, reason=reason, dry_run=dry_run)
+        if result.cancelled.get(RunStatus.RUNNING.value):
+            transaction.on_commit(watcher.check_now)  # runs this process executes stop at once
+        return result
 
     def reap(self, *, limit: int = 100, dry_run: bool = False) -> store.ReapReport:
         """Requeue or dead-letter runs whose segment stopped renewing its lease (a dead worker)."""

@@ -11,20 +11,28 @@ import os
 import secrets
 import socket
 import threading
+import time
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
-from django.db import IntegrityError
+from django.db import DatabaseError, IntegrityError, connection
 from django.utils import timezone
 
 from . import store
-from .domain import RunCancellationRequested, RunLeaseLost, SegmentInterrupted, Step, StepKind, ToolCall, Usage
+from .domain import (CancelToken, RunCancellationRequested, RunLeaseLost, SegmentInterrupted, Step, StepKind,
+                     ToolCall, Usage)
 from .models import AgentRunEvent
 from .presenters import event_dict, step_dict
 
 logger = logging.getLogger(__name__)
 
 StepObserver = Callable[[dict[str, Any]], None]
+DeltaObserver = Callable[[dict[str, Any]], None]
+T = TypeVar("T")
+
+# A guarded boundary statement that failed on its own (a statement timeout, a lock timeout, a
+# deadlock, a cancelled backend) is tried again after these pauses, in seconds.
+RETRY_PAUSES = (0.002, 0.005, 0.01, 0.02)
 
 shutdown_requested = threading.Event()
 """Set (by a worker's SIGTERM handler) when this process must hand its runs back to the queue."""
@@ -48,21 +56,32 @@ class SegmentTrace:
     - the store cannot be reached: "not cancelled", the run goes on (never a fabricated cancel);
     - a failing observer is logged and ignored: watching never stops a run.
 
-    It also tracks the spend so far, for the acknowledgement of a cancel.
+    A boundary statement that fails on its own is retried a few milliseconds later. If it
+    still fails, the step is appended only while the run is still this segment's (never an
+    unguarded write), and the row is read again before the next model call or tool starts.
+
+    It also tracks the spend so far, for the acknowledgement of a cancel, and holds the
+    segment's cancel token.
     """
 
     def __init__(self, run_id: uuid.UUID, *, owner: str, next_sequence: int, on_step: StepObserver | None = None,
-                 base_usage: Usage = Usage(), base_iterations: int = 0, interruptible: bool = False) -> None:
+                 interruptible: bool = False, on_delta: DeltaObserver | None = None) -> None:
         self.run_id = run_id
         self.owner = owner
         self.next_sequence = next_sequence
         self.on_step = on_step
-        self.usage = base_usage
-        self.iterations = base_iterations
+        self.on_delta = on_delta
+        self.usage = Usage()
+        self.iterations = 0
         self.interruptible = interruptible
         self.round = 0
         self.recorded = 0
+        self.token = CancelToken()
         self._effect_stamped = False
+        self._recheck = False  # a boundary could not renew the lease: read the row before the next start
+        self._interrupted_sequence: int | None = None  # the step a cancel cut short
+        self._delta_round = -1
+        self._delta_offset = 0
 
     @property
     def last_sequence(self) -> int | None:
@@ -80,15 +99,23 @@ class SegmentTrace:
                                    created_at=created_at))
         cancelled = False
         try:
-            recorded = store.record_step(self.run_id, self.owner, sequence, step, created_at)
+            recorded = _retried(lambda: store.record_step(self.run_id, self.owner, sequence, step, created_at))
             if recorded is not True:
-                # Not renewed: cancelled while ours (the step in flight is still recorded), or
-                # lost (raises, writing nothing); a store hiccup counts as "not cancelled".
+                # Not renewed: cancelled while ours (the step in flight is still recorded), lost
+                # (raises, writing nothing), or unknown (the store failed: "not cancelled", and
+                # the row is read again before anything else starts).
                 cancelled = recorded is False and self._check_ownership(False)
-                store.append_event(self.run_id, sequence, step, created_at)
+                appended = _retried(lambda: store.append_owned(self.run_id, self.owner, sequence, step, created_at),
+                                    on_error=True)
+                if not appended:
+                    self._check_ownership(False)  # taken away in between: raises RunLeaseLost
+                    raise RunLeaseLost()
+                self._recheck = not cancelled
         except IntegrityError:
             # Someone else wrote this sequence: another segment owns the run now.
             raise RunLeaseLost() from None
+        if step.payload.get("interrupted"):
+            self._interrupted_sequence = sequence
         self.next_sequence += 1
         self.recorded += 1
         if self._effect_stamped and step.kind == StepKind.TOOL:
@@ -100,6 +127,31 @@ class SegmentTrace:
             raise RunCancellationRequested(boundary_sequence=sequence)
         if self.interruptible and shutdown_requested.is_set():
             raise SegmentInterrupted()
+
+    def before_start(self) -> None:
+        """Right before a model call or tool starts: after a boundary that could not renew the
+        lease, read the row again, and stop if the run was cancelled or lost meanwhile."""
+        if not self._recheck:
+            return
+        renewed = _retried(lambda: store.renew(self.run_id, self.owner))
+        if renewed is None:
+            return  # still unknown: a store that cannot be reached never fabricates a cancel
+        self._recheck = False
+        if self._check_ownership(renewed):
+            raise RunCancellationRequested(boundary_sequence=self.last_sequence)
+
+    def delta(self, round_: int, text: str) -> None:
+        """Publish a piece of the answer a model call is streaming (never recorded)."""
+        if self.on_delta is None:
+            return
+        if round_ != self._delta_round:
+            self._delta_round, self._delta_offset = round_, 0
+        data = {"run_id": str(self.run_id), "round": round_, "text": text, "offset": self._delta_offset}
+        self._delta_offset += len(text)
+        try:
+            self.on_delta(data)
+        except Exception:
+            logger.exception("delta observer failed for run %s; the run goes on", self.run_id)
 
     def before_effect(self, call: ToolCall) -> None:
         """Stamp the write fence right before a non-idempotent tool starts (with a renewal)."""
@@ -128,11 +180,36 @@ class SegmentTrace:
 
     def acknowledge_cancel(self) -> AgentRunEvent | None:
         """Record that this segment stopped for a cancel (once per run) and tell the observer."""
-        event = store.acknowledge_cancel(self.run_id, sequence=self.next_sequence, boundary=self.last_sequence,
-                                         round=self.round, iterations=self.iterations, usage=self.usage,
-                                         owner=self.owner)
+        event = _retried(lambda: store.acknowledge_cancel(
+            self.run_id, sequence=self.next_sequence, boundary=self.last_sequence, round=self.round,
+            iterations=self.iterations, usage=self.usage, owner=self.owner,
+            interrupted_sequence=self._interrupted_sequence), on_error=True, none_is_final=True)
         if event is not None:
             self.next_sequence += 1
             self.recorded += 1
             self._notify(event_dict(event))
         return event
+
+
+def _retried(attempt: Callable[[], T], *, on_error: bool = False, none_is_final: bool = False) -> T:
+    """``attempt()``, tried again after ``RETRY_PAUSES`` while it answers ``None`` ("the store
+    failed", unless ``none_is_final``) or, with ``on_error``, raises a ``DatabaseError`` other
+    than an integrity error.
+
+    Returns the last answer, or raises the last error. A connection found broken is closed
+    first (outside a transaction), so that the next try opens a fresh one.
+    """
+    for pause in (*RETRY_PAUSES, None):
+        try:
+            result = attempt()
+            if result is not None or none_is_final or pause is None:
+                return result
+        except IntegrityError:
+            raise
+        except DatabaseError:
+            if not on_error or pause is None:
+                raise
+        if not connection.in_atomic_block and connection.connection is not None and not connection.is_usable():
+            connection.close()
+        time.sleep(pause)
+    raise AssertionError("unreachable")

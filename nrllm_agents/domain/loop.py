@@ -4,20 +4,27 @@ The trace hook is called at each step boundary (request recorded before a model 
 the model's answer, each tool execution, an approval decision). Whatever it raises
 propagates: that is how the runtime stops a loop at a boundary. The loop's own
 ``except Exception`` handlers wrap only provider and tool calls, never the hook.
+
+A cancel token may also cut the call in flight short: the call is then recorded as an
+interrupted step (a model call with what it had produced, a tool call with no result) and
+the loop stops with ``RunCancellationRequested``. Nothing starts once the token has tripped.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from .errors import ToolError
+from .cancel import NEVER, CallContext, CancelToken, StepInterrupted
+from .errors import RunCancellationRequested, ToolError
 from .providers.base import Provider
-from .steps import LoopOutcome, LoopResult, LoopState, Step, StepKind, ToolCall, Trace
+from .steps import LoopOutcome, LoopResult, LoopState, Step, StepKind, ToolCall, Trace, Usage
 from .tools.base import Tool, schema
 
 DENIED_RESULT = "The operator denied this call; it was not executed."
+INTERRUPTED_RESULT = "interrupted: the run was cancelled while this call was running"
 _MAX_ERROR_CHARS = 500
 
 
@@ -38,6 +45,19 @@ def tool_content(result: Any, error: str | None) -> str:
     return json.dumps(result, default=str, ensure_ascii=False)
 
 
+def accepts_context(function: Callable[..., Any]) -> bool:
+    """Whether a provider's ``complete`` or a tool's ``execute`` takes a ``context`` argument.
+
+    Providers and tools written before the cancel token existed take none; they are called
+    as before and run to their step boundary.
+    """
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "context" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
 class ToolLoop:
     """Drives provider and tools until an answer, a limit, an approval gate or a failure.
 
@@ -50,18 +70,30 @@ class ToolLoop:
     on_deny: ``"continue"`` feeds a denial back to the model; ``"stop"`` ends the run.
     before_effect: called right before a tool that is not idempotent starts (the runtime
         stamps a write fence there); like ``trace``, it may raise to stop the loop.
+    token: trips when the run is cancelled; handed to providers and tools that take a
+        ``context``, and checked before every model call and tool call starts.
+    before_start: called right before any model call or tool call starts; may raise to stop
+        the loop (the runtime re-checks the row there after a boundary it could not guard).
+    on_delta: receives ``(round, text)`` as a streaming model call produces its answer.
     """
 
     def __init__(self, provider: Provider, tools: Mapping[str, Tool], *, trace: Trace,
                  max_iterations: int = 10, on_deny: str = "continue",
-                 before_effect: Callable[[ToolCall], None] | None = None) -> None:
+                 before_effect: Callable[[ToolCall], None] | None = None,
+                 token: CancelToken = NEVER, before_start: Callable[[], None] | None = None,
+                 on_delta: Callable[[int, str], None] | None = None) -> None:
         self.provider = provider
         self.tools = dict(tools)
         self.trace = trace
         self.max_iterations = max_iterations
         self.on_deny = on_deny
         self.before_effect = before_effect
+        self.token = token
+        self.before_start = before_start
+        self.on_delta = on_delta
         self._schemas = [schema(t) for t in self.tools.values()]
+        self._provider_context = accepts_context(provider.complete)
+        self._tool_context = {name: accepts_context(t.execute) for name, t in self.tools.items()}
 
     def start(self, prompt: str, *, system: str | None = None) -> LoopResult:
         """Begin a conversation from a user prompt."""
@@ -128,6 +160,7 @@ class ToolLoop:
         while True:
             if state.iterations >= self.max_iterations:
                 return LoopResult(LoopOutcome.MAX_ITERATIONS, state)
+            self._gate()  # the request step opens the model call: nothing opens once stopped
             state.round += 1
             new_messages = state.messages[state.sent:]
             state.sent = len(state.messages)
@@ -138,10 +171,15 @@ class ToolLoop:
                 "message_count": len(state.messages),
                 "tools": tool_names,
             }))
+            self._gate()
             t0 = time.perf_counter()
             try:
-                response = self.provider.complete(state.messages, self._schemas)
+                response = self._complete(state)
+            except StepInterrupted as stop:
+                self._interrupted_llm(state, stop, t0)
             except Exception as exc:  # a provider failure ends the run; control flow is BaseException
+                if self.token.cancelled:  # the abort broke the call: an interruption, not a failure
+                    self._interrupted_llm(state, StepInterrupted(), t0)
                 return LoopResult(LoopOutcome.PROVIDER_FAILED, state, error=exc)
             state.iterations += 1
             state.usage = state.usage + response.usage
@@ -168,38 +206,95 @@ class ToolLoop:
             if failed is not None:
                 return failed
 
+    def _gate(self) -> None:
+        """Right before a call starts: nothing starts once the token has tripped."""
+        if self.token.cancelled:
+            raise RunCancellationRequested()
+        if self.before_start is not None:
+            self.before_start()
+
+    def _context(self, state: LoopState) -> CallContext:
+        sink = None
+        if self.on_delta is not None:
+            round_, publish = state.round, self.on_delta
+            sink = lambda text: publish(round_, text)  # noqa: E731
+        return CallContext(token=self.token, on_delta=sink, round=state.round)
+
+    def _complete(self, state: LoopState) -> Any:
+        if self._provider_context:
+            return self.provider.complete(state.messages, self._schemas, context=self._context(state))
+        return self.provider.complete(state.messages, self._schemas)
+
+    def _interrupted_llm(self, state: LoopState, stop: StepInterrupted, t0: float) -> None:
+        """Record a model call cut short by a cancel, with what it produced; then stop.
+
+        The partial answer is not added to the transcript (it is not a turn the model
+        finished, and tool calls it had begun must not stand unanswered); its spend counts.
+        """
+        partial = stop.partial
+        usage = partial.usage if partial is not None else Usage()
+        state.iterations += 1
+        state.usage = state.usage + usage
+        self.trace(Step(StepKind.LLM, state.round, {
+            "content": partial.content if partial is not None else None,
+            "tool_calls": [],
+            "partial_tool_calls": stop.partial_tool_calls,
+            "usage": usage.as_dict(),
+            "usage_estimated": stop.usage_estimated,
+            "finish_reason": "interrupted",
+            "interrupted": True,
+        }, duration_ms=_elapsed_ms(t0)))
+        raise RunCancellationRequested()  # when the boundary probe could not confirm it
+
     def _run_calls(self, state: LoopState, calls: Sequence[ToolCall]) -> LoopResult | None:
         for call in calls:
             tool = self.tools.get(call.name)
-            t0 = time.perf_counter()
             error: str | None = None
             fatal: Exception | None = None
             result: Any = None
+            interrupted = False
             if tool is None:
+                t0 = time.perf_counter()
                 error = f"unknown tool {call.name!r}"
             else:
+                self._gate()
                 if self.before_effect is not None and not getattr(tool, "idempotent", True):
                     self.before_effect(call)
+                t0 = time.perf_counter()
                 try:
-                    result = tool.execute(dict(call.arguments))
+                    if self._tool_context.get(call.name):
+                        result = tool.execute(dict(call.arguments), context=self._context(state))
+                    else:
+                        result = tool.execute(dict(call.arguments))
+                except StepInterrupted:
+                    interrupted = True
                 except ToolError as exc:
                     error = str(exc)
                 except Exception as exc:  # ends the run as tool_failed, after the step is recorded
-                    fatal = exc
-                    error = _safe_error(exc)
+                    if self.token.cancelled:  # broken by the abort: an interruption, not a failure
+                        interrupted = True
+                    else:
+                        fatal = exc
+                        error = _safe_error(exc)
+            if interrupted:
+                self._record_tool(state, call, None, INTERRUPTED_RESULT, _elapsed_ms(t0), interrupted=True)
+                raise RunCancellationRequested()  # when the boundary probe could not confirm it
             self._record_tool(state, call, result, error, _elapsed_ms(t0))
             if fatal is not None:
                 return LoopResult(LoopOutcome.TOOL_FAILED, state, error=fatal)
         return None
 
     def _record_tool(self, state: LoopState, call: ToolCall, result: Any, error: str | None,
-                     duration_ms: float) -> None:
+                     duration_ms: float, *, interrupted: bool = False) -> None:
         state.messages.append({"role": "tool", "tool_call_id": call.id, "content": tool_content(result, error)})
         state.sent = len(state.messages)
-        self.trace(Step(StepKind.TOOL, state.round, {
+        payload: dict[str, Any] = {
             "call_id": call.id,
             "name": call.name,
             "arguments": call.arguments,
             "result": None if error is not None else result,
             "error": error,
-        }, duration_ms=duration_ms))
+        }
+        if interrupted:
+            payload["interrupted"] = True
+        self.trace(Step(StepKind.TOOL, state.round, payload, duration_ms=duration_ms))

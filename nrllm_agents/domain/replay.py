@@ -19,7 +19,9 @@ def rebuild_state(steps: Iterable[Mapping[str, Any]]) -> LoopState:
     ``pending_calls`` holds the calls of the last model turn without a recorded ``tool``
     step, in order: a continuation runs exactly those, never one that already ran;
     ``decision`` is the human decision recorded for that turn, if any (kept even when every
-    call of the turn has its step, so a denial that ends the run still ends it).
+    call of the turn has its step, so a denial that ends the run still ends it). A model
+    call interrupted by a cancel counts in the spend and the iterations but adds no turn; a
+    tool call interrupted by a cancel is answered by its recorded interruption.
     """
     messages: list[dict[str, Any]] = []
     usage = Usage()
@@ -36,6 +38,8 @@ def rebuild_state(steps: Iterable[Mapping[str, Any]]) -> LoopState:
         elif kind == "llm":
             iterations += 1
             usage = usage + Usage.from_dict(payload.get("usage"))
+            if payload.get("interrupted"):
+                continue  # cut short by a cancel: it spent, but it is not a turn of the transcript
             turn = [ToolCall.from_dict(c) for c in payload.get("tool_calls") or []]
             done, decision = set(), None
             assistant: dict[str, Any] = {"role": "assistant", "content": payload.get("content")}

@@ -7,13 +7,14 @@ so the read-check-write transactions are serialised there as well.
 """
 
 from .bulk import BulkCancel, cancel_many
-from .leases import RECOVER, ReapReport, lease_until, lost_or_cancelled, reap, record_step, renew, requeue
+from .leases import RECOVER, ReapReport, append_owned, lease_until, lost_or_cancelled, reap, record_step, renew, requeue
 from .runs import (NOT_FOUND, Transition, acknowledge_cancel, append_event, begin, cancel, claim_for_resume,
                    claim_queued, create_queued, events, next_sequence, probe_status, requeue_for_resume, settle,
                    suspend)
 
 __all__ = [
-    "NOT_FOUND", "RECOVER", "BulkCancel", "ReapReport", "Transition", "acknowledge_cancel", "append_event", "begin",
+    "NOT_FOUND", "RECOVER", "BulkCancel", "ReapReport", "Transition", "acknowledge_cancel", "append_event",
+    "append_owned", "begin",
     "cancel", "cancel_many", "claim_for_resume", "claim_queued", "create_queued", "events", "lease_until",
     "lost_or_cancelled", "next_sequence", "probe_status", "reap", "record_step", "renew", "requeue", "requeue_for_resume",
     "settle", "suspend",

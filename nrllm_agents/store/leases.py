@@ -213,3 +213,26 @@ def _acknowledge_orphaned_cancels(now: datetime, limit: int, dry_run: bool) -> i
         except IntegrityError:  # the segment acknowledged after all, in between
             continue
     return done
+
+
+def append_owned(run_id: uuid.UUID, owner: str, sequence: int, step: Step, created_at: datetime) -> bool:
+    """Append a step without renewing the lease, only while this segment still holds the run.
+
+    The fallback of a boundary whose fused write failed: the row must be claimed by
+    ``owner`` and running, or cancelled and not yet acknowledged (the step in flight of a
+    cancelled run is still recorded). ``False``: not ours any more, nothing was written.
+    Raises ``DatabaseError`` when the store cannot be reached, ``IntegrityError`` when the
+    sequence is taken.
+    """
+    run_table, event_table = AgentRun._meta.db_table, AgentRunEvent._meta.db_table
+    cast = "::jsonb" if connection.vendor == "postgresql" else ""
+    sql = (f"INSERT INTO {event_table} (run_id, sequence, kind, round, duration_ms, payload, created_at) "
+           f"SELECT id, %s, %s, %s, %s, %s{cast}, %s FROM {run_table} "
+           f"WHERE id = %s AND claimed_by = %s AND status IN (%s, %s) AND stopped_at IS NULL")
+    params = [sequence, step.kind.value, step.round, step.duration_ms, json.dumps(step.payload, default=str),
+              AgentRunEvent._meta.get_field("created_at").get_db_prep_value(created_at, connection),
+              AgentRun._meta.pk.get_db_prep_value(run_id, connection), owner,
+              RunStatus.RUNNING.value, RunStatus.CANCELLED.value]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount == 1

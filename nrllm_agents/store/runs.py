@@ -180,11 +180,13 @@ def _append_cancelled(run_id: uuid.UUID, sequence: int, boundary: int | None, no
 
 
 def acknowledge_cancel(run_id: uuid.UUID, *, sequence: int, boundary: int | None, round: int,
-                       iterations: int, usage: Usage, owner: str | None = None) -> AgentRunEvent | None:
+                       iterations: int, usage: Usage, owner: str | None = None,
+                       interrupted_sequence: int | None = None) -> AgentRunEvent | None:
     """A segment stopped by a cancel: stamp when it stopped and its spend, append ``cancelled``.
 
     Happens at most once per run (guarded on ``stopped_at IS NULL``); returns the appended
-    event, or ``None`` when the acknowledgement was already made.
+    event, or ``None`` when the acknowledgement was already made. ``interrupted_sequence``
+    names the step the cancel cut short, when it did (the step is marked ``interrupted``).
     """
     now = timezone.now()
     with transaction.atomic():
@@ -196,9 +198,14 @@ def acknowledge_cancel(run_id: uuid.UUID, *, sequence: int, boundary: int | None
         if not n:
             return None
         event = _append_cancelled(run_id, sequence, boundary, now)
+        changes: dict[str, Any] = {}
         if round:
-            AgentRunEvent.objects.filter(pk=event.pk).update(round=round)
-            event.round = round
+            changes["round"] = event.round = round
+        if interrupted_sequence is not None:
+            event.payload = {**event.payload, "interrupted": True, "interrupted_sequence": interrupted_sequence}
+            changes["payload"] = event.payload
+        if changes:
+            AgentRunEvent.objects.filter(pk=event.pk).update(**changes)
     return event
 
 

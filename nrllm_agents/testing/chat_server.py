@@ -10,11 +10,18 @@ only. Each script entry is one of::
     {"raw": "{not json"}                               # a verbatim (malformed) 200 body
 
 with optional ``"usage"`` (``prompt_tokens``/``completion_tokens``; omitted from the
-response when absent), ``"delay"`` (seconds before answering) and, for tool calls,
+response when absent), ``"delay"`` (seconds before answering), ``"chunk_delay"`` (seconds
+between the pieces of a streamed answer) and, for tool calls,
 ``"id"`` per call and ``"arguments"`` given as a string to send it verbatim. By default
 entries are consumed in order, one per request; with ``by_turn=True`` the entry played
 is chosen by how many assistant messages the request holds (like ``ScriptedProvider``),
 so every conversation sees the same script. An exhausted script answers HTTP 500.
+
+A request with ``"stream": true`` gets the answer as server-sent ``chat.completion.chunk``
+events, content cut into word pieces ``chunk_delay`` apart, and a usage chunk when the request
+asks for it (``stream_options.include_usage``). ``streams`` logs what each streamed answer
+sent and when, and when the client went away (``disconnected`` is set then): tests see that a
+cancel closed the connection and how much was sent after it.
 
 Run ``python -m nrllm_agents.testing.chat_server --port 8765 --script turns.json`` for
 manual demos (without ``--script`` it plays the scripted provider's demo turns).
@@ -24,13 +31,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import select
+import socket
 import threading
 import time
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterable
 
 COMPLETIONS_PATH = "/v1/chat/completions"
-_ENTRY_KEYS = frozenset({"content", "tool_calls", "usage", "status", "error", "raw", "delay"})
+_ENTRY_KEYS = frozenset({"content", "tool_calls", "usage", "status", "error", "raw", "delay", "chunk_delay"})
+
+
+@dataclass
+class StreamLog:
+    """One streamed answer: each piece sent ``(time.time(), text)``, and how it ended."""
+
+    sent: list[tuple[float, str]] = field(default_factory=list)
+    disconnected_at: float | None = None  # the client went away before the end
+    finished: bool = False  # ``[DONE]`` was sent
 
 
 def validate_entry(entry: Any) -> dict[str, Any]:
@@ -53,9 +72,10 @@ def validate_entry(entry: Any) -> dict[str, Any]:
     usage = entry.get("usage", {})
     if not isinstance(usage, dict) or not all(isinstance(v, int) for v in usage.values()):
         raise ValueError("usage takes integer prompt_tokens/completion_tokens")
-    delay = entry.get("delay", 0)
-    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
-        raise ValueError("delay must be a non-negative number of seconds")
+    for key in ("delay", "chunk_delay"):
+        delay = entry.get(key, 0)
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
+            raise ValueError(f"{key} must be a non-negative number of seconds")
     return entry
 
 
@@ -83,6 +103,8 @@ class ChatCompletionServer:
         self.verbose = verbose
         self.requests: list[Any] = []
         self.request_headers: list[dict[str, str]] = []
+        self.streams: list[StreamLog] = []
+        self.disconnected = threading.Event()
         self._script: list[dict[str, Any]] = []
         self._played = 0
         self._ids = 0
@@ -183,6 +205,30 @@ class ChatCompletionServer:
         return completion
 
 
+    def _chunks(self, entry: dict[str, Any], body: dict[str, Any]) -> list[dict[str, Any]]:
+        """The ``chat.completion.chunk`` events of a streamed answer, in order."""
+        whole = self._completion(entry, body)
+        base = {"id": whole["id"], "object": "chat.completion.chunk", "created": whole["created"],
+                "model": whole["model"]}
+        message, finish = whole["choices"][0]["message"], whole["choices"][0]["finish_reason"]
+
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+            return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
+
+        out = [chunk({"role": "assistant", "content": ""})]
+        words = (message.get("content") or "").split(" ")
+        out += [chunk({"content": w + (" " if i < len(words) - 1 else "")}) for i, w in enumerate(words) if w]
+        for i, call in enumerate(message.get("tool_calls") or []):
+            function = call["function"]
+            out.append(chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                              "function": {"name": function["name"], "arguments": ""}}]}))
+            out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": function["arguments"]}}]}))
+        out.append(chunk({}, finish))
+        if "usage" in whole and (body.get("stream_options") or {}).get("include_usage"):
+            out.append({**base, "choices": [], "usage": whole["usage"]})
+        return out
+
+
 class _Handler(BaseHTTPRequestHandler):
     owner: ChatCompletionServer
     server_version = "nrllm-chat-server/1"
@@ -215,8 +261,47 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(int(entry.get("status", 200)), str(entry["raw"]).encode())
         elif "error" in entry:
             self._send_json(int(entry["status"]), _error_body(str(entry["error"]), int(entry["status"])))
+        elif body.get("stream"):
+            self._stream(owner._chunks(entry, body), float(entry.get("chunk_delay") or 0))
         else:
             self._send_json(200, owner._completion(entry, body))
+
+    def _stream(self, chunks: list[dict[str, Any]], pause: float) -> None:
+        log = StreamLog()
+        with self.owner._lock:
+            self.owner.streams.append(log)
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.end_headers()
+            self.wfile.flush()
+            for i, chunk in enumerate(chunks):
+                if i and pause and self._client_left(pause):
+                    raise ConnectionResetError
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+                delta = (chunk.get("choices") or [{}])[0].get("delta") or {}
+                log.sent.append((time.time(), delta.get("content") or ""))
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+            log.finished = True
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            log.disconnected_at = time.time()
+            self.owner.disconnected.set()
+            self.close_connection = True
+
+    def _client_left(self, seconds: float) -> bool:
+        """Wait ``seconds`` unless the client closes its end first (then ``True``, at once)."""
+        if self.owner._stopping.is_set():
+            return True
+        readable, _, _ = select.select([self.connection], [], [], seconds)
+        if not readable:
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     def do_GET(self) -> None:
         self._send_json(404, _error_body(f"no route for GET {self.path}", 404))

@@ -48,3 +48,31 @@ class SlowNote:
         note = Note.objects.create(run_id=self.run_id, title=title, body="written by slow_note")
         time.sleep(seconds)
         return {"note_id": note.pk}
+
+
+class StubbornWait:
+    """Waits with ``time.sleep`` and takes no ``context``: a tool written before the cancel token.
+
+    A cancel cannot interrupt it; the run stops at the boundary after it, as tools always did.
+    ``started`` (an optional ``threading.Event``, set by tests) is set when it begins.
+    """
+
+    name = "stubborn"
+    description = "Wait the given seconds, ignoring any cancel (a tool that predates the cancel token)."
+    parameters = {"type": "object", "properties": {"seconds": {"type": "number", "minimum": 0, "maximum": 30}},
+                  "required": ["seconds"]}
+    requires_approval = False
+    started: Any = None
+
+    def __init__(self, run_id: uuid.UUID | None = None) -> None:
+        self.journal = CallJournal(run_id=run_id)
+
+    def execute(self, arguments: dict[str, Any]) -> Any:
+        self.journal.record("tool", self.name)
+        seconds = arguments.get("seconds")
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds <= 30:
+            raise ToolError("seconds must be a number from 0 to 30")
+        if self.started is not None:
+            self.started.set()
+        time.sleep(seconds)
+        return {"waited": seconds}

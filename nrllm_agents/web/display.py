@@ -48,16 +48,21 @@ def step_details(step: dict[str, Any]) -> list[tuple[str, str]]:
             lines.append(("sent", _message(message)))
         lines.append(("tools", ", ".join(p.get("tools") or []) or "none"))
     elif kind == "llm":
+        if p.get("interrupted"):
+            lines.append(("interrupted", "cut short by the cancel; the answer so far:"))
         if p.get("content"):
             lines.append(("answer", p["content"]))
         for call in p.get("tool_calls") or []:
             lines.append(("tool call", call_text(call)))
         usage = p.get("usage") or {}
+        estimated = " (estimated)" if p.get("usage_estimated") else ""
         lines.append(("tokens", f"{usage.get('prompt_tokens', 0)} prompt + {usage.get('completion_tokens', 0)} "
-                                f"completion = {usage.get('total_tokens', 0)}"))
+                                f"completion = {usage.get('total_tokens', 0)}{estimated}"))
     elif kind == "tool":
         lines.append(("call", call_text(p)))
-        if p.get("error") is not None:
+        if p.get("interrupted"):
+            lines.append(("interrupted", "cut short by the cancel: no result"))
+        elif p.get("error") is not None:
             lines.append(("error", str(p["error"])))
         else:
             lines.append(("result", _json(p.get("result"))))
@@ -72,7 +77,10 @@ def step_details(step: dict[str, Any]) -> list[tuple[str, str]]:
         if p.get("reason"):
             lines.append(("reason", p["reason"]))
         boundary = p.get("boundary_sequence")
-        lines.append(("stopped", "before any step" if boundary is None else f"after step #{boundary}"))
+        if p.get("interrupted"):
+            lines.append(("stopped", f"interrupting step #{p.get('interrupted_sequence')} in flight"))
+        else:
+            lines.append(("stopped", "before any step" if boundary is None else f"after step #{boundary}"))
     else:
         lines.append(("payload", _json(p)))
     return [(label, _cut(text)) for label, text in lines]
@@ -88,4 +96,5 @@ def elapsed(started_at: datetime | None, finished_at: datetime | None) -> str:
 
 def for_page(step: dict[str, Any]) -> dict[str, Any]:
     """A ``presenters.step_dict`` with what the template shows."""
-    return {**step, "details": step_details(step), "time": time_of(step.get("created_at"))}
+    return {**step, "details": step_details(step), "time": time_of(step.get("created_at")),
+            "interrupted": bool((step.get("payload") or {}).get("interrupted"))}

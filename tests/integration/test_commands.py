@@ -33,11 +33,20 @@ class Ran:
     err: str
 
     @property
-    def lines(self) -> list[dict[str, Any]]:
+    def all_lines(self) -> list[dict[str, Any]]:
         """stdout as JSON lines; every one must carry an ``event`` key."""
         parsed = [json.loads(line) for line in self.out.splitlines()]
         assert parsed and all("event" in obj for obj in parsed), self.out
         return parsed
+
+    @property
+    def lines(self) -> list[dict[str, Any]]:
+        """The JSON lines but the live text of the model (``delta``: never recorded)."""
+        return [line for line in self.all_lines if line["event"] != "delta"]
+
+    @property
+    def deltas(self) -> list[dict[str, Any]]:
+        return [line for line in self.all_lines if line["event"] == "delta"]
 
 
 def run(*args: Any) -> Ran:
@@ -97,6 +106,10 @@ def test_agent_run_streams_every_step_as_json_and_exits_0():
     assert [s["step"]["kind"] for s in lines[1:-1]] == ["request", "llm", "tool", "request", "llm"]
     assert lines[-1] == json.loads(json.dumps(presenters.summary_event(AgentRun.objects.get(pk=run_id))))
     assert lines[-1]["event"] == "done" and lines[-1]["status"] == "completed" and lines[-1]["final_text"] == "42"
+    # The model's words were printed live too, before its llm step.
+    assert [(d["text"], d["offset"], d["run_id"]) for d in ran.deltas] == [("42", 0, run_id)]
+    order = [line["event"] if line["event"] != "step" else line["step"]["kind"] for line in ran.all_lines]
+    assert order.index("delta") < len(order) - 1 - order[::-1].index("llm")
     assert f"python manage.py agent_cancel {run_id}" in ran.err
 
 

@@ -107,7 +107,9 @@ def test_failing_probe_never_fabricates_a_cancellation(runtime):
 
     with connection.execute_wrapper(fail_probe):
         result = runtime.run(request(TWO_TOOLS))
-    assert len(failures) == 6, "every boundary's probe should have been exercised"
+    # Each boundary retries its guarded statement a few times before falling back, and reads
+    # the row again before the next start: at least one failure per boundary.
+    assert len(failures) >= 6, "every boundary's probe should have been exercised"
     assert result.outcome == Outcome.COMPLETED and runtime.status(result.run_id).status == RunStatus.COMPLETED
     assert "cancelled" not in kinds(runtime, result.run_id)
 

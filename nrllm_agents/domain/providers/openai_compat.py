@@ -1,7 +1,10 @@
 """A provider for any server speaking the OpenAI chat-completions API (OpenAI, Ollama, vLLM...).
 
 Our transcript keeps tool calls as ``{"id", "name", "arguments": dict}``; this module
-converts them to and from the wire shape. Every SDK failure becomes a ``ProviderError``
+converts them to and from the wire shape. Calls stream by default (``stream=True``, usage
+requested): the answer's text is published as it arrives, and a cancel shuts the connection
+down at once, so the server stops generating; what arrived is kept as the interrupted step.
+With streaming off, a cancel still aborts the call by closing its connection. Every SDK failure becomes a ``ProviderError``
 whose message is built here (class name, status, a short description) with the API key
 scrubbed out, and which chains nothing: SDK exceptions carry the request and its headers.
 """
@@ -15,8 +18,10 @@ from typing import Any, Sequence
 
 import openai
 
+from ..cancel import CallContext, StepInterrupted
 from ..errors import ConfigurationError, ProviderError
 from ..steps import ModelResponse, ToolCall, Usage
+from .abortable import AbortableHttp
 from .scripted import CallJournal
 
 PLACEHOLDER_API_KEY = "not-needed"  # local servers (Ollama, llama.cpp) ignore the key
@@ -164,12 +169,13 @@ class OpenAIProvider:
     api_key: defaults to ``OPENAI_API_KEY``, then a placeholder for keyless local servers.
     timeout: seconds per request. The SDK never retries; retrying is the runtime's decision.
     journal: records each model call start.
+    stream: stream the answer (the default); a cancel then keeps what had arrived.
     """
 
     name = "openai"
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
-                 timeout: float = 60.0, journal: CallJournal | None = None) -> None:
+                 timeout: float = 60.0, journal: CallJournal | None = None, stream: bool = True) -> None:
         if not model or not isinstance(model, str) or not model.strip():
             raise ConfigurationError("the openai provider needs a model name")
         self.model = model.strip()
@@ -177,23 +183,34 @@ class OpenAIProvider:
         self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or PLACEHOLDER_API_KEY
         self.timeout = timeout
         self.journal = journal or CallJournal()
+        self.stream = stream
+        self._stream_usage = True  # dropped once for a server that refuses stream_options
+        self._http = AbortableHttp(openai.DefaultHttpxClient, timeout=timeout)
         self._client = openai.OpenAI(base_url=self.base_url, api_key=self._api_key,
-                                     timeout=timeout, max_retries=0)
+                                     timeout=timeout, max_retries=0, http_client=self._http.client)
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(model={self.model!r}, base_url={self.base_url!r})"
 
-    def complete(self, messages: Sequence[dict[str, Any]],
-                 tools: Sequence[dict[str, Any]]) -> ModelResponse:
-        """One model call; raises ``ProviderError`` (never an SDK exception) on failure."""
+    def complete(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]],
+                 context: CallContext | None = None) -> ModelResponse:
+        """One model call; raises ``ProviderError`` (never an SDK exception) on failure.
+
+        Raises ``StepInterrupted`` (with the text and tool-call fragments received so far)
+        when the context's token trips during the call.
+        """
+        context = context or CallContext()
         self.journal.record("model", self.model)
         kwargs: dict[str, Any] = {"model": self.model, "messages": to_wire_messages(messages)}
         if tools:
             kwargs["tools"] = list(tools)
+        received = _Received(messages)
+        unregister = context.token.on_cancel(self._http.abort)
         error: ProviderError
         try:
-            completion = self._client.chat.completions.create(**kwargs)
-            return parse_completion(completion)
+            if self.stream:
+                return self._streamed(kwargs, received, context)
+            return parse_completion(self._client.chat.completions.create(**kwargs))
         except ProviderError as exc:
             error = exc
         except openai.OpenAIError as exc:
@@ -202,5 +219,97 @@ class OpenAIProvider:
             error = ProviderError(redact(f"malformed response: {type(exc).__name__}", self._api_key))
         except (TypeError, AttributeError):  # fields of the wrong type in a lenient parse
             error = ProviderError("malformed response: unexpected field types")
+        except Exception:
+            if not context.token.cancelled:
+                raise
+            error = ProviderError("aborted")
+        finally:
+            unregister()
+        if context.token.cancelled:  # the abort broke the call: keep what had arrived
+            raise received.interrupted() from None
         # Raised outside the handlers so neither __cause__ nor __context__ holds the SDK error.
         raise error from None
+
+    def _streamed(self, kwargs: dict[str, Any], received: _Received, context: CallContext) -> ModelResponse:
+        try:
+            chunks = self._client.chat.completions.create(
+                **kwargs, stream=True, **({"stream_options": {"include_usage": True}} if self._stream_usage else {}))
+        except openai.BadRequestError as exc:
+            if not self._stream_usage or "stream_options" not in _description(exc):
+                raise
+            self._stream_usage = False  # this server does not take it: count usage ourselves
+            chunks = self._client.chat.completions.create(**kwargs, stream=True)
+        try:
+            for chunk in chunks:
+                received.add(chunk, context)
+        finally:
+            chunks.close()
+        if received.finish_reason is None:
+            # The body ended before the answer did: cut by our abort, or by the server.
+            if context.token.cancelled:
+                raise received.interrupted()
+            if received.chunks:
+                raise ProviderError("the stream ended before the answer was complete", retryable=True)
+        return received.response()
+
+
+class _Received:
+    """What a streamed answer has delivered so far: text, tool-call fragments, usage."""
+
+    def __init__(self, messages: Sequence[dict[str, Any]]) -> None:
+        self._messages = messages
+        self.content: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.usage: Usage | None = None
+        self.finish_reason: str | None = None
+        self.chunks = 0
+
+    def add(self, chunk: Any, context: CallContext) -> None:
+        self.chunks += 1
+        usage = _get(chunk, "usage")
+        if usage is not None:
+            self.usage = Usage(int(_get(usage, "prompt_tokens") or 0), int(_get(usage, "completion_tokens") or 0))
+        for choice in _get(chunk, "choices") or ():
+            if _get(choice, "index") not in (None, 0):
+                continue
+            self.finish_reason = _get(choice, "finish_reason") or self.finish_reason
+            delta = _get(choice, "delta")
+            text = _get(delta, "content")
+            if isinstance(text, str) and text:
+                self.content.append(text)
+                context.delta(text)
+            for fragment in _get(delta, "tool_calls") or ():
+                index = _get(fragment, "index")
+                call = self.calls.setdefault(int(index or 0), {"id": None, "name": "", "arguments": ""})
+                function = _get(fragment, "function")
+                call["id"] = _get(fragment, "id") or call["id"]
+                call["name"] += _get(function, "name") or ""
+                call["arguments"] += _get(function, "arguments") or ""
+
+    def response(self) -> ModelResponse:
+        """The whole answer once the stream ended; raises ``ProviderError`` for a broken one."""
+        calls = []
+        for i, (_, call) in enumerate(sorted(self.calls.items())):
+            if not call["name"]:
+                raise ProviderError("malformed response: a tool call has no function name")
+            calls.append(ToolCall(id=str(call["id"] or f"call_{i + 1}"), name=call["name"],
+                                  arguments=parse_arguments(call["arguments"])))
+        if self.chunks == 0:
+            raise ProviderError("malformed response: the stream ended without a chunk")
+        return ModelResponse(content="".join(self.content) if self.content or not calls else None,
+                             tool_calls=tuple(calls), usage=self.usage or Usage(),
+                             finish_reason=str(self.finish_reason or ("tool_calls" if calls else "stop")))
+
+    def interrupted(self) -> StepInterrupted:
+        """The ``StepInterrupted`` for a call cut short: the text so far and its (estimated) usage."""
+        partial = ModelResponse(content="".join(self.content), usage=self.usage or self._estimate(),
+                                finish_reason="interrupted")
+        fragments = [{"index": i, **call} for i, call in sorted(self.calls.items())]
+        return StepInterrupted(partial=partial, usage_estimated=self.usage is None, partial_tool_calls=fragments)
+
+    def _estimate(self) -> Usage:
+        """About four characters a token: what was sent, and what arrived."""
+        sent = len(json.dumps(list(self._messages), default=str, ensure_ascii=False))
+        arrived = sum(len(t) for t in self.content) + sum(len(c["arguments"]) + len(c["name"])
+                                                         for c in self.calls.values())
+        return Usage(-(-sent // 4), -(-arrived // 4))

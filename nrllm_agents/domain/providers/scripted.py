@@ -5,6 +5,10 @@ A script is a list of turns, each either ``{"content": "final answer"}`` or
 ``"delay"`` (seconds of simulated model latency) and ``"usage"`` (``prompt_tokens``,
 ``completion_tokens``). The turn played is chosen by how many assistant messages the
 conversation already holds, so a run resumed in another process continues where it was.
+
+The delay is spent like a real model streams: a content answer is emitted in pieces spread
+over it (``CallContext.delta``), and a cancel cuts it short at once, keeping what was
+"generated" so far with an estimated usage.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import threading
 import time
 from typing import Any, Sequence
 
+from ..cancel import CallContext, StepInterrupted
 from ..errors import ConfigurationError, ProviderError
 from ..steps import ModelResponse, ToolCall, Usage
 
@@ -32,6 +37,7 @@ DEMO_SCRIPT: list[dict[str, Any]] = [
 ]
 MAX_DELAY_SECONDS = 60.0
 MAX_USAGE_TOKENS = 1_000_000  # per turn: a run's total must fit the database's integer columns
+STREAM_PIECES = 24  # a content answer with a delay streams in up to this many pieces
 
 
 def validate_script(script: Any) -> list[dict[str, Any]]:
@@ -113,22 +119,51 @@ class ScriptedProvider:
         self.calls = 0
         self.journal = journal or CallJournal()
 
-    def complete(self, messages: Sequence[dict[str, Any]],
-                 tools: Sequence[dict[str, Any]]) -> ModelResponse:
+    def complete(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]],
+                 context: CallContext | None = None) -> ModelResponse:
+        context = context or CallContext()
         self.calls += 1
         self.journal.record("model", self.model)
         index = sum(1 for m in messages if m.get("role") == "assistant")
         if index >= len(self.script):
             raise ProviderError(f"script exhausted after {len(self.script)} turns")
         turn = self.script[index]
-        if turn.get("delay"):
-            time.sleep(float(turn["delay"]))
         usage = Usage.from_dict(turn.get("usage"))
+        delay = float(turn.get("delay") or 0)
         if "content" in turn:
+            self._stream(turn["content"], delay, usage, context)
             return ModelResponse(content=turn["content"], usage=usage, finish_reason="stop")
+        if delay and context.token.wait(delay):
+            raise StepInterrupted(partial=ModelResponse(content=None, usage=Usage(usage.prompt_tokens, 0)),
+                                  usage_estimated=True)
         calls = tuple(
             ToolCall(id=str(c.get("id") or f"call_{index + 1}_{i + 1}"), name=c["name"],
                      arguments=dict(c.get("arguments") or {}))
             for i, c in enumerate(turn["tool_calls"])
         )
         return ModelResponse(content=None, tool_calls=calls, usage=usage, finish_reason="tool_calls")
+
+    @staticmethod
+    def _stream(content: str, delay: float, usage: Usage, context: CallContext) -> None:
+        """Spend ``delay`` emitting ``content`` in pieces; a cancel stops it with the text so far."""
+        if not delay:
+            context.delta(content)
+            return
+        pieces = _pieces(content, STREAM_PIECES)
+        pause = delay / max(len(pieces), 1)
+        sent = ""
+        for piece in pieces or [""]:
+            if context.token.wait(pause):
+                done = len(sent) / len(content) if content else 0.0
+                estimate = Usage(usage.prompt_tokens, round(usage.completion_tokens * done))
+                raise StepInterrupted(partial=ModelResponse(content=sent, usage=estimate), usage_estimated=True)
+            context.delta(piece)
+            sent += piece
+
+
+def _pieces(text: str, most: int) -> list[str]:
+    """``text`` cut into at most ``most`` pieces on word boundaries, joined back exactly."""
+    words = text.split(" ")
+    per = max(1, -(-len(words) // most))
+    groups = [" ".join(words[i:i + per]) for i in range(0, len(words), per)]
+    return [g + (" " if i < len(groups) - 1 else "") for i, g in enumerate(groups)]

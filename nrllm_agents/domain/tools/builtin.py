@@ -6,10 +6,10 @@ import ast
 import datetime as dt
 import math
 import operator
-import time
 from typing import Any, Callable
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from ..cancel import CallContext, StepInterrupted
 from ..errors import ToolError
 from ..providers.scripted import CallJournal
 
@@ -119,12 +119,14 @@ class Sleep:
             "additionalProperties": False,
         }
 
-    def execute(self, arguments: dict[str, Any]) -> Any:
+    def execute(self, arguments: dict[str, Any], context: CallContext | None = None) -> Any:
+        """Wait ``seconds``; a cancel ends the wait at once (``StepInterrupted``)."""
         self.journal.record("tool", self.name)
         seconds = arguments.get("seconds")
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
             raise ToolError("seconds must be a number")
         if not 0 <= seconds <= self.max_seconds:
             raise ToolError(f"seconds must be between 0 and {self.max_seconds:g}")
-        time.sleep(seconds)
+        if (context or CallContext()).token.wait(seconds):
+            raise StepInterrupted()
         return {"slept": seconds}

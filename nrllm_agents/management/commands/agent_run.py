@@ -16,7 +16,8 @@ from nrllm_agents.runtime import AgentRuntime, RunNotFound
 class Command(BaseCommand):
     help = (
         "Start an agent run. By default it runs in this process and prints each step as it is "
-        "recorded; Ctrl-C cancels it at its next step boundary (twice: exit at once). With --queued "
+        "recorded, and the model's answer as it is written; Ctrl-C cancels it and interrupts the "
+        "step in flight (twice: exit at once). With --queued "
         "a worker runs it. Exit status: 0 completed, 3 cancelled, 4 awaiting approval, 1 failed, "
         "2 usage error."
     )
@@ -72,7 +73,7 @@ class Command(BaseCommand):
                     interrupt.set_run_id(step["run_id"])
                 printer.step(step)
 
-            result = runtime.run(request, on_step=on_step)
+            result = runtime.run(request, on_step=on_step, on_delta=printer.delta)
         if printer.run_id is None:  # no step was recorded (cannot happen today, but say the id anyway)
             printer.started(result.run_id)
         return printer.summary(runtime.status(result.run_id))

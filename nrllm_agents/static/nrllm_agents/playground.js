@@ -39,13 +39,16 @@
       (p.messages || []).forEach((m) => lines.push(["sent", messageText(m)]));
       lines.push(["tools", (p.tools || []).join(", ") || "none"]);
     } else if (step.kind === "llm") {
+      if (p.interrupted) lines.push(["interrupted", "cut short by the cancel; the answer so far:"]);
       if (p.content) lines.push(["answer", p.content]);
       (p.tool_calls || []).forEach((c) => lines.push(["tool call", callText(c)]));
       const u = p.usage || {};
-      lines.push(["tokens", `${u.prompt_tokens || 0} prompt + ${u.completion_tokens || 0} completion = ${u.total_tokens || 0}`]);
+      const estimated = p.usage_estimated ? " (estimated)" : "";
+      lines.push(["tokens", `${u.prompt_tokens || 0} prompt + ${u.completion_tokens || 0} completion = ${u.total_tokens || 0}${estimated}`]);
     } else if (step.kind === "tool") {
       lines.push(["call", callText(p)]);
-      if (p.error !== null && p.error !== undefined) lines.push(["error", String(p.error)]);
+      if (p.interrupted) lines.push(["interrupted", "cut short by the cancel: no result"]);
+      else if (p.error !== null && p.error !== undefined) lines.push(["error", String(p.error)]);
       else lines.push(["result", pyJson(p.result)]);
     } else if (step.kind === "approval") {
       lines.push(["decision", `${p.approved ? "approved" : "denied"} by ${p.by || "unknown"}`]);
@@ -55,7 +58,8 @@
       lines.push(["requested at", String(p.requested_at || "")]);
       if (p.reason) lines.push(["reason", p.reason]);
       const b = p.boundary_sequence;
-      lines.push(["stopped", b === null || b === undefined ? "before any step" : `after step #${b}`]);
+      if (p.interrupted) lines.push(["stopped", `interrupting step #${p.interrupted_sequence} in flight`]);
+      else lines.push(["stopped", b === null || b === undefined ? "before any step" : `after step #${b}`]);
     } else {
       lines.push(["payload", pyJson(p)]);
     }
@@ -63,10 +67,13 @@
   }
 
   function renderStep(step) {
-    const li = el("li", {class: `step kind-${step.kind}`, "data-sequence": step.sequence, "data-kind": step.kind});
+    const interrupted = Boolean((step.payload || {}).interrupted);
+    const li = el("li", {class: `step kind-${step.kind}${interrupted ? " interrupted" : ""}`,
+                         "data-sequence": step.sequence, "data-kind": step.kind});
     const head = el("div", {class: "step-head"});
     head.append(el("span", {class: "seq"}, `#${step.sequence}`), " ", el("span", {class: "kind"}, step.kind), " ",
                 el("span", {class: "round"}, `round ${step.round}`), " ");
+    if (interrupted) head.append(el("span", {class: "badge interrupted"}, "interrupted"), " ");
     if (step.duration_ms !== null && step.duration_ms !== undefined) {
       head.append(el("span", {class: "duration"}, `${Math.round(step.duration_ms)} ms`), " ");
     }

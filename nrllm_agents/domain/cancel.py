@@ -1,0 +1,132 @@
+"""The cancel token: how a cancel reaches the model call or tool call in flight.
+
+The runtime creates one token per segment and trips it only once the run's row says
+``cancelled`` (the row is the truth; the token only makes the stop sooner). Providers and
+tools that accept a ``context`` argument get a ``CallContext`` holding it: they may sleep on
+it (``wait``), poll it (``cancelled``), stop themselves (``raise_if_cancelled``) or register a
+callback that aborts their I/O (``on_cancel``). Work that ignores the token runs to its step
+boundary, where the boundary probe stops the run as before.
+
+Plain Python: no Django, no database.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .steps import ModelResponse
+
+logger = logging.getLogger(__name__)
+
+
+class StepInterrupted(BaseException):
+    """The step in flight was cut short by a cancel.
+
+    Raised by a provider or tool (or by ``CancelToken.raise_if_cancelled``); the loop records
+    the step as interrupted and the run stops as cancelled. A ``BaseException`` so that a
+    tool's ``except Exception`` cannot swallow it. ``partial`` is what a model call had
+    produced so far (content, tool-call fragments, usage), when there is any.
+    """
+
+    def __init__(self, message: str | None = None, *, partial: ModelResponse | None = None,
+                 usage_estimated: bool = False, partial_tool_calls: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message or "the step in flight was interrupted by a cancel")
+        self.partial = partial
+        self.usage_estimated = usage_estimated
+        self.partial_tool_calls = partial_tool_calls or []
+
+
+class CancelToken:
+    """Tripped once, when the run this segment executes is cancelled; thread-safe.
+
+    ``cancelled`` tells whether it was tripped, ``wait(seconds)`` sleeps unless tripped
+    (returns ``True`` when tripped), ``raise_if_cancelled()`` raises ``StepInterrupted``, and
+    ``on_cancel(callback)`` calls ``callback()`` once on the tripping thread (at once, if
+    already tripped) and returns a function that unregisters it.
+    """
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: dict[int, Callable[[], None]] = {}
+        self._next = 0
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, seconds: float | None = None) -> bool:
+        """Sleep up to ``seconds`` (forever with ``None``); ``True`` as soon as the token trips."""
+        return self._event.wait(seconds)
+
+    def raise_if_cancelled(self) -> None:
+        """Raise ``StepInterrupted`` when the token has tripped; return otherwise."""
+        if self._event.is_set():
+            raise StepInterrupted()
+
+    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` when the token trips (now, if it has); returns the unregister function."""
+        with self._lock:
+            if not self._event.is_set():
+                key, self._next = self._next, self._next + 1
+                self._callbacks[key] = callback
+                return lambda: self._callbacks.pop(key, None)
+        _safely(callback)
+        return lambda: None
+
+    def cancel(self) -> bool:
+        """Trip the token and run its callbacks; ``False`` when it had already tripped."""
+        with self._lock:
+            if self._event.is_set():
+                return False
+            self._event.set()
+            callbacks, self._callbacks = list(self._callbacks.values()), {}
+        for callback in callbacks:
+            _safely(callback)
+        return True
+
+
+def _safely(callback: Callable[[], None]) -> None:
+    try:
+        callback()
+    except Exception:  # an abort that fails must not stop the others, nor the tripping thread
+        logger.exception("a cancel callback failed")
+
+
+class _Never(CancelToken):
+    """A token that cannot trip."""
+
+    def cancel(self) -> bool:
+        return False
+
+
+NEVER: CancelToken = _Never()
+"""A token nobody trips: the default for loops and calls driven without a runtime."""
+
+
+DeltaSink = Callable[[str], None]
+
+
+@dataclass
+class CallContext:
+    """What a model call or tool call receives besides its input.
+
+    ``token``: the segment's cancel token. ``on_delta``: for a model call, where to publish
+    the answer's text as it streams in (short-lived, never recorded as a step). ``round``:
+    the loop round this call belongs to.
+    """
+
+    token: CancelToken = field(default_factory=lambda: NEVER)
+    on_delta: DeltaSink | None = None
+    round: int = 0
+
+    def delta(self, text: str) -> None:
+        """Publish a piece of streamed text; a failing sink never stops the call."""
+        if self.on_delta is not None and text:
+            try:
+                self.on_delta(text)
+            except Exception:
+                logger.exception("a delta sink failed; the call goes on")

@@ -1,0 +1,98 @@
+"""An HTTP client whose calls in flight can be aborted from another thread.
+
+A model call blocks its thread in a socket read, either waiting for the whole answer or
+between streamed chunks. Closing an HTTP client from another thread does not wake such a
+read; shutting the socket down does, at once, and the server sees the disconnect and stops
+generating. This module gives the ``openai`` SDK an HTTP client whose transport remembers
+the sockets it opened, so that ``AbortableHttp.abort()`` can shut them down.
+
+The SDK ships its own ``httpx`` flavour (``httpx`` or ``httpx2``); the transport is taken
+from whichever its default client is built on. Its connection pool takes a network backend
+(a documented ``httpcore`` hook); the transport's ``_pool`` attribute is the one private
+name used, and without it ``abort()`` falls back to closing the client, which still stops
+the stream at its next chunk.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+import threading
+import weakref
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+def _httpx_module(client_class: type) -> Any:
+    """The ``httpx``-like module a client class derives from (``httpx`` or ``httpx2``)."""
+    for base in client_class.__mro__:
+        root = base.__module__.split(".", 1)[0]
+        if root.startswith("httpx") and base.__name__ == "Client":
+            return sys.modules[root]
+    raise RuntimeError(f"{client_class!r} is not built on an httpx client")
+
+
+class _TrackingBackend:
+    """Wraps an ``httpcore`` network backend and remembers the sockets it connects."""
+
+    def __init__(self, inner: Any, sockets: weakref.WeakSet[socket.socket], lock: threading.Lock) -> None:
+        self._inner = inner
+        self._sockets = sockets
+        self._lock = lock
+
+    def connect_tcp(self, *args: Any, **kwargs: Any) -> Any:
+        stream = self._inner.connect_tcp(*args, **kwargs)
+        self._remember(stream)
+        return stream
+
+    def connect_unix_socket(self, *args: Any, **kwargs: Any) -> Any:
+        stream = self._inner.connect_unix_socket(*args, **kwargs)
+        self._remember(stream)
+        return stream
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+    def _remember(self, stream: Any) -> None:
+        sock = stream.get_extra_info("socket")
+        if isinstance(sock, socket.socket):
+            with self._lock:
+                self._sockets.add(sock)
+
+
+class AbortableHttp:
+    """An SDK-compatible HTTP client plus ``abort()``, which cuts every call in flight.
+
+    One instance serves one provider, i.e. one run's sequential model calls, so the sockets
+    it holds are that run's alone.
+    """
+
+    def __init__(self, client_class: type, **client_options: Any) -> None:
+        module = _httpx_module(client_class)
+        self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        transport = module.HTTPTransport()
+        pool = getattr(transport, "_pool", None)
+        self.tracking = pool is not None and hasattr(pool, "_network_backend")
+        if self.tracking:
+            pool._network_backend = _TrackingBackend(pool._network_backend, self._sockets, self._lock)
+        else:
+            logger.warning("the HTTP transport offers no network backend hook; a cancel closes the client instead")
+        self.client = client_class(transport=transport, **client_options)
+
+    def abort(self) -> None:
+        """Shut down every socket this client opened; a blocked read returns at once."""
+        with self._lock:
+            sockets = list(self._sockets)
+        for sock in sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
+        if not self.tracking:
+            self.client.close()
+
+    def close(self) -> None:
+        self.client.close()

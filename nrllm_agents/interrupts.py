@@ -1,0 +1,220 @@
+"""Cancel signals: trip the token of a segment within milliseconds of its cancel's commit.
+
+Every process that executes runs (an RQ work horse, the in-process executor, the web process
+for interactive runs, ``agent_run``) holds ONE watcher: a daemon thread that routes run ids to
+the cancel tokens of the segments this process is executing.
+
+- On PostgreSQL the thread LISTENs on ``nrllm_cancel``. A trigger (migration
+  ``0003_cancel_notify``) sends the run id there whenever a row becomes ``cancelled``, inside
+  the cancelling transaction, so it arrives only after that COMMIT, whichever code path
+  cancelled (single, bulk, limits, anything added later).
+- Without it (SQLite, the embedded default) and while the listening connection is lost, the
+  thread re-reads the status of every run this process executes every
+  ``CANCEL_POLL_SECONDS``, in one query.
+- A cancel committed by this very process trips the tokens at once (``cancelled_here``).
+
+The row is the truth; the signal only makes the stop sooner. A notification trips nothing
+until the row reads ``cancelled``, so a stray or forged ``NOTIFY`` stops nothing. The boundary
+probe stays exactly as it was: a lost signal costs only latency.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from typing import Any, Callable, Iterable
+
+from django.db import DatabaseError, connections
+
+from .conf import app_settings
+from .domain import CancelToken
+from .models import AgentRun, RunStatus
+
+logger = logging.getLogger(__name__)
+
+CHANNEL = "nrllm_cancel"
+_RECENT = 1024  # notified run ids remembered for a segment that registers just after
+_BACKOFF_MAX = 5.0
+
+
+class CancelWatcher:
+    """Routes committed cancels to the tokens of the segments this process executes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tokens: dict[uuid.UUID, set[CancelToken]] = {}
+        self._recent: OrderedDict[uuid.UUID, None] = OrderedDict()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._pid = os.getpid()
+        self.listening = threading.Event()  # set while the LISTEN connection is up
+        self.listener_pid: int | None = None  # its backend pid (tests terminate it)
+        self.counts = {"notified": 0, "stray": 0, "tripped": 0, "polls": 0, "connects": 0}
+
+    # --- segments ----------------------------------------------------------------------------
+    def watch(self, run_id: uuid.UUID, token: CancelToken) -> Callable[[], None]:
+        """Route cancels of ``run_id`` to ``token`` until the returned function is called."""
+        self._ensure_running()
+        with self._lock:
+            self._tokens.setdefault(run_id, set()).add(token)
+            notified_before = run_id in self._recent
+        if notified_before:  # the NOTIFY raced ahead of this registration: check the row now
+            self._trip(self._confirmed_by_orm([run_id]))
+        return lambda: self._unwatch(run_id, token)
+
+    def _unwatch(self, run_id: uuid.UUID, token: CancelToken) -> None:
+        with self._lock:
+            tokens = self._tokens.get(run_id)
+            if tokens is not None:
+                tokens.discard(token)
+                if not tokens:
+                    del self._tokens[run_id]
+
+    def watched(self) -> list[uuid.UUID]:
+        with self._lock:
+            return list(self._tokens)
+
+    # --- cancels committed by this process ----------------------------------------------------
+    def cancelled_here(self, run_id: uuid.UUID) -> None:
+        """A cancel of ``run_id`` committed in this process: trip its tokens without waiting."""
+        self._trip([run_id])
+
+    def check_now(self) -> None:
+        """Re-read every watched run now (after a bulk cancel committed in this process)."""
+        ids = self.watched()
+        if ids:
+            self._trip(self._confirmed_by_orm(ids))
+
+    # --- the thread ---------------------------------------------------------------------------
+    def _ensure_running(self) -> None:
+        if self._pid != os.getpid():  # forked (an RQ work horse): the parent's thread is not here
+            self.__init__()  # type: ignore[misc]
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="nrllm-cancel-watcher", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread (tests); it starts again with the next ``watch``."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        self._thread = None
+
+    def _run(self) -> None:
+        postgres = connections["default"].vendor == "postgresql"
+        backoff = 0.05
+        while not self._stop.is_set():
+            if postgres:
+                try:
+                    self._listen()
+                    backoff = 0.05
+                except Exception as exc:  # the connection is lost: poll, then reconnect
+                    logger.warning("cancel listener lost its connection (%s); polling until it is back",
+                                   type(exc).__name__)
+                finally:
+                    self.listening.clear()
+                    self.listener_pid = None
+            self._poll()
+            self._stop.wait(self._poll_seconds() if not postgres else min(backoff, self._poll_seconds()))
+            backoff = min(backoff * 2, _BACKOFF_MAX)
+
+    def _poll_seconds(self) -> float:
+        return max(0.01, float(app_settings.CANCEL_POLL_SECONDS))
+
+    def _listen(self) -> None:
+        import psycopg
+
+        params = connections["default"].get_connection_params()
+        params = {k: v for k, v in params.items() if k not in ("cursor_factory", "context", "pool")}
+        with psycopg.connect(**params, autocommit=True, application_name="nrllm-cancel-listener") as conn:
+            conn.execute(f"LISTEN {CHANNEL}")
+            self.listener_pid = conn.info.backend_pid
+            self.counts["connects"] += 1
+            self.listening.set()
+            # Cancels that committed before LISTEN took effect sent nothing this connection saw.
+            self._trip(self._confirmed(conn, self.watched()))
+            while not self._stop.is_set():
+                ids: set[uuid.UUID] = set()
+                for notify in conn.notifies(timeout=self._poll_seconds(), stop_after=1):
+                    ids.update(self._parse(notify.payload))
+                if ids:
+                    for notify in conn.notifies(timeout=0):  # drain what is already buffered
+                        ids.update(self._parse(notify.payload))
+                    self._route(ids, conn)
+
+    def _parse(self, payload: str) -> Iterable[uuid.UUID]:
+        try:
+            return (uuid.UUID(payload),)
+        except ValueError:
+            self.counts["stray"] += 1
+            return ()
+
+    def _route(self, ids: set[uuid.UUID], conn: Any) -> None:
+        self.counts["notified"] += len(ids)
+        with self._lock:
+            for run_id in ids:
+                self._recent[run_id] = None
+                self._recent.move_to_end(run_id)
+            while len(self._recent) > _RECENT:
+                self._recent.popitem(last=False)
+            mine = [run_id for run_id in ids if run_id in self._tokens]
+        if mine:
+            self._trip(self._confirmed(conn, mine))
+
+    @staticmethod
+    def _confirmed(conn: Any, ids: list[uuid.UUID]) -> list[uuid.UUID]:
+        """The runs among ``ids`` whose row reads ``cancelled`` (on the listening connection)."""
+        if not ids:
+            return []
+        rows = conn.execute(f"SELECT id FROM {AgentRun._meta.db_table} WHERE id = ANY(%s) AND status = %s",
+                            [ids, RunStatus.CANCELLED.value]).fetchall()
+        return [row[0] for row in rows]
+
+    def _confirmed_by_orm(self, ids: list[uuid.UUID]) -> list[uuid.UUID]:
+        try:
+            return list(AgentRun.objects.filter(pk__in=ids, status=RunStatus.CANCELLED)
+                        .order_by().values_list("pk", flat=True))
+        except DatabaseError as exc:  # fail-soft: not knowing is "not cancelled"
+            logger.warning("cancel poll failed (%s); the boundary probe still applies", type(exc).__name__)
+            return []
+
+    def _poll(self) -> None:
+        ids = self.watched()
+        if not ids:
+            return
+        self.counts["polls"] += 1
+        try:
+            self._trip(self._confirmed_by_orm(ids))
+        finally:
+            connections["default"].close()  # this thread holds no connection between polls
+
+    def _trip(self, ids: Iterable[uuid.UUID]) -> None:
+        for run_id in ids:
+            with self._lock:
+                tokens = list(self._tokens.get(run_id, ()))
+            for token in tokens:
+                if token.cancel():
+                    self.counts["tripped"] += 1
+                    logger.info("run %s: cancel signal delivered to the step in flight", run_id)
+
+
+watcher = CancelWatcher()
+"""This process's watcher."""
+
+
+def wait_listening(timeout: float = 5.0) -> bool:
+    """Block until the PostgreSQL listener is connected (tests, benchmarks)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if watcher.listening.wait(0.05):
+            return True
+        watcher._ensure_running()
+    return False
