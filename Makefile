@@ -6,6 +6,9 @@ PY := $(VENV)/bin/python
 PG_URL ?= postgres://postgres@127.0.0.1:5432/nrllm_agents
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 PYTEST_ARGS ?=
+# Development mode for everything make starts (debug pages, a local key kept in .dev-secret-key).
+# Production sets DJANGO_SECRET_KEY and leaves DJANGO_DEBUG unset (README, "Security").
+export DJANGO_DEBUG ?= 1
 
 .PHONY: run demo test test-postgres test-sqlite test-django52 venv migrate bench clean
 

@@ -13,8 +13,8 @@ any process:
   stream closes. A stream still open after ``STREAM_MAX_SECONDS`` closes without a final
   event; ``EventSource`` reconnects by itself with ``Last-Event-ID``.
 
-Authentication: the session, or a DRF token (``Authorization: Token <key>``). Visibility is
-the playground's: own runs, all for staff; anything else is 404.
+Authentication: the session, or a DRF token (``Authorization: Token <key>``). Who may
+stream which run is ``nrllm_agents.policy``'s decision; anything else is 404.
 
 Served by a sync generator under WSGI (runserver, gunicorn gthread) and an async generator
 under ASGI (uvicorn), never buffered by Django. Behind a reverse proxy, responses carry
@@ -44,9 +44,9 @@ from rest_framework.exceptions import AuthenticationFailed
 
 from .. import store
 from ..conf import app_settings
+from .. import policy
 from ..models import AgentRun
 from ..presenters import event_dict, final_event_name, run_status_dict, stream_finished
-from .access import visible_runs
 
 BATCH = 500  # steps read per query while draining
 OPEN = "retry: 2000\n: stream open\n\n"  # reconnect delay for EventSource; a comment flushes headers
@@ -186,7 +186,8 @@ def run_stream(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
                                 status=401)
         response["WWW-Authenticate"] = "Token"
         return response
-    if not visible_runs(user).filter(pk=run_id).exists():
+    run = policy.visible_runs(user).filter(pk=run_id).first()
+    if run is None or not policy.may(user, policy.Action.STREAM, run):
         return JsonResponse({"detail": "Not found."}, status=404)
     after = _resume_after(request)
     if after is None:

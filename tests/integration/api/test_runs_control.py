@@ -88,8 +88,17 @@ def test_cancelling_an_unknown_or_malformed_id_is_404(alice, api, run_id):
     assert (response.status_code, response.json()) == (404, {"detail": "Run not found."})
 
 
-def test_staff_cancel_anyones_run_and_are_recorded_as_the_canceller(alice, staff, client_for, make_run):
+def test_staff_cancel_anyones_run_with_the_permission_and_are_recorded_as_the_canceller(
+        alice, staff, client_for, make_run):
+    # Guards issue 9 finding 3: is_staff alone is not enough to act on another user's run.
+    from django.contrib.auth.models import Permission
+
     run = make_run(alice)
+    response = cancel(client_for(staff), run.pk)
+    assert response.status_code == 403
+    assert AgentRun.objects.get(pk=run.pk).status == RunStatus.QUEUED
+    staff.user_permissions.add(Permission.objects.get(codename="cancel_agentrun"))
+    staff = type(staff).objects.get(pk=staff.pk)
     response = cancel(client_for(staff), run.pk)
     assert response.status_code == 200
     assert response.json()["run"]["cancel"]["by"] == "operator"
