@@ -81,6 +81,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # NUL characters refused with 400 everywhere; too-large API bodies answered with a JSON 413.
+    "nrllm_agents.middleware.EdgeGuardMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -178,6 +180,13 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # The same names the served schema uses (nrllm_agents.api.schema), so that the system checks
+    # (``check --deploy`` builds the schema) see one name per shared choice set too.
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "nrllm_agents.models.RunStatus",
+        "TerminationReasonEnum": "nrllm_agents.models.TerminationReason",
+        "CancelSourceEnum": "nrllm_agents.models.CancelSource",
+    },
 }
 
 LOGGING = {

@@ -17,7 +17,6 @@ from rest_framework import generics, status
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.pagination import PageNumberPagination
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -31,6 +30,7 @@ from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, InvalidRu
 from . import serializers as s
 from .errors import exception_handler
 from .fields import positive_int, query_data
+from .parsers import BoundedJSONParser
 from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, RUN_ID, THROTTLED
 from .throttling import CANCEL_SCOPE, CREATE_SCOPE, RunRateThrottle
 
@@ -55,7 +55,7 @@ class RunAPIView(APIView):
     """Common ground: JSON bodies; token then session auth (so an anonymous caller gets 401
     with a ``WWW-Authenticate: Token`` challenge); flat 400 bodies; throttles on POST only."""
 
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]
     authentication_classes = [TokenAuthentication, SessionAuthentication]
     post_throttle_scope: str | None = None
     runtime = AgentRuntime()
@@ -122,11 +122,17 @@ class RunListCreateView(generics.ListAPIView, RunAPIView):
     pagination_class = RunPagination
     post_throttle_scope = CREATE_SCOPE
 
+    expand_request = False
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        return {**super().get_serializer_context(), "expand_request": self.expand_request}
+
     def get_queryset(self) -> QuerySet[AgentRun]:
         filters = s.RunFilterSerializer(data=query_data(self.request.query_params,
                                                          lists=("status", "termination_reason")))
         filters.is_valid(raise_exception=True)
         f = filters.validated_data
+        self.expand_request = f.get("expand") == "request"
         runs = policy.visible_runs(self.request.user).order_by("-created_at", "-pk")
         if f.get("status"):
             runs = runs.filter(status__in=f["status"])

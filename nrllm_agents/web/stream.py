@@ -45,6 +45,7 @@ from rest_framework.exceptions import AuthenticationFailed
 from .. import store
 from ..conf import app_settings
 from .. import policy
+from ..api.serializers import MAX_SEQUENCE, EventsQuerySerializer
 from ..models import AgentRun
 from ..presenters import event_dict, final_event_name, run_status_dict, stream_finished
 
@@ -168,13 +169,17 @@ def _user(request: HttpRequest) -> tuple[Any, str | None]:
 
 
 def _resume_after(request: HttpRequest) -> int | None:
-    """The last sequence the client has: ``Last-Event-ID`` wins over ``?after=``; -1 for none."""
-    raw = request.headers.get("Last-Event-ID") or request.GET.get("after") or "-1"
-    try:
-        after = int(raw.strip())
-    except ValueError:
-        return None
-    return after if after >= -1 else None
+    """The last sequence the client has: ``Last-Event-ID`` wins over ``?after=``; -1 for none.
+
+    Validated exactly as the events endpoint validates its ``after`` (``None`` when invalid).
+    """
+    raw = request.headers.get("Last-Event-ID") or None  # an empty header: the client has nothing yet
+    if raw is None and "after" in request.GET:
+        raw = request.GET["after"]
+    if raw is None:
+        return -1
+    query = EventsQuerySerializer(data={"after": raw})
+    return query.validated_data["after"] if query.is_valid() else None
 
 
 @require_GET
@@ -191,7 +196,8 @@ def run_stream(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         return JsonResponse({"detail": "Not found."}, status=404)
     after = _resume_after(request)
     if after is None:
-        return JsonResponse({"detail": "Last-Event-ID / after must be a step sequence (an integer >= -1)."},
+        return JsonResponse({"detail": f"Last-Event-ID / after must be a step sequence (an integer from -1 to "
+                                       f"{MAX_SEQUENCE})."},
                             status=400)
     follower, pace = RunFollower(run_id, after), Pace.from_settings()
     # Under ASGI a sync iterator would be consumed whole before sending; under WSGI an async one.

@@ -133,8 +133,8 @@ class InThread:
 
     def _work(self, runtime, script) -> None:
         try:
-            self.result = runtime.run({"prompt": "sleep a lot", "tools": ["sleep"], "script": script},
-                                      on_step=self._observe)
+            self.result = runtime.run({"prompt": "sleep a lot", "tools": ["sleep"], "script": script,
+                                       "max_iterations": len(script)}, on_step=self._observe)
         finally:
             connections.close_all()
 
