@@ -70,6 +70,11 @@ def may_use_admin(user: Any) -> bool:
     return sees_all(user)
 
 
+def may_manage_queues(user: Any) -> bool:
+    """The django-rq dashboard (empty queues, delete and requeue jobs): superusers only."""
+    return authenticated(user) and bool(user.is_superuser)
+
+
 def acts_on_all(user: Any, action: Action) -> bool:
     """Whether ``user`` may do ``action`` to other users' runs: staff holding its permission."""
     permission = _PERMISSION.get(action)
