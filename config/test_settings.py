@@ -8,5 +8,8 @@ commands) inherit the variable.
 import os
 
 os.environ.setdefault("DJANGO_DEBUG", "1")
+# No background sweeper thread in the test process (it would hold a connection to the test
+# database); tests of the sweep call it, or turn it on for the processes they start.
+os.environ.setdefault("NRLLM_QUEUED_SWEEP_SECONDS", "0")
 
 from .settings import *  # noqa: E402,F401,F403
