@@ -6,8 +6,11 @@ PY := $(VENV)/bin/python
 PG_URL ?= postgres://postgres@127.0.0.1:5432/nrllm_agents
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 PYTEST_ARGS ?=
+# Development mode for everything make starts (debug pages, a local key kept in .dev-secret-key).
+# Production sets DJANGO_SECRET_KEY and leaves DJANGO_DEBUG unset (README, "Security").
+export DJANGO_DEBUG ?= 1
 
-.PHONY: run demo test test-postgres test-sqlite test-django52 venv migrate bench clean
+.PHONY: run worker demo test test-postgres test-sqlite test-django52 venv migrate bench clean
 
 venv:
 	@bash scripts/venv.sh $(VENV)
@@ -21,6 +24,12 @@ migrate: venv
 run: migrate
 	@$(PY) manage.py agent_bootstrap --url http://127.0.0.1:8000
 	@$(PY) manage.py runserver 127.0.0.1:8000
+
+# An RQ worker (with the scheduler) that starts again by itself whenever it exits, e.g. after
+# Redis went away and came back. Needs REDIS_URL. In production: a process manager (README).
+worker: migrate
+	@test -n "$$REDIS_URL" || { echo "make worker: set REDIS_URL (e.g. redis://127.0.0.1:6379/0)" >&2; exit 2; }
+	@bash scripts/worker.sh default
 
 # A demo run streamed live in this terminal; the command that cancels it is printed first.
 demo: migrate

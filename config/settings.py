@@ -2,7 +2,12 @@
 
 - ``DATABASE_URL``: default ``sqlite:///db.sqlite3`` (the embedded default); PostgreSQL in production.
 - ``REDIS_URL``: unset means queued runs execute in-process; set it and run ``manage.py rqworker``.
-- ``DJANGO_SECRET_KEY``, ``DJANGO_DEBUG``, ``DJANGO_ALLOWED_HOSTS``.
+- ``DJANGO_SECRET_KEY`` (required unless ``DJANGO_DEBUG=1``), ``DJANGO_DEBUG`` (off unless set),
+  ``DJANGO_ALLOWED_HOSTS``, ``DJANGO_CSRF_TRUSTED_ORIGINS``.
+- HTTPS hardening (what ``manage.py check --deploy`` asks for): ``DJANGO_SECURE_SSL_REDIRECT``,
+  ``DJANGO_SECURE_HSTS_SECONDS``, ``DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS``, ``DJANGO_SECURE_HSTS_PRELOAD``,
+  ``DJANGO_SECURE_COOKIES`` (session and CSRF cookies over HTTPS only), ``DJANGO_SECURE_PROXY_SSL_HEADER``
+  (``1`` trusts ``X-Forwarded-Proto: https`` from the reverse proxy).
 - ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``: for the ``openai`` provider.
 """
 
@@ -12,6 +17,8 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.utils import get_random_secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -21,10 +28,41 @@ def _env_bool(name: str, default: bool) -> bool:
     return default if value is None else value.strip().lower() in {"1", "true", "yes", "on"}
 
 
-DEBUG = _env_bool("DJANGO_DEBUG", True)
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or "dev-only-insecure-key-set-DJANGO_SECRET_KEY-in-production"
+def _dev_secret_key(path: Path) -> str:
+    """A random key for local development, created once and kept in an ignored file."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as f:
+        key = get_random_secret_key()
+        f.write(key)
+    return key
+
+
+# Debug is off unless asked for (``make`` and the tests ask for it): a debug error page shows
+# the server's settings and environment to whoever triggers it.
+DEBUG = _env_bool("DJANGO_DEBUG", False)
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "").strip()
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is not set. Set it to a long random value in production "
+            "(python -c 'from django.core.management.utils import get_random_secret_key as k; print(k())'), "
+            "or set DJANGO_DEBUG=1 for local development.")
+    SECRET_KEY = _dev_secret_key(BASE_DIR / ".dev-secret-key")
 ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+# HTTPS hardening, off by default so that plain-HTTP development and tests work; production
+# sets them (README, "Security"). ``check --deploy`` is clean with all of them on.
+SECURE_SSL_REDIRECT = _env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "0") or 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = _env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _env_bool("DJANGO_SECURE_COOKIES", False)
+if _env_bool("DJANGO_SECURE_PROXY_SSL_HEADER", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -43,6 +81,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # NUL characters refused with 400 everywhere; too-large API bodies answered with a JSON 413.
+    "nrllm_agents.middleware.EdgeGuardMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -140,6 +180,13 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # The same names the served schema uses (nrllm_agents.api.schema), so that the system checks
+    # (``check --deploy`` builds the schema) see one name per shared choice set too.
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "nrllm_agents.models.RunStatus",
+        "TerminationReasonEnum": "nrllm_agents.models.TerminationReason",
+        "CancelSourceEnum": "nrllm_agents.models.CancelSource",
+    },
 }
 
 LOGGING = {

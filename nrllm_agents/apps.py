@@ -5,3 +5,12 @@ class NrllmAgentsConfig(AppConfig):
     name = "nrllm_agents"
     verbose_name = "Agent runs"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.core.signals import request_started
+
+        from . import recovery
+
+        # A web process on the in-process executor sweeps stranded queued runs by itself
+        # (started at its first request, so management commands start no thread).
+        request_started.connect(recovery.start_local_sweeper, dispatch_uid="nrllm-queued-sweeper")

@@ -28,6 +28,7 @@ from django.utils import timezone
 from . import presenters
 from .models import AgentRun, CancelSource, RunStatus
 from .runtime import AgentRuntime, InvalidRunId, parse_run_id
+from .jsonlimits import DEPTH_ERROR, text_too_deep
 from .requests import InvalidRequest
 
 # Exit codes shared by agent_run, agent_approve and the followers.
@@ -94,6 +95,8 @@ def parse_script(value: str) -> Any:
             text = Path(value[1:]).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise usage_error(f"--script: cannot read {value[1:]!r}: {exc.__class__.__name__}") from None
+    if text_too_deep(text):
+        raise usage_error(f"--script: {DEPTH_ERROR}")
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -113,6 +116,16 @@ def parse_duration(value: str) -> timedelta:
         return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
     except OverflowError:
         raise usage_error(f"--older-than: {value!r} is too long ago") from None
+
+
+def created_before(value: str) -> Any:
+    """``--older-than`` as the moment runs must have been created before; a usage error when
+    that moment is before the first representable date (``999999d``)."""
+    age = parse_duration(value)
+    try:
+        return timezone.now() - age
+    except OverflowError:
+        raise usage_error(f"--older-than: {value.strip()!r} is too long ago") from None
 
 
 def _short(value: Any, limit: int = 100) -> str:

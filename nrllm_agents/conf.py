@@ -42,6 +42,10 @@ DEFAULTS: dict[str, Any] = {
     # retry delay: RETRY_BASE_SECONDS * 2**attempt, capped at RETRY_MAX_SECONDS
     "RETRY_BASE_SECONDS": float(os.environ.get("NRLLM_RETRY_BASE_SECONDS", "2")),
     "RETRY_MAX_SECONDS": float(os.environ.get("NRLLM_RETRY_MAX_SECONDS", "300")),
+    # queued runs older than this with no job in the queue are dispatched again (recovery.py)
+    "QUEUED_STALE_SECONDS": float(os.environ.get("NRLLM_QUEUED_STALE_SECONDS", "300")),
+    # how often a process using the in-process executor sweeps by itself (0: never)
+    "QUEUED_SWEEP_SECONDS": float(os.environ.get("NRLLM_QUEUED_SWEEP_SECONDS", "60")),
     # the browser stream (GET /api/runs/<id>/stream/): how often it reads the stored stream,
     # how long it may stay silent before a keepalive comment, and when it closes so the
     # client reconnects with Last-Event-ID (bounds how long one stream holds a worker thread)

@@ -17,11 +17,12 @@ import logging
 import threading
 import time
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connections
+from django.db import InterfaceError, OperationalError, connections
 
 from .conf import app_settings
 from .inflight import InFlight
@@ -33,6 +34,13 @@ JOB_FUNCTION = "nrllm_agents.jobs.execute_run"
 _executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
 _in_flight = InFlight()  # runs handed to the in-process executor and not yet finished
+_local_runs: Counter[str] = Counter()  # the same, by run id (recovery.py asks)
+_local_runs_lock = threading.Lock()
+
+# A job that cannot reach the database (before its claim, or anywhere) fails and is retried
+# after these delays (seconds) instead of being dropped; the claim makes a retry harmless.
+# RQ schedules them: run a worker --with-scheduler. Beyond them, the queued sweep recovers the run.
+CLAIM_RETRY_DELAYS = (1, 2, 5, 10, 30, 60)
 
 
 class EnqueueError(RuntimeError):
@@ -94,8 +102,11 @@ def dispatch(run_id: uuid.UUID, *, delay_seconds: float = 0) -> str:
 
         # Our caller already waited for the commit: enqueue now, not at some later commit.
         queue = django_rq.get_queue(app_settings.QUEUE_NAME, commit_mode="auto")
+        from rq import Retry
+
         options = {"job_id": jid, "job_timeout": job_timeout(), "result_ttl": 3600,
-                   "failure_ttl": 7 * 24 * 3600, "description": f"agent run {run_id}"}
+                   "failure_ttl": 7 * 24 * 3600, "description": f"agent run {run_id}",
+                   "retry": Retry(max=len(CLAIM_RETRY_DELAYS), interval=list(CLAIM_RETRY_DELAYS))}
         if delay_seconds > 0:
             queue.enqueue_in(dt.timedelta(seconds=delay_seconds), JOB_FUNCTION, str(run_id), **options)
         else:
@@ -106,13 +117,29 @@ def dispatch(run_id: uuid.UUID, *, delay_seconds: float = 0) -> str:
 
 
 # --- the in-process executor (no REDIS_URL) -------------------------------------------------
-def _submit_locally(run_id: str, delay_seconds: float = 0) -> None:
+def _submit_locally(run_id: str, delay_seconds: float = 0, attempt: int = 0) -> None:
     _in_flight.started()  # counted before submit, so wait_local_idle never sees a gap
+    with _local_runs_lock:
+        _local_runs[run_id] += 1
     try:
-        _local_executor().submit(_run_locally, run_id, delay_seconds)
+        _local_executor().submit(_run_locally, run_id, delay_seconds, attempt)
     except BaseException:
-        _in_flight.finished()
+        _local_finished(run_id)
         raise
+
+
+def _local_finished(run_id: str) -> None:
+    with _local_runs_lock:
+        _local_runs[run_id] -= 1
+        if _local_runs[run_id] <= 0:
+            del _local_runs[run_id]
+    _in_flight.finished()
+
+
+def in_flight_locally(run_id: uuid.UUID | str) -> bool:
+    """Whether this process's in-process executor holds a task for the run."""
+    with _local_runs_lock:
+        return _local_runs[str(run_id)] > 0
 
 
 def _local_executor() -> ThreadPoolExecutor:
@@ -124,18 +151,24 @@ def _local_executor() -> ThreadPoolExecutor:
         return _executor
 
 
-def _run_locally(run_id: str, delay_seconds: float = 0) -> None:
+def _run_locally(run_id: str, delay_seconds: float = 0, attempt: int = 0) -> None:
     from .jobs import execute_run
 
     try:
         if delay_seconds > 0:
             time.sleep(delay_seconds)  # a retry's backoff; the thread is the scheduler here
         execute_run(run_id)
+    except (OperationalError, InterfaceError) as exc:
+        if attempt < len(CLAIM_RETRY_DELAYS):  # the database is away: try again later, as RQ would
+            logger.warning("run %s: database unreachable (%s); retrying", run_id, type(exc).__name__)
+            _submit_locally(run_id, CLAIM_RETRY_DELAYS[attempt], attempt + 1)
+        else:
+            logger.exception("in-process execution of run %s failed", run_id)
     except Exception:
         logger.exception("in-process execution of run %s failed", run_id)
     finally:
         connections.close_all()  # this thread's connections only
-        _in_flight.finished()
+        _local_finished(run_id)
 
 
 def wait_local_idle(timeout: float = 30.0) -> bool:

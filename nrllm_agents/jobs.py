@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from django.db import close_old_connections
+from django.db import InterfaceError, OperationalError, close_old_connections
 
 logger = logging.getLogger(__name__)
 
@@ -18,12 +18,17 @@ def execute_run(run_id: str) -> str | None:
     """
     from .runtime import AgentRuntime
 
-    close_old_connections()  # a worker's connection may have gone stale between jobs
     try:
+        close_old_connections()  # a worker's connection may have gone stale between jobs
         result = AgentRuntime().run_queued(run_id)
         if result is None:
             logger.info("run %s: claim lost (cancelled, finished or claimed elsewhere); nothing to do", run_id)
             return None
         return result.outcome.value
+    except (OperationalError, InterfaceError) as exc:
+        # Raised to RQ, which retries the job later (dispatch.CLAIM_RETRY_DELAYS); the claim
+        # decides whether a retry has anything left to do.
+        logger.warning("run %s: database unreachable (%s); the job will be retried", run_id, type(exc).__name__)
+        raise
     finally:
         close_old_connections()

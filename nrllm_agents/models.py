@@ -99,7 +99,8 @@ class AgentRun(models.Model):
             models.Index(fields=["owner", "-created_at"], name="agentrun_owner_created"),
             models.Index(fields=["status", "lease_expires"], name="agentrun_status_lease"),
         ]
-        permissions = [("cancel_agentrun", "Can cancel agent runs")]
+        permissions = [("cancel_agentrun", "Can cancel agent runs"),
+                       ("approve_agentrun", "Can approve or deny agent runs' gated tool calls")]
 
     def __str__(self) -> str:
         return f"{self.id} ({self.status})"

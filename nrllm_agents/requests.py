@@ -3,27 +3,38 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .conf import app_settings
 from .domain import ConfigurationError
 from .domain.providers import validate_script
+from .jsonlimits import DEPTH_ERROR, value_too_deep
 
 MAX_PROMPT_CHARS = 20_000
+MAX_SCRIPT_BYTES = 256 * 1024  # the script as compact JSON; at most max_iterations + 1 turns can play
 
 
 UNSTORABLE = "must not contain NUL or lone surrogate characters"
 
 
 def unstorable(value: Any) -> bool:
-    """True when a JSON-like value holds text the database cannot store (NUL, lone surrogates)."""
-    if isinstance(value, str):
-        return "\x00" in value or any("\ud800" <= ch <= "\udfff" for ch in value)
-    if isinstance(value, dict):
-        return any(unstorable(k) or unstorable(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(unstorable(v) for v in value)
+    """True when a JSON-like value holds text the database cannot store (NUL, lone surrogates).
+
+    An iterative walk: no nesting depth can exhaust the stack.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item or any("\ud800" <= ch <= "\udfff" for ch in item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
     return False
 
 
@@ -98,6 +109,13 @@ class RunRequest:
         if script is not None:
             if provider != "scripted":
                 errors["script"] = "only the scripted provider takes a script"
+            elif value_too_deep(script):
+                errors["script"] = DEPTH_ERROR
+            elif isinstance(script, list) and "max_iterations" not in errors and len(script) > max_iterations + 1:
+                errors["script"] = (f"at most {max_iterations + 1} turns (max_iterations + 1): "
+                                    "later turns could never play")
+            elif len(json.dumps(script, separators=(",", ":"), default=str).encode()) > MAX_SCRIPT_BYTES:
+                errors["script"] = f"at most {MAX_SCRIPT_BYTES // 1024} KiB of JSON"
             else:
                 try:
                     script = validate_script(script)
@@ -115,7 +133,9 @@ class RunRequest:
         # PostgreSQL cannot store NUL or lone surrogates (text, jsonb): refuse them here, for
         # every surface, rather than fail later with a server error.
         for key, value in data.items():
-            if unstorable(key) or unstorable(value):
+            if key != "script" and value_too_deep(value):
+                errors[key if isinstance(key, str) and not unstorable(key) else "non_field_errors"] = DEPTH_ERROR
+            elif unstorable(key) or unstorable(value):
                 errors[key if isinstance(key, str) and not unstorable(key) else "non_field_errors"] = UNSTORABLE
         if errors:
             raise InvalidRequest(errors)

@@ -12,8 +12,10 @@ import os
 import signal
 from types import FrameType
 
+from django.db import connections
 from rq.worker import Worker
 
+from .recovery import sweep_queued
 from .segment import shutdown_requested
 
 HANDOFF_SIGNAL = signal.SIGRTMIN
@@ -32,6 +34,20 @@ class GracefulWorker(Worker):
         # worker forwards the shutdown as HANDOFF_SIGNAL, and a cold shutdown still SIGKILLs.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(HANDOFF_SIGNAL, _hand_off)
+
+    def run_maintenance_tasks(self) -> None:
+        """RQ's periodic maintenance (at start, then every ``maintenance_interval``, 10 min by
+        default), plus the sweep of queued runs whose job is gone (``recovery.sweep_queued``):
+        a fleet of workers recovers stranded runs even when nobody scheduled ``agent_reap``."""
+        super().run_maintenance_tasks()
+        try:
+            report = sweep_queued()
+            if report.recovered:
+                self.log.warning("Worker %s: %s", self.name, report.summary())
+        except Exception as exc:  # the database may be away; the next pass tries again
+            self.log.warning("Worker %s: queued sweep failed (%s)", self.name, type(exc).__name__)
+        finally:
+            connections.close_all()  # never hand an open connection to a forked work horse
 
     def handle_warm_shutdown_request(self) -> None:
         if self.horse_pid:

@@ -1,11 +1,11 @@
 """The runs admin: a read-only list and page per run, its step timeline, and cancel actions.
 
-Visibility is the standard admin's: staff with the ``view_agentrun`` permission see every
-run (the admin is the operators' tool; per-owner views are the REST API's job). Runs are
+Who may see and cancel which run is ``nrllm_agents.policy``'s decision, as on every other
+surface: staff see every run; they cancel their own runs, and other users' runs with the
+dedicated ``nrllm_agents.cancel_agentrun`` permission. Runs are
 never added, edited or deleted here: a run is the audit record of what an agent did, its
 step stream is append-only, and deleting a run would pull the row from under a segment that
 may still be executing it (retention is a job for a data-retention task, not a click).
-Cancelling needs the dedicated ``nrllm_agents.cancel_agentrun`` permission.
 
 Works the same on Django 5.2 LTS and 6.x: the list's cancel is a standard changelist action,
 and a run's page cancels through its own admin URL (``<id>/cancel/``) rather than a
@@ -29,6 +29,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpR
 from django.template.defaultfilters import truncatechars
 from django.urls import URLPattern, path, reverse
 
+from .. import policy
 from ..models import AgentRun, AgentRunEvent, CancelSource
 from ..runtime import AgentRuntime, InvalidRunId, parse_run_id
 from . import timeline
@@ -71,7 +72,15 @@ class AgentRunAdmin(admin.ModelAdmin):
     readonly_fields = tuple(f for _, spec in fieldsets for f in spec["fields"])
     runtime = AgentRuntime()
 
-    # --- permissions: read-only, plus the dedicated cancel permission -------------------------
+    # --- permissions: read-only; seeing and cancelling as the policy says ---------------------
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return policy.may_use_admin(request.user)
+
+    def has_view_permission(self, request: HttpRequest, obj: AgentRun | None = None) -> bool:
+        if obj is None:
+            return policy.may_use_admin(request.user)
+        return policy.may_use_admin(request.user) and policy.may(request.user, policy.Action.SEE, obj)
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
@@ -82,8 +91,10 @@ class AgentRunAdmin(admin.ModelAdmin):
         return False
 
     def has_cancel_permission(self, request: HttpRequest, obj: AgentRun | None = None) -> bool:
-        """Whether the user holds ``nrllm_agents.cancel_agentrun`` (superusers do)."""
-        return request.user.has_perm(f"{self.opts.app_label}.cancel_{self.opts.model_name}")
+        """Whether the policy lets the user cancel ``obj`` (without one: any run, e.g. their own)."""
+        if obj is None:
+            return policy.may_use_admin(request.user)
+        return policy.may_use_admin(request.user) and policy.may(request.user, policy.Action.CANCEL, obj)
 
     # --- list --------------------------------------------------------------------------------
     def get_queryset(self, request: HttpRequest) -> QuerySet[AgentRun]:
@@ -177,12 +188,22 @@ class AgentRunAdmin(admin.ModelAdmin):
 
     @admin.action(description="Cancel selected runs", permissions=["cancel"])
     def cancel_selected(self, request: HttpRequest, queryset: QuerySet[AgentRun]) -> HttpResponse | None:
-        """Confirm, then cancel the selection with one set-based call and summarise per outcome."""
+        """Confirm, then cancel the selection with one set-based call and summarise per outcome.
+
+        Only the selected runs the policy lets the user cancel are touched; the others are
+        counted and named as left alone.
+        """
+        allowed = policy.actionable_runs(request.user, policy.Action.BULK_CANCEL, queryset)
+        refused = 0 if allowed is queryset else queryset.count() - allowed.count()
+        queryset = allowed
         form = CancelForm(request.POST if request.POST.get("post") else None)
         if form.is_bound and form.is_valid():
             result = self.runtime.cancel_many(queryset, by=request.user, source=CancelSource.ADMIN,
                                               reason=form.cleaned_data["reason"])
             self.message_user(request, *bulk_summary(result))
+            if refused:
+                self.message_user(request, f"{refused} selected runs were left alone: they are not yours and "
+                                           "you lack the cancel permission.", messages.WARNING)
             return None
         select_across = request.POST.get("select_across") == "1"
         hidden = [("action", "cancel_selected"), ("select_across", int(select_across)),

@@ -34,18 +34,20 @@ MAX_REASON_CHARS = 2000
 MAX_SEQUENCE = 2**31 - 1  # the largest sequence the column holds
 
 
-def run_representation(run: AgentRun) -> dict[str, Any]:
-    """A run as the API shows it: the shared status payload, its owner and its request."""
+def run_representation(run: AgentRun, *, expand_request: bool = True) -> dict[str, Any]:
+    """A run as the API shows it: the shared status payload, its owner and its request.
+
+    Without ``expand_request`` (lists, unless ``?expand=request``) the request leaves out its
+    bulky parts, the script and the system prompt.
+    """
     options = run.options or {}
-    return {
-        **run_status_dict(run),
-        "owner": run.owner.get_username() if run.owner_id else None,
-        "request": {
-            "prompt": run.prompt, "provider": run.provider, "model": run.model, "tools": list(run.tools or []),
-            "max_iterations": options.get("max_iterations"), "on_deny": options.get("on_deny"),
-            "script": options.get("script"), "system": options.get("system"),
-        },
+    request = {
+        "prompt": run.prompt, "provider": run.provider, "model": run.model, "tools": list(run.tools or []),
+        "max_iterations": options.get("max_iterations"), "on_deny": options.get("on_deny"),
     }
+    if expand_request:
+        request.update(script=options.get("script"), system=options.get("system"))
+    return {**run_status_dict(run), "owner": run.owner.get_username() if run.owner_id else None, "request": request}
 
 
 # --- input ----------------------------------------------------------------------------------
@@ -61,6 +63,8 @@ class RunFilterSerializer(serializers.Serializer):
                                                help_text="Only runs that ended for one of these reasons.")
     created_after = StrictDateTimeField(required=False, help_text="Only runs created at or after this time.")
     created_before = StrictDateTimeField(required=False, help_text="Only runs created before this time.")
+    expand = serializers.ChoiceField(["request"], required=False,
+                                     help_text="`request`: include each run's script and system prompt.")
 
 
 class EventsQuerySerializer(serializers.Serializer):
@@ -72,19 +76,30 @@ class EventsQuerySerializer(serializers.Serializer):
                                      max_value=MAX_EVENTS_PAGE, help_text="At most this many steps.")
 
 
-class CancelRequestSerializer(serializers.Serializer):
+class ClosedSerializer(serializers.Serializer):
+    """A request body that names only known fields: an unknown one is a 400, as on create."""
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        data = self.initial_data
+        unknown = sorted(map(str, set(data) - set(self.fields))) if isinstance(data, dict) else []
+        if unknown:
+            raise serializers.ValidationError({"non_field_errors": [f"unknown fields: {', '.join(unknown)}"]})
+        return super().validate(attrs)
+
+
+class CancelRequestSerializer(ClosedSerializer):
     # Recorded as written: trimming would also make an over-long reason of trailing spaces valid.
     reason = StrictCharField(required=False, allow_blank=True, max_length=MAX_REASON_CHARS, default="",
                              trim_whitespace=False, help_text="Why the run is cancelled; recorded on the run.")
 
 
-class ApproveRequestSerializer(serializers.Serializer):
+class ApproveRequestSerializer(ClosedSerializer):
     approved = StrictBooleanField(help_text="true runs the pending calls; false denies them.")
     queued = StrictBooleanField(required=False, default=False,
                                 help_text="Hand the resumed run to a worker instead of running it now.")
 
 
-class BulkCancelRequestSerializer(serializers.Serializer):
+class BulkCancelRequestSerializer(ClosedSerializer):
     """Either ``ids``, or ``status`` (with an optional ``created_before``); never both."""
 
     ids = serializers.ListField(child=StrictUUIDField(), required=False, allow_empty=False,
@@ -97,6 +112,7 @@ class BulkCancelRequestSerializer(serializers.Serializer):
                              trim_whitespace=False, help_text="Why; recorded on each run cancelled.")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs = super().validate(attrs)
         if ("ids" in attrs) == ("status" in attrs):
             raise serializers.ValidationError("give either ids or status")
         if "ids" in attrs and "created_before" in attrs:
@@ -190,8 +206,10 @@ class RunRequestEchoSerializer(serializers.Serializer):
     tools = serializers.ListField(child=serializers.CharField())
     max_iterations = serializers.IntegerField(allow_null=True)
     on_deny = serializers.CharField(allow_null=True)
-    script = serializers.ListField(child=serializers.DictField(), allow_null=True)
-    system = serializers.CharField(allow_null=True)
+    script = serializers.ListField(child=serializers.DictField(), allow_null=True, required=False,
+                                   help_text="Left out of lists unless `expand=request`.")
+    system = serializers.CharField(allow_null=True, required=False,
+                                   help_text="Left out of lists unless `expand=request`.")
 
 
 class RunSerializer(serializers.Serializer):
@@ -213,7 +231,7 @@ class RunSerializer(serializers.Serializer):
     request = RunRequestEchoSerializer()
 
     def to_representation(self, instance: AgentRun) -> dict[str, Any]:
-        return run_representation(instance)
+        return run_representation(instance, expand_request=self.context.get("expand_request", True))
 
 
 class RunOutcomeSerializer(RunSerializer):

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 
 from . import views
 from .schema import SCHEMA_SETTINGS
 
 app_name = "nrllm_api"
+AUTH = [TokenAuthentication, SessionAuthentication]
 
 urlpatterns = [
     path("runs/", views.RunListCreateView.as_view(), name="run-list"),
@@ -21,6 +23,9 @@ urlpatterns = [
     path("runs/<str:id>/cancel/", views.RunCancelView.as_view(), name="run-cancel"),
     path("runs/<str:id>/approve/", views.RunApproveView.as_view(), name="run-approve"),
     path("runs/<str:id>/events/", views.RunEventsView.as_view(), name="run-events"),
-    path("schema/", SpectacularAPIView.as_view(custom_settings=SCHEMA_SETTINGS), name="schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="nrllm_api:schema"), name="docs"),
+    # Token first, as on every endpoint: an anonymous caller gets 401 with a challenge, not 403.
+    path("schema/", SpectacularAPIView.as_view(custom_settings=SCHEMA_SETTINGS, authentication_classes=AUTH),
+         name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="nrllm_api:schema", authentication_classes=AUTH),
+         name="docs"),
 ]

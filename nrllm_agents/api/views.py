@@ -1,8 +1,9 @@
 """The REST API over ``AgentRuntime``: list, create, inspect, approve and cancel runs.
 
 Every view calls the runtime and maps its result to an HTTP answer; none writes a status.
-A caller sees and acts on their own runs, staff on all; a run the caller may not see answers
-404 with the same body as one that does not exist (and as a malformed id).
+Who may see and act on which run is ``nrllm_agents.policy``'s decision: a run the caller may
+not see answers 404 with the same body as one that does not exist (and as a malformed id); a
+visible run the caller may not act on answers 403.
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from django.urls import reverse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import generics, status
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.pagination import PageNumberPagination
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ..dispatch import EnqueueError
+from .. import policy
 from ..models import AgentRun, CancelSource, RunStatus
 from ..presenters import event_dict, stream_finished
 from ..requests import UNSTORABLE, InvalidRequest, RunRequest, unstorable
@@ -29,18 +30,13 @@ from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, InvalidRu
 from . import serializers as s
 from .errors import exception_handler
 from .fields import positive_int, query_data
+from .parsers import BoundedJSONParser
 from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, RUN_ID, THROTTLED
 from .throttling import CANCEL_SCOPE, CREATE_SCOPE, RunRateThrottle
 
 NOT_FOUND_DETAIL = "Run not found."
 ENQUEUE_FAILED_DETAIL = ("The queue did not accept the run; it was marked failed (enqueue_failed). "
                          "Try again later.")
-
-
-def visible_runs(user: Any) -> QuerySet[AgentRun]:
-    """The runs a user may see and act on: their own, or all for staff."""
-    runs = AgentRun.objects.select_related("owner", "cancelled_by")
-    return runs if user.is_staff else runs.filter(owner=user)
 
 
 def rejectunstorable(data: dict[str, Any]) -> None:
@@ -59,7 +55,7 @@ class RunAPIView(APIView):
     """Common ground: JSON bodies; token then session auth (so an anonymous caller gets 401
     with a ``WWW-Authenticate: Token`` challenge); flat 400 bodies; throttles on POST only."""
 
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]
     authentication_classes = [TokenAuthentication, SessionAuthentication]
     post_throttle_scope: str | None = None
     runtime = AgentRuntime()
@@ -72,20 +68,27 @@ class RunAPIView(APIView):
             return [RunRateThrottle(self.post_throttle_scope)]
         return []
 
-    def get_run(self, run_id: str) -> AgentRun:
-        """The visible run with this id, or 404 (unknown, not visible and malformed look the same)."""
+    def get_run(self, run_id: str, action: policy.Action = policy.Action.SEE) -> AgentRun:
+        """The run with this id if the policy lets the caller ``action`` it.
+
+        404 when the caller may not see it (unknown, not visible and malformed look the same),
+        403 when they see it but may not act on it.
+        """
         try:
             pk = parse_run_id(run_id)
         except InvalidRunId:
             raise NotFound(NOT_FOUND_DETAIL) from None
-        run = visible_runs(self.request.user).filter(pk=pk).first()
-        if run is None:
+        run = policy.visible_runs(self.request.user).filter(pk=pk).first()
+        verdict = policy.verdict(self.request.user, action, run) if run is not None else policy.Verdict.NOT_FOUND
+        if verdict == policy.Verdict.NOT_FOUND:
             raise NotFound(NOT_FOUND_DETAIL)
+        if verdict != policy.Verdict.ALLOWED:
+            raise PermissionDenied(policy.REFUSALS.get(action))
         return run
 
     def fresh(self, run_id: Any) -> dict[str, Any]:
         """The run as it is now (after the runtime acted on it)."""
-        return s.run_representation(visible_runs(self.request.user).get(pk=run_id))
+        return s.run_representation(policy.visible_runs(self.request.user).get(pk=run_id))
 
 
 class RunPagination(PageNumberPagination):
@@ -119,12 +122,18 @@ class RunListCreateView(generics.ListAPIView, RunAPIView):
     pagination_class = RunPagination
     post_throttle_scope = CREATE_SCOPE
 
+    expand_request = False
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        return {**super().get_serializer_context(), "expand_request": self.expand_request}
+
     def get_queryset(self) -> QuerySet[AgentRun]:
         filters = s.RunFilterSerializer(data=query_data(self.request.query_params,
                                                          lists=("status", "termination_reason")))
         filters.is_valid(raise_exception=True)
         f = filters.validated_data
-        runs = visible_runs(self.request.user).order_by("-created_at", "-pk")
+        self.expand_request = f.get("expand") == "request"
+        runs = policy.visible_runs(self.request.user).order_by("-created_at", "-pk")
         if f.get("status"):
             runs = runs.filter(status__in=f["status"])
         if f.get("termination_reason"):
@@ -214,7 +223,7 @@ class RunCancelView(RunAPIView):
                    **BAD_REQUEST, **AUTH_ERRORS, **NOT_FOUND, **THROTTLED},
     )
     def post(self, request: Request, id: str) -> Response:
-        run = self.get_run(id)
+        run = self.get_run(id, policy.Action.CANCEL)
         body = s.CancelRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         result = self.runtime.cancel(run.pk, by=request.user, source=CancelSource.API,
@@ -247,7 +256,7 @@ class RunApproveView(RunAPIView):
                    **BAD_REQUEST, **AUTH_ERRORS, **NOT_FOUND, **ENQUEUE_FAILED},
     )
     def post(self, request: Request, id: str) -> Response:
-        run = self.get_run(id)
+        run = self.get_run(id, policy.Action.APPROVE)
         body = s.ApproveRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         queued = body.validated_data["queued"]
@@ -291,7 +300,8 @@ class BulkCancelView(RunAPIView):
 
     @extend_schema(
         operation_id="runs_bulk_cancel", summary="Cancel many runs", request=s.BulkCancelRequestSerializer,
-        description="Cancel the selected runs the caller may see, in a constant number of statements: by "
+        description="Cancel the selected runs the caller may cancel (their own; every run for staff holding "
+                    "`cancel_agentrun`), in a constant number of statements: by "
                     "`ids`, or by `status` (and `created_before`). `dry_run` only counts.",
         responses={200: s.BulkCancelResponseSerializer, **BAD_REQUEST, **AUTH_ERRORS, **THROTTLED},
     )
@@ -299,7 +309,7 @@ class BulkCancelView(RunAPIView):
         body = s.BulkCancelRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         v = body.validated_data
-        selection = visible_runs(request.user)
+        selection = policy.actionable_runs(request.user, policy.Action.BULK_CANCEL)
         if "ids" in v:
             selection = selection.filter(pk__in=v["ids"])
         else:

@@ -1,8 +1,5 @@
-"""Who may see and act on which run, for the playground pages and the browser stream.
-
-A user sees and acts on their own runs; staff on every run. A run the caller may not see
-answers 404, exactly like one that does not exist.
-"""
+"""The playground's translation of ``nrllm_agents.policy``: 404 for a run the caller may not
+see (exactly like one that does not exist), 403 for one they see but may not act on."""
 
 from __future__ import annotations
 
@@ -11,10 +8,11 @@ import uuid
 from typing import Any, Callable
 
 from django.contrib.auth.views import redirect_to_login
-from django.db.models import QuerySet
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse_lazy
 
+from .. import policy
 from ..models import AgentRun
 
 LOGIN_URL = reverse_lazy("nrllm_web:login")
@@ -25,20 +23,18 @@ def wants_json(request: HttpRequest) -> bool:
     return "application/json" in request.headers.get("Accept", "")
 
 
-def visible_runs(user: Any) -> QuerySet[AgentRun]:
-    """The runs ``user`` may see: all for staff, their own otherwise, none for anonymous."""
-    if not getattr(user, "is_authenticated", False):
-        return AgentRun.objects.none()
-    if user.is_staff:
-        return AgentRun.objects.all()
-    return AgentRun.objects.filter(owner=user)
+def get_visible_run(user: Any, run_id: uuid.UUID, action: policy.Action = policy.Action.SEE) -> AgentRun:
+    """The run, if the policy lets ``user`` ``action`` it.
 
-
-def get_visible_run(user: Any, run_id: uuid.UUID) -> AgentRun:
-    """The run, or ``Http404`` when it does not exist or ``user`` may not see it."""
-    run = visible_runs(user).select_related("cancelled_by", "owner").filter(pk=run_id).first()
-    if run is None:
+    Raises ``Http404`` when it does not exist or ``user`` may not see it, ``PermissionDenied``
+    when ``user`` sees it but may not act on it.
+    """
+    run = policy.visible_runs(user).filter(pk=run_id).first()
+    verdict = policy.verdict(user, action, run) if run is not None else policy.Verdict.NOT_FOUND
+    if verdict == policy.Verdict.NOT_FOUND:
         raise Http404("no such run")
+    if verdict != policy.Verdict.ALLOWED:
+        raise PermissionDenied(policy.REFUSALS.get(action, "not allowed"))
     return run
 
 

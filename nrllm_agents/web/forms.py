@@ -9,6 +9,7 @@ from django import forms
 
 from .. import registry
 from ..conf import app_settings
+from ..jsonlimits import DEPTH_ERROR, text_too_deep
 from ..requests import MAX_PROMPT_CHARS, InvalidRequest, RunRequest
 
 SCRIPT_HELP = ('Optional, scripted provider only. A JSON list of turns, e.g. '
@@ -49,6 +50,8 @@ class RunForm(forms.Form):
         text = (self.cleaned_data.get("script") or "").strip()
         if not text:
             return None
+        if text_too_deep(text):
+            raise forms.ValidationError(DEPTH_ERROR)
         try:
             return json.loads(text)
         except json.JSONDecodeError as exc:

@@ -13,8 +13,8 @@ any process:
   stream closes. A stream still open after ``STREAM_MAX_SECONDS`` closes without a final
   event; ``EventSource`` reconnects by itself with ``Last-Event-ID``.
 
-Authentication: the session, or a DRF token (``Authorization: Token <key>``). Visibility is
-the playground's: own runs, all for staff; anything else is 404.
+Authentication: the session, or a DRF token (``Authorization: Token <key>``). Who may
+stream which run is ``nrllm_agents.policy``'s decision; anything else is 404.
 
 Served by a sync generator under WSGI (runserver, gunicorn gthread) and an async generator
 under ASGI (uvicorn), never buffered by Django. Behind a reverse proxy, responses carry
@@ -44,9 +44,10 @@ from rest_framework.exceptions import AuthenticationFailed
 
 from .. import store
 from ..conf import app_settings
+from .. import policy
+from ..api.serializers import MAX_SEQUENCE, EventsQuerySerializer
 from ..models import AgentRun
 from ..presenters import event_dict, final_event_name, run_status_dict, stream_finished
-from .access import visible_runs
 
 BATCH = 500  # steps read per query while draining
 OPEN = "retry: 2000\n: stream open\n\n"  # reconnect delay for EventSource; a comment flushes headers
@@ -168,13 +169,17 @@ def _user(request: HttpRequest) -> tuple[Any, str | None]:
 
 
 def _resume_after(request: HttpRequest) -> int | None:
-    """The last sequence the client has: ``Last-Event-ID`` wins over ``?after=``; -1 for none."""
-    raw = request.headers.get("Last-Event-ID") or request.GET.get("after") or "-1"
-    try:
-        after = int(raw.strip())
-    except ValueError:
-        return None
-    return after if after >= -1 else None
+    """The last sequence the client has: ``Last-Event-ID`` wins over ``?after=``; -1 for none.
+
+    Validated exactly as the events endpoint validates its ``after`` (``None`` when invalid).
+    """
+    raw = request.headers.get("Last-Event-ID") or None  # an empty header: the client has nothing yet
+    if raw is None and "after" in request.GET:
+        raw = request.GET["after"]
+    if raw is None:
+        return -1
+    query = EventsQuerySerializer(data={"after": raw})
+    return query.validated_data["after"] if query.is_valid() else None
 
 
 @require_GET
@@ -186,11 +191,13 @@ def run_stream(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
                                 status=401)
         response["WWW-Authenticate"] = "Token"
         return response
-    if not visible_runs(user).filter(pk=run_id).exists():
+    run = policy.visible_runs(user).filter(pk=run_id).first()
+    if run is None or not policy.may(user, policy.Action.STREAM, run):
         return JsonResponse({"detail": "Not found."}, status=404)
     after = _resume_after(request)
     if after is None:
-        return JsonResponse({"detail": "Last-Event-ID / after must be a step sequence (an integer >= -1)."},
+        return JsonResponse({"detail": f"Last-Event-ID / after must be a step sequence (an integer from -1 to "
+                                       f"{MAX_SEQUENCE})."},
                             status=400)
     follower, pace = RunFollower(run_id, after), Pace.from_settings()
     # Under ASGI a sync iterator would be consumed whole before sending; under WSGI an async one.

@@ -3,8 +3,8 @@
 Start, Cancel and Approve are plain POST forms (CSRF-protected) that work without
 JavaScript and redirect to the run page; called by ``fetch`` with ``Accept:
 application/json`` they answer JSON instead. Every action calls the runtime and maps its
-result; none writes a status. Users see and act on their own runs, staff on all (404
-otherwise).
+result; none writes a status. Who may see and act on which run is ``nrllm_agents.policy``'s
+decision (404 for a run the caller may not see, 403 or a message for one they may not act on).
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ import uuid
 from typing import Any
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from .. import dispatch
+from .. import dispatch, policy
 from ..models import ACTIVE, AgentRun, CancelSource, RunStatus
 from ..presenters import event_dict, run_status_dict, stream_finished
 from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, CancelResult, RunNotFound
@@ -42,14 +43,21 @@ def _run_json(run_id: uuid.UUID, status: int, **extra: Any) -> JsonResponse:
                         status=status)
 
 
-def _visible(request: HttpRequest, run_id: uuid.UUID) -> AgentRun | JsonResponse:
-    """The run, or a 404 answer (JSON for scripts, Django's page otherwise)."""
+def _visible(request: HttpRequest, run_id: uuid.UUID, action: policy.Action) -> AgentRun | HttpResponse:
+    """The run if the policy lets the caller ``action`` it; else a 404 answer (JSON for scripts,
+    Django's page otherwise), or for a visible run the caller may not act on, a 403 (scripts)
+    or a message on the run's page."""
     try:
-        return get_visible_run(request.user, run_id)
+        return get_visible_run(request.user, run_id, action)
     except Http404:
         if wants_json(request):
             return JsonResponse({"detail": "Not found."}, status=404)
         raise
+    except PermissionDenied as exc:
+        if wants_json(request):
+            return JsonResponse({"detail": str(exc)}, status=403)
+        messages.error(request, str(exc))
+        return redirect("nrllm_web:run", run_id=run_id)
 
 
 def _page(request: HttpRequest, *, form: RunForm | None = None, run: AgentRun | None = None,
@@ -71,6 +79,8 @@ def _page(request: HttpRequest, *, form: RunForm | None = None, run: AgentRun | 
             "live": not stream_finished(run),
             "can_cancel": run.status in ACTIVE,
             "waiting": run.status == RunStatus.WAITING_FOR_APPROVAL,
+            "may_cancel": policy.may(request.user, policy.Action.CANCEL, run),
+            "may_approve": policy.may(request.user, policy.Action.APPROVE, run),
             **_urls(run.pk),
         })
     return render(request, "nrllm_agents/playground.html", context, status=status)
@@ -149,8 +159,8 @@ def _cancel_answer(result: CancelResult) -> tuple[int, int, str]:
 @login_required
 def cancel_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     """Cancel from the playground (source ``playground``, by the signed-in user)."""
-    run = _visible(request, run_id)
-    if isinstance(run, JsonResponse):
+    run = _visible(request, run_id, policy.Action.CANCEL)
+    if not isinstance(run, AgentRun):
         return run
     reason = (request.POST.get("reason") or "")[:MAX_REASON_CHARS]
     result = AgentRuntime().cancel(run.pk, by=request.user, source=CancelSource.PLAYGROUND, reason=reason)
@@ -175,8 +185,8 @@ def approve_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
             return JsonResponse({"errors": {"decision": ["'approve' or 'deny'"]}}, status=400)
         messages.error(request, "Choose Approve or Deny.")
         return redirect("nrllm_web:run", run_id=run_id)
-    run = _visible(request, run_id)
-    if isinstance(run, JsonResponse):
+    run = _visible(request, run_id, policy.Action.APPROVE)
+    if not isinstance(run, AgentRun):
         return run
     approved, runtime, user = decision == "approve", AgentRuntime(), request.user
     verb = "Approved" if approved else "Denied"

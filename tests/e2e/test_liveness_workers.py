@@ -88,7 +88,7 @@ def agent_reap(env: dict[str, str], *args: str) -> str:
     proc = manage("agent_reap", *args, env=env)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, (out, err)
-    return out.strip()
+    return out.strip().splitlines()[0]  # the lease line; the second reports the queued sweep
 
 
 def journal(env: dict[str, str], run_id: Any) -> list[dict[str, Any]]:

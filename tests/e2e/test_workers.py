@@ -54,21 +54,6 @@ NOTE = {"prompt": "note", "tools": ["write_note"], "script": [
 
 # --- fixtures and helpers --------------------------------------------------------------------
 @pytest.fixture
-def queue(settings, redis_url):
-    """This process dispatches to the test Redis; returns the django-rq queue."""
-    import django_rq
-
-    settings.REDIS_URL = redis_url
-    settings.RQ_QUEUES = {"default": {"URL": redis_url}}
-    return django_rq.get_queue("default")
-
-
-@pytest.fixture
-def worker_env(child_env, redis_url) -> dict[str, str]:
-    return {**child_env, "REDIS_URL": redis_url}
-
-
-@pytest.fixture
 def start_workers(worker_env, tmp_path) -> Callable[..., Workers]:
     """Start real rqworker processes; every one of them is stopped after the test."""
     started: list[Workers] = []

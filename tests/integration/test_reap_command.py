@@ -42,9 +42,10 @@ def embedded(settings):
 
 
 def reap(*args: str) -> str:
+    """The lease line of the summary (the second line reports the queued sweep)."""
     out = io.StringIO()
     call_command("agent_reap", *args, stdout=out)
-    return out.getvalue().strip()
+    return out.getvalue().strip().splitlines()[0]
 
 
 def died_running(steps: list[Step], *, script: list[dict[str, Any]] = SCRIPT) -> AgentRun:

@@ -267,7 +267,7 @@ def test_cancel_from_another_thread_mid_run(runtime):
 
     t = threading.Thread(target=canceller)
     t.start()
-    result = runtime.run(request(slow, tools=("sleep",)), on_step=observe)
+    result = runtime.run(request(slow, tools=("sleep",), max_iterations=len(slow)), on_step=observe)
     t.join()
     assert box["cancel"].was_executing
     assert result.outcome == Outcome.CANCELLED

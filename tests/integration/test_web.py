@@ -98,8 +98,14 @@ def test_another_users_run_is_404_for_every_action_but_staff_may_act(runtime, al
     run.refresh_from_db()
     assert run.status == RunStatus.WAITING_FOR_APPROVAL  # nothing happened to it
 
+    # Staff see it; acting on it takes the dedicated permission (issue 9 finding 3).
+    from django.contrib.auth.models import Permission
+
     staff = django_user_model.objects.create_user("carol", password="x", is_staff=True)
     assert signed_in(staff).get(url).status_code == 200
+    assert signed_in(staff).post(url + "cancel/", headers=JSON).status_code == 403
+    assert signed_in(staff).post(url + "approve/", {"decision": "approve"}, headers=JSON).status_code == 403
+    staff.user_permissions.add(Permission.objects.get(codename="cancel_agentrun"))
     response = signed_in(staff).post(url + "cancel/", headers=JSON)
     assert response.status_code == 200 and response.json()["outcome"] == "cancelled"
     run.refresh_from_db()

@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.utils import timezone
 
 from nrllm_agents import cli
 from nrllm_agents.models import AgentRun, CancelSource, RunStatus
@@ -93,7 +92,7 @@ class Command(BaseCommand):
                 raise cli.usage_error(f"--status: unknown {', '.join(unknown)}; one of {', '.join(RunStatus.values)}")
             selection = selection.filter(status__in=options["status"])
         if options["older_than"] is not None:
-            selection = selection.filter(created_at__lt=timezone.now() - cli.parse_duration(options["older_than"]))
+            selection = selection.filter(created_at__lt=cli.created_before(options["older_than"]))
         done = AgentRuntime().cancel_many(selection, source=CancelSource.CLI, reason=reason,
                                           dry_run=options["dry_run"])
         if options["json"]:

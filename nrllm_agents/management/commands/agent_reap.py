@@ -1,4 +1,5 @@
-"""manage.py agent_reap: recover runs whose worker died (expired lease)."""
+"""manage.py agent_reap: recover runs whose worker died (expired lease), and queued runs whose
+job is gone (``recovery.sweep_queued``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from nrllm_agents import dispatch
+from nrllm_agents import dispatch, recovery
 from nrllm_agents.runtime import AgentRuntime
 
 
@@ -14,7 +15,8 @@ class Command(BaseCommand):
     help = ("Requeue running runs whose lease expired (their worker died), or dead-letter them when their "
             "requeue budget is used or a non-idempotent tool was in flight. Safe to run on a schedule "
             "(cron, rq-scheduler) and concurrently with live workers: a run that renews its lease meanwhile "
-            "is left alone.")
+            "is left alone. Then dispatches again queued runs older than NRLLM_QUEUED_STALE_SECONDS (default 300) "
+            "that have no job in the queue (Redis flushed, queue emptied, a job lost).")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--limit", type=int, default=100, help="At most this many runs per pass (default 100).")
@@ -24,7 +26,11 @@ class Command(BaseCommand):
         if limit < 1:
             raise CommandError("--limit must be a positive integer", returncode=2)
         report = AgentRuntime().reap(limit=limit, dry_run=dry_run)
-        if report.requeued and not dry_run and not dispatch.uses_redis():
+        sweep = recovery.sweep_queued(limit=limit, dry_run=dry_run)
+        if (report.requeued or sweep.recovered) and not dry_run and not dispatch.uses_redis():
             # Embedded default: requeued runs execute in this process; let them finish.
             dispatch.wait_local_idle(timeout=3600)
         self.stdout.write(self.style.SUCCESS(report.summary()))
+        self.stdout.write((self.style.WARNING if sweep.error else self.style.SUCCESS)(sweep.summary()))
+        if sweep.error:
+            raise CommandError(f"the queue could not be asked: {sweep.error}", returncode=1)

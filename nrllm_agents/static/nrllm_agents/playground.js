@@ -156,7 +156,7 @@
     badge.className = `badge status-${value}`;
     const recent = document.querySelector(`#recent-runs a[data-run-id="${panel.dataset.runId}"] .badge`);
     if (recent) { recent.textContent = value.replace(/_/g, " "); recent.className = `badge status-${value}`; }
-    cancelForm.hidden = TERMINAL.includes(value);
+    cancelForm.hidden = TERMINAL.includes(value) || cancelForm.dataset.forbidden === "1";
     if (value !== "waiting_for_approval") approval.hidden = true;
   }
 

@@ -56,11 +56,19 @@ def test_by_status_and_creation_time(alice, api, make_run):
     assert AgentRun.objects.get(pk=running.pk).stopped_at is None
 
 
-def test_staff_select_across_owners(alice, bob, staff, client_for, make_run):
-    runs = [make_run(alice), make_run(bob)]
+def test_staff_select_across_owners_only_with_the_cancel_permission(alice, bob, staff, client_for, make_run):
+    # Guards issue 9 finding 3: is_staff alone once let one user stop every run in the system.
+    from django.contrib.auth.models import Permission
+
+    runs = [make_run(alice), make_run(bob), make_run(staff)]
+    response = client_for(staff).post(BULK, {"status": ["queued"]}, format="json")
+    assert response.json()["cancelled_total"] == 1  # only the staff user's own run
+    assert statuses(*runs) == ["queued", "queued", "cancelled"]
+    staff.user_permissions.add(Permission.objects.get(codename="cancel_agentrun"))
+    staff = type(staff).objects.get(pk=staff.pk)  # a fresh permission cache
     response = client_for(staff).post(BULK, {"status": ["queued"]}, format="json")
     assert response.json()["cancelled_total"] == 2
-    assert statuses(*runs) == ["cancelled", "cancelled"]
+    assert statuses(*runs) == ["cancelled", "cancelled", "cancelled"]
 
 
 def test_a_dry_run_counts_and_changes_nothing(alice, api, make_run):

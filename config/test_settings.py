@@ -1,0 +1,15 @@
+"""Settings for the test suite: the site's settings in development mode.
+
+Debug is asked for here (it is off by default); pytest-django still runs the tests
+themselves with ``DEBUG = False``. Child processes started by the tests (workers, servers,
+commands) inherit the variable.
+"""
+
+import os
+
+os.environ.setdefault("DJANGO_DEBUG", "1")
+# No background sweeper thread in the test process (it would hold a connection to the test
+# database); tests of the sweep call it, or turn it on for the processes they start.
+os.environ.setdefault("NRLLM_QUEUED_SWEEP_SECONDS", "0")
+
+from .settings import *  # noqa: E402,F401,F403

@@ -1,0 +1,130 @@
+"""Who may see, stream, cancel, approve, bulk-cancel and start a run: the one rule.
+
+Every surface (REST API, playground, admin, the browser stream) asks this module and only
+translates its answer into HTTP, HTML or a message. The rule:
+
+===================  =========  =====  =============  ====================  ======================
+action               anonymous  owner  other user     staff (other's run)   permission holder
+===================  =========  =====  =============  ====================  ======================
+start                no         yes    yes            yes                   yes
+see, stream          no         yes    no (404)       yes                   as staff / as user
+cancel               no         yes    no (404)       ``cancel_agentrun``   staff + ``cancel_agentrun``
+approve / deny       no         yes    no (404)       ``approve_agentrun``  staff + ``approve_agentrun``
+bulk cancel          no         own    own            own + all with perm   staff + ``cancel_agentrun``
+===================  =========  =====  =============  ====================  ======================
+
+Seeing another user's run takes ``is_staff``; acting on it takes, in addition, the dedicated
+permission (superusers hold every permission). A run the caller may not see is "not found"
+on every surface; a run the caller sees but may not act on is "forbidden". The admin site is
+for staff only (Django's admin login), so there the rule applies to staff.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from django.db.models import Q, QuerySet
+
+from .models import AgentRun
+
+CANCEL_PERMISSION = "nrllm_agents.cancel_agentrun"
+APPROVE_PERMISSION = "nrllm_agents.approve_agentrun"
+
+
+class Action(enum.StrEnum):
+    """What a caller wants to do with a run."""
+
+    SEE = "see"
+    STREAM = "stream"
+    CANCEL = "cancel"
+    APPROVE = "approve"
+    BULK_CANCEL = "bulk_cancel"
+    START = "start"
+
+
+class Verdict(enum.StrEnum):
+    """The policy's answer: allowed, or refused as forbidden (visible) or not found (hidden)."""
+
+    ALLOWED = "allowed"
+    FORBIDDEN = "forbidden"
+    NOT_FOUND = "not_found"
+    UNAUTHENTICATED = "unauthenticated"
+
+
+_PERMISSION = {Action.CANCEL: CANCEL_PERMISSION, Action.BULK_CANCEL: CANCEL_PERMISSION,
+               Action.APPROVE: APPROVE_PERMISSION}
+
+
+def authenticated(user: Any) -> bool:
+    return bool(getattr(user, "is_authenticated", False) and getattr(user, "is_active", True))
+
+
+def sees_all(user: Any) -> bool:
+    """Whether ``user`` sees every user's runs (staff)."""
+    return authenticated(user) and bool(user.is_staff)
+
+
+def may_use_admin(user: Any) -> bool:
+    """The admin site lets staff in (Django's own gate); the runs admin then asks this policy."""
+    return sees_all(user)
+
+
+def may_manage_queues(user: Any) -> bool:
+    """The django-rq dashboard (empty queues, delete and requeue jobs): superusers only."""
+    return authenticated(user) and bool(user.is_superuser)
+
+
+def acts_on_all(user: Any, action: Action) -> bool:
+    """Whether ``user`` may do ``action`` to other users' runs: staff holding its permission."""
+    permission = _PERMISSION.get(action)
+    return permission is not None and sees_all(user) and user.has_perm(permission)
+
+
+def visible_runs(user: Any) -> QuerySet[AgentRun]:
+    """The runs ``user`` may see and stream: all for staff, their own otherwise, none for anonymous."""
+    runs = AgentRun.objects.select_related("owner", "cancelled_by")
+    if not authenticated(user):
+        return runs.none()
+    return runs if sees_all(user) else runs.filter(owner=user)
+
+
+def actionable_runs(user: Any, action: Action, runs: QuerySet[AgentRun] | None = None) -> QuerySet[AgentRun]:
+    """Of ``runs`` (default: all), those ``user`` may ``action``: own runs, or all with the permission."""
+    runs = AgentRun.objects.all() if runs is None else runs
+    if not authenticated(user):
+        return runs.none()
+    if action in (Action.SEE, Action.STREAM):
+        return runs if sees_all(user) else runs.filter(owner=user)
+    return runs if acts_on_all(user, action) else runs.filter(Q(owner=user))
+
+
+def verdict(user: Any, action: Action, run: AgentRun | None = None) -> Verdict:
+    """The answer for one caller, action and run (``None`` for ``start`` and ``bulk_cancel``).
+
+    A run ``user`` may not see is ``NOT_FOUND`` whatever the action, so that refusing never
+    tells whether a run exists; a visible run the caller may not act on is ``FORBIDDEN``.
+    ``bulk_cancel`` is allowed to every signed-in user: the selection is then narrowed with
+    ``actionable_runs``.
+    """
+    if not authenticated(user):
+        return Verdict.UNAUTHENTICATED
+    if action in (Action.START, Action.BULK_CANCEL) or run is None:
+        return Verdict.ALLOWED
+    owner = run.owner_id is not None and run.owner_id == user.pk
+    if not (owner or sees_all(user)):
+        return Verdict.NOT_FOUND
+    if action in (Action.SEE, Action.STREAM) or owner or acts_on_all(user, action):
+        return Verdict.ALLOWED
+    return Verdict.FORBIDDEN
+
+
+def may(user: Any, action: Action, run: AgentRun | None = None) -> bool:
+    """Shorthand: ``verdict(...) is ALLOWED``."""
+    return verdict(user, action, run) == Verdict.ALLOWED
+
+
+REFUSALS = {
+    Action.CANCEL: "You may not cancel this run: it is not yours and you lack the cancel permission.",
+    Action.APPROVE: "You may not approve or deny this run: it is not yours and you lack the approve permission.",
+}

@@ -1,0 +1,102 @@
+"""Issue 9 finding 6: a worker started the documented way comes back by itself.
+
+Guards: RQ workers exit (rc 1) when Redis goes away at the wrong moment (outside their
+reconnecting dequeue: a heartbeat, maintenance), and nothing started them again, so an
+outage could leave no worker at all. ``scripts/worker.sh`` (``make worker``) starts its
+rqworker again after any exit, with backoff. This test runs its own redis-server on a free
+port (never the shared one) and restarts it under the loop; then the worker process exits
+abruptly (SIGKILL, as an exit after an outage would end it) and a new one must take over and
+execute a queued run. SIGTERM then ends the loop and its worker.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+from nrllm_agents.models import AgentRun, RunStatus
+from tests.conftest import ROOT
+from tests.e2e.workers import _children, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_redis(port: int, tmp_path: Path) -> subprocess.Popen:
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--dir", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = redis.Redis(port=port)
+    wait_for(lambda: _pings(client), timeout=30, what="the test's own redis-server")
+    return proc
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+
+
+def worker_pids(url: str) -> set[int]:
+    from rq import Worker
+
+    try:
+        return {w.pid for w in Worker.all(connection=redis.Redis.from_url(url))}
+    except redis.RedisError:
+        return set()
+
+
+def test_the_worker_loop_brings_a_worker_back(child_env, settings, runtime, tmp_path):
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    server = start_redis(port, tmp_path)
+    log = open(tmp_path / "worker.log", "wb")
+    loop = subprocess.Popen(["bash", str(ROOT / "scripts" / "worker.sh"), "default"], cwd=ROOT, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            env={**child_env, "REDIS_URL": url, "PYTHON": sys.executable})
+    settings.REDIS_URL = url
+    settings.RQ_QUEUES = {"default": {"URL": url}}
+
+    def executes(prompt: str) -> None:
+        run_id = runtime.enqueue({"prompt": prompt, "script": [{"content": "ok"}], "tools": []})
+        wait_for(lambda: AgentRun.objects.get(pk=run_id).status == RunStatus.COMPLETED, timeout=90,
+                 what=f"the run {prompt!r} to complete")
+
+    try:
+        wait_for(lambda: worker_pids(url), timeout=60, what="the first worker")
+
+        server.terminate()  # Redis goes away and comes back empty
+        server.wait(10)
+        server = start_redis(port, tmp_path)
+        executes("after a Redis restart")
+
+        [pid] = _children(loop.pid)  # the first worker, or one the loop started after Redis left
+        os.kill(pid, signal.SIGKILL)  # the worker process ends abruptly
+        wait_for(lambda: worker_pids(url) - {pid}, timeout=90, what="a new worker")
+        assert "rqworker exited with status" in (tmp_path / "worker.log").read_text(errors="replace")
+        executes("after the worker exited")
+
+        workers = _children(loop.pid)
+        os.kill(loop.pid, signal.SIGTERM)  # ends the loop and, warmly, its worker
+        assert loop.wait(30) == 0
+        assert not any(Path(f"/proc/{p}").exists() for p in workers)
+    finally:
+        if loop.poll() is None:
+            os.killpg(loop.pid, signal.SIGKILL)
+            loop.wait(10)
+        server.terminate()
+        server.wait(10)
+        log.close()

@@ -1,0 +1,45 @@
+"""Issue 9 finding 1: production-safe by default.
+
+Guards: debug was on unless DJANGO_DEBUG=0, and without DJANGO_SECRET_KEY the settings fell
+back without a word to a constant committed in the repository (which ``check --deploy`` did
+not flag). Each case starts a fresh process with exactly the environment under test.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "k" * 10 + "0123456789abcdefghijklmnopqrstuvwxyz!@#$%^&*(-_=+)"  # 60 chars, varied
+PRODUCTION = {
+    "DJANGO_SECRET_KEY": KEY, "DJANGO_ALLOWED_HOSTS": "agents.example.com",
+    "DJANGO_SECURE_SSL_REDIRECT": "1", "DJANGO_SECURE_HSTS_SECONDS": "31536000",
+    "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS": "1", "DJANGO_SECURE_HSTS_PRELOAD": "1", "DJANGO_SECURE_COOKIES": "1",
+}
+
+
+def run(args: list[str], **env: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "PYTEST"))}
+    base.update(DJANGO_SETTINGS_MODULE="config.settings", DATABASE_URL="sqlite:///:memory:", **env)
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=base, capture_output=True, text=True, timeout=120)
+
+
+def test_without_a_secret_key_and_without_debug_the_process_refuses_to_start():
+    done = run(["manage.py", "check"])
+    assert done.returncode != 0
+    assert "ImproperlyConfigured: DJANGO_SECRET_KEY is not set." in done.stderr
+
+
+def test_debug_is_off_unless_asked_for():
+    probe = "import django; django.setup(); from django.conf import settings; print(settings.DEBUG)"
+    assert run(["-c", probe], DJANGO_SECRET_KEY=KEY).stdout.strip() == "False"
+    assert run(["-c", probe], DJANGO_SECRET_KEY=KEY, DJANGO_DEBUG="1").stdout.strip() == "True"
+
+
+def test_check_deploy_is_clean_with_the_documented_production_settings():
+    done = run(["manage.py", "check", "--deploy", "--fail-level", "WARNING"], **PRODUCTION)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no issues" in done.stdout
