@@ -6,7 +6,7 @@ from django.db import migrations
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('nrllm_agents', '0002_liveness'),
+        ('nrllm_agents', '0003_cancel_notify'),
     ]
 
     operations = [
