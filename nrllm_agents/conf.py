@@ -39,6 +39,10 @@ DEFAULTS: dict[str, Any] = {
     # retry delay: RETRY_BASE_SECONDS * 2**attempt, capped at RETRY_MAX_SECONDS
     "RETRY_BASE_SECONDS": float(os.environ.get("NRLLM_RETRY_BASE_SECONDS", "2")),
     "RETRY_MAX_SECONDS": float(os.environ.get("NRLLM_RETRY_MAX_SECONDS", "300")),
+    # hot statements (step boundary, cancel, claim) as server-side prepared statements on
+    # PostgreSQL; turn off behind a transaction-mode PgBouncer older than 1.21 (or without
+    # max_prepared_statements): they are then still server-side bound, only not prepared
+    "PREPARED_STATEMENTS": os.environ.get("NRLLM_PREPARED_STATEMENTS", "1").strip().lower() not in {"0", "false", "no", "off"},
     # the browser stream (GET /api/runs/<id>/stream/): how often it reads the stored stream,
     # how long it may stay silent before a keepalive comment, and when it closes so the
     # client reconnects with Last-Event-ID (bounds how long one stream holds a worker thread)
