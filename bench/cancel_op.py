@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from step_overhead import summary, throwaway_database  # noqa: E402  (bench/ is this script's directory)
+from step_overhead import production_settings, summary, throwaway_database  # noqa: E402  (bench/ is this script's directory)
 
 
 class DbosPeer:
@@ -80,8 +80,7 @@ def main() -> None:
     parser.add_argument("--dbos-python", default="", help="a Python with dbos installed, to time DBOS beside us")
     parser.add_argument("--database", default="nrllm_bench_cancel_op", help="throwaway database to create and drop")
     args = parser.parse_args()
-    os.environ["DJANGO_DEBUG"] = "0"
-    os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only-" + uuid.uuid4().hex)
+    production_settings()
     server_url = os.environ.get("DATABASE_URL", "")
 
     with throwaway_database(args.database) as url:

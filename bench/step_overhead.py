@@ -71,6 +71,12 @@ def throwaway_database(name: str) -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def production_settings() -> None:
+    """Debug off (no query log), as production runs; a throwaway secret key for the bench."""
+    os.environ["DJANGO_DEBUG"] = "0"
+    os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only-" + uuid.uuid4().hex)
+
+
 def summary(samples: list[float]) -> dict[str, float]:
     """Mean, p50 and p99 of samples (seconds), in milliseconds."""
     ordered = sorted(samples)
@@ -178,8 +184,7 @@ def main() -> None:
     parser.add_argument("--database", default="nrllm_bench", help="throwaway database to create and drop")
     args = parser.parse_args()
 
-    os.environ["DJANGO_DEBUG"] = "0"  # no query log: measure what production runs
-    os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only-" + uuid.uuid4().hex)
+    production_settings()
     with throwaway_database(args.database) as url:
         from django.db import connection
 

@@ -4,6 +4,9 @@ The default ``manage.py rqworker`` class (``RQ["WORKER_CLASS"]`` in settings). O
 shutdown (SIGTERM or Ctrl-C to the worker) it signals its work horse; the run in flight stops
 at its next step boundary and is requeued — not failed, not cancelled — so another worker
 continues it from its stream. Deploys neither kill runs nor wait for them to finish.
+
+On PostgreSQL each horse also inherits a warm database connection opened by the worker while
+it was idle (``nrllm_agents.warm``), so a job claims its run without connecting first.
 """
 
 from __future__ import annotations
@@ -12,8 +15,12 @@ import os
 import signal
 from types import FrameType
 
+from typing import Any
+
+from django.db import connections
 from rq.worker import Worker
 
+from . import warm
 from .segment import shutdown_requested
 
 HANDOFF_SIGNAL = signal.SIGRTMIN
@@ -32,6 +39,23 @@ class GracefulWorker(Worker):
         # worker forwards the shutdown as HANDOFF_SIGNAL, and a cold shutdown still SIGKILLs.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(HANDOFF_SIGNAL, _hand_off)
+
+    def fork_work_horse(self, job: Any, queue: Any) -> None:
+        # The horse inherits a warm database connection (see nrllm_agents.warm).
+        warm.before_fork()
+        super().fork_work_horse(job, queue)
+        warm.after_fork_in_worker()  # only the worker gets here: the horse exits in the call
+
+    def monitor_work_horse(self, job: Any, queue: Any) -> None:
+        super().monitor_work_horse(job, queue)
+        warm.prepare()  # for the next job, while idle
+
+    def perform_job(self, job: Any, queue: Any) -> bool:
+        try:
+            return super().perform_job(job, queue)
+        finally:
+            if self._is_horse:
+                connections.close_all()  # say goodbye to the server before os._exit()
 
     def handle_warm_shutdown_request(self) -> None:
         if self.horse_pid:

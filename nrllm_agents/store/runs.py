@@ -74,7 +74,17 @@ def _move(run_id: uuid.UUID, source: str, target: str, *, read: str | None = Non
 
 
 def claim_queued(run_id: uuid.UUID, *, claimed_by: str, lease_expires: datetime | None = None) -> Transition:
-    """``queued → running``; exactly one concurrent claimer wins."""
+    """``queued → running``; exactly one concurrent claimer wins.
+
+    ``data`` holds the stored ``request_payload`` and, on PostgreSQL (one statement, see
+    ``store.claims``), the ``next_sequence`` of the run's stream.
+    """
+    if prepared.enabled():
+        from .claims import claim_one_trip
+
+        done = claim_one_trip(run_id, started_at=timezone.now(), claimed_by=claimed_by, lease_expires=lease_expires)
+        if done is not None:
+            return done
     return _move(run_id, RunStatus.QUEUED, RunStatus.RUNNING, read="request_payload",
                  started_at=timezone.now(), claimed_by=claimed_by, lease_expires=lease_expires)
 

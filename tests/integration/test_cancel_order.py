@@ -129,58 +129,77 @@ def test_no_step_committed_before_a_cancel_looks_later_than_it(runtime):
     assert checked > 0
 
 
-@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="the one-statement cancel is PostgreSQL's")
-@pytest.mark.parametrize("rounds", [20])
-def test_one_statement_cancel_falls_back_when_the_row_changes_under_its_lock(runtime, rounds):
-    """A segment holds the row, records steps and requeues the run; a cancel waits for it.
+def _behind_a_requeue(action: Any) -> Any:
+    """Run ``action(run_id)`` while a segment holds the row, records 3 steps and requeues it.
 
-    The cancel's snapshot predates the segment's commit, so it must not compute the
-    ``cancelled`` step's sequence from it: it re-runs the fence and appends after every step.
+    ``action`` starts once the segment holds the row lock and is released once it waits for
+    it, so its statement's snapshot predates the segment's commit. Returns its result.
     """
-    for _ in range(rounds):
-        run = store.begin(RunRequest.from_mapping({"prompt": "p", "tools": []}).row_fields(), claimed_by="seg",
-                          lease_expires=store.lease_until())
-        holder_locked, release = threading.Event(), threading.Event()
-        box: dict[str, Any] = {}
+    run = store.begin(RunRequest.from_mapping({"prompt": "p", "tools": []}).row_fields(), claimed_by="seg",
+                      lease_expires=store.lease_until())
+    holder_locked, release = threading.Event(), threading.Event()
+    box: dict[str, Any] = {}
 
-        def segment() -> None:
-            try:
-                with transaction.atomic():
-                    AgentRun.objects.select_for_update().filter(pk=run.pk).values("status").get()
-                    holder_locked.set()
-                    release.wait(10)
-                    for seq in range(3):
-                        store.append_event(run.pk, seq, Step(kind=StepKind.TOOL, round=1, payload={}),
-                                           store.lease_until())
-                    AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.QUEUED, claimed_by="")
-            finally:
-                connections.close_all()
+    def segment() -> None:
+        try:
+            with transaction.atomic():
+                AgentRun.objects.select_for_update().filter(pk=run.pk).values("status").get()
+                holder_locked.set()
+                release.wait(10)
+                for seq in range(3):
+                    store.append_event(run.pk, seq, Step(kind=StepKind.TOOL, round=1, payload={}), store.lease_until())
+                AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.QUEUED, claimed_by="",
+                                                          request_payload=store.RECOVER)
+        finally:
+            connections.close_all()
 
-        def cancel() -> None:
-            try:
-                box["pid"] = connection.cursor().connection.info.backend_pid
-                box["result"] = runtime.cancel(run.pk, source=CancelSource.CLI)
-            except BaseException as exc:
-                box["result"] = exc
-            finally:
-                connections.close_all()
+    def act() -> None:
+        try:
+            box["pid"] = connection.cursor().connection.info.backend_pid
+            box["result"] = action(run.pk)
+        except BaseException as exc:
+            box["result"] = exc
+        finally:
+            connections.close_all()
 
-        holder = threading.Thread(target=segment)
-        holder.start()
-        assert holder_locked.wait(10)
-        canceller = threading.Thread(target=cancel)
-        canceller.start()
-        _wait_until_blocked(box)
-        release.set()
-        holder.join(30)
-        canceller.join(30)
-        result = box["result"]
-        assert not isinstance(result, BaseException), result
+    holder = threading.Thread(target=segment)
+    holder.start()
+    assert holder_locked.wait(10)
+    actor = threading.Thread(target=act)
+    actor.start()
+    _wait_until_blocked(box)
+    release.set()
+    holder.join(30)
+    actor.join(30)
+    assert not isinstance(box["result"], BaseException), box["result"]
+    return run.pk, box["result"]
+
+
+ONLY_POSTGRES = pytest.mark.skipif("connection.vendor != 'postgresql'",
+                                   reason="the one-statement fences and pg_stat_activity are PostgreSQL's")
+
+
+@ONLY_POSTGRES
+def test_one_statement_cancel_falls_back_when_the_row_changes_under_its_lock(runtime):
+    """The cancel's snapshot predates the segment's commit, so it must not compute the
+    ``cancelled`` step's sequence from it: it re-runs the fence and appends after every step."""
+    for _ in range(20):
+        run_id, result = _behind_a_requeue(lambda pk: runtime.cancel(pk, source=CancelSource.CLI))
         assert result.outcome == CancelOutcome.CANCELLED and result.previous_status == RunStatus.QUEUED
-        kinds = list(AgentRunEvent.objects.filter(run_id=run.pk).order_by("sequence").values_list("sequence", "kind"))
+        kinds = list(AgentRunEvent.objects.filter(run_id=run_id).order_by("sequence").values_list("sequence", "kind"))
         assert kinds == [(0, "tool"), (1, "tool"), (2, "tool"), (3, "cancelled")]
-        row = AgentRun.objects.get(pk=run.pk)
+        row = AgentRun.objects.get(pk=run_id)
         assert row.stopped_at == row.cancel_requested_at and row.lease_expires is None
+
+
+@ONLY_POSTGRES
+def test_one_statement_claim_falls_back_when_the_row_changes_under_its_lock():
+    """Same for the claim: the sequence the next segment starts at counts every step."""
+    for _ in range(20):
+        run_id, claim = _behind_a_requeue(
+            lambda pk: store.claim_queued(pk, claimed_by="next", lease_expires=store.lease_until()))
+        assert claim.applied and claim.data["request_payload"] == store.RECOVER
+        assert claim.data.get("next_sequence", store.next_sequence(run_id)) == 3
 
 
 def _wait_until_blocked(box: dict[str, Any]) -> None:

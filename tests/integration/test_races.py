@@ -134,3 +134,38 @@ def test_two_approves_exactly_one_resumes(runtime):
         assert len(winners) == 1 and winners[0].outcome == Outcome.COMPLETED
         assert len(losers) == 1 and isinstance(losers[0], ApprovalNotPending)
         assert Note.objects.filter(run_id=waiting.run_id).count() == 1
+
+
+def new_queued_run() -> AgentRun:
+    request = RunRequest.from_mapping({"prompt": "race", "script": [{"content": "x"}]})
+    return store.create_queued(request.row_fields(), request.as_dict())
+
+
+def test_two_claims_exactly_one_wins():
+    """Two deliveries of one job claim at once: one runs it, the other does nothing."""
+    for _ in range(ROUNDS):
+        run = new_queued_run()
+        a, b = race(lambda: store.claim_queued(run.pk, claimed_by="a", lease_expires=store.lease_until()),
+                    lambda: store.claim_queued(run.pk, claimed_by="b", lease_expires=store.lease_until()))
+        assert not isinstance(a, BaseException) and not isinstance(b, BaseException), (a, b)
+        assert sorted([a.applied, b.applied]) == [False, True]
+        winner, loser = (a, b) if a.applied else (b, a)
+        assert winner.data["request_payload"]["prompt"] == "race" and loser.status == RunStatus.RUNNING
+        assert AgentRun.objects.get(pk=run.pk).claimed_by == ("a" if a.applied else "b")
+
+
+def test_claim_versus_cancel_exactly_one_wins(runtime):
+    """A worker claims while an operator cancels: either it runs and the cancel finds it
+    running, or it never runs and the stream ends with the cancel's step."""
+    for _ in range(ROUNDS):
+        run = new_queued_run()
+        claim, cancel = race(lambda: store.claim_queued(run.pk, claimed_by="w", lease_expires=store.lease_until()),
+                             lambda: runtime.cancel(run.pk, source=CancelSource.API))
+        assert not isinstance(claim, BaseException) and not isinstance(cancel, BaseException), (claim, cancel)
+        assert cancel.outcome == CancelOutcome.CANCELLED
+        kinds = list(AgentRunEvent.objects.filter(run_id=run.pk).values_list("kind", flat=True))
+        if claim.applied:
+            assert cancel.previous_status == RunStatus.RUNNING and kinds == []
+        else:
+            assert cancel.previous_status == RunStatus.QUEUED and claim.status == RunStatus.CANCELLED
+            assert kinds == ["cancelled"]
