@@ -25,6 +25,7 @@ from nrllm_agents.domain import Step, StepKind
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, RunStatus
 from nrllm_agents.requests import RunRequest
 from nrllm_agents.runtime import CancelOutcome
+from tests.conftest import race_rounds
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -183,7 +184,7 @@ ONLY_POSTGRES = pytest.mark.skipif("connection.vendor != 'postgresql'",
 def test_one_statement_cancel_falls_back_when_the_row_changes_under_its_lock(runtime):
     """The cancel's snapshot predates the segment's commit, so it must not compute the
     ``cancelled`` step's sequence from it: it re-runs the fence and appends after every step."""
-    for _ in range(20):
+    for _ in range(race_rounds(20)):
         run_id, result = _behind_a_requeue(lambda pk: runtime.cancel(pk, source=CancelSource.CLI))
         assert result.outcome == CancelOutcome.CANCELLED and result.previous_status == RunStatus.QUEUED
         kinds = list(AgentRunEvent.objects.filter(run_id=run_id).order_by("sequence").values_list("sequence", "kind"))
@@ -195,7 +196,7 @@ def test_one_statement_cancel_falls_back_when_the_row_changes_under_its_lock(run
 @ONLY_POSTGRES
 def test_one_statement_claim_falls_back_when_the_row_changes_under_its_lock():
     """Same for the claim: the sequence the next segment starts at counts every step."""
-    for _ in range(20):
+    for _ in range(race_rounds(20)):
         run_id, claim = _behind_a_requeue(
             lambda pk: store.claim_queued(pk, claimed_by="next", lease_expires=store.lease_until()))
         assert claim.applied and claim.data["request_payload"] == store.RECOVER

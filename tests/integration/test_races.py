@@ -17,8 +17,9 @@ from nrllm_agents import store
 from nrllm_agents.models import TERMINAL, AgentRun, AgentRunEvent, CancelSource, RunStatus
 from nrllm_agents.requests import RunRequest
 from nrllm_agents.runtime import ApprovalNotPending, CancelOutcome, Outcome
+from tests.conftest import race_rounds
 
-ROUNDS = 200
+ROUNDS = race_rounds(200)
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -107,7 +108,7 @@ def test_segment_outcome_tells_the_truth_when_racing_a_cancel(runtime):
 
 @pytest.mark.parametrize("initial", [RunStatus.RUNNING, RunStatus.QUEUED])
 def test_two_cancels_exactly_one_reports_cancelled(runtime, initial):
-    for _ in range(ROUNDS // 2):
+    for _ in range(race_rounds(ROUNDS // 2)):
         run = new_running_run()
         if initial == RunStatus.QUEUED:
             AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.QUEUED)  # test setup only
@@ -126,7 +127,7 @@ def test_two_approves_exactly_one_resumes(runtime):
                           {"content": "ok"}]}
     from nrllm_agents.models import Note
 
-    for _ in range(ROUNDS // 4):
+    for _ in range(race_rounds(ROUNDS // 4)):
         waiting = runtime.run(request)
         a, b = race(lambda: runtime.approve(waiting.run_id, True), lambda: runtime.approve(waiting.run_id, True))
         winners = [r for r in (a, b) if not isinstance(r, BaseException)]
