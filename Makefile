@@ -52,10 +52,14 @@ test-django52:
 	@$(COMPAT_VENV)/bin/python -c "import django; assert django.VERSION[:2] == (5, 2), django.__version__"
 	DATABASE_URL=$(PG_URL) NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(COMPAT_VENV)/bin/python -m pytest tests/unit tests/integration $(PYTEST_ARGS)
 
+BENCH_REDIS_URL ?= redis://127.0.0.1:6379/12
 bench: venv
 	DATABASE_URL=$(PG_URL) $(PY) bench/step_overhead.py
-	DATABASE_URL=$(PG_URL) $(PY) bench/cancel_latency.py
+	DATABASE_URL=$(PG_URL) $(PY) bench/cancel_op.py
+	DATABASE_URL=$(PG_URL) $(PY) bench/enqueue_first_step.py --redis-url $(BENCH_REDIS_URL)
+	DATABASE_URL=$(PG_URL) $(PY) bench/cancel_latency.py --redis-url $(BENCH_REDIS_URL)
 	DATABASE_URL=$(PG_URL) $(PY) bench/bulk_cancel.py
+	DATABASE_URL=$(PG_URL) $(PY) bench/scale.py --redis-url $(BENCH_REDIS_URL) --pgbouncer
 
 clean:
 	rm -rf $(VENV) $(COMPAT_VENV) test-db.sqlite3* .pytest_cache

@@ -25,6 +25,7 @@ import statistics
 import sys
 import time
 import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -70,6 +71,12 @@ def throwaway_database(name: str) -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def production_settings() -> None:
+    """Debug off (no query log), as production runs; a throwaway secret key for the bench."""
+    os.environ["DJANGO_DEBUG"] = "0"
+    os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only-" + uuid.uuid4().hex)
+
+
 def summary(samples: list[float]) -> dict[str, float]:
     """Mean, p50 and p99 of samples (seconds), in milliseconds."""
     ordered = sorted(samples)
@@ -77,36 +84,50 @@ def summary(samples: list[float]) -> dict[str, float]:
             "p99": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000}
 
 
-class Floor:
-    """The raw-psycopg floor: one INSERT of the step's row and one primary-key SELECT."""
+class Floors:
+    """What the runtime's boundary is compared with, on a running run row of their own.
 
-    def __init__(self, url: str, run_id: uuid.UUID) -> None:
+    - ``prepared``: the boundary's very statement (``store.leases._RECORD_SQL``: the guarded
+      lease renewal feeding the step's ``INSERT``) sent with raw psycopg on a connection of
+      its own, server-side bound and prepared: the floor.
+    - ``django``: the same statement through a Django cursor (client-side binding, parsed
+      and planned on every step), i.e. the boundary as it was before it was prepared.
+    """
+
+    def __init__(self, url: str, run_id: uuid.UUID, owner: str) -> None:
         import psycopg
 
-        from nrllm_agents.models import AgentRun, AgentRunEvent
+        from nrllm_agents.store.leases import _RECORD_SQL
 
-        self.conn = psycopg.connect(url, autocommit=True)  # each statement commits, as Django's do
-        self.run_id = run_id
+        self.conn = psycopg.connect(url, autocommit=True)  # each statement commits, as the boundary does
+        self.sql = _RECORD_SQL
+        self.run_id, self.owner = run_id, owner
         self.sequence = 0
-        self.insert = (f"INSERT INTO {AgentRunEvent._meta.db_table} "
-                       f"(run_id, sequence, kind, round, duration_ms, payload, created_at) "
-                       f"VALUES (%s, %s, %s, %s, %s, %s::jsonb, now())")
-        self.select = f"SELECT status FROM {AgentRun._meta.db_table} WHERE id = %s"
 
-    def record(self, step: Any) -> None:
-        payload = json.dumps(step.payload)
-        with self.conn.cursor() as cur:
-            cur.execute(self.insert, (self.run_id, self.sequence, step.kind.value, step.round, step.duration_ms,
-                                      payload))
-            cur.execute(self.select, (self.run_id,))
-            cur.fetchone()
+    def _params(self, step: Any) -> list[Any]:
+        from nrllm_agents.store import lease_until
+
         self.sequence += 1
+        return [lease_until(), self.run_id, "running", self.owner, self.sequence, step.kind.value, step.round,
+                step.duration_ms, json.dumps(step.payload, default=str), datetime.now(timezone.utc)]
+
+    def prepared(self, step: Any) -> None:
+        with self.conn.cursor() as cur:
+            cur.execute(self.sql, self._params(step), prepare=True)
+            assert cur.rowcount == 1
+
+    def django(self, step: Any) -> None:
+        from django.db import connection
+
+        with connection.cursor() as cur:
+            cur.execute(self.sql, self._params(step))
+            assert cur.rowcount == 1
 
 
-def measure_side_by_side(floor: Floor, hook_samples: list[float], floor_samples: list[float]) -> Callable[[], None]:
-    """Wrap the segment trace hook: time it (record + probe) and, on the same step, the floor.
+def measure_side_by_side(floors: Floors, samples: dict[str, list[float]]) -> Callable[[], None]:
+    """Wrap the segment trace hook: time it and, on the same step, each floor.
 
-    The two alternate which goes first, so neither always meets a freshly committed WAL or a
+    The order rotates from step to step, so none always meets a freshly committed WAL or a
     warm cache. Returns a function that removes the wrapper.
     """
     from nrllm_agents.segment import SegmentTrace
@@ -119,13 +140,25 @@ def measure_side_by_side(floor: Floor, hook_samples: list[float], floor_samples:
         into.append(time.perf_counter() - t0)
 
     def hook(self: Any, step: Any) -> None:
-        pair = [lambda: timed(lambda: original(self, step), hook_samples),
-                lambda: timed(lambda: floor.record(step), floor_samples)]
-        for call in pair if len(hook_samples) % 2 else reversed(pair):
+        calls = [lambda: timed(lambda: original(self, step), samples["hook"]),
+                 lambda: timed(lambda: floors.prepared(step), samples["prepared"]),
+                 lambda: timed(lambda: floors.django(step), samples["django"])]
+        shift = len(samples["hook"]) % len(calls)
+        for call in calls[shift:] + calls[:shift]:
             call()
 
     SegmentTrace.__call__ = hook  # type: ignore[method-assign]
     return lambda: setattr(SegmentTrace, "__call__", original)
+
+
+def hot_share(table: str) -> tuple[int, int]:
+    """(updates, HOT updates) of ``table`` so far, from PostgreSQL's statistics."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_stat_force_next_flush()")
+        cur.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = %s", [table])
+        return cur.fetchone()
 
 
 def run_many(rounds: int, runs: int) -> int:
@@ -151,41 +184,52 @@ def main() -> None:
     parser.add_argument("--database", default="nrllm_bench", help="throwaway database to create and drop")
     args = parser.parse_args()
 
+    production_settings()
     with throwaway_database(args.database) as url:
         from django.db import connection
 
         from nrllm_agents import store
+        from nrllm_agents.models import AgentRun
         from nrllm_agents.requests import RunRequest
 
         steps_per_run = 3 * args.rounds + 2
         runs = max(1, round(args.steps / steps_per_run))
-        # The run row the floor appends to and probes.
-        floor = Floor(url, store.begin(RunRequest.from_mapping({"prompt": "floor", "tools": []}).row_fields()).pk)
-        hook: list[float] = []
-        raw: list[float] = []
-        undo = measure_side_by_side(floor, hook, raw)
+        # The running run row the floors renew and append to.
+        floor_run = store.begin(RunRequest.from_mapping({"prompt": "floor", "tools": []}).row_fields(),
+                                claimed_by="floor", lease_expires=store.lease_until()).pk
+        floors = Floors(url, floor_run, "floor")
+        samples: dict[str, list[float]] = {"hook": [], "prepared": [], "django": []}
+        undo = measure_side_by_side(floors, samples)
         try:
             run_many(2, 1)  # warm imports, caches and both connections
-            hook.clear()
-            raw.clear()
+            for values in samples.values():
+                values.clear()
+            updates0, hot0 = hot_share(AgentRun._meta.db_table)
             t0 = time.perf_counter()
             steps = run_many(args.rounds, runs)
             wall = time.perf_counter() - t0
+            updates1, hot1 = hot_share(AgentRun._meta.db_table)
         finally:
             undo()
-            floor.conn.close()
-        h, r = summary(hook), summary(raw)
+            floors.conn.close()
+        h, p, d = (summary(samples[k]) for k in ("hook", "prepared", "django"))
         connection.ensure_connection()
         version = connection.connection.info.server_version
         print(f"step_overhead: PostgreSQL {version // 10000}.{version % 10000}, {steps} steps "
-              f"({runs} runs x {steps_per_run} steps), scripted provider at zero delay, calculator tool; "
-              f"each step timed through the runtime's hook and, beside it, through the raw floor")
-        print(f"  {'':34} {'mean':>9} {'p50':>9} {'p99':>9}   (ms per step)")
-        print(f"  {'runtime hook (probe + record)':34} {h['mean']:9.3f} {h['p50']:9.3f} {h['p99']:9.3f}")
-        print(f"  {'raw psycopg (INSERT + PK SELECT)':34} {r['mean']:9.3f} {r['p50']:9.3f} {r['p99']:9.3f}")
-        print(f"  {'ratio hook / floor':34} {h['mean'] / r['mean']:8.2f}x {h['p50'] / r['p50']:8.2f}x "
-              f"{h['p99'] / r['p99']:8.2f}x")
-        rest = wall - sum(hook) - sum(raw)
+              f"({runs} runs x {steps_per_run} steps), DEBUG off, scripted provider at zero delay, calculator "
+              f"tool; each step timed through the runtime's hook and, beside it, through each floor")
+        print(f"  {'':44} {'mean':>9} {'p50':>9} {'p99':>9}   (ms per step)")
+        print(f"  {'runtime hook (renew + probe + append)':44} {h['mean']:9.3f} {h['p50']:9.3f} {h['p99']:9.3f}")
+        print(f"  {'floor: same statement, raw psycopg, prepared':44} {p['mean']:9.3f} {p['p50']:9.3f} {p['p99']:9.3f}")
+        print(f"  {'same statement via a Django cursor':44} {d['mean']:9.3f} {d['p50']:9.3f} {d['p99']:9.3f}")
+        print(f"  {'ratio hook / prepared floor':44} {h['mean'] / p['mean']:8.2f}x {h['p50'] / p['p50']:8.2f}x "
+              f"{h['p99'] / p['p99']:8.2f}x")
+        print(f"  {'ratio Django cursor / prepared floor':44} {d['mean'] / p['mean']:8.2f}x {d['p50'] / p['p50']:8.2f}x "
+              f"{d['p99'] / p['p99']:8.2f}x")
+        updates, hot = updates1 - updates0, hot1 - hot0
+        print(f"  run-table updates during the timed runs: {updates}, of which HOT: {hot} "
+              f"({100 * hot / max(1, updates):.0f}%)")
+        rest = wall - sum(sum(v) for v in samples.values())
         print(f"  everything else per step (loop, provider, tool, begin/settle): {rest / steps * 1000:.3f} ms")
 
 

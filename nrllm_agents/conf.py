@@ -46,6 +46,10 @@ DEFAULTS: dict[str, Any] = {
     "QUEUED_STALE_SECONDS": float(os.environ.get("NRLLM_QUEUED_STALE_SECONDS", "300")),
     # how often a process using the in-process executor sweeps by itself (0: never)
     "QUEUED_SWEEP_SECONDS": float(os.environ.get("NRLLM_QUEUED_SWEEP_SECONDS", "60")),
+    # hot statements (step boundary, cancel, claim) as server-side prepared statements on
+    # PostgreSQL; turn off behind a transaction-mode PgBouncer older than 1.21 (or without
+    # max_prepared_statements): they are then still server-side bound, only not prepared
+    "PREPARED_STATEMENTS": os.environ.get("NRLLM_PREPARED_STATEMENTS", "1").strip().lower() not in {"0", "false", "no", "off"},
     # the browser stream (GET /api/runs/<id>/stream/): how often it reads the stored stream,
     # how long it may stay silent before a keepalive comment, and when it closes so the
     # client reconnects with Last-Event-ID (bounds how long one stream holds a worker thread)

@@ -19,6 +19,7 @@ import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -86,22 +87,37 @@ def uses_redis() -> bool:
     return bool(getattr(settings, "REDIS_URL", None))
 
 
-def dispatch(run_id: uuid.UUID, *, delay_seconds: float = 0) -> str:
+_queues: dict[tuple[str, str], Any] = {}
+
+
+def _queue(name: str) -> Any:
+    """This process's queue ``name``, built once per configuration and reused with its Redis
+    connection pool (building one per dispatch opened a new Redis connection every time).
+    redis-py's pool notices a fork and reconnects in the child."""
+    import django_rq
+
+    key = (name, repr(getattr(settings, "RQ_QUEUES", {}).get(name)))
+    queue = _queues.get(key)
+    if queue is None:
+        # Our caller already waited for the commit: enqueue now, not at some later commit.
+        queue = _queues[key] = django_rq.get_queue(name, commit_mode="auto")
+    return queue
+
+
+def dispatch(run_id: uuid.UUID, *, delay_seconds: float = 0, segment: int | None = None) -> str:
     """Send the run id to its executor and return the job id.
 
     ``delay_seconds`` (a retry's backoff) schedules the job instead: RQ workers must then
-    run with ``--with-scheduler`` (one is enough). Raises whatever the queue raised (Redis
-    unreachable, bad configuration): the caller settles the run ``failed`` so that no
-    queued row waits for a job that does not exist.
+    run with ``--with-scheduler`` (one is enough). ``segment`` is the run's recorded step
+    count when the caller knows it (0 for a new run); otherwise it is read. Raises whatever
+    the queue raised (Redis unreachable, bad configuration): the caller settles the run
+    ``failed`` so that no queued row waits for a job that does not exist.
     """
     from . import store
 
-    jid = job_id(run_id, store.next_sequence(run_id))
+    jid = job_id(run_id, store.next_sequence(run_id) if segment is None else segment)
     if uses_redis():
-        import django_rq
-
-        # Our caller already waited for the commit: enqueue now, not at some later commit.
-        queue = django_rq.get_queue(app_settings.QUEUE_NAME, commit_mode="auto")
+        queue = _queue(app_settings.QUEUE_NAME)
         from rq import Retry
 
         options = {"job_id": jid, "job_timeout": job_timeout(), "result_ttl": 3600,

@@ -97,7 +97,9 @@ class AgentRun(models.Model):
         indexes = [
             models.Index(fields=["status", "created_at"], name="agentrun_status_created"),
             models.Index(fields=["owner", "-created_at"], name="agentrun_owner_created"),
-            models.Index(fields=["status", "lease_expires"], name="agentrun_status_lease"),
+            # The reaper's scans (running or cancelled, not stopped). No index names
+            # lease_expires: it changes at every step, and renewals stay HOT updates.
+            models.Index(fields=["status"], name="agentrun_unstopped", condition=models.Q(stopped_at__isnull=True)),
         ]
         permissions = [("cancel_agentrun", "Can cancel agent runs"),
                        ("approve_agentrun", "Can approve or deny agent runs' gated tool calls")]

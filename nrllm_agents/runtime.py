@@ -120,12 +120,12 @@ class AgentRuntime:
         # Outside atomic() the hook runs now and EnqueueError reaches the caller. Inside, it runs
         # after COMMIT, where raising would drop the other hooks of that commit (other runs'
         # dispatches): there the failed run is settled and the error logged instead.
-        transaction.on_commit(lambda: self._dispatch(run.pk), robust=transaction.get_connection().in_atomic_block)
+        transaction.on_commit(lambda: self._dispatch(run.pk, segment=0), robust=transaction.get_connection().in_atomic_block)
         return run.pk
 
-    def _dispatch(self, run_id: uuid.UUID, *, delay_seconds: float = 0) -> None:
+    def _dispatch(self, run_id: uuid.UUID, *, delay_seconds: float = 0, segment: int | None = None) -> None:
         try:
-            dispatch.dispatch(run_id, delay_seconds=delay_seconds)
+            dispatch.dispatch(run_id, delay_seconds=delay_seconds, segment=segment)
         except Exception as exc:
             cause = f"{type(exc).__name__}: {_safe_message(exc)[:300]}"
             logger.error("run %s: enqueue failed (%s)", run_id, type(exc).__name__)
@@ -149,15 +149,17 @@ class AgentRuntime:
         if not claim.applied:
             return None
         payload = claim.data.get("request_payload") or {}
-        run = AgentRun.objects.get(pk=run_id)
         if "resume" in payload:
+            run = AgentRun.objects.get(pk=run_id)
             decision = payload["resume"]
             return self._resume(run, segment, run.suspended_state, bool(decision.get("approved")),
                                 decision.get("by"), on_step, interruptible=True, on_delta=on_delta)
-        trace = SegmentTrace(run_id, owner=segment, next_sequence=store.next_sequence(run_id), on_step=on_step,
-                             interruptible=True, on_delta=on_delta)
+        sequence = claim.data.get("next_sequence")
+        trace = SegmentTrace(run_id, owner=segment, next_sequence=store.next_sequence(run_id) if sequence is None
+                             else sequence, on_step=on_step, interruptible=True, on_delta=on_delta)
         try:
-            request = RunRequest.from_row(run) if payload == store.RECOVER else RunRequest.from_mapping(payload)
+            request = (RunRequest.from_row(AgentRun.objects.get(pk=run_id)) if payload == store.RECOVER
+                       else RunRequest.from_mapping(payload))
         except InvalidRequest as exc:
             return self._settle_unrunnable(run_id, trace, exc)
         if trace.next_sequence == 0:

@@ -4,6 +4,9 @@ The default ``manage.py rqworker`` class (``RQ["WORKER_CLASS"]`` in settings). O
 shutdown (SIGTERM or Ctrl-C to the worker) it signals its work horse; the run in flight stops
 at its next step boundary and is requeued — not failed, not cancelled — so another worker
 continues it from its stream. Deploys neither kill runs nor wait for them to finish.
+
+On PostgreSQL each horse also inherits a warm database connection opened by the worker while
+it was idle (``nrllm_agents.warm``), so a job claims its run without connecting first.
 """
 
 from __future__ import annotations
@@ -11,10 +14,12 @@ from __future__ import annotations
 import os
 import signal
 from types import FrameType
+from typing import Any
 
 from django.db import connections
 from rq.worker import Worker
 
+from . import warm
 from .recovery import sweep_queued
 from .segment import shutdown_requested
 
@@ -48,6 +53,23 @@ class GracefulWorker(Worker):
             self.log.warning("Worker %s: queued sweep failed (%s)", self.name, type(exc).__name__)
         finally:
             connections.close_all()  # never hand an open connection to a forked work horse
+
+    def fork_work_horse(self, job: Any, queue: Any) -> None:
+        # The horse inherits a warm database connection (see nrllm_agents.warm).
+        warm.before_fork()
+        super().fork_work_horse(job, queue)
+        warm.after_fork_in_worker()  # only the worker gets here: the horse exits in the call
+
+    def monitor_work_horse(self, job: Any, queue: Any) -> None:
+        super().monitor_work_horse(job, queue)
+        warm.prepare()  # for the next job, while idle
+
+    def perform_job(self, job: Any, queue: Any) -> bool:
+        try:
+            return super().perform_job(job, queue)
+        finally:
+            if self._is_horse:
+                connections.close_all()  # say goodbye to the server before os._exit()
 
     def handle_warm_shutdown_request(self) -> None:
         if self.horse_pid:

@@ -41,6 +41,13 @@ def django_db_setup(django_db_setup):
     watcher.stop()
 
 
+def race_rounds(default: int) -> int:
+    """Rounds a race test repeats: ``default``, or ``NRLLM_RACE_ROUNDS`` for every race test
+    alike (e.g. ``NRLLM_RACE_ROUNDS=200`` before a release)."""
+    value = os.environ.get("NRLLM_RACE_ROUNDS")
+    return int(value) if value else default
+
+
 @pytest.fixture
 def runtime():
     from nrllm_agents.runtime import AgentRuntime

@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..domain import StepKind
-from ..models import TERMINAL, AgentRun, AgentRunEvent, RunStatus, TerminationReason
+from ..models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus, TerminationReason
 @dataclass(frozen=True)
 class BulkCancel:
     """What a set-based cancel found and did, by the status each selected run had."""
@@ -28,6 +28,7 @@ def cancel_many(selection: Any, *, by: Any = None, source: str, reason: str = ""
                 dry_run: bool = False) -> BulkCancel:
     """Cancel every active run a queryset selects, with a constant number of statements.
 
+    On PostgreSQL the active rows are locked first and stamped with the time after that.
     Queued and waiting runs are quiescent: they are stamped ``stopped_at`` and get their
     ``cancelled`` step in one ``INSERT ... SELECT``. Running runs stop at their next
     boundary and acknowledge it themselves. Terminal runs are counted, never touched.
@@ -39,7 +40,7 @@ def cancel_many(selection: Any, *, by: Any = None, source: str, reason: str = ""
         unchanged = {s: n for s, n in found.items() if s in TERMINAL}
         if dry_run:
             return BulkCancel({s: n for s, n in found.items() if s not in TERMINAL}, unchanged, True)
-        now = timezone.now()
+        now = _lock_active(selection) or timezone.now()
         common = dict(status=RunStatus.CANCELLED, termination_reason=TerminationReason.CANCELLED,
                       cancel_requested_at=now, cancelled_by=by, cancel_source=source, cancel_reason=reason or "",
                       finished_at=now, request_payload=None, suspended_state=None)
@@ -53,6 +54,25 @@ def cancel_many(selection: Any, *, by: Any = None, source: str, reason: str = ""
         if cancelled.get(RunStatus.QUEUED) or cancelled.get(RunStatus.WAITING_FOR_APPROVAL):
             _append_cancelled_bulk(now, by, source, reason or "")
     return BulkCancel(cancelled, unchanged)
+
+
+def _lock_active(selection: Any) -> datetime | None:
+    """PostgreSQL: lock every active run of the selection, then read the clock (one statement).
+
+    The cancels are stamped with that time, so a step committed while the bulk cancel waited
+    for a row never looks later than the cancel. ``None`` elsewhere (SQLite's IMMEDIATE
+    transaction already holds the write lock, so the caller's clock is read after it).
+    """
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return None
+    active = selection.filter(status__in=[s.value for s in ACTIVE]).order_by().select_for_update(of=("self",))
+    sql, params = active.values("pk").query.sql_with_params()
+    with connection.cursor() as cur:
+        # The aggregate consumes (locks) every row before clock_timestamp() is evaluated.
+        cur.execute(f"SELECT count(*), clock_timestamp() FROM ({sql}) AS locked", params)
+        return cur.fetchone()[1]
 
 
 def _append_cancelled_bulk(now: datetime, by: Any, source: str, reason: str) -> None:

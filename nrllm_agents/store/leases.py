@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
 from ..conf import app_settings
 from ..models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
 from ..domain import Step
+from . import prepared
 from .runs import NOT_FOUND, Transition, _append_cancelled, _owned, append_event
 
 logger = logging.getLogger(__name__)
@@ -66,18 +67,18 @@ def record_step(run_id: uuid.UUID, owner: str, sequence: int, step: Step, create
 
     ``True``: renewed and recorded. ``False``: the renewal matched no row (cancelled or lost)
     and NOTHING was written. ``None``: the store could not be reached; nothing is known.
-    On PostgreSQL it is a single statement (an ``UPDATE ... RETURNING`` feeding the
-    ``INSERT``); elsewhere both statements run in one transaction. A duplicate sequence
+    On PostgreSQL it is a single prepared statement (an ``UPDATE ... RETURNING`` feeding
+    the ``INSERT``) and, since ``lease_expires`` is in no index, the renewal is a HOT update;
+    elsewhere both statements run in one transaction. A duplicate sequence
     (another segment wrote it) raises ``IntegrityError``.
     """
     until = lease_until()
     try:
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                _isolated(lambda: cursor.execute(_RECORD_SQL, [
-                    until, run_id, RunStatus.RUNNING.value, owner, sequence, step.kind.value, step.round,
-                    step.duration_ms, json.dumps(step.payload, default=str), created_at]))
-                return cursor.rowcount == 1
+        if prepared.enabled():
+            params = [until, run_id, RunStatus.RUNNING.value, owner, sequence, step.kind.value, step.round,
+                      step.duration_ms, json.dumps(step.payload, default=str), created_at]
+            rowcount, _ = _isolated(lambda: prepared.execute(_RECORD_SQL, params))
+            return rowcount == 1
         with transaction.atomic():
             if not _owned(run_id, owner).update(lease_expires=until):
                 return False

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from ..domain import Step, StepKind, Usage
 from ..models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus, TerminationReason
+from . import prepared
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +74,17 @@ def _move(run_id: uuid.UUID, source: str, target: str, *, read: str | None = Non
 
 
 def claim_queued(run_id: uuid.UUID, *, claimed_by: str, lease_expires: datetime | None = None) -> Transition:
-    """``queued → running``; exactly one concurrent claimer wins."""
+    """``queued → running``; exactly one concurrent claimer wins.
+
+    ``data`` holds the stored ``request_payload`` and, on PostgreSQL (one statement, see
+    ``store.claims``), the ``next_sequence`` of the run's stream.
+    """
+    if prepared.enabled():
+        from .claims import claim_one_trip
+
+        done = claim_one_trip(run_id, started_at=timezone.now(), claimed_by=claimed_by, lease_expires=lease_expires)
+        if done is not None:
+            return done
     return _move(run_id, RunStatus.QUEUED, RunStatus.RUNNING, read="request_payload",
                  started_at=timezone.now(), claimed_by=claimed_by, lease_expires=lease_expires)
 
@@ -130,14 +141,23 @@ def settle(run_id: uuid.UUID, *, status: str, reason: str, iterations: int = 0, 
     return Transition(True, status, None) if n else _refused(run_id)
 
 
-def cancel(run_id: uuid.UUID, *, by: Any = None, source: str, reason: str = "") -> Transition:
+def cancel(run_id: uuid.UUID, *, by: Any = None, source: str, reason: str = "",
+           termination_reason: str = TerminationReason.CANCELLED) -> Transition:
     """``queued / running / waiting_for_approval → cancelled``; exactly one of two cancels wins.
 
     Clears what could resume the run. When no segment is executing the run (queued or
     waiting), the ``cancelled`` step is appended here, so every cancelled stream ends with one;
-    a running segment appends it itself at its next boundary.
+    a running segment appends it itself at its next boundary. ``cancel_requested_at`` is
+    stamped once the row lock is held, so every step committed before the cancel carries an
+    earlier time. ``termination_reason`` says why (an operator's cancel, or a limit the
+    system enforces). On PostgreSQL this is one statement (``store.cancels``).
     """
-    now = timezone.now()
+    if prepared.enabled():
+        from .cancels import cancel_one_trip
+
+        done = cancel_one_trip(run_id, by=by, source=source, reason=reason, termination_reason=termination_reason)
+        if done is not None:
+            return done
     with transaction.atomic():
         row = AgentRun.objects.select_for_update().filter(pk=run_id).values("status").first()
         if row is None:
@@ -145,12 +165,13 @@ def cancel(run_id: uuid.UUID, *, by: Any = None, source: str, reason: str = "") 
         previous = row["status"]
         if previous in TERMINAL:
             return Transition(False, previous, previous)
+        now = timezone.now()  # after the lock: the audit reads in commit order
         quiescent = previous != RunStatus.RUNNING
         # A running run keeps its owner and lease: its segment acknowledges at the next
         # boundary, or the reaper does once that lease expires (the segment died).
         quiescent_fields = {"stopped_at": now, "lease_expires": None} if quiescent else {}
         AgentRun.objects.filter(pk=run_id, status=previous).update(
-            status=RunStatus.CANCELLED, termination_reason=TerminationReason.CANCELLED,
+            status=RunStatus.CANCELLED, termination_reason=termination_reason,
             cancel_requested_at=now, cancelled_by=by, cancel_source=source, cancel_reason=reason or "",
             finished_at=now, request_payload=None, suspended_state=None, **quiescent_fields)
         if quiescent:

@@ -17,6 +17,7 @@ from nrllm_agents.requests import RunRequest
 from nrllm_agents.runtime import Outcome
 from nrllm_agents.segment import identity
 from nrllm_agents.testing.chat_server import ChatCompletionServer
+from tests.conftest import race_rounds
 
 SLOW_NOTE = {"slow_note": "nrllm_agents.testing.tools.SlowNote"}
 STEPS = [{"tool_calls": [{"name": "calculator", "arguments": {"expression": f"{i}+1"}}]} for i in range(3)] \
@@ -226,7 +227,7 @@ class TestRetries:
 @pytest.mark.django_db(transaction=True)  # the renewing thread and the reaper use their own connections
 def test_heartbeat_racing_the_reaper_keeps_the_live_worker(runtime):
     """Many rounds: whenever the heartbeat lands, the reaper leaves the run alone; never both win."""
-    rounds = 200 if connection.vendor == "postgresql" else 60
+    rounds = race_rounds(200 if connection.vendor == "postgresql" else 60)
     kept = reaped = 0
     for _ in range(rounds):
         owner = identity("worker")

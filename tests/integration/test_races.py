@@ -17,8 +17,9 @@ from nrllm_agents import store
 from nrllm_agents.models import TERMINAL, AgentRun, AgentRunEvent, CancelSource, RunStatus
 from nrllm_agents.requests import RunRequest
 from nrllm_agents.runtime import ApprovalNotPending, CancelOutcome, Outcome
+from tests.conftest import race_rounds
 
-ROUNDS = 200
+ROUNDS = race_rounds(200)
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -107,7 +108,7 @@ def test_segment_outcome_tells_the_truth_when_racing_a_cancel(runtime):
 
 @pytest.mark.parametrize("initial", [RunStatus.RUNNING, RunStatus.QUEUED])
 def test_two_cancels_exactly_one_reports_cancelled(runtime, initial):
-    for _ in range(ROUNDS // 2):
+    for _ in range(race_rounds(ROUNDS // 2)):
         run = new_running_run()
         if initial == RunStatus.QUEUED:
             AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.QUEUED)  # test setup only
@@ -126,7 +127,7 @@ def test_two_approves_exactly_one_resumes(runtime):
                           {"content": "ok"}]}
     from nrllm_agents.models import Note
 
-    for _ in range(ROUNDS // 4):
+    for _ in range(race_rounds(ROUNDS // 4)):
         waiting = runtime.run(request)
         a, b = race(lambda: runtime.approve(waiting.run_id, True), lambda: runtime.approve(waiting.run_id, True))
         winners = [r for r in (a, b) if not isinstance(r, BaseException)]
@@ -134,3 +135,38 @@ def test_two_approves_exactly_one_resumes(runtime):
         assert len(winners) == 1 and winners[0].outcome == Outcome.COMPLETED
         assert len(losers) == 1 and isinstance(losers[0], ApprovalNotPending)
         assert Note.objects.filter(run_id=waiting.run_id).count() == 1
+
+
+def new_queued_run() -> AgentRun:
+    request = RunRequest.from_mapping({"prompt": "race", "script": [{"content": "x"}]})
+    return store.create_queued(request.row_fields(), request.as_dict())
+
+
+def test_two_claims_exactly_one_wins():
+    """Two deliveries of one job claim at once: one runs it, the other does nothing."""
+    for _ in range(ROUNDS):
+        run = new_queued_run()
+        a, b = race(lambda: store.claim_queued(run.pk, claimed_by="a", lease_expires=store.lease_until()),
+                    lambda: store.claim_queued(run.pk, claimed_by="b", lease_expires=store.lease_until()))
+        assert not isinstance(a, BaseException) and not isinstance(b, BaseException), (a, b)
+        assert sorted([a.applied, b.applied]) == [False, True]
+        winner, loser = (a, b) if a.applied else (b, a)
+        assert winner.data["request_payload"]["prompt"] == "race" and loser.status == RunStatus.RUNNING
+        assert AgentRun.objects.get(pk=run.pk).claimed_by == ("a" if a.applied else "b")
+
+
+def test_claim_versus_cancel_exactly_one_wins(runtime):
+    """A worker claims while an operator cancels: either it runs and the cancel finds it
+    running, or it never runs and the stream ends with the cancel's step."""
+    for _ in range(ROUNDS):
+        run = new_queued_run()
+        claim, cancel = race(lambda: store.claim_queued(run.pk, claimed_by="w", lease_expires=store.lease_until()),
+                             lambda: runtime.cancel(run.pk, source=CancelSource.API))
+        assert not isinstance(claim, BaseException) and not isinstance(cancel, BaseException), (claim, cancel)
+        assert cancel.outcome == CancelOutcome.CANCELLED
+        kinds = list(AgentRunEvent.objects.filter(run_id=run.pk).values_list("kind", flat=True))
+        if claim.applied:
+            assert cancel.previous_status == RunStatus.RUNNING and kinds == []
+        else:
+            assert cancel.previous_status == RunStatus.QUEUED and claim.status == RunStatus.CANCELLED
+            assert kinds == ["cancelled"]

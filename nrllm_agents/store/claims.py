@@ -1,0 +1,59 @@
+"""The claim of a queued run in one round trip on PostgreSQL: one prepared statement, still a
+row-lock fence (``queued → running``; exactly one concurrent claimer wins).
+
+The statement locks the row (``FOR UPDATE``), moves it only if it is queued, and returns in
+the same trip what the work horse needs next: the stored request and the sequence its first
+step takes. Like ``store.cancels``, it refuses to decide when the row changed while it waited
+for the lock (its snapshot, which the sequence is read from, predates that change); the
+caller then runs the read-check-write fence.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime
+from typing import Any
+
+from ..models import AgentRun, AgentRunEvent, RunStatus
+from . import prepared
+from .runs import NOT_FOUND, Transition
+
+_RUN, _EVENT = AgentRun._meta.db_table, AgentRunEvent._meta.db_table
+
+# Parameters: id, id, started_at, claimed_by, lease_expires, id.
+_CLAIM_SQL = f"""
+WITH locked AS (
+    SELECT r.id, r.status, r.xmin = (SELECT s.xmin FROM {_RUN} s WHERE s.id = %s) AS fresh
+    FROM {_RUN} r WHERE r.id = %s FOR UPDATE OF r
+), changed AS (
+    UPDATE {_RUN} r SET status = 'running', started_at = %s, claimed_by = %s, lease_expires = %s
+    FROM locked l WHERE r.id = l.id AND l.status = 'queued' AND l.fresh
+    RETURNING r.request_payload
+)
+SELECT l.status, l.fresh, (SELECT count(*) FROM changed), (SELECT request_payload FROM changed),
+       (SELECT MAX(e.sequence) FROM {_EVENT} e WHERE e.run_id = %s)
+FROM locked l
+"""
+
+
+def claim_one_trip(run_id: uuid.UUID, *, started_at: datetime, claimed_by: str,
+                   lease_expires: datetime | None) -> Transition | None:
+    """``queued → running`` as one statement (PostgreSQL).
+
+    On success ``data`` holds ``request_payload`` and ``next_sequence``. ``None``: the row
+    changed while the lock was awaited; run the fence instead.
+    """
+    _, rows = prepared.execute(_CLAIM_SQL, [run_id, run_id, started_at, claimed_by, lease_expires, run_id],
+                               fetch=True)
+    if not rows:
+        return NOT_FOUND
+    status, fresh, changed, payload, last = rows[0]
+    if changed:
+        if isinstance(payload, str):  # Django's connections load jsonb as text
+            payload = json.loads(payload)
+        data: dict[str, Any] = {"request_payload": payload, "next_sequence": 0 if last is None else last + 1}
+        return Transition(True, RunStatus.RUNNING, RunStatus.QUEUED, data)
+    if status == RunStatus.QUEUED and not fresh:
+        return None
+    return Transition(False, status, status)
