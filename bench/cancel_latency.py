@@ -36,7 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from step_overhead import throwaway_database  # noqa: E402  (bench/ is this script's directory)
+from step_overhead import production_settings, throwaway_database  # noqa: E402  (bench/ is this script's directory)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -67,6 +67,7 @@ def main() -> None:
 
     import redis
 
+    production_settings()  # debug off here and in the workers, as in production
     os.environ["REDIS_URL"] = args.redis_url  # read by settings: this process enqueues there
     redis.Redis.from_url(args.redis_url).flushdb()
     with tempfile.TemporaryDirectory(prefix="nrllm-cancel-bench-") as workdir, \
@@ -180,7 +181,7 @@ def measure_stream(args: argparse.Namespace, rng: random.Random, workdir: Path, 
     """Runs on the ``openai`` provider against a slowly streaming server, cut off mid-answer."""
     from tests.e2e.workers import Canceller, Workers, wait_for
 
-    from nrllm_agents.models import AgentRun
+    from nrllm_agents.models import AgentRun, AgentRunEvent
     from nrllm_agents.runtime import AgentRuntime
     from nrllm_agents.testing.chat_server import ChatCompletionServer
 
@@ -201,8 +202,8 @@ def measure_stream(args: argparse.Namespace, rng: random.Random, workdir: Path, 
             run_ids = [str(runtime.enqueue({"prompt": "bench", "provider": "openai", "model": "slow", "tools": []}))
                        for _ in range(args.stream_runs)]
             for run_id in run_ids:
-                wait_for(lambda: AgentRun.objects.filter(pk=run_id, status="running").exists(),
-                         timeout=120, interval=0.01, what="the run to start")
+                wait_for(lambda: AgentRunEvent.objects.filter(run_id=run_id).exists(),
+                         timeout=120, interval=0.01, what="the run to send its first request")
                 time.sleep(rng.uniform(0.3, 1.5))  # mid-answer: the whole answer takes 20 s
                 cut_at[run_id] = canceller.cancel(run_id)["t"]
             wait_for(lambda: not AgentRun.objects.filter(pk__in=run_ids, stopped_at__isnull=True).exists(),
@@ -211,6 +212,8 @@ def measure_stream(args: argparse.Namespace, rng: random.Random, workdir: Path, 
             canceller.stop()
             workers.stop()
         logs = [log for log in server.streams if log.sent]
+        for run in AgentRun.objects.filter(pk__in=run_ids).exclude(status="cancelled"):
+            print(f"  unexpected: run {run.pk} ended {run.status} ({run.error_class}: {run.error_message[:200]})")
     after = [sum(1 for t, _ in log.sent if t > at) for log, at in zip(logs, cut_at.values())]
     closed = [(log.disconnected_at - at) * 1000 for log, at in zip(logs, cut_at.values()) if log.disconnected_at]
     print(f"streaming: {len(logs)} answers of 2000 pieces, 10 ms apart, on the openai provider, cancelled mid-answer")

@@ -66,6 +66,9 @@ def throwaway_database(name: str) -> Iterator[str]:
         with contextlib.suppress(Exception):
             from django.db import connections
 
+            from nrllm_agents.interrupts import watcher
+
+            watcher.stop()  # its listening connection must not outlive the database
             connections.close_all()
         with psycopg.connect(dbname="postgres", autocommit=True, **server) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
