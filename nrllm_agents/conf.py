@@ -45,6 +45,13 @@ DEFAULTS: dict[str, Any] = {
     "STREAM_POLL_SECONDS": float(os.environ.get("NRLLM_STREAM_POLL_SECONDS", "0.2")),
     "STREAM_HEARTBEAT_SECONDS": float(os.environ.get("NRLLM_STREAM_HEARTBEAT_SECONDS", "10")),
     "STREAM_MAX_SECONDS": float(os.environ.get("NRLLM_STREAM_MAX_SECONDS", "300")),
+    # GET /metrics: staff may always read it; with a token, so may ``Authorization: Bearer <token>``;
+    # ALLOW_LOCALHOST also opens it to loopback clients (unsafe behind a reverse proxy on this host)
+    "METRICS_TOKEN": os.environ.get("NRLLM_METRICS_TOKEN", ""),
+    "METRICS_ALLOW_LOCALHOST": os.environ.get("NRLLM_METRICS_ALLOW_LOCALHOST", "").strip().lower()
+    in {"1", "true", "yes", "on"},
+    # how long the run-state gauges (one GROUP BY over active runs) are reused between scrapes
+    "METRICS_STATE_TTL": float(os.environ.get("NRLLM_METRICS_STATE_TTL", "5")),
 }
 
 

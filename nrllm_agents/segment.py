@@ -20,6 +20,7 @@ from django.utils import timezone
 from . import store
 from .domain import RunCancellationRequested, RunLeaseLost, SegmentInterrupted, Step, StepKind, ToolCall, Usage
 from .models import AgentRunEvent
+from .observability import hooks as observe
 from .presenters import event_dict, step_dict
 
 logger = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ class SegmentTrace:
             raise RunLeaseLost() from None
         self.next_sequence += 1
         self.recorded += 1
+        observe.step(self, step, sequence)
         if self._effect_stamped and step.kind == StepKind.TOOL:
             # Cleared only after the tool's step is recorded: a crash in between leaves the
             # stamp, and the run is then dead-lettered rather than repeating the write.
@@ -134,5 +136,6 @@ class SegmentTrace:
         if event is not None:
             self.next_sequence += 1
             self.recorded += 1
+            observe.cancel_acknowledged(self, event)
             self._notify(event_dict(event))
         return event
