@@ -31,6 +31,7 @@ from django.urls import URLPattern, path, reverse
 
 from ..models import AgentRun, AgentRunEvent, CancelSource
 from ..runtime import AgentRuntime, InvalidRunId, parse_run_id
+from ..observability import gantt
 from . import timeline
 from .cancel import CancelForm, bulk_summary, confirmation, single_summary
 
@@ -134,6 +135,7 @@ class AgentRunAdmin(admin.ModelAdmin):
             events = self.runtime.events(obj.pk, limit=TIMELINE_LIMIT)
             context.update({
                 "timeline": timeline.rows(events),
+                "picture": gantt.build(obj, events),
                 "timeline_total": getattr(obj, "step_count", len(events)),
                 "can_cancel": not obj.is_terminal and self.has_cancel_permission(request, obj),
                 "cancel_url": self._url("cancel", obj.pk),
