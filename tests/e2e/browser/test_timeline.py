@@ -98,6 +98,15 @@ def test_a_long_run_stays_readable(live_url, page, browser_context, alice, djang
     admin.locator("#run-picture").screenshot(path=str(SCREENSHOTS / "timeline-long-run-admin-strip.png"))
     _assert_readable(admin, work_steps=sum(1 for e in steps if e.kind in ("llm", "tool")))
 
+    # The operations page, linked from the runs list, counts what the database holds.
+    admin.goto(f"{live_url}/admin/nrllm_agents/agentrun/")
+    admin.click("#operations-link")
+    expect(admin.locator("#ops-status")).to_be_visible()
+    screenshot(admin, "operations-page")
+    shown = admin.eval_on_selector_all("#ops-status a[data-status]",
+                                       "els => Object.fromEntries(els.map(e => [e.dataset.status, +e.textContent]))")
+    assert shown == {s: AgentRun.objects.filter(status=s).count() for s in shown} and shown["completed"] == 1
+
 
 def _assert_readable(page: Page, work_steps: int) -> None:
     bars = work_bars(page)
