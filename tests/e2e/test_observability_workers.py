@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus
 from nrllm_agents.runtime import AgentRuntime
-from tests.e2e.browser.servers import serve
+from tests.e2e.browser.servers import free_port, serve
 from tests.e2e.workers import ROOT, Workers, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -98,6 +98,24 @@ def test_worker_metrics_and_json_logs(queue, child_env, redis_url, tmp_path):
     identities = {p.name.split("_")[-1].removesuffix(".db") for p in prom_dir.glob("*.db")}
     assert identities and all(i.startswith("slot") for i in identities), sorted(os.listdir(prom_dir))
     assert len(identities) <= 4, sorted(os.listdir(prom_dir))
+
+    # A host without a web server serves the same files with agent_metrics.
+    port = free_port()
+    exporter = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "agent_metrics", "--port", str(port)],
+                                env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert "serving" in exporter.stdout.readline()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
+            exported = samples(response.read().decode())
+    finally:
+        exporter.terminate()
+        exporter.wait(10)
+    assert exported[("nrllm_segments_total", (("outcome", "completed"), ("role", "worker")))] == 2
+    assert not any(name == "nrllm_runs_active" for name, _ in exported)  # database gauges: the web's job
+    no_dir = subprocess.run([sys.executable, str(ROOT / "manage.py"), "agent_metrics"], cwd=ROOT, text=True,
+                            env={k: v for k, v in env.items() if k != "PROMETHEUS_MULTIPROC_DIR"},
+                            capture_output=True, timeout=120)
+    assert no_dir.returncode == 2 and "PROMETHEUS_MULTIPROC_DIR" in no_dir.stderr
 
     # JSON lines with the run id: claim, boundary and acknowledgement from the worker ...
     lines = [x for x in json_lines(log) if x.get("run_id") == str(long_id)]
