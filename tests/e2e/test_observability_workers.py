@@ -30,8 +30,8 @@ SHORT = {"prompt": "short", "tools": ["calculator", "sleep"], "script": [
      "tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.05}}]},
     {"delay": 0.05, "usage": {"prompt_tokens": 19, "completion_tokens": 2}, "content": "ok"},
 ]}
-LONG = {"prompt": "long", "tools": ["sleep"], "script": [
-    *[{"delay": 0.05, "tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.4}}]} for _ in range(20)],
+LONG = {"prompt": "long", "tools": ["sleep"], "max_iterations": 100, "script": [  # ~45 s unless cancelled
+    *[{"delay": 0.05, "tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.4}}]} for _ in range(99)],
     {"content": "never reached"},
 ]}
 
