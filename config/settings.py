@@ -20,6 +20,8 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.utils import get_random_secret_key
 
+from nrllm_agents.observability.logs import logging_config
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -189,10 +191,6 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"nrllm_agents": {"handlers": ["console"], "level": os.environ.get("NRLLM_LOG_LEVEL", "WARNING")}},
-}
+# One logging configuration: JSON lines with NRLLM_LOG_FORMAT=json, readable text otherwise.
+# Records about a run carry run_id, segment, sequence and event (nrllm_agents.observability.logs).
+LOGGING = logging_config(os.environ.get("NRLLM_LOG_FORMAT", "text"), os.environ.get("NRLLM_LOG_LEVEL", "WARNING"))

@@ -1,5 +1,10 @@
 from django.apps import AppConfig
 
+# Imported with the app config, before any app's ready() (the admin's autodiscover imports
+# django-rq's collector, which creates a metric): in multiprocess mode the value class must
+# already be ours, which names files by slot rather than by pid.
+from .observability import metrics  # noqa: F401
+
 
 class NrllmAgentsConfig(AppConfig):
     name = "nrllm_agents"

@@ -59,6 +59,13 @@ DEFAULTS: dict[str, Any] = {
     # how often a process re-reads the status of the runs it executes, in one query, when no
     # cancel notification can reach it (SQLite; a PostgreSQL listening connection that is lost)
     "CANCEL_POLL_SECONDS": float(os.environ.get("NRLLM_CANCEL_POLL_SECONDS", "1")),
+    # GET /metrics: staff may always read it; with a token, so may ``Authorization: Bearer <token>``;
+    # ALLOW_LOCALHOST also opens it to loopback clients (unsafe behind a reverse proxy on this host)
+    "METRICS_TOKEN": os.environ.get("NRLLM_METRICS_TOKEN", ""),
+    "METRICS_ALLOW_LOCALHOST": os.environ.get("NRLLM_METRICS_ALLOW_LOCALHOST", "").strip().lower()
+    in {"1", "true", "yes", "on"},
+    # how long the run-state gauges (one GROUP BY over active runs) are reused between scrapes
+    "METRICS_STATE_TTL": float(os.environ.get("NRLLM_METRICS_STATE_TTL", "5")),
 }
 
 

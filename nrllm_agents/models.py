@@ -6,6 +6,8 @@ Only ``nrllm_agents.store`` writes ``AgentRun.status``.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -145,3 +147,35 @@ class Note(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+
+class ReaperPass(models.Model):
+    """What one (non-dry) pass of the reaper did; the latest ones, for the operations page."""
+
+    KEEP = 100  # older passes are pruned
+
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    requeued = models.PositiveIntegerField(default=0)
+    dead_lettered = models.PositiveIntegerField(default=0)
+    acknowledged = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0)
+    summary = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-finished_at"]
+        get_latest_by = "finished_at"
+
+    def __str__(self) -> str:
+        return f"reaper pass at {self.finished_at:%Y-%m-%d %H:%M:%S}: {self.summary}"
+
+    @classmethod
+    def record(cls, report: Any, started_at: datetime) -> ReaperPass:
+        """Store a ``ReapReport`` and drop passes beyond the newest ``KEEP``."""
+        row = cls.objects.create(
+            started_at=started_at, finished_at=timezone.now(), requeued=len(report.requeued),
+            dead_lettered=sum(report.dead_lettered.values()), acknowledged=report.acknowledged,
+            skipped=report.skipped, summary=report.summary())
+        stale = cls.objects.order_by("-finished_at").values_list("pk", flat=True)[cls.KEEP:cls.KEEP + 1000]
+        cls.objects.filter(pk__in=list(stale)).delete()
+        return row

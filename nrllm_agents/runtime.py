@@ -19,6 +19,7 @@ from .conf import app_settings
 from .domain import (LoopOutcome, LoopResult, LoopState, ProviderError, RunCancellationRequested, RunLeaseLost,
                      SegmentInterrupted, ToolLoop, Usage, rebuild_state)
 from .models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
+from .observability import hooks as observe
 from .outcomes import (ApprovalNotPending, CancelOutcome, CancelResult, InvalidRunId, Outcome, RunNotFound,
                        RunResult, parse_run_id)
 from .presenters import event_dict
@@ -61,6 +62,7 @@ class AgentRuntime:
         segment = identity("interactive")
         run = store.begin({**request.row_fields(), "owner": owner}, claimed_by=segment,
                           lease_expires=store.lease_until())
+        observe.started(run, "interactive")
         trace = SegmentTrace(run.pk, owner=segment, next_sequence=0, on_step=on_step, on_delta=on_delta)
         return self._execute(run.pk, request, trace, lambda loop: loop.start(request.prompt, system=request.system))
 
@@ -117,6 +119,7 @@ class AgentRuntime:
         """
         request = request if isinstance(request, RunRequest) else RunRequest.from_mapping(request)
         run = store.create_queued({**request.row_fields(), "owner": owner}, request.as_dict())
+        observe.started(run, "queued")
         # Outside atomic() the hook runs now and EnqueueError reaches the caller. Inside, it runs
         # after COMMIT, where raising would drop the other hooks of that commit (other runs'
         # dispatches): there the failed run is settled and the error logged instead.
@@ -131,6 +134,7 @@ class AgentRuntime:
             logger.error("run %s: enqueue failed (%s)", run_id, type(exc).__name__)
             store.settle(run_id, status=RunStatus.FAILED, reason=TerminationReason.ENQUEUE_FAILED,
                          error_class=type(exc).__name__, error_message=cause)
+            observe.enqueue_failed(run_id, exc)
             raise dispatch.EnqueueError(run_id, cause) from None
 
     def run_queued(self, run_id: uuid.UUID | str, on_step: StepObserver | None = None,
@@ -146,6 +150,7 @@ class AgentRuntime:
         run_id = parse_run_id(run_id)
         segment = identity("worker")
         claim = store.claim_queued(run_id, claimed_by=segment, lease_expires=store.lease_until())
+        observe.claimed(run_id, segment, claim)
         if not claim.applied:
             return None
         payload = claim.data.get("request_payload") or {}
@@ -169,6 +174,7 @@ class AgentRuntime:
         trace.usage, trace.iterations = state.usage, state.iterations
         return self._execute(run_id, request, trace, lambda loop: loop.proceed(state))
 
+    @observe.segment
     def _execute(self, run_id: uuid.UUID, request: RunRequest, trace: SegmentTrace,
                  drive: Callable[[ToolLoop], LoopResult]) -> RunResult:
         """The ladder shared by every segment; cancels reach its calls in flight meanwhile."""
@@ -235,6 +241,7 @@ class AgentRuntime:
         delay = 0.0
         if count_attempt:
             delay = min(float(app_settings.RETRY_BASE_SECONDS) * 2 ** attempt, float(app_settings.RETRY_MAX_SECONDS))
+        observe.requeued(run_id, trace, count_attempt, delay, error)
         try:
             self._dispatch(run_id, delay_seconds=delay)
         except dispatch.EnqueueError:
@@ -258,6 +265,7 @@ class AgentRuntime:
             elif fence.status == RunStatus.WAITING_FOR_APPROVAL:
                 outcome = refused
         run = AgentRun.objects.get(pk=run_id)
+        observe.closed(run, fence, outcome)
         return RunResult(
             run_id=run_id, outcome=outcome, status=run.status, termination_reason=run.termination_reason,
             steps=trace.recorded, final_text=run.final_text or (result.final_text if result else None),
@@ -280,6 +288,7 @@ class AgentRuntime:
         return self._close(run_id, trace, fence, Outcome.FAILED)
 
     # --- control and reads ---------------------------------------------------------------
+    @observe.cancel
     def cancel(self, run_id: uuid.UUID | str, *, by: Any = None, source: str, reason: str = "") -> CancelResult:
         """Cancel a run; terminal is terminal. Exactly one of two concurrent cancels wins."""
         run_id = parse_run_id(run_id)
@@ -297,6 +306,7 @@ class AgentRuntime:
             outcome = CancelOutcome.ALREADY_FINISHED
         return CancelResult(run_id, outcome, fence.status, fence.previous)
 
+    @observe.cancel_many
     def cancel_many(self, selection: Any, *, by: Any = None, source: str, reason: str = "",
                     dry_run: bool = False) -> store.BulkCancel:
         """Cancel every active run of a queryset in a constant number of statements."""
@@ -305,6 +315,7 @@ class AgentRuntime:
             transaction.on_commit(watcher.check_now)  # runs this process executes stop at once
         return result
 
+    @observe.reap
     def reap(self, *, limit: int = 100, dry_run: bool = False) -> store.ReapReport:
         """Requeue or dead-letter runs whose segment stopped renewing its lease (a dead worker)."""
         report = store.reap(limit=limit, dry_run=dry_run)

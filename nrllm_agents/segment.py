@@ -22,6 +22,7 @@ from . import store
 from .domain import (CancelToken, RunCancellationRequested, RunLeaseLost, SegmentInterrupted, Step, StepKind,
                      ToolCall, Usage)
 from .models import AgentRunEvent
+from .observability import hooks as observe
 from .presenters import event_dict, step_dict
 
 logger = logging.getLogger(__name__)
@@ -127,6 +128,7 @@ class SegmentTrace:
             self._interrupted_sequence = sequence
         self.next_sequence += 1
         self.recorded += 1
+        observe.step(self, step, sequence)
         if self._effect_stamped and step.kind == StepKind.TOOL:
             # Cleared only after the tool's step is recorded: a crash in between leaves the
             # stamp, and the run is then dead-lettered rather than repeating the write.
@@ -196,6 +198,7 @@ class SegmentTrace:
         if event is not None:
             self.next_sequence += 1
             self.recorded += 1
+            observe.cancel_acknowledged(self, event)
             self._notify(event_dict(event))
         return event
 

@@ -32,7 +32,9 @@ from django.urls import URLPattern, path, reverse
 from .. import policy
 from ..models import AgentRun, AgentRunEvent, CancelSource
 from ..runtime import AgentRuntime, InvalidRunId, parse_run_id
+from ..observability import gantt
 from . import timeline
+from .operations import HealthFilter, operations_page
 from .cancel import CancelForm, bulk_summary, confirmation, single_summary
 
 TIMELINE_LIMIT = 500  # steps shown on a run's page; the API pages through longer streams
@@ -52,7 +54,7 @@ class AgentRunAdmin(admin.ModelAdmin):
 
     list_display = ("id", "status", "termination_reason", "owner", "provider", "prompt_excerpt",
                     "created_at", "started_at", "finished_at", "step_count")
-    list_filter = ("status", "termination_reason", "provider", "cancel_source", "created_at")
+    list_filter = ("status", HealthFilter, "termination_reason", "provider", "cancel_source", "created_at")
     list_select_related = ("owner",)
     date_hierarchy = "created_at"
     search_fields = ("id", "prompt")
@@ -145,15 +147,20 @@ class AgentRunAdmin(admin.ModelAdmin):
             events = self.runtime.events(obj.pk, limit=TIMELINE_LIMIT)
             context.update({
                 "timeline": timeline.rows(events),
+                "picture": gantt.build(obj, events),
                 "timeline_total": getattr(obj, "step_count", len(events)),
                 "can_cancel": not obj.is_terminal and self.has_cancel_permission(request, obj),
                 "cancel_url": self._url("cancel", obj.pk),
             })
         return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
 
+    def operations_view(self, request: HttpRequest) -> HttpResponse:
+        """Counts by status, stuck runs, the last reaper pass and the queue depth, each linked."""
+        return operations_page(self, request)
+
     # --- cancel ------------------------------------------------------------------------------
     def get_urls(self) -> list[URLPattern]:
-        """The standard admin URLs plus ``<id>/cancel/``, a run's cancel confirmation.
+        """The standard admin URLs plus ``operations/`` and ``<id>/cancel/``, a run's cancel confirmation.
 
         Listed first: the standard ``<path:object_id>/`` fallback would otherwise take it.
         """
@@ -165,7 +172,8 @@ class AgentRunAdmin(admin.ModelAdmin):
             return update_wrapper(wrapper, view)
 
         info = self.opts.app_label, self.opts.model_name
-        return [path("<path:object_id>/cancel/", wrap(self.cancel_view), name="%s_%s_cancel" % info),
+        return [path("operations/", wrap(self.operations_view), name="%s_%s_operations" % info),
+                path("<path:object_id>/cancel/", wrap(self.cancel_view), name="%s_%s_cancel" % info),
                 *super().get_urls()]
 
     def _url(self, view: str, *args: Any) -> str:

@@ -22,6 +22,7 @@ from ..conf import app_settings
 from ..models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
 from ..domain import Step
 from . import prepared
+from ..observability import hooks as observe
 from .runs import NOT_FOUND, Transition, _append_cancelled, _owned, append_event
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ def renew(run_id: uuid.UUID, owner: str, *, effect: dict[str, Any] | None = None
         return None
 
 
+@observe.timed_boundary_write
 def record_step(run_id: uuid.UUID, owner: str, sequence: int, step: Step, created_at: datetime) -> bool | None:
     """Renew this segment's lease and, only if that matched, append the step: one commit.
 
@@ -159,7 +161,7 @@ def reap(*, limit: int = 100, dry_run: bool = False, now: datetime | None = None
     report = ReapReport(dry_run=dry_run)
     budget = int(app_settings.MAX_ATTEMPTS)
     stale = list(AgentRun.objects.filter(status=RunStatus.RUNNING, lease_expires__lt=now)
-                 .order_by("lease_expires").values("id", "attempts", "pending_effect")[:limit])
+                 .order_by("lease_expires").values("id", "attempts", "pending_effect", "provider")[:limit])
     for row in stale:
         if row["pending_effect"]:
             verdict = TerminationReason.NOT_RETRYABLE.value
@@ -184,6 +186,7 @@ def reap(*, limit: int = 100, dry_run: bool = False, now: datetime | None = None
             _count(report, verdict, row["id"])
         else:
             report.skipped += 1
+        observe.reaped_run(verdict, row, applied=bool(n))
     report.acknowledged = _acknowledge_orphaned_cancels(now, limit, dry_run)
     return report
 

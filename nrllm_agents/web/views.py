@@ -21,6 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from .. import dispatch, policy
 from ..models import ACTIVE, AgentRun, CancelSource, RunStatus
+from ..observability import gantt
 from ..presenters import event_dict, run_status_dict, stream_finished
 from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, CancelResult, RunNotFound
 from . import interactive
@@ -68,13 +69,15 @@ def _page(request: HttpRequest, *, form: RunForm | None = None, run: AgentRun | 
         "run": run,
     }
     if run is not None:
-        steps = [for_page(event_dict(e)) for e in AgentRuntime().events(run.pk)]
+        events = AgentRuntime().events(run.pk)
+        steps = [for_page(event_dict(e)) for e in events]
         status_dict = run_status_dict(run)
         context.update({
             "status": status_dict,
             "pending": [call_text(c) for c in status_dict["pending_approval"]],
             "elapsed": elapsed(run.started_at, run.finished_at),
             "steps": steps,
+            "picture": gantt.build(run, events),
             "last_sequence": steps[-1]["sequence"] if steps else -1,
             "live": not stream_finished(run),
             "can_cancel": run.status in ACTIVE,

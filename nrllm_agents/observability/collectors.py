@@ -1,0 +1,93 @@
+"""Gauges read at scrape time: active runs by status, expired leases, and the queue depth.
+
+Counting at transitions would drift (bulk cancels, the reaper, a crashed process, several
+processes in multiprocess mode), so the gauges ask the database, cheaply: one
+``GROUP BY status`` restricted to the *active* statuses (served by the ``(status, created_at)``
+index, so it touches the active rows only, never the history of finished runs) and one
+count over the ``(status, lease_expires)`` index. The answer is cached for
+``METRICS_STATE_TTL`` seconds so several scrapers cost one query. A database or Redis that
+cannot be reached leaves its gauges out of the scrape instead of failing it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Iterator
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+logger = logging.getLogger(__name__)
+
+_cache: dict[str, Any] = {"at": 0.0, "data": None}
+_lock = threading.Lock()
+
+
+def run_state() -> dict[str, Any]:
+    """``{"status": {status: n for every active status}, "lease_expired": n, "queue": {...} | None}``."""
+    from django.db.models import Count
+    from django.utils import timezone
+
+    from ..models import ACTIVE, AgentRun, RunStatus
+
+    counts = {s.value: 0 for s in ACTIVE}
+    counts.update(AgentRun.objects.filter(status__in=[s.value for s in ACTIVE]).order_by()
+                  .values_list("status").annotate(n=Count("pk")))
+    expired = AgentRun.objects.filter(status=RunStatus.RUNNING, lease_expires__lt=timezone.now()).count()
+    try:
+        queue = queue_depth()
+    except Exception as exc:  # Redis down: the database gauges still answer
+        logger.warning("metrics: reading the queue depth failed (%s)", type(exc).__name__)
+        queue = None
+    return {"status": counts, "lease_expired": expired, "queue": queue}
+
+
+def queue_depth() -> dict[str, int] | None:
+    """Jobs waiting, scheduled (retries) and started in the RQ queue; ``None`` without Redis."""
+    from .. import dispatch
+    from ..conf import app_settings
+
+    if not dispatch.uses_redis():
+        return None
+    import django_rq
+
+    queue = django_rq.get_queue(app_settings.QUEUE_NAME)
+    return {"waiting": queue.count, "scheduled": queue.scheduled_job_registry.count,
+            "started": queue.started_job_registry.count}
+
+
+def cached_run_state() -> dict[str, Any]:
+    from ..conf import app_settings
+
+    with _lock:
+        if _cache["data"] is not None and time.monotonic() - _cache["at"] < float(app_settings.METRICS_STATE_TTL):
+            return _cache["data"]
+    data = run_state()
+    with _lock:
+        _cache.update(at=time.monotonic(), data=data)
+    return data
+
+
+class RunStateCollector(Collector):
+    """Yields ``nrllm_runs_active{status}``, ``nrllm_runs_lease_expired`` and ``nrllm_queue_jobs{state}``."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            data = cached_run_state()
+        except Exception as exc:  # a scrape never fails because the database hiccups
+            logger.warning("metrics: reading the run state failed (%s)", type(exc).__name__)
+            return
+        active = GaugeMetricFamily("nrllm_runs_active", "Runs queued, running or waiting for approval.",
+                                   labels=["status"])
+        for status, n in sorted(data["status"].items()):
+            active.add_metric([status], n)
+        yield active
+        yield GaugeMetricFamily("nrllm_runs_lease_expired", "Running runs whose lease expired (reaper work).",
+                                value=data["lease_expired"])
+        if data["queue"] is not None:
+            jobs = GaugeMetricFamily("nrllm_queue_jobs", "Jobs in the RQ queue by state.", labels=["state"])
+            for state, n in sorted(data["queue"].items()):
+                jobs.add_metric([state], n)
+            yield jobs

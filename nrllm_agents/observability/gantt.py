@@ -1,0 +1,240 @@
+"""A run's picture: its steps over time as an SVG Gantt strip, and its tokens by round.
+
+Everything is computed here and drawn by ``templates/nrllm_agents/_run_picture.html`` as inline
+SVG: no script, no chart library, nothing fetched, so it works offline and without JavaScript.
+Time runs left to right to scale, from the run's creation to its stop (or now). One lane per
+kind of work: the queue wait, model calls, each tool (the busiest ``MAX_TOOL_LANES`` by name,
+the rest together), approval waits; the cancel request and the stop are vertical markers
+across all lanes. Each bar has a ``<title>`` (the browser's hover tooltip) saying what it was.
+A bar is at least ``MIN_BAR`` pixels wide, so a 2 ms tool call in a 10 minute run stays visible.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Iterable
+
+from django.utils import timezone
+
+WIDTH = 960
+LABEL_WIDTH = 120
+PLOT_WIDTH = WIDTH - LABEL_WIDTH - 16
+LANE_HEIGHT = 22
+TOP = 26  # room for the marker labels
+AXIS_HEIGHT = 24
+MIN_BAR = 1.5
+MAX_TOOL_LANES = 6
+SPEND_HEIGHT = 90
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One span of work (or waiting) in a lane, in SVG coordinates."""
+
+    x: float
+    y: float
+    width: float
+    kind: str  # css class suffix: queue, llm, tool, approval, interrupted
+    title: str
+    sequence: int | None = None
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A vertical line across the lanes: ``cancel`` (requested) or ``stop``."""
+
+    x: float
+    kind: str
+    label: str
+    title: str
+
+
+@dataclass
+class Picture:
+    """What the template draws."""
+
+    width: int
+    height: int
+    lanes: list[tuple[str, float]] = field(default_factory=list)  # (label, y of its top)
+    bars: list[Bar] = field(default_factory=list)
+    ticks: list[tuple[float, str]] = field(default_factory=list)
+    markers: list[Marker] = field(default_factory=list)
+    span_seconds: float = 0.0
+    steps: int = 0
+    plot_left: int = LABEL_WIDTH
+    plot_right: int = LABEL_WIDTH + PLOT_WIDTH
+    axis_y: float = 0.0
+    spend: Spend | None = None
+
+    @property
+    def plot_width(self) -> int:
+        return self.plot_right - self.plot_left
+
+    @property
+    def span_label(self) -> str:
+        return _seconds(self.span_seconds)
+
+
+@dataclass
+class Spend:
+    """Tokens by round, as columns (prompt below completion) with their totals."""
+
+    rounds: list[dict[str, Any]]
+    prompt_tokens: int
+    completion_tokens: int
+    height: int = SPEND_HEIGHT
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+def _seconds(value: float) -> str:
+    if value < 1:
+        return f"{value * 1000:.0f} ms" if value >= 0.001 or value == 0 else f"{value * 1000:.2f} ms"
+    if value < 120:
+        return f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
+    if value < 7200:
+        return f"{value / 60:.1f} min"
+    return f"{value / 3600:.1f} h"
+
+
+def _tick_step(span: float, wanted: int = 8) -> float:
+    raw = span / wanted
+    magnitude = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
+    for factor in (1, 2, 5, 10):
+        if raw <= factor * magnitude:
+            return factor * magnitude
+    return 10 * magnitude
+
+
+def _clock(moment: datetime) -> str:
+    return timezone.localtime(moment).strftime("%H:%M:%S.%f")[:-3]
+
+
+def build(run: Any, events: Iterable[Any], now: datetime | None = None) -> Picture:
+    """The picture of ``run`` from its recorded ``events`` (in sequence order)."""
+    events = list(events)
+    now = now or timezone.now()
+    start = run.created_at
+    moments = [e.created_at for e in events] + [m for m in (run.started_at, run.finished_at, run.stopped_at,
+                                                             run.cancel_requested_at) if m]
+    end = max(moments) if moments else start
+    if run.status in ("queued", "running", "waiting_for_approval"):
+        end = max(end, now)
+    span = max((end - start).total_seconds(), 0.001)
+    scale = PLOT_WIDTH / span
+
+    def x_of(moment: datetime) -> float:
+        return LABEL_WIDTH + max(0.0, min(span, (moment - start).total_seconds())) * scale
+
+    tools_by_use: dict[str, int] = {}
+    for e in events:
+        if e.kind == "tool":
+            name = str((e.payload or {}).get("name") or "?")
+            tools_by_use[name] = tools_by_use.get(name, 0) + 1
+    named = sorted(tools_by_use, key=lambda n: (-tools_by_use[n], n))[:MAX_TOOL_LANES]
+    lane_names = ["queue", "model"] + [f"tool {n}" for n in named]
+    if len(tools_by_use) > len(named):
+        lane_names.append("other tools")
+    lane_names.append("approval")
+    lane_y = {name: TOP + i * LANE_HEIGHT for i, name in enumerate(lane_names)}
+    picture = Picture(width=WIDTH, height=0, lanes=[(n, lane_y[n]) for n in lane_names], steps=len(events),
+                      span_seconds=span)
+
+    def bar(lane: str, begin: datetime, finish: datetime, kind: str, title: str, sequence: int | None = None) -> None:
+        x0, x1 = x_of(begin), x_of(finish)
+        width = max(MIN_BAR, x1 - x0)
+        x0 = min(x0, LABEL_WIDTH + PLOT_WIDTH - width)
+        picture.bars.append(Bar(round(x0, 2), lane_y[lane] + 3, round(width, 2), kind, title, sequence))
+
+    if run.started_at is None:  # never claimed: queued still, or cancelled / failed while queued
+        bar("queue", start, end, "queue", f"in the queue for {_seconds(span)}, never claimed")
+    elif (run.started_at - start).total_seconds() > 0.001:
+        waited = _seconds((run.started_at - start).total_seconds())
+        bar("queue", start, run.started_at, "queue", f"waited in the queue {waited} until claimed")
+    previous: Any = None
+    for e in events:
+        payload = e.payload if isinstance(e.payload, dict) else {}
+        seconds = max(0.0, float(e.duration_ms or 0) / 1000)
+        began = e.created_at - timedelta(seconds=seconds)
+        interrupted = " (interrupted)" if payload.get("interrupted") else ""
+        when = f"ended {_clock(e.created_at)}"
+        if e.kind == "llm":
+            usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+            calls = [str(c.get("name")) for c in payload.get("tool_calls") or [] if isinstance(c, dict)]
+            what = f"asks for {', '.join(calls)}" if calls else "answers"
+            bar("model", began, e.created_at, "interrupted" if interrupted else "llm",
+                f"#{e.sequence} model call, round {e.round}{interrupted}: {_seconds(seconds)}, {what}; "
+                f"{usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens; {when}", e.sequence)
+        elif e.kind == "tool":
+            name = str(payload.get("name") or "?")
+            lane = f"tool {name}" if name in named else "other tools"
+            outcome = f"error: {str(payload.get('error'))[:80]}" if payload.get("error") else "ok"
+            bar(lane, began, e.created_at, "interrupted" if interrupted else "tool",
+                f"#{e.sequence} tool {name}{interrupted}: {_seconds(seconds)}, {outcome}; {when}", e.sequence)
+        elif e.kind == "approval" and previous is not None:
+            decision = "approved" if payload.get("approved") else "denied"
+            by = f" by {payload['by']}" if payload.get("by") else ""
+            bar("approval", previous.created_at, e.created_at, "approval",
+                f"#{e.sequence} waited for approval {_seconds((e.created_at - previous.created_at).total_seconds())}, "
+                f"{decision}{by}", e.sequence)
+        previous = e if e.kind != "cancelled" else previous
+    if run.status == "waiting_for_approval" and previous is not None:
+        bar("approval", previous.created_at, end, "approval",
+            f"waiting for approval for {_seconds((end - previous.created_at).total_seconds())}")
+    elif (run.status == "cancelled" and run.cancel_requested_at and previous is not None and previous.kind == "llm"
+          and (previous.payload or {}).get("tool_calls") and run.cancel_requested_at > previous.created_at):
+        # The model asked for calls that never ran and the run was cancelled later: it was waiting.
+        waited = _seconds((run.cancel_requested_at - previous.created_at).total_seconds())
+        bar("approval", previous.created_at, run.cancel_requested_at, "approval",
+            f"waited for approval {waited}, then cancelled")
+    if run.cancel_requested_at:
+        who = run.cancel_source or "unknown source"
+        picture.markers.append(Marker(round(x_of(run.cancel_requested_at), 2), "cancel", "cancel requested",
+                                      f"cancel requested via {who} at {_clock(run.cancel_requested_at)}"))
+    stop = run.stopped_at or (run.finished_at if run.status in ("completed", "failed") else None)
+    if stop:
+        label = "stopped" if run.status == "cancelled" else run.status
+        title = f"{label} at {_clock(stop)}"
+        if run.cancel_requested_at and run.status == "cancelled":
+            title += f", {_seconds(max(0.0, (stop - run.cancel_requested_at).total_seconds()))} after the request"
+        picture.markers.append(Marker(round(x_of(stop), 2), "stop", label, title))
+    picture.axis_y = TOP + len(lane_names) * LANE_HEIGHT + 4
+    step = _tick_step(span)
+    t = 0.0
+    while t <= span + 1e-9:
+        picture.ticks.append((round(LABEL_WIDTH + t * scale, 2), _seconds(t) if t else "0"))
+        t += step
+    picture.height = int(picture.axis_y + AXIS_HEIGHT)
+    picture.spend = spend(events)
+    return picture
+
+
+def spend(events: Iterable[Any]) -> Spend | None:
+    """Tokens by round from the model's answers; ``None`` when no answer reported usage."""
+    by_round: dict[int, list[int]] = {}
+    for e in events:
+        if e.kind != "llm" or not isinstance(e.payload, dict) or not isinstance(e.payload.get("usage"), dict):
+            continue
+        usage = e.payload["usage"]
+        tokens = by_round.setdefault(e.round, [0, 0])
+        tokens[0] += int(usage.get("prompt_tokens") or 0)
+        tokens[1] += int(usage.get("completion_tokens") or 0)
+    if not any(p or c for p, c in by_round.values()):
+        return None
+    peak = max(p + c for p, c in by_round.values()) or 1
+    slot = PLOT_WIDTH / max(len(by_round), 1)
+    width = max(1.0, min(slot * 0.8, 40))
+    inner = SPEND_HEIGHT - 20
+    rounds = []
+    for i, (number, (prompt, completion)) in enumerate(sorted(by_round.items())):
+        hp, hc = inner * prompt / peak, inner * completion / peak
+        x = LABEL_WIDTH + i * slot + (slot - width) / 2
+        rounds.append({"round": number, "prompt": prompt, "completion": completion, "total": prompt + completion,
+                       "x": round(x, 2), "width": round(width, 2),
+                       "prompt_y": round(SPEND_HEIGHT - 4 - hp, 2), "prompt_h": round(hp, 2),
+                       "completion_y": round(SPEND_HEIGHT - 4 - hp - hc, 2), "completion_h": round(hc, 2)})
+    return Spend(rounds, sum(r["prompt"] for r in rounds), sum(r["completion"] for r in rounds))

@@ -1,0 +1,117 @@
+"""Prometheus metrics of runs, steps, cancels, the reaper and the queue (``prometheus-client``).
+
+Counters and histograms live in this module and are updated by ``observability.hooks``.
+Labels are bounded: statuses, reasons, sources and kinds are enums; tool names are the
+registered ones (anything else is ``other``); providers are the registered ones; models
+are recorded only when the model actually answered with usage, and at most
+``MODEL_LABELS_MAX`` distinct names per process (then ``other``). Never a run id or a user.
+
+**Multiprocess mode.** With ``PROMETHEUS_MULTIPROC_DIR`` set, every process writes its
+values to files in that directory and ``/metrics`` merges them (prometheus-client's
+documented multiprocess mode). By default those files are named by process id, and a dead
+process's files are kept (its counts must survive) and read by every scrape, forever. RQ
+forks one work horse per job and ``agent_reap``/``agent_cancel`` run as short processes, so
+that would be a new set of files per job and per command. Instead each process takes the
+first free *slot* (an exclusive ``flock`` on ``slot<k>.lock`` in the directory, released by
+the kernel when the process dies, even by SIGKILL) and names its files after it: processes
+alive at the same time never share a slot (the library's one rule for an identifier), and a
+later process continues the counts of a dead one. The files grow with the peak number of
+processes alive at once, not with jobs. The gauges of queued/running/waiting runs are not
+stored in files at all: they are read from the database at scrape time
+(``collectors.RunStateCollector``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from prometheus_client import Counter, Histogram, values
+
+MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+MODEL_LABELS_MAX = 50
+
+_slot: dict[str, object] = {"pid": None, "id": None}
+
+
+def _take_slot(directory: str) -> str:
+    """The first ``slot<k>`` whose lock file no living process holds; locked until this process ends."""
+    import fcntl
+
+    k = 0
+    while True:
+        fd = os.open(os.path.join(directory, f"slot{k}.lock"), os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            k += 1
+            continue
+        return f"slot{k}"  # the descriptor stays open (and locked) for the life of the process
+
+
+def _process_identifier() -> str:
+    """This process's slot; a forked child (an RQ work horse) takes a slot of its own."""
+    pid = os.getpid()
+    if _slot["pid"] != pid:
+        try:
+            _slot["id"] = _take_slot(MULTIPROC_DIR or "")
+        except (ImportError, OSError):  # no flock here: the library's default, one set of files per pid
+            _slot["id"] = str(pid)
+        _slot["pid"] = pid
+    return str(_slot["id"])
+
+
+if MULTIPROC_DIR:
+    values.ValueClass = values.MultiProcessValue(process_identifier=_process_identifier)
+
+_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
+_WRITE_SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
+
+RUNS_STARTED = Counter("nrllm_runs_started", "Runs created, by how they execute and provider.",
+                       ["mode", "provider"])
+RUNS_FINISHED = Counter("nrllm_runs_finished", "Runs that reached a terminal status.",
+                        ["status", "reason", "provider"])
+RUNS_CANCELLED = Counter("nrllm_runs_cancelled", "Runs cancelled, by cancel source, the status they had, provider.",
+                         ["source", "previous_status", "provider"])
+RUNS_FAILED = Counter("nrllm_runs_failed", "Runs that ended failed, by termination reason and provider.",
+                      ["reason", "provider"])
+SEGMENTS = Counter("nrllm_segments", "Segments (executions of a run by one process) by role and outcome.",
+                   ["role", "outcome"])
+STEP_SECONDS = Histogram("nrllm_step_duration_seconds", "Duration of model calls and tool executions.",
+                         ["kind", "tool"], buckets=_SECONDS)
+CANCEL_STOP_SECONDS = Histogram("nrllm_cancel_stop_seconds",
+                                "From a cancel request to the executing segment's stop (queued and waiting "
+                                "runs stop at once and are not observed).", buckets=_SECONDS)
+BOUNDARY_WRITE_SECONDS = Histogram("nrllm_boundary_write_seconds",
+                                   "One step boundary write (lease renewal, cancel probe, append).",
+                                   buckets=_WRITE_SECONDS)
+TOKENS = Counter("nrllm_tokens", "Tokens spent, by provider, model and kind (prompt, completion).",
+                 ["provider", "model", "kind"])
+REAPER_ACTIONS = Counter("nrllm_reaper_actions", "What the reaper did to runs whose lease expired.",
+                         ["action", "reason"])
+REAPER_PASSES = Counter("nrllm_reaper_passes", "Reaper passes (dry runs excluded).")
+ENQUEUE_FAILURES = Counter("nrllm_enqueue_failures", "Runs the queue refused (settled failed, enqueue_failed).")
+LEASE_LOSSES = Counter("nrllm_lease_losses", "Segments that found their run reaped or owned by another segment.")
+RETRIES = Counter("nrllm_retries", "Runs handed back to the queue by their segment, by why.", ["kind"])
+
+_LABEL = re.compile(r"^[\w.:/@+-]{1,64}$")
+_models_seen: set[str] = set()
+
+
+def bounded(value: str, allowed: set[str] | frozenset[str] | None = None) -> str:
+    """A label value: itself when known (or well-formed, without a known set), else ``other``."""
+    if allowed is not None:
+        return value if value in allowed else "other"
+    return value if value and _LABEL.match(value) else "other"
+
+
+def model_label(model: str) -> str:
+    """A model name as a label, bounded per process to ``MODEL_LABELS_MAX`` distinct names."""
+    model = model or "default"
+    if model in _models_seen:
+        return model
+    if len(_models_seen) >= MODEL_LABELS_MAX or not _LABEL.match(model):
+        return "other"
+    _models_seen.add(model)
+    return model
