@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from django.db import transaction
 
-from . import dispatch, registry, store
+from . import dispatch, limits, registry, store
 from .conf import app_settings
 from .domain import (LoopOutcome, LoopResult, LoopState, ProviderError, RunCancellationRequested, RunLeaseLost,
                      SegmentInterrupted, ToolLoop, Usage, rebuild_state)
@@ -284,8 +284,14 @@ class AgentRuntime:
         return store.cancel_many(selection, by=by, source=source, reason=reason, dry_run=dry_run)
 
     def reap(self, *, limit: int = 100, dry_run: bool = False) -> store.ReapReport:
-        """Requeue or dead-letter runs whose segment stopped renewing its lease (a dead worker)."""
+        """Requeue or dead-letter runs whose segment stopped renewing its lease (a dead worker).
+
+        Overdue runs that nothing is executing are cancelled first (``deadline_exceeded``), so a
+        dead worker's overdue run is stopped rather than requeued.
+        """
+        swept = limits.sweep(limit=limit, dry_run=dry_run)
         report = store.reap(limit=limit, dry_run=dry_run)
+        report.deadline_cancelled = len(swept.cancelled)
         for run_id in [] if dry_run else report.requeued:
             try:
                 self._dispatch(run_id)

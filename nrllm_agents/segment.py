@@ -17,7 +17,7 @@ from typing import Any, Callable
 from django.db import IntegrityError
 from django.utils import timezone
 
-from . import store
+from . import limits, store
 from .domain import RunCancellationRequested, RunLeaseLost, SegmentInterrupted, Step, StepKind, ToolCall, Usage
 from .models import AgentRunEvent
 from .presenters import event_dict, step_dict
@@ -63,6 +63,7 @@ class SegmentTrace:
         self.round = 0
         self.recorded = 0
         self._effect_stamped = False
+        self.limits = limits.Enforcer(run_id)
 
     @property
     def last_sequence(self) -> int | None:
@@ -96,6 +97,7 @@ class SegmentTrace:
             # stamp, and the run is then dead-lettered rather than repeating the write.
             cleared = store.renew(self.run_id, self.owner, clear_effect=True)
             self._effect_stamped = cleared is None  # a store hiccup: try again after the next tool
+        cancelled = cancelled or self.limits(step, self.usage) is not None  # a deadline or budget stops it here
         if cancelled:
             raise RunCancellationRequested(boundary_sequence=sequence)
         if self.interruptible and shutdown_requested.is_set():
