@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from . import views
+from . import forks, views
 from .schema import SCHEMA_SETTINGS
 
 app_name = "nrllm_api"
@@ -21,6 +21,7 @@ urlpatterns = [
     path("runs/<str:id>/cancel/", views.RunCancelView.as_view(), name="run-cancel"),
     path("runs/<str:id>/approve/", views.RunApproveView.as_view(), name="run-approve"),
     path("runs/<str:id>/events/", views.RunEventsView.as_view(), name="run-events"),
+    path("runs/<str:id>/fork/", forks.RunForkView.as_view(), name="run-fork"),
     path("schema/", SpectacularAPIView.as_view(custom_settings=SCHEMA_SETTINGS), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="nrllm_api:schema"), name="docs"),
 ]
