@@ -121,12 +121,25 @@ def _cancelled(p: dict[str, Any]) -> list[tuple[str, str]]:
         lines.append(("reason", _text(p["reason"])))
     if p.get("requested_at"):
         lines.append(("requested at", str(p["requested_at"])))
+    limit = p.get("limit")
+    if isinstance(limit, dict):
+        lines.append(("limit", f"{limit.get('limit')} {limit.get('value')}: measured {limit.get('measured')} "
+                               f"{limit.get('unit', '')}".strip()))
     boundary = p.get("boundary_sequence")
     lines.append(("stopped", f"after step #{boundary}" if boundary is not None else "before any step ran"))
     return lines
 
 
-_DESCRIBERS = {"request": _request, "llm": _llm, "tool": _tool, "approval": _approval, "cancelled": _cancelled}
+def _forked(p: dict[str, Any]) -> list[tuple[str, str]]:
+    lines = [("forked from", f"run {p.get('parent_id')} at step #{p.get('from_sequence')} ({p.get('parent_status')})"),
+             ("copied", f"{len(_calls(p.get('messages')))} messages from {p.get('copied_steps')} steps")]
+    lines.extend(("answered", f"{r.get('call_id')}: {_text(r.get('content'))}")
+                 for r in _calls(p.get("repaired")) if isinstance(r, dict))
+    return lines
+
+
+_DESCRIBERS = {"request": _request, "llm": _llm, "tool": _tool, "approval": _approval, "cancelled": _cancelled,
+               "forked": _forked}
 
 
 def describe(kind: str, payload: Any) -> list[tuple[str, str]]:
