@@ -115,7 +115,7 @@ def _approval(p: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _cancelled(p: dict[str, Any]) -> list[tuple[str, str]]:
-    by = p.get("by") or "unknown user"
+    by = p.get("by") or ("the system" if p.get("source") == "system" else "unknown user")
     lines = [("cancelled", f"by {by} via {p.get('source') or 'unknown source'}")]
     if p.get("reason"):
         lines.append(("reason", _text(p["reason"])))
@@ -131,7 +131,8 @@ def _cancelled(p: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _forked(p: dict[str, Any]) -> list[tuple[str, str]]:
-    lines = [("forked from", f"run {p.get('parent_id')} at step #{p.get('from_sequence')} ({p.get('parent_status')})"),
+    origin = f"run {p.get('parent_id')} at step #{p.get('from_sequence')} ({p.get('parent_status')})"
+    lines = [("forked from", origin),
              ("copied", f"{len(_calls(p.get('messages')))} messages from {p.get('copied_steps')} steps")]
     lines.extend(("answered", f"{r.get('call_id')}: {_text(r.get('content'))}")
                  for r in _calls(p.get("repaired")) if isinstance(r, dict))
