@@ -11,7 +11,8 @@ from nrllm_agents.runtime import AgentRuntime
 
 
 class Command(BaseCommand):
-    help = ("Requeue running runs whose lease expired (their worker died), or dead-letter them when their "
+    help = ("Cancel overdue runs that nothing is executing (deadline_exceeded: queued, or running with an "
+            "expired lease), then requeue running runs whose lease expired (their worker died), or dead-letter them when their "
             "requeue budget is used or a non-idempotent tool was in flight. Safe to run on a schedule "
             "(cron, rq-scheduler) and concurrently with live workers: a run that renews its lease meanwhile "
             "is left alone.")
