@@ -160,8 +160,9 @@ def describe_step(step: dict[str, Any]) -> str:
         boundary = p.get("boundary_sequence")
         text += f"; stopped after step #{boundary}" if boundary is not None else "; no step had run"
     elif kind == "forked":
+        copied, answered = len(p.get("messages") or []), len(p.get("repaired") or [])
         text = (f"from run {p.get('parent_id')} at step #{p.get('from_sequence')}: "
-                f"{len(p.get('messages') or [])} messages copied, {len(p.get('repaired') or [])} unanswered calls answered")
+                f"{copied} messages copied, {answered} unanswered calls answered")
     else:
         text = _short(p)
     duration = step.get("duration_ms")

@@ -147,7 +147,8 @@ class AgentRuntime:
 
         def drive(loop: ToolLoop) -> LoopResult:
             trace(plan.step)  # recorded like any step: observed, and a boundary
-            return loop.proceed(rebuild_state([{"kind": "forked", "round": plan.step.round, "payload": plan.step.payload}]))
+            copied = {"kind": plan.step.kind.value, "round": plan.step.round, "payload": plan.step.payload}
+            return loop.proceed(rebuild_state([copied]))
 
         return self._execute(run.pk, plan.request, trace, drive)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin import ModelAdmin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
@@ -24,31 +25,25 @@ from ..runtime import AgentRuntime, RunNotFound
 FORK_MAX_RUNS = 20  # forks start paid work: a bigger selection is refused, not silently cut
 
 
-class ForkActionMixin:
-    """Adds ``fork_selected`` (permission ``fork``: whoever may view runs may start forks of them)."""
-
-    def has_fork_permission(self, request: HttpRequest, obj: AgentRun | None = None) -> bool:
-        return self.has_view_permission(request, obj)  # type: ignore[attr-defined]
-
-    @admin.action(description="Fork selected runs (continue each from its last step before the stop)",
-                  permissions=["fork"])
-    def fork_selected(self, request: HttpRequest, queryset: QuerySet[AgentRun]) -> None:
-        runs = list(queryset.order_by("created_at").values_list("pk", flat=True)[:FORK_MAX_RUNS + 1])
-        if len(runs) > FORK_MAX_RUNS:
-            self.message_user(request, f"Select at most {FORK_MAX_RUNS} runs to fork; nothing was forked.",  # type: ignore[attr-defined]
-                              messages.ERROR)
-            return
-        forked: list[Any] = []
-        refused: list[str] = []
-        for parent in runs:
-            try:
-                forked.append(AgentRuntime().fork(parent, owner=request.user).run_id)
-            except (ParentStillActive, InvalidRequest, RunNotFound, EnqueueError) as exc:
-                refused.append(f"{parent}: {exc}")
-        if forked:
-            links = format_html_join(", ", '<a href="{}">{}</a>', (
-                (reverse("admin:nrllm_agents_agentrun_change", args=[pk]), pk) for pk in forked))
-            self.message_user(request, format_html("{} fork(s) queued: {}", len(forked), links),  # type: ignore[attr-defined]
-                              messages.SUCCESS)
-        for line in refused:
-            self.message_user(request, f"Not forked: {line}", messages.WARNING)  # type: ignore[attr-defined]
+@admin.action(description="Fork selected runs (continue each from its last step before the stop)",
+              permissions=["fork"])
+def fork_selected(modeladmin: ModelAdmin, request: HttpRequest, queryset: QuerySet[AgentRun]) -> None:
+    """Queue a fork of each selected run, owned by the operator; report the forks and each refusal."""
+    runs = list(queryset.order_by("created_at").values_list("pk", flat=True)[:FORK_MAX_RUNS + 1])
+    if len(runs) > FORK_MAX_RUNS:
+        modeladmin.message_user(request, f"Select at most {FORK_MAX_RUNS} runs to fork; nothing was forked.",
+                                messages.ERROR)
+        return
+    forked: list[Any] = []
+    refused: list[str] = []
+    for parent in runs:
+        try:
+            forked.append(AgentRuntime().fork(parent, owner=request.user).run_id)
+        except (ParentStillActive, InvalidRequest, RunNotFound, EnqueueError) as exc:
+            refused.append(f"{parent}: {exc}")
+    if forked:
+        links = format_html_join(", ", '<a href="{}">{}</a>', (
+            (reverse("admin:nrllm_agents_agentrun_change", args=[pk]), pk) for pk in forked))
+        modeladmin.message_user(request, format_html("{} fork(s) queued: {}", len(forked), links), messages.SUCCESS)
+    for line in refused:
+        modeladmin.message_user(request, f"Not forked: {line}", messages.WARNING)

@@ -34,7 +34,7 @@ from ..models import AgentRun, AgentRunEvent, CancelSource
 from ..runtime import AgentRuntime, InvalidRunId, parse_run_id
 from . import timeline
 from .cancel import CancelForm, bulk_summary, confirmation, single_summary
-from .fork import ForkActionMixin
+from .fork import fork_selected
 
 TIMELINE_LIMIT = 500  # steps shown on a run's page; the API pages through longer streams
 
@@ -48,7 +48,7 @@ def _step_count() -> Coalesce:
 
 
 @admin.register(AgentRun)
-class AgentRunAdmin(ForkActionMixin, admin.ModelAdmin):
+class AgentRunAdmin(admin.ModelAdmin):
     """Lists and shows runs; cancels them through ``AgentRuntime`` only."""
 
     list_display = ("id", "status", "termination_reason", "owner", "provider", "prompt_excerpt",
@@ -60,7 +60,7 @@ class AgentRunAdmin(ForkActionMixin, admin.ModelAdmin):
     search_fields = ("id", "prompt")
     search_help_text = "A run id (whole or part) or words of the prompt."
     show_full_result_count = False  # no COUNT(*) over the whole table on every filtered page
-    actions = ["cancel_selected", "fork_selected"]
+    actions = ["cancel_selected", fork_selected]
     fieldsets = (
         ("Run", {"fields": ("id", "status", "termination_reason", "owner", "provider", "model", "tools",
                             "prompt", "claimed_by")}),
@@ -89,6 +89,10 @@ class AgentRunAdmin(ForkActionMixin, admin.ModelAdmin):
     def has_cancel_permission(self, request: HttpRequest, obj: AgentRun | None = None) -> bool:
         """Whether the user holds ``nrllm_agents.cancel_agentrun`` (superusers do)."""
         return request.user.has_perm(f"{self.opts.app_label}.cancel_{self.opts.model_name}")
+
+    def has_fork_permission(self, request: HttpRequest, obj: AgentRun | None = None) -> bool:
+        """Whoever may view runs may fork them (like starting a run, plus seeing the parent)."""
+        return self.has_view_permission(request, obj)
 
     # --- list --------------------------------------------------------------------------------
     def get_queryset(self, request: HttpRequest) -> QuerySet[AgentRun]:

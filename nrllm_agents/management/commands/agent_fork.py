@@ -36,7 +36,8 @@ class Command(BaseCommand):
         cli.add_limit_arguments(parser)
         parser.add_argument("--json", action="store_true", help="Print one JSON object per line.")
         parser.add_argument("--queued", action="store_true", help="Hand the fork to a worker; print its id at once.")
-        parser.add_argument("--follow", action="store_true", help="With --queued: tail the fork's stream until it ends.")
+        parser.add_argument("--follow", action="store_true",
+                            help="With --queued: tail the fork's stream until it ends.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         parent = cli.run_id_arg(options["run_id"])

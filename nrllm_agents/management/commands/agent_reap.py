@@ -12,10 +12,10 @@ from nrllm_agents.runtime import AgentRuntime
 
 class Command(BaseCommand):
     help = ("Cancel overdue runs that nothing is executing (deadline_exceeded: queued, or running with an "
-            "expired lease), then requeue running runs whose lease expired (their worker died), or dead-letter them when their "
-            "requeue budget is used or a non-idempotent tool was in flight. Safe to run on a schedule "
-            "(cron, rq-scheduler) and concurrently with live workers: a run that renews its lease meanwhile "
-            "is left alone.")
+            "expired lease). Then requeue running runs whose lease expired (their worker died), or "
+            "dead-letter them when their requeue budget is used or a non-idempotent tool was in flight. "
+            "Safe to run on a schedule (cron, rq-scheduler) and concurrently with live workers: a run "
+            "that renews its lease meanwhile is left alone.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--limit", type=int, default=100, help="At most this many runs per pass (default 100).")
