@@ -134,3 +134,22 @@ def test_two_approves_exactly_one_resumes(runtime):
         assert len(winners) == 1 and winners[0].outcome == Outcome.COMPLETED
         assert len(losers) == 1 and isinstance(losers[0], ApprovalNotPending)
         assert Note.objects.filter(run_id=waiting.run_id).count() == 1
+
+
+def test_a_limits_cancel_versus_an_operators_cancel_exactly_one_wins_and_its_record_stands(runtime):
+    from nrllm_agents import limits
+    from nrllm_agents.domain import Usage
+
+    wins = {"limit": 0, "operator": 0}
+    for _ in range(ROUNDS):
+        request = RunRequest.from_mapping({"prompt": "race", "script": [{"content": "x"}], "max_total_tokens": 1})
+        run = store.begin(request.row_fields(), claimed_by="segment")
+        by_limit, by_operator = race(lambda: limits.enforce(run.pk, usage=Usage(5, 5)),
+                                     lambda: runtime.cancel(run.pk, source=CancelSource.API, reason="by hand"))
+        assert by_limit is not None and by_limit.applied != (by_operator.outcome == CancelOutcome.CANCELLED)
+        final = AgentRun.objects.get(pk=run.pk)
+        expected = ("budget_exceeded", "system") if by_limit.applied else ("cancelled", "api")
+        assert (final.status, final.termination_reason, final.cancel_source) == ("cancelled", *expected)
+        assert (final.cancel_detail is not None) == by_limit.applied
+        wins["limit" if by_limit.applied else "operator"] += 1
+    assert sum(wins.values()) == ROUNDS
