@@ -54,7 +54,8 @@ CANCEL_HINT = "python manage.py agent_cancel {run_id}"
 
 # RunRequest field -> the flag that sets it, so a usage error names what the user typed.
 _FLAGS = {"prompt": "PROMPT", "provider": "--provider", "model": "--model", "tools": "--tool",
-          "max_iterations": "--max-iterations", "script": "--script"}
+          "max_iterations": "--max-iterations", "script": "--script", "deadline_seconds": "--deadline-seconds",
+          "max_total_tokens": "--max-total-tokens", "from_sequence": "--from"}
 
 
 def exit_code(status: str) -> int:
@@ -84,6 +85,16 @@ def request_error(exc: InvalidRequest) -> CommandError:
 def enqueue_failed(exc: Exception) -> CommandError:
     """The queue refused the job (exit 1); the runtime already marked the run failed."""
     return CommandError(f"{exc}; the run was marked failed (enqueue_failed)", returncode=EXIT_FAILED)
+
+
+def add_limit_arguments(parser: Any) -> None:
+    """``--deadline-seconds`` and ``--max-total-tokens`` (defaults and bounds from settings)."""
+    parser.add_argument("--deadline-seconds", type=int, metavar="S",
+                        help="Cancel the run (deadline_exceeded) once it has taken S seconds, approval waits "
+                             "excluded (default: NRLLM_AGENTS['DEFAULT_DEADLINE_SECONDS'], none).")
+    parser.add_argument("--max-total-tokens", type=int, metavar="N",
+                        help="Cancel the run (budget_exceeded) after the model call that takes its spend "
+                             "above N tokens (default: NRLLM_AGENTS['DEFAULT_MAX_TOTAL_TOKENS'], none).")
 
 
 def parse_script(value: str) -> Any:
@@ -171,6 +182,10 @@ def describe_step(step: dict[str, Any]) -> str:
             text += f"; interrupted step #{p.get('interrupted_sequence')} in flight"
         else:
             text += f"; stopped after step #{boundary}" if boundary is not None else "; no step had run"
+    elif kind == "forked":
+        copied, answered = len(p.get("messages") or []), len(p.get("repaired") or [])
+        text = (f"from run {p.get('parent_id')} at step #{p.get('from_sequence')}: "
+                f"{copied} messages copied, {answered} unanswered calls answered")
     else:
         text = _short(p)
     duration = step.get("duration_ms")
@@ -257,7 +272,8 @@ class StreamPrinter:
             c = event.get("cancel") or {}
             who = f" by {c['by']}" if c.get("by") else ""
             reason = f" ({c['reason']})" if c.get("reason") else ""
-            return f"{head} cancelled via {c.get('source')}{who}{reason}{spend}", self.style.WARNING
+            why = "" if run.termination_reason == "cancelled" else f" [{run.termination_reason}]"
+            return f"{head} cancelled{why} via {c.get('source')}{who}{reason}{spend}", self.style.WARNING
         if run.status == RunStatus.WAITING_FOR_APPROVAL:
             return (f"{head} is waiting for approval of {_calls(event['pending_approval'])}; decide with: "
                     f"python manage.py agent_approve {run.pk} --approve (or --deny)"), self.style.WARNING

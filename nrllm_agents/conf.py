@@ -24,6 +24,12 @@ DEFAULTS: dict[str, Any] = {
     "DEFAULT_TOOLS": ["calculator", "current_time", "sleep"],
     "DEFAULT_MAX_ITERATIONS": 10,
     "MAX_ITERATIONS_LIMIT": 100,
+    # Limits per run (nrllm_agents.limits). A request may set its own up to the *_LIMIT bound;
+    # one that sets none gets the default (None: no deadline / no budget).
+    "DEFAULT_DEADLINE_SECONDS": None,
+    "DEADLINE_SECONDS_LIMIT": 7 * 24 * 3600,
+    "DEFAULT_MAX_TOTAL_TOKENS": None,
+    "MAX_TOTAL_TOKENS_LIMIT": 100_000_000,
     "SLEEP_MAX_SECONDS": 30.0,
     "OPENAI_TIMEOUT": 60.0,
     # stream model answers (live text, and a cancel keeps what arrived); off: one response,

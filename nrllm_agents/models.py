@@ -38,6 +38,8 @@ class TerminationReason(models.TextChoices):
     TOOL_FAILED = "tool_failed"  # a tool raised unexpectedly
     APPROVAL_DENIED = "approval_denied"  # a denial ended the run
     CANCELLED = "cancelled"  # an operator cancelled it
+    DEADLINE_EXCEEDED = "deadline_exceeded"  # its deadline passed; cancelled by the system
+    BUDGET_EXCEEDED = "budget_exceeded"  # its token budget was spent; cancelled by the system
     ENQUEUE_FAILED = "enqueue_failed"  # the queue could not take the job
     INVALID_REQUEST = "invalid_request"  # the stored request could not be rehydrated
     RETRIES_EXHAUSTED = "retries_exhausted"  # transient failures or lost workers used up the requeue budget
@@ -93,6 +95,16 @@ class AgentRun(models.Model):
     cancel_source = models.CharField(max_length=16, choices=CancelSource.choices, blank=True)
     cancel_reason = models.TextField(blank=True)
     stopped_at = models.DateTimeField(null=True, blank=True)
+    cancel_detail = models.JSONField(null=True, blank=True)  # a limit's cancel: the limit and the measured value
+
+    # Limits (nrllm_agents.limits): wall time excluding approval waits, and total token spend.
+    deadline_seconds = models.PositiveIntegerField(null=True, blank=True)
+    max_total_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)  # created_at + deadline, pushed back by approval waits
+
+    # Forks (nrllm_agents.forks): the run this one continues, and the last step it copied.
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    forked_from_sequence = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -102,6 +114,7 @@ class AgentRun(models.Model):
             # The reaper's scans (running or cancelled, not stopped). No index names
             # lease_expires: it changes at every step, and renewals stay HOT updates.
             models.Index(fields=["status"], name="agentrun_unstopped", condition=models.Q(stopped_at__isnull=True)),
+            models.Index(fields=["status", "deadline_at"], name="agentrun_status_deadline"),
         ]
         permissions = [("cancel_agentrun", "Can cancel agent runs"),
                        ("approve_agentrun", "Can approve or deny agent runs' gated tool calls")]

@@ -62,7 +62,11 @@ def run_status_dict(run: AgentRun) -> dict[str, Any]:
             "source": run.cancel_source or None,
             "reason": run.cancel_reason or None,
             "stopped_at": _iso(run.stopped_at) if run.cancel_requested_at else None,
+            "limit": run.cancel_detail or None,
         } if run.cancel_requested_at else None,
+        "limits": {"deadline_seconds": run.deadline_seconds, "max_total_tokens": run.max_total_tokens,
+                   "deadline_at": _iso(run.deadline_at)},
+        "parent": {"run_id": str(run.parent_id), "from_sequence": run.forked_from_sequence} if run.parent_id else None,
     }
 
 

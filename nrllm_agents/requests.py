@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Mapping
+
+from django.utils import timezone
 
 from .conf import app_settings
 from .domain import ConfigurationError
@@ -58,6 +61,8 @@ class RunRequest:
     script: list[dict[str, Any]] | None = None
     system: str | None = None
     on_deny: str = "continue"
+    deadline_seconds: int | None = None
+    max_total_tokens: int | None = None
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> RunRequest:
@@ -130,6 +135,10 @@ class RunRequest:
         if on_deny not in ("continue", "stop"):
             errors["on_deny"] = "'continue' or 'stop'"
 
+        limits = {name: _limit(data, name, default, bound, errors) for name, default, bound in (
+            ("deadline_seconds", app_settings.DEFAULT_DEADLINE_SECONDS, app_settings.DEADLINE_SECONDS_LIMIT),
+            ("max_total_tokens", app_settings.DEFAULT_MAX_TOTAL_TOKENS, app_settings.MAX_TOTAL_TOKENS_LIMIT))}
+
         # PostgreSQL cannot store NUL or lone surrogates (text, jsonb): refuse them here, for
         # every surface, rather than fail later with a server error.
         for key, value in data.items():
@@ -140,7 +149,7 @@ class RunRequest:
         if errors:
             raise InvalidRequest(errors)
         return cls(prompt=prompt, provider=provider, model=model, tools=tuple(dict.fromkeys(tools)),
-                   max_iterations=max_iterations, script=script, system=system, on_deny=on_deny)
+                   max_iterations=max_iterations, script=script, system=system, on_deny=on_deny, **limits)
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON form stored on queued runs and accepted back by ``from_mapping``."""
@@ -152,6 +161,8 @@ class RunRequest:
             data["script"] = self.script
         if self.system is not None:
             data["system"] = self.system
+        data["deadline_seconds"] = self.deadline_seconds  # None stays None: "no limit", not "the default"
+        data["max_total_tokens"] = self.max_total_tokens
         return data
 
     def row_fields(self) -> dict[str, Any]:
@@ -161,11 +172,28 @@ class RunRequest:
             options["script"] = self.script
         if self.system is not None:
             options["system"] = self.system
+        deadline_at = None
+        if self.deadline_seconds is not None:  # the clock starts when the run is created
+            deadline_at = timezone.now() + timedelta(seconds=self.deadline_seconds)
         return {"prompt": self.prompt, "provider": self.provider, "model": self.model,
-                "tools": list(self.tools), "options": options}
+                "tools": list(self.tools), "options": options, "deadline_seconds": self.deadline_seconds,
+                "max_total_tokens": self.max_total_tokens, "deadline_at": deadline_at}
 
     @classmethod
     def from_row(cls, run: Any) -> RunRequest:
         """Rehydrate from a run's stored columns (used to resume after approval)."""
         return cls.from_mapping({"prompt": run.prompt, "provider": run.provider, "model": run.model,
-                                 "tools": list(run.tools), **(run.options or {})})
+                                 "tools": list(run.tools), **(run.options or {}),
+                                 "deadline_seconds": run.deadline_seconds, "max_total_tokens": run.max_total_tokens})
+
+
+def _limit(data: Mapping[str, Any], name: str, default: Any, bound: Any, errors: dict[str, str]) -> int | None:
+    """A limit from the request: absent means the configured default, ``None`` means no limit."""
+    value = data[name] if name in data else default
+    if value is None:
+        return None
+    bound = int(bound)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= bound:
+        errors[name] = f"an integer from 1 to {bound}"
+        return None
+    return value

@@ -12,8 +12,9 @@ import uuid
 from typing import Any, Callable
 
 from django.db import transaction
+from django.utils import timezone
 
-from . import dispatch, registry, store
+from . import dispatch, forks, limits, registry, store
 from .interrupts import watcher
 from .conf import app_settings
 from .domain import (LoopOutcome, LoopResult, LoopState, ProviderError, RunCancellationRequested, RunLeaseLost,
@@ -125,6 +126,38 @@ class AgentRuntime:
         # dispatches): there the failed run is settled and the error logged instead.
         transaction.on_commit(lambda: self._dispatch(run.pk, segment=0), robust=transaction.get_connection().in_atomic_block)
         return run.pk
+
+    def fork(self, parent_id: uuid.UUID | str, *, from_sequence: Any = None, overrides: dict[str, Any] | None = None,
+             owner: Any = None, queued: bool = True, on_step: StepObserver | None = None) -> RunResult:
+        """Start a NEW run that continues a stopped run from its step ``from_sequence``.
+
+        The fork's first step (``forked``) holds the parent's transcript up to that step with
+        every unanswered tool call answered; the parent is only read. Queued (a worker runs
+        it, outcome ``queued``) or here, streaming to ``on_step``. ``overrides`` may change
+        script, tools, max_iterations, provider, model and the limits; the rest is copied.
+        Raises ``RunNotFound``, ``forks.ParentStillActive``, ``InvalidRequest`` (a bad
+        ``from_sequence`` or override), ``EnqueueError`` like ``enqueue``.
+        """
+        plan = forks.plan(parse_run_id(parent_id), from_sequence, overrides)
+        fields = {**plan.request.row_fields(), "owner": owner, **plan.lineage}
+        if queued:
+            robust = transaction.get_connection().in_atomic_block  # as in enqueue
+            with transaction.atomic():
+                run = store.create_queued(fields, plan.request.as_dict())
+                store.append_event(run.pk, 0, plan.step, timezone.now())
+                transaction.on_commit(lambda: self._dispatch(run.pk), robust=robust)
+            return RunResult(run_id=run.pk, outcome=Outcome.QUEUED, status=RunStatus.QUEUED, termination_reason="",
+                             steps=1)
+        segment = identity("interactive")
+        run = store.begin(fields, claimed_by=segment, lease_expires=store.lease_until())
+        trace = SegmentTrace(run.pk, owner=segment, next_sequence=0, on_step=on_step)
+
+        def drive(loop: ToolLoop) -> LoopResult:
+            trace(plan.step)  # recorded like any step: observed, and a boundary
+            copied = {"kind": plan.step.kind.value, "round": plan.step.round, "payload": plan.step.payload}
+            return loop.proceed(rebuild_state([copied]))
+
+        return self._execute(run.pk, plan.request, trace, drive)
 
     def _dispatch(self, run_id: uuid.UUID, *, delay_seconds: float = 0, segment: int | None = None) -> None:
         try:
@@ -317,8 +350,14 @@ class AgentRuntime:
 
     @observe.reap
     def reap(self, *, limit: int = 100, dry_run: bool = False) -> store.ReapReport:
-        """Requeue or dead-letter runs whose segment stopped renewing its lease (a dead worker)."""
+        """Requeue or dead-letter runs whose segment stopped renewing its lease (a dead worker).
+
+        Overdue runs that nothing is executing are cancelled first (``deadline_exceeded``), so a
+        dead worker's overdue run is stopped rather than requeued.
+        """
+        swept = limits.sweep(limit=limit, dry_run=dry_run)
         report = store.reap(limit=limit, dry_run=dry_run)
+        report.deadline_cancelled = len(swept.cancelled)
         for run_id in [] if dry_run else report.requeued:
             try:
                 self._dispatch(run_id)

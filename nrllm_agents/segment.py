@@ -18,7 +18,7 @@ from typing import Any, Callable, TypeVar
 from django.db import DatabaseError, IntegrityError, connection
 from django.utils import timezone
 
-from . import store
+from . import limits, store
 from .domain import (CancelToken, RunCancellationRequested, RunLeaseLost, SegmentInterrupted, Step, StepKind,
                      ToolCall, Usage)
 from .models import AgentRunEvent
@@ -83,6 +83,7 @@ class SegmentTrace:
         self._interrupted_sequence: int | None = None  # the step a cancel cut short
         self._delta_round = -1
         self._delta_offset = 0
+        self.limits = limits.Enforcer(run_id)
 
     @property
     def last_sequence(self) -> int | None:
@@ -134,6 +135,7 @@ class SegmentTrace:
             # stamp, and the run is then dead-lettered rather than repeating the write.
             cleared = store.renew(self.run_id, self.owner, clear_effect=True)
             self._effect_stamped = cleared is None  # a store hiccup: try again after the next tool
+        cancelled = cancelled or self.limits(step, self.usage) is not None  # a deadline or budget stops it here
         if cancelled:
             raise RunCancellationRequested(boundary_sequence=sequence)
         if self.interruptible and shutdown_requested.is_set():

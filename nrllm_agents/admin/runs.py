@@ -28,6 +28,7 @@ from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.defaultfilters import truncatechars
 from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html, format_html_join
 
 from .. import policy
 from ..models import AgentRun, AgentRunEvent, CancelSource
@@ -36,6 +37,7 @@ from ..observability import gantt
 from . import timeline
 from .operations import HealthFilter, operations_page
 from .cancel import CancelForm, bulk_summary, confirmation, single_summary
+from .fork import fork_selected
 
 TIMELINE_LIMIT = 500  # steps shown on a run's page; the API pages through longer streams
 
@@ -54,13 +56,14 @@ class AgentRunAdmin(admin.ModelAdmin):
 
     list_display = ("id", "status", "termination_reason", "owner", "provider", "prompt_excerpt",
                     "created_at", "started_at", "finished_at", "step_count")
-    list_filter = ("status", HealthFilter, "termination_reason", "provider", "cancel_source", "created_at")
+    list_filter = ("status", HealthFilter, "termination_reason", "provider", "cancel_source", "created_at",
+                   ("parent", admin.EmptyFieldListFilter))
     list_select_related = ("owner",)
     date_hierarchy = "created_at"
     search_fields = ("id", "prompt")
     search_help_text = "A run id (whole or part) or words of the prompt."
     show_full_result_count = False  # no COUNT(*) over the whole table on every filtered page
-    actions = ["cancel_selected"]
+    actions = ["cancel_selected", fork_selected]
     fieldsets = (
         ("Run", {"fields": ("id", "status", "termination_reason", "owner", "provider", "model", "tools",
                             "prompt", "claimed_by")}),
@@ -68,7 +71,9 @@ class AgentRunAdmin(admin.ModelAdmin):
         ("Usage", {"fields": ("iterations", "prompt_tokens", "completion_tokens", "total_tokens")}),
         ("Result", {"fields": ("final_text", "error", "pending_approval")}),
         ("Cancel record", {"fields": ("cancel_requested_at", "cancelled_by", "cancel_source", "cancel_reason",
-                                      "stopped_at", "cancel_state")}),
+                                      "stopped_at", "cancel_state", "cancel_detail")}),
+        ("Limits", {"fields": ("deadline_seconds", "max_total_tokens", "deadline_at")}),
+        ("Forks", {"fields": ("parent_link", "forked_from_sequence", "children_links")}),
         ("Options", {"fields": ("options",), "classes": ("collapse",)}),
     )
     readonly_fields = tuple(f for _, spec in fieldsets for f in spec["fields"])
@@ -97,6 +102,10 @@ class AgentRunAdmin(admin.ModelAdmin):
         if obj is None:
             return policy.may_use_admin(request.user)
         return policy.may_use_admin(request.user) and policy.may(request.user, policy.Action.CANCEL, obj)
+
+    def has_fork_permission(self, request: HttpRequest, obj: AgentRun | None = None) -> bool:
+        """Whoever may view runs may fork them (like starting a run, plus seeing the parent)."""
+        return self.has_view_permission(request, obj)
 
     # --- list --------------------------------------------------------------------------------
     def get_queryset(self, request: HttpRequest) -> QuerySet[AgentRun]:
@@ -133,6 +142,18 @@ class AgentRunAdmin(admin.ModelAdmin):
         calls = (run.suspended_state or {}).get("pending_calls") or []
         return "; ".join(timeline.call_text(c) for c in calls) or "-"
 
+    @admin.display(description="forked from")
+    def parent_link(self, run: AgentRun) -> str:
+        if not run.parent_id:
+            return "-"
+        return format_html('<a href="{}">{}</a>', self._url("change", run.parent_id), run.parent_id)
+
+    @admin.display(description="forks of this run")
+    def children_links(self, run: AgentRun) -> str:
+        children = run.children.order_by("created_at").values_list("pk", "forked_from_sequence", "status")
+        return format_html_join(", ", '<a href="{}">{}</a> (from step #{}, {})',
+                                ((self._url("change", pk), pk, seq, status) for pk, seq, status in children)) or "-"
+
     @admin.display(description="stop acknowledged")
     def cancel_state(self, run: AgentRun) -> str:
         if not run.cancel_requested_at:
@@ -150,6 +171,7 @@ class AgentRunAdmin(admin.ModelAdmin):
                 "picture": gantt.build(obj, events),
                 "timeline_total": getattr(obj, "step_count", len(events)),
                 "can_cancel": not obj.is_terminal and self.has_cancel_permission(request, obj),
+                "can_fork": obj.is_terminal and self.has_fork_permission(request, obj),
                 "cancel_url": self._url("cancel", obj.pk),
             })
         return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)

@@ -115,18 +115,32 @@ def _approval(p: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _cancelled(p: dict[str, Any]) -> list[tuple[str, str]]:
-    by = p.get("by") or "unknown user"
+    by = p.get("by") or ("the system" if p.get("source") == "system" else "unknown user")
     lines = [("cancelled", f"by {by} via {p.get('source') or 'unknown source'}")]
     if p.get("reason"):
         lines.append(("reason", _text(p["reason"])))
     if p.get("requested_at"):
         lines.append(("requested at", str(p["requested_at"])))
+    limit = p.get("limit")
+    if isinstance(limit, dict):
+        lines.append(("limit", f"{limit.get('limit')} {limit.get('value')}: measured {limit.get('measured')} "
+                               f"{limit.get('unit', '')}".strip()))
     boundary = p.get("boundary_sequence")
     lines.append(("stopped", f"after step #{boundary}" if boundary is not None else "before any step ran"))
     return lines
 
 
-_DESCRIBERS = {"request": _request, "llm": _llm, "tool": _tool, "approval": _approval, "cancelled": _cancelled}
+def _forked(p: dict[str, Any]) -> list[tuple[str, str]]:
+    origin = f"run {p.get('parent_id')} at step #{p.get('from_sequence')} ({p.get('parent_status')})"
+    lines = [("forked from", origin),
+             ("copied", f"{len(_calls(p.get('messages')))} messages from {p.get('copied_steps')} steps")]
+    lines.extend(("answered", f"{r.get('call_id')}: {_text(r.get('content'))}")
+                 for r in _calls(p.get("repaired")) if isinstance(r, dict))
+    return lines
+
+
+_DESCRIBERS = {"request": _request, "llm": _llm, "tool": _tool, "approval": _approval, "cancelled": _cancelled,
+               "forked": _forked}
 
 
 def describe(kind: str, payload: Any) -> list[tuple[str, str]]:

@@ -35,7 +35,9 @@ MAX_SEQUENCE = 2**31 - 1  # the largest sequence the column holds
 
 
 def run_representation(run: AgentRun, *, expand_request: bool = True) -> dict[str, Any]:
-    """A run as the API shows it: the shared status payload, its owner and its request.
+    """A run as the API shows it: the shared status payload, its owner, its request and its forks.
+
+    ``children`` lists the forks prefetched as ``visible_children`` (those the caller may see).
 
     Without ``expand_request`` (lists, unless ``?expand=request``) the request leaves out its
     bulky parts, the script and the system prompt.
@@ -47,7 +49,8 @@ def run_representation(run: AgentRun, *, expand_request: bool = True) -> dict[st
     }
     if expand_request:
         request.update(script=options.get("script"), system=options.get("system"))
-    return {**run_status_dict(run), "owner": run.owner.get_username() if run.owner_id else None, "request": request}
+    return {**run_status_dict(run), "children": [str(child.pk) for child in getattr(run, "visible_children", ())],
+            "owner": run.owner.get_username() if run.owner_id else None, "request": request}
 
 
 # --- input ----------------------------------------------------------------------------------
@@ -138,6 +141,9 @@ class ScriptTurnSerializer(serializers.Serializer):
     delay = StrictFloatField(required=False, min_value=0, max_value=MAX_DELAY_SECONDS,
                              help_text="Simulated model latency in seconds.")
     usage = _TurnUsageSerializer(required=False)
+    expect = serializers.ListField(child=serializers.DictField(), required=False,
+                                   help_text="The transcript this turn must receive: one object of required "
+                                             "keys per message; any other transcript fails the call.")
 
 
 class CreateRunSerializer(serializers.Serializer):
@@ -164,15 +170,37 @@ class CreateRunSerializer(serializers.Serializer):
     mode = serializers.ChoiceField(["queued", "sync"], required=False, default="queued",
                                    help_text="queued (default): a worker runs it, answer 202. "
                                              "sync: run it now, answer 201 with its outcome.")
+    deadline_seconds = StrictIntegerField(required=False, min_value=1,
+                                          help_text="Cancel the run (deadline_exceeded) once it has taken this many "
+                                                    "seconds, not counting approval waits; default from settings.")
+    max_total_tokens = StrictIntegerField(required=False, min_value=1,
+                                          help_text="Cancel the run (budget_exceeded) after the model call that "
+                                                    "takes its total spend above this; default from settings.")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # The choices are settings: read them when used, not at import.
+        # The choices and bounds are settings: read them when used, not at import.
         self.fields["provider"].choices = sorted(app_settings.PROVIDERS)
         self.fields["tools"].child.choices = sorted(app_settings.TOOLS)
-        limit = int(app_settings.MAX_ITERATIONS_LIMIT)
-        self.fields["max_iterations"].max_value = limit
-        self.fields["max_iterations"].validators.append(MaxValueValidator(limit))
+        for name, setting in (("max_iterations", "MAX_ITERATIONS_LIMIT"), ("deadline_seconds", "DEADLINE_SECONDS_LIMIT"),
+                              ("max_total_tokens", "MAX_TOTAL_TOKENS_LIMIT")):
+            limit = int(getattr(app_settings, setting))
+            self.fields[name].max_value = limit
+            self.fields[name].validators.append(MaxValueValidator(limit))
+
+
+class ForkRequestSerializer(CreateRunSerializer):
+    """The shape of ``POST /api/runs/{id}/fork/``: the fork point, the mode, and what to override.
+
+    Whatever is not overridden is copied from the parent run (prompt and system prompt always).
+    """
+
+    prompt = None  # type: ignore[assignment]
+    system = None  # type: ignore[assignment]
+    on_deny = None  # type: ignore[assignment]
+    from_sequence = StrictIntegerField(required=False, min_value=0, max_value=MAX_SEQUENCE,
+                                       help_text="Continue from this step (its sequence), included; default: the "
+                                                 "last step before the parent's `cancelled` step, else its last.")
 
 
 # --- output ---------------------------------------------------------------------------------
@@ -190,6 +218,25 @@ class PendingCallSerializer(serializers.Serializer):
     arguments = serializers.DictField()
 
 
+class LimitDetailSerializer(serializers.Serializer):
+    limit = serializers.ChoiceField(["deadline_seconds", "max_total_tokens"], help_text="The limit exceeded.")
+    value = serializers.IntegerField(help_text="The limit's value.")
+    measured = serializers.FloatField(help_text="What was measured when it stopped the run.")
+    unit = serializers.ChoiceField(["s", "tokens"])
+
+
+class LimitsSerializer(serializers.Serializer):
+    deadline_seconds = serializers.IntegerField(allow_null=True, help_text="null: no deadline.")
+    max_total_tokens = serializers.IntegerField(allow_null=True, help_text="null: no token budget.")
+    deadline_at = serializers.DateTimeField(allow_null=True, help_text="When the deadline passes (approval waits "
+                                                                         "so far added back); null: no deadline.")
+
+
+class ParentSerializer(serializers.Serializer):
+    run_id = serializers.UUIDField(help_text="The run this one was forked from.")
+    from_sequence = serializers.IntegerField(help_text="The parent's last step copied into this run.")
+
+
 class CancelRecordSerializer(serializers.Serializer):
     requested_at = serializers.DateTimeField()
     by = serializers.CharField(allow_null=True, help_text="Username of who cancelled, if a user did.")
@@ -197,6 +244,7 @@ class CancelRecordSerializer(serializers.Serializer):
     reason = serializers.CharField(allow_null=True)
     stopped_at = serializers.DateTimeField(
         allow_null=True, help_text="When execution stopped; null while an executing run reaches its next boundary.")
+    limit = LimitDetailSerializer(allow_null=True, help_text="Set when a limit cancelled the run (source system).")
 
 
 class RunRequestEchoSerializer(serializers.Serializer):
@@ -227,6 +275,9 @@ class RunSerializer(serializers.Serializer):
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
     cancel = CancelRecordSerializer(allow_null=True)
+    limits = LimitsSerializer()
+    parent = ParentSerializer(allow_null=True, help_text="Set on a fork.")
+    children = serializers.ListField(child=serializers.UUIDField(), help_text="Forks of this run the caller may see.")
     owner = serializers.CharField(allow_null=True)
     request = RunRequestEchoSerializer()
 

@@ -9,7 +9,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 
-from . import views
+from . import forks, views
 from .schema import SCHEMA_SETTINGS
 
 app_name = "nrllm_api"
@@ -23,6 +23,7 @@ urlpatterns = [
     path("runs/<str:id>/cancel/", views.RunCancelView.as_view(), name="run-cancel"),
     path("runs/<str:id>/approve/", views.RunApproveView.as_view(), name="run-approve"),
     path("runs/<str:id>/events/", views.RunEventsView.as_view(), name="run-events"),
+    path("runs/<str:id>/fork/", forks.RunForkView.as_view(), name="run-fork"),
     # Token first, as on every endpoint: an anonymous caller gets 401 with a challenge, not 403.
     path("schema/", SpectacularAPIView.as_view(custom_settings=SCHEMA_SETTINGS, authentication_classes=AUTH),
          name="schema"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Prefetch, QuerySet
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import generics, status
@@ -39,6 +39,12 @@ ENQUEUE_FAILED_DETAIL = ("The queue did not accept the run; it was marked failed
                          "Try again later.")
 
 
+def with_children(runs: QuerySet[AgentRun], user: Any) -> QuerySet[AgentRun]:
+    """``runs`` with the forks of each that ``user`` may see, prefetched as ``visible_children``."""
+    children = policy.visible_runs(user).select_related(None).only("id", "parent_id").order_by("created_at")
+    return runs.prefetch_related(Prefetch("children", queryset=children, to_attr="visible_children"))
+
+
 def rejectunstorable(data: dict[str, Any]) -> None:
     """Reject NUL and lone surrogate characters anywhere in a body the runtime stores as JSON.
 
@@ -49,6 +55,16 @@ def rejectunstorable(data: dict[str, Any]) -> None:
               for key, value in data.items() if unstorable(key) or unstorable(value)}
     if errors:
         raise ValidationError(errors)
+
+
+def checked_body(request: Request, shape: type[Any]) -> dict[str, Any]:
+    """The JSON object body, once storable and of the serializer ``shape``; else a 400."""
+    data = request.data
+    if not isinstance(data, dict):
+        raise ValidationError({"non_field_errors": ["expected a JSON object"]})
+    rejectunstorable(data)
+    shape(data=data).is_valid(raise_exception=True)
+    return dict(data)
 
 
 class RunAPIView(APIView):
@@ -78,7 +94,7 @@ class RunAPIView(APIView):
             pk = parse_run_id(run_id)
         except InvalidRunId:
             raise NotFound(NOT_FOUND_DETAIL) from None
-        run = policy.visible_runs(self.request.user).filter(pk=pk).first()
+        run = with_children(policy.visible_runs(self.request.user), self.request.user).filter(pk=pk).first()
         verdict = policy.verdict(self.request.user, action, run) if run is not None else policy.Verdict.NOT_FOUND
         if verdict == policy.Verdict.NOT_FOUND:
             raise NotFound(NOT_FOUND_DETAIL)
@@ -88,7 +104,8 @@ class RunAPIView(APIView):
 
     def fresh(self, run_id: Any) -> dict[str, Any]:
         """The run as it is now (after the runtime acted on it)."""
-        return s.run_representation(policy.visible_runs(self.request.user).get(pk=run_id))
+        return s.run_representation(with_children(policy.visible_runs(self.request.user), self.request.user)
+                                    .get(pk=run_id))
 
 
 class RunPagination(PageNumberPagination):
@@ -133,7 +150,7 @@ class RunListCreateView(generics.ListAPIView, RunAPIView):
         filters.is_valid(raise_exception=True)
         f = filters.validated_data
         self.expand_request = f.get("expand") == "request"
-        runs = policy.visible_runs(self.request.user).order_by("-created_at", "-pk")
+        runs = with_children(policy.visible_runs(self.request.user), self.request.user).order_by("-created_at", "-pk")
         if f.get("status"):
             runs = runs.filter(status__in=f["status"])
         if f.get("termination_reason"):
@@ -163,12 +180,7 @@ class RunListCreateView(generics.ListAPIView, RunAPIView):
                    **BAD_REQUEST, **AUTH_ERRORS, **THROTTLED, **ENQUEUE_FAILED},
     )
     def post(self, request: Request) -> Response:
-        data = request.data
-        if not isinstance(data, dict):
-            raise ValidationError({"non_field_errors": ["expected a JSON object"]})
-        rejectunstorable(data)
-        s.CreateRunSerializer(data=data).is_valid(raise_exception=True)
-        fields = dict(data)
+        fields = checked_body(request, s.CreateRunSerializer)
         mode = fields.pop("mode", "queued")
         try:
             run_request = RunRequest.from_mapping(fields)

@@ -15,6 +15,7 @@ class StepKind(enum.StrEnum):
     TOOL = "tool"  # one tool execution
     APPROVAL = "approval"  # a human decision on gated calls
     CANCELLED = "cancelled"  # the acknowledgement of a cancel
+    FORKED = "forked"  # the first step of a fork: the transcript copied from its parent (repaired)
 
 
 class LoopOutcome(enum.StrEnum):

@@ -15,6 +15,7 @@ wrong; the statement then writes nothing and reports ``None``, and the caller ru
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -26,7 +27,7 @@ from .runs import NOT_FOUND, Transition
 _RUN, _EVENT = AgentRun._meta.db_table, AgentRunEvent._meta.db_table
 _ACTIVE = "(" + ", ".join(f"'{s.value}'" for s in sorted(ACTIVE)) + ")"
 
-# Parameters: id, id, reason code, by id, source, reason text, username.
+# Parameters: id, id, reason code, by id, source, reason text, detail (JSON or NULL), username.
 _CANCEL_SQL = f"""
 WITH locked AS (
     SELECT r.id, r.status, r.xmin = (SELECT s.xmin FROM {_RUN} s WHERE s.id = %s) AS fresh
@@ -36,20 +37,23 @@ WITH locked AS (
 ), changed AS (
     UPDATE {_RUN} r SET
         status = 'cancelled', termination_reason = %s, cancelled_by_id = %s, cancel_source = %s,
-        cancel_reason = %s, cancel_requested_at = t.at, finished_at = t.at,
+        cancel_reason = %s, cancel_detail = %s::jsonb, cancel_requested_at = t.at, finished_at = t.at,
         request_payload = NULL, suspended_state = NULL,
         stopped_at = CASE WHEN l.status = 'running' THEN r.stopped_at ELSE t.at END,
         lease_expires = CASE WHEN l.status = 'running' THEN r.lease_expires END
     FROM locked l, stamp t
     WHERE r.id = l.id AND l.status IN {_ACTIVE} AND (l.status = 'running' OR l.fresh)
-    RETURNING r.id, l.status AS previous, t.at, r.cancel_source, r.cancel_reason
+    RETURNING r.id, l.status AS previous, t.at, r.cancel_source, r.cancel_reason, r.termination_reason,
+              r.cancel_detail
 ), appended AS (
     INSERT INTO {_EVENT} (run_id, sequence, kind, round, duration_ms, payload, created_at)
     SELECT c.id, COALESCE(m.mx + 1, 0), '{StepKind.CANCELLED.value}', 0, NULL,
            jsonb_build_object('status', 'cancelled', 'by', %s::text, 'source', c.cancel_source,
                               'reason', c.cancel_reason,
                               'requested_at', to_char(c.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'),
-                              'boundary_sequence', m.mx),
+                              'boundary_sequence', m.mx, 'termination_reason', c.termination_reason)
+           || CASE WHEN c.cancel_detail IS NULL THEN '{{}}'::jsonb
+                   ELSE jsonb_build_object('limit', c.cancel_detail) END,
            c.at
     FROM changed c CROSS JOIN LATERAL (SELECT MAX(e.sequence) AS mx FROM {_EVENT} e WHERE e.run_id = c.id) m
     WHERE c.previous <> 'running'
@@ -59,7 +63,7 @@ SELECT l.status, l.fresh, (SELECT count(*) FROM changed) FROM locked l
 
 
 def cancel_one_trip(run_id: uuid.UUID, *, by: Any, source: str, reason: str,
-                    termination_reason: str) -> Transition | None:
+                    termination_reason: str, detail: dict[str, Any] | None = None) -> Transition | None:
     """The cancel fence as one statement (PostgreSQL).
 
     Returns the ``Transition`` (applied, or why not), or ``None`` when the caller must run
@@ -68,7 +72,8 @@ def cancel_one_trip(run_id: uuid.UUID, *, by: Any, source: str, reason: str,
     username = by.get_username() if by is not None else None
     by_id = by.pk if by is not None else None
     _, rows = prepared.execute(_CANCEL_SQL, [run_id, run_id, str(termination_reason), by_id, str(source),
-                                             reason or "", username], fetch=True)
+                                             reason or "", None if detail is None else json.dumps(detail),
+                                             username], fetch=True)
     if not rows:
         return NOT_FOUND
     previous, fresh, changed = rows[0]

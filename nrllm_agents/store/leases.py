@@ -141,9 +141,11 @@ class ReapReport:
     acknowledged: int = 0  # cancelled runs whose segment died before acknowledging
     skipped: int = 0  # came back to life (heartbeat) between scan and write
     dry_run: bool = False
+    deadline_cancelled: int = 0  # overdue runs nothing was executing, cancelled first (nrllm_agents.limits)
 
     def summary(self) -> str:
-        parts = [f"{len(self.requeued)} requeued"]
+        parts = [f"{self.deadline_cancelled} cancelled (deadline_exceeded)"] if self.deadline_cancelled else []
+        parts += [f"{len(self.requeued)} requeued"]
         parts += [f"{n} dead-lettered ({reason})" for reason, n in sorted(self.dead_lettered.items())]
         parts += [f"{self.acknowledged} cancel acknowledged", f"{self.skipped} skipped (alive)"]
         return ("would have: " if self.dry_run else "") + ", ".join(parts)

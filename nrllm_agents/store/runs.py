@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, Iterable
 
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import F, Max
 from django.utils import timezone
 
 from ..domain import Step, StepKind, Usage
@@ -92,12 +92,24 @@ def claim_queued(run_id: uuid.UUID, *, claimed_by: str, lease_expires: datetime 
 def claim_for_resume(run_id: uuid.UUID, *, claimed_by: str = "", lease_expires: datetime | None = None) -> Transition:
     """``waiting_for_approval → running``; a second concurrent approve loses."""
     return _move(run_id, RunStatus.WAITING_FOR_APPROVAL, RunStatus.RUNNING, read="suspended_state",
-                 claimed_by=claimed_by, lease_expires=lease_expires)
+                 claimed_by=claimed_by, lease_expires=lease_expires, **_deadline_after_wait(run_id))
 
 
 def requeue_for_resume(run_id: uuid.UUID, payload: dict[str, Any]) -> Transition:
     """``waiting_for_approval → queued`` with the decision stored for the worker that resumes it."""
-    return _move(run_id, RunStatus.WAITING_FOR_APPROVAL, RunStatus.QUEUED, request_payload=payload)
+    return _move(run_id, RunStatus.WAITING_FOR_APPROVAL, RunStatus.QUEUED, request_payload=payload,
+                 **_deadline_after_wait(run_id))
+
+
+def _deadline_after_wait(run_id: uuid.UUID) -> dict[str, Any]:
+    """The deadline pushed back by the time spent waiting for approval (it does not count).
+
+    The wait began with the run's last recorded step (the model turn that asked for approval);
+    written in the same fence that ends the wait. A run without a deadline keeps NULL.
+    """
+    last = AgentRunEvent.objects.filter(run_id=run_id).order_by("-sequence").values_list("created_at", flat=True)[:1]
+    waited = timezone.now() - last[0] if last else None
+    return {"deadline_at": F("deadline_at") + waited} if waited is not None and waited.total_seconds() > 0 else {}
 
 
 def _refused(run_id: uuid.UUID) -> Transition:
@@ -142,20 +154,22 @@ def settle(run_id: uuid.UUID, *, status: str, reason: str, iterations: int = 0, 
 
 
 def cancel(run_id: uuid.UUID, *, by: Any = None, source: str, reason: str = "",
-           termination_reason: str = TerminationReason.CANCELLED) -> Transition:
+           termination_reason: str = TerminationReason.CANCELLED, detail: dict[str, Any] | None = None) -> Transition:
     """``queued / running / waiting_for_approval → cancelled``; exactly one of two cancels wins.
 
+    ``termination_reason`` says why (a limit's cancel: ``deadline_exceeded``,
+    ``budget_exceeded``) and ``detail`` what it measured; both end up in the ``cancelled`` step.
     Clears what could resume the run. When no segment is executing the run (queued or
     waiting), the ``cancelled`` step is appended here, so every cancelled stream ends with one;
     a running segment appends it itself at its next boundary. ``cancel_requested_at`` is
     stamped once the row lock is held, so every step committed before the cancel carries an
-    earlier time. ``termination_reason`` says why (an operator's cancel, or a limit the
-    system enforces). On PostgreSQL this is one statement (``store.cancels``).
+    earlier time. On PostgreSQL this is one statement (``store.cancels``).
     """
     if prepared.enabled():
         from .cancels import cancel_one_trip
 
-        done = cancel_one_trip(run_id, by=by, source=source, reason=reason, termination_reason=termination_reason)
+        done = cancel_one_trip(run_id, by=by, source=source, reason=reason, termination_reason=termination_reason,
+                               detail=detail)
         if done is not None:
             return done
     with transaction.atomic():
@@ -171,7 +185,7 @@ def cancel(run_id: uuid.UUID, *, by: Any = None, source: str, reason: str = "",
         # boundary, or the reaper does once that lease expires (the segment died).
         quiescent_fields = {"stopped_at": now, "lease_expires": None} if quiescent else {}
         AgentRun.objects.filter(pk=run_id, status=previous).update(
-            status=RunStatus.CANCELLED, termination_reason=termination_reason,
+            status=RunStatus.CANCELLED, termination_reason=termination_reason, cancel_detail=detail,
             cancel_requested_at=now, cancelled_by=by, cancel_source=source, cancel_reason=reason or "",
             finished_at=now, request_payload=None, suspended_state=None, **quiescent_fields)
         if quiescent:
@@ -181,17 +195,22 @@ def cancel(run_id: uuid.UUID, *, by: Any = None, source: str, reason: str = "",
 
 
 def _cancel_payload(run: dict[str, Any], boundary: int | None) -> dict[str, Any]:
-    return {
+    payload = {
         "status": RunStatus.CANCELLED.value,
         "by": run["cancelled_by__username"],
         "source": run["cancel_source"],
         "reason": run["cancel_reason"],
         "requested_at": run["cancel_requested_at"].isoformat() if run["cancel_requested_at"] else None,
         "boundary_sequence": boundary,
+        "termination_reason": run["termination_reason"],
     }
+    if run["cancel_detail"]:
+        payload["limit"] = run["cancel_detail"]  # which limit stopped the run, and what was measured
+    return payload
 
 
-_CANCEL_FIELDS = ("cancelled_by__username", "cancel_source", "cancel_reason", "cancel_requested_at")
+_CANCEL_FIELDS = ("cancelled_by__username", "cancel_source", "cancel_reason", "cancel_requested_at",
+                  "termination_reason", "cancel_detail")
 
 
 def _append_cancelled(run_id: uuid.UUID, sequence: int, boundary: int | None, now: datetime) -> AgentRunEvent:

@@ -23,6 +23,10 @@ asks for it (``stream_options.include_usage``). ``streams`` logs what each strea
 sent and when, and when the client went away (``disconnected`` is set then): tests see that a
 cancel closed the connection and how much was sent after it.
 
+Like OpenAI's own API, a request whose transcript leaves a tool call unanswered before the
+next message, or answers a call that the preceding assistant turn did not make, is refused
+with HTTP 400 (``transcript_problem``) and consumes no entry.
+
 Run ``python -m nrllm_agents.testing.chat_server --port 8765 --script turns.json`` for
 manual demos (without ``--script`` it plays the scripted provider's demo turns).
 """
@@ -77,6 +81,36 @@ def validate_entry(entry: Any) -> dict[str, Any]:
         if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
             raise ValueError(f"{key} must be a non-negative number of seconds")
     return entry
+
+
+def transcript_problem(messages: Any) -> str | None:
+    """Why a chat-completions server refuses ``messages``, or ``None`` when it accepts them.
+
+    Every ``tool_call_id`` of an assistant turn must be answered by a ``tool`` message
+    before the next non-tool message, and a ``tool`` message must answer a call of the
+    assistant turn right before it.
+    """
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        return "'messages' must be a list of message objects"
+    pending: list[str] = []
+    known: set[str] = set()
+    for i, message in enumerate(messages):
+        if message.get("role") == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id not in known:
+                return (f"Invalid parameter: messages[{i}]: messages with role 'tool' must be a response to a "
+                        f"preceding message with 'tool_calls' (unknown tool_call_id {call_id!r}).")
+            pending = [p for p in pending if p != call_id]
+            continue
+        if pending:
+            break
+        calls = (message.get("tool_calls") or []) if message.get("role") == "assistant" else []
+        pending = [str(c.get("id")) for c in calls if isinstance(c, dict)]
+        known = set(pending)
+    if pending:
+        return ("An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+                f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(pending)}")
+    return None
 
 
 def _error_body(message: str, status: int) -> dict[str, Any]:
@@ -250,6 +284,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if not isinstance(body, dict):
             self._send_json(400, _error_body("the request body is not a JSON object", 400))
+            return
+        problem = transcript_problem(body.get("messages"))
+        if problem is not None:
+            self._send_json(400, _error_body(problem, 400))
             return
         entry = owner._next_entry(body)
         if entry is None:

@@ -33,6 +33,11 @@ def _message(message: dict[str, Any]) -> str:
     return f"{message.get('role')}: {content if isinstance(content, str) else _json(content)}"
 
 
+def who_cancelled(by: str | None, source: str | None) -> str:
+    """The user who cancelled; ``the system`` for a limit's cancel; else ``unknown``."""
+    return by or ("the system" if source == "system" else "unknown")
+
+
 def time_of(iso: str | None) -> str:
     """``HH:MM:SS`` of a stored ISO timestamp (UTC), or an empty string."""
     return iso[11:19] if iso and len(iso) >= 19 else ""
@@ -72,15 +77,25 @@ def step_details(step: dict[str, Any]) -> list[tuple[str, str]]:
         for call in p.get("calls") or []:
             lines.append(("call", call_text(call)))
     elif kind == "cancelled":
-        lines.append(("cancelled by", f"{p.get('by') or 'unknown'} via {p.get('source') or 'unknown'}"))
+        source = p.get("source")
+        lines.append(("cancelled by", f"{who_cancelled(p.get('by'), source)} via {source or 'unknown'}"))
         lines.append(("requested at", str(p.get("requested_at") or "")))
         if p.get("reason"):
             lines.append(("reason", p["reason"]))
+        limit = p.get("limit")
+        if limit:
+            lines.append(("limit", f"{limit.get('limit')} {limit.get('value')}: measured {limit.get('measured')} "
+                                   f"{limit.get('unit')}"))
         boundary = p.get("boundary_sequence")
         if p.get("interrupted"):
             lines.append(("stopped", f"interrupting step #{p.get('interrupted_sequence')} in flight"))
         else:
             lines.append(("stopped", "before any step" if boundary is None else f"after step #{boundary}"))
+    elif kind == "forked":
+        lines.append(("forked from", f"run {p.get('parent_id')} at step #{p.get('from_sequence')}"))
+        lines.append(("copied", f"{len(p.get('messages') or [])} messages"))
+        for answer in p.get("repaired") or []:
+            lines.append(("answered", f"{answer.get('call_id')}: {answer.get('content')}"))
     else:
         lines.append(("payload", _json(p)))
     return [(label, _cut(text)) for label, text in lines]

@@ -32,6 +32,12 @@ class RunForm(forms.Form):
     model = forms.CharField(required=False, max_length=200)
     tools = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
     max_iterations = forms.IntegerField(min_value=1)
+    deadline_seconds = forms.IntegerField(required=False, min_value=1, label="Deadline (s)",
+                                          help_text="Cancel the run after this many seconds (approval waits "
+                                                    "excluded). Empty: the default.")
+    max_total_tokens = forms.IntegerField(required=False, min_value=1, label="Token budget",
+                                          help_text="Cancel the run after the model call that spends more. "
+                                                    "Empty: the default.")
     script = forms.CharField(required=False, help_text=SCRIPT_HELP,
                              widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}))
     mode = forms.ChoiceField(choices=MODES, initial="interactive", widget=forms.RadioSelect)
@@ -62,6 +68,7 @@ class RunForm(forms.Form):
         if self.errors:
             return data
         mapping = {k: data[k] for k in ("prompt", "provider", "model", "tools", "max_iterations")}
+        mapping.update({k: data[k] for k in ("deadline_seconds", "max_total_tokens") if data.get(k) is not None})
         if data.get("script") is not None:
             mapping["script"] = data["script"]
         try:

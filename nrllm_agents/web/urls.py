@@ -19,6 +19,7 @@ urlpatterns = [
     path("playground/runs/<uuid:run_id>/", views.run_page, name="run"),
     path("playground/runs/<uuid:run_id>/cancel/", views.cancel_run, name="cancel"),
     path("playground/runs/<uuid:run_id>/approve/", views.approve_run, name="approve"),
+    path("playground/runs/<uuid:run_id>/fork/", views.fork_run, name="fork"),
     path("api/runs/<uuid:run_id>/stream/", stream.run_stream, name="run-stream"),
     path("accounts/login/", auth_views.LoginView.as_view(
         redirect_authenticated_user=True, next_page=reverse_lazy("nrllm_web:playground")), name="login"),

@@ -23,6 +23,9 @@ from .. import dispatch, policy
 from ..models import ACTIVE, AgentRun, CancelSource, RunStatus
 from ..observability import gantt
 from ..presenters import event_dict, run_status_dict, stream_finished
+from ..forks import ParentStillActive
+from ..models import TERMINAL
+from ..requests import InvalidRequest
 from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, CancelResult, RunNotFound
 from . import interactive
 from .access import get_visible_run, login_required, wants_json
@@ -81,6 +84,9 @@ def _page(request: HttpRequest, *, form: RunForm | None = None, run: AgentRun | 
             "last_sequence": steps[-1]["sequence"] if steps else -1,
             "live": not stream_finished(run),
             "can_cancel": run.status in ACTIVE,
+            "can_fork": run.status in TERMINAL,
+            "fork_url": reverse("nrllm_web:fork", args=[run.pk]),
+            "children": policy.visible_runs(request.user).filter(parent=run).order_by("created_at"),
             "waiting": run.status == RunStatus.WAITING_FOR_APPROVAL,
             "may_cancel": policy.may(request.user, policy.Action.CANCEL, run),
             "may_approve": policy.may(request.user, policy.Action.APPROVE, run),
@@ -208,3 +214,29 @@ def approve_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     except interactive.LaunchTimeout as exc:
         return _answer(request, run.pk, 503, messages.ERROR, str(exc))
     return _answer(request, run.pk, 202, messages.SUCCESS, f"{verb}; the run resumes.")
+
+
+@require_POST
+@login_required
+def fork_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    """"Continue from here": a new run from step ``from_sequence`` of a stopped run, executed in
+    a background thread of this process like an interactive run; the parent is not changed."""
+    run = _visible(request, run_id, policy.Action.SEE)
+    if isinstance(run, JsonResponse):
+        return run
+    raw = request.POST.get("from_sequence", "")
+    if raw and not raw.isdigit():
+        return _answer(request, run.pk, 400, messages.ERROR, "Choose a step to continue from.")
+    runtime, user = AgentRuntime(), request.user
+    try:
+        fork_id = interactive.launch(lambda on_step: runtime.fork(run.pk, from_sequence=int(raw) if raw else None,
+                                                                  owner=user, queued=False, on_step=on_step))
+    except InvalidRequest as exc:
+        return _answer(request, run.pk, 400, messages.ERROR, f"Cannot continue from there: {exc}")
+    except ParentStillActive as exc:
+        return _answer(request, run.pk, 409, messages.WARNING, f"The run is {exc.status}; stop it first.")
+    except RunNotFound:
+        raise Http404("no such run") from None
+    except interactive.LaunchTimeout as exc:
+        return _answer(request, run.pk, 503, messages.ERROR, str(exc))
+    return _answer(request, fork_id, 201, messages.SUCCESS, f"Continuing run {run.pk} as a new run.")

@@ -203,7 +203,7 @@ def test_runs_are_read_only(op_client, runtime):
     assert op_client.post(delete, {"post": "yes"}).status_code == 403
     assert snapshot(done) == before
     actions = [name for name, _ in op_client.get(CHANGELIST).context["action_form"].fields["action"].choices]
-    assert actions == ["", "cancel_selected"]  # no delete_selected
+    assert actions == ["", "cancel_selected", "fork_selected"]  # no delete_selected
 
 
 def test_non_staff_never_reach_the_admin(client, django_user_model, runtime):

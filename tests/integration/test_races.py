@@ -170,3 +170,22 @@ def test_claim_versus_cancel_exactly_one_wins(runtime):
         else:
             assert cancel.previous_status == RunStatus.QUEUED and claim.status == RunStatus.CANCELLED
             assert kinds == ["cancelled"]
+
+
+def test_a_limits_cancel_versus_an_operators_cancel_exactly_one_wins_and_its_record_stands(runtime):
+    from nrllm_agents import limits
+    from nrllm_agents.domain import Usage
+
+    wins = {"limit": 0, "operator": 0}
+    for _ in range(ROUNDS):
+        request = RunRequest.from_mapping({"prompt": "race", "script": [{"content": "x"}], "max_total_tokens": 1})
+        run = store.begin(request.row_fields(), claimed_by="segment")
+        by_limit, by_operator = race(lambda: limits.enforce(run.pk, usage=Usage(5, 5)),
+                                     lambda: runtime.cancel(run.pk, source=CancelSource.API, reason="by hand"))
+        assert by_limit is not None and by_limit.applied != (by_operator.outcome == CancelOutcome.CANCELLED)
+        final = AgentRun.objects.get(pk=run.pk)
+        expected = ("budget_exceeded", "system") if by_limit.applied else ("cancelled", "api")
+        assert (final.status, final.termination_reason, final.cancel_source) == ("cancelled", *expected)
+        assert (final.cancel_detail is not None) == by_limit.applied
+        wins["limit" if by_limit.applied else "operator"] += 1
+    assert sum(wins.values()) == ROUNDS

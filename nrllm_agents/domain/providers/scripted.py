@@ -9,6 +9,10 @@ conversation already holds, so a run resumed in another process continues where 
 The delay is spent like a real model streams: a content answer is emitted in pieces spread
 over it (``CallContext.delta``), and a cancel cuts it short at once, keeping what was
 "generated" so far with an estimated usage.
+
+A turn may also hold ``"expect"``: the transcript it must receive, a list with one object
+per message whose keys must match (``[{"role": "user"}, {"role": "tool", "content": "4"}]``).
+Any other transcript fails the call with a ``ProviderError`` saying where it differs.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ def validate_script(script: Any) -> list[dict[str, Any]]:
         where = f"script turn {i}"
         if not isinstance(turn, dict):
             raise ConfigurationError(f"{where} must be an object")
-        unknown = set(turn) - {"content", "tool_calls", "delay", "usage"}
+        unknown = set(turn) - {"content", "tool_calls", "delay", "usage", "expect"}
         if unknown:
             raise ConfigurationError(f"{where} has unknown keys: {', '.join(sorted(unknown))}")
         if ("content" in turn) == ("tool_calls" in turn):
@@ -79,7 +83,21 @@ def validate_script(script: Any) -> list[dict[str, Any]]:
         ):
             raise ConfigurationError(f"{where}: usage takes integer prompt_tokens/completion_tokens "
                                      f"from 0 to {MAX_USAGE_TOKENS}")
+        expect = turn.get("expect", [])
+        if not isinstance(expect, list) or not all(isinstance(m, dict) for m in expect):
+            raise ConfigurationError(f"{where}: expect must be a list of message objects")
     return script
+
+
+def transcript_mismatch(expect: list[dict[str, Any]], messages: Sequence[dict[str, Any]]) -> str | None:
+    """Where ``messages`` differs from ``expect`` (one object of required keys per message), or ``None``."""
+    if len(messages) != len(expect):
+        return f"expected {len(expect)} messages, got {len(messages)}"
+    for i, (want, got) in enumerate(zip(expect, messages)):
+        wrong = {k: got.get(k) for k, v in want.items() if got.get(k) != v}
+        if wrong:
+            return f"message {i}: expected {json.dumps(want)[:300]}, got {json.dumps(wrong, default=str)[:300]}"
+    return None
 
 
 class CallJournal:
@@ -128,6 +146,10 @@ class ScriptedProvider:
         if index >= len(self.script):
             raise ProviderError(f"script exhausted after {len(self.script)} turns")
         turn = self.script[index]
+        if "expect" in turn:
+            mismatch = transcript_mismatch(turn["expect"], messages)
+            if mismatch is not None:
+                raise ProviderError(f"script turn {index}: the transcript does not match expect: {mismatch}")
         usage = Usage.from_dict(turn.get("usage"))
         delay = float(turn.get("delay") or 0)
         if "content" in turn:

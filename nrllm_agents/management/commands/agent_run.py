@@ -31,6 +31,7 @@ class Command(BaseCommand):
         parser.add_argument("--script", metavar="JSON|@FILE",
                             help="Turns for the scripted provider, as JSON or @path to a JSON file.")
         parser.add_argument("--max-iterations", type=int, metavar="N", help="Cap on model calls for this run.")
+        cli.add_limit_arguments(parser)
         parser.add_argument("--json", action="store_true", help="Print one JSON object per line.")
         parser.add_argument("--queued", action="store_true",
                             help="Hand the run to a worker (RQ with REDIS_URL, else an in-process executor) "
@@ -54,7 +55,7 @@ class Command(BaseCommand):
 
     def _request(self, options: dict[str, Any]) -> RunRequest:
         data: dict[str, Any] = {"prompt": options["prompt"]}
-        for key in ("provider", "model", "tools", "max_iterations"):
+        for key in ("provider", "model", "tools", "max_iterations", "deadline_seconds", "max_total_tokens"):
             if options[key] is not None:
                 data[key] = options[key]
         if options["script"] is not None:

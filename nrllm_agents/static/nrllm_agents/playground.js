@@ -31,6 +31,8 @@
   const timeOf = (iso) => (iso && iso.length >= 19 ? iso.slice(11, 19) : "");
   const messageText = (m) => `${m.role}: ${typeof m.content === "string" ? m.content : pyJson(m.content)}`;
 
+  const whoCancelled = (by, source) => by || (source === "system" ? "the system" : "unknown");
+
   function stepDetails(step) {
     const p = step.payload || {};
     const lines = [];
@@ -54,12 +56,18 @@
       lines.push(["decision", `${p.approved ? "approved" : "denied"} by ${p.by || "unknown"}`]);
       (p.calls || []).forEach((c) => lines.push(["call", callText(c)]));
     } else if (step.kind === "cancelled") {
-      lines.push(["cancelled by", `${p.by || "unknown"} via ${p.source || "unknown"}`]);
+      lines.push(["cancelled by", `${whoCancelled(p.by, p.source)} via ${p.source || "unknown"}`]);
       lines.push(["requested at", String(p.requested_at || "")]);
       if (p.reason) lines.push(["reason", p.reason]);
+      const l = p.limit;
+      if (l) lines.push(["limit", `${l.limit} ${l.value}: measured ${l.measured} ${l.unit}`]);
       const b = p.boundary_sequence;
       if (p.interrupted) lines.push(["stopped", `interrupting step #${p.interrupted_sequence} in flight`]);
       else lines.push(["stopped", b === null || b === undefined ? "before any step" : `after step #${b}`]);
+    } else if (step.kind === "forked") {
+      lines.push(["forked from", `run ${p.parent_id} at step #${p.from_sequence}`]);
+      lines.push(["copied", `${(p.messages || []).length} messages`]);
+      (p.repaired || []).forEach((a) => lines.push(["answered", `${a.call_id}: ${a.content}`]));
     } else {
       lines.push(["payload", pyJson(p)]);
     }
@@ -181,8 +189,22 @@
     setStatus(step.kind === "cancelled" ? "cancelled" : (TERMINAL.includes(status.status) ? status.status : "running"));
   }
 
+  // A stopped run can be continued from any of its steps (the server renders the same forms).
+  function addForkButtons() {
+    const token = cancelForm.querySelector("input[name=csrfmiddlewaretoken]").value;
+    steps.querySelectorAll("li.step").forEach((li) => {
+      if (li.dataset.kind === "cancelled" || li.querySelector(".fork-form")) return;
+      const form = el("form", {method: "post", action: panel.dataset.forkUrl, class: "fork-form"});
+      form.append(el("input", {type: "hidden", name: "csrfmiddlewaretoken", value: token}),
+                  el("input", {type: "hidden", name: "from_sequence", value: li.dataset.sequence}),
+                  el("button", {type: "submit", class: "fork-button"}, "Continue from here"));
+      li.append(form);
+    });
+  }
+
   function onFinal(payload) {
     Object.assign(status, payload);
+    if (TERMINAL.includes(payload.status)) addForkButtons();
     setStatus(payload.status);
     text("st-reason", payload.termination_reason || "—");
     text("st-iterations", payload.iterations);
@@ -194,8 +216,8 @@
     const c = payload.cancel;
     if (payload.status === "cancelled" && c) {
       outcome.replaceChildren(el("p", {class: "decision"},
-        `Cancelled by ${c.by || "unknown"} via ${c.source || "unknown"} at ${c.requested_at}` +
-        (c.stopped_at ? `; stopped at ${c.stopped_at}.` : ".")));
+        `Cancelled by ${whoCancelled(c.by, c.source)} via ${c.source || "unknown"} at ${c.requested_at}` +
+        (c.stopped_at ? `; stopped at ${c.stopped_at}.` : ".") + (c.limit ? ` ${c.reason}.` : "")));
     } else if (payload.error) {
       outcome.replaceChildren(el("p", {class: "error"}, payload.error));
     } else if (payload.final_text) {

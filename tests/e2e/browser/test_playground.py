@@ -190,3 +190,30 @@ def test_without_javascript_the_form_starts_a_run_and_the_page_shows_the_stored_
     assert dom_sequences(page) == stored_sequences(run_id)
     expect(page.locator("#steps > li[data-kind=tool]")).to_have_count(2)
     screenshot(page, "09-no-javascript")
+
+
+def test_a_deadline_stops_the_run_live_and_continue_from_here_forks_it(page, live_url, alice, screenshot):
+    sign_in(page, live_url)
+    page.fill("#id_deadline_seconds", "1")
+    run_id = start(page, sleeps(30, 0.3), ["sleep"])
+    expect(page.locator("#st-status")).to_have_text("cancelled", timeout=15000)
+    expect(page.locator("#st-reason")).to_have_text("deadline_exceeded")
+    expect(page.locator("#steps > li").last).to_contain_text("deadline_seconds 1: measured")
+    expect(page.locator("#outcome")).to_contain_text("deadline exceeded")
+    # Added live when the run stopped: one button per step but the cancelled one.
+    steps = page.locator("#steps > li")
+    expect(page.locator("#steps .fork-button")).to_have_count(steps.count() - 1)
+    screenshot(page, "06-deadline-exceeded")
+
+    llm = page.locator("#steps > li[data-kind=llm]").first
+    sequence = int(llm.get_attribute("data-sequence"))
+    llm.locator(".fork-button").click()
+    page.wait_for_url(lambda url: run_id not in url and "/playground/runs/" in url)
+    expect(page.locator("#parent-link")).to_be_visible()
+    first = page.locator("#steps > li").first
+    expect(first).to_have_attribute("data-kind", "forked")
+    expect(first).to_contain_text(f"run {run_id} at step #{sequence}")
+    expect(first).to_contain_text("not executed: the run was forked before this call")
+    fork = AgentRun.objects.get(parent_id=run_id)
+    assert fork.forked_from_sequence == sequence and fork.deadline_seconds == 1  # the limit is copied
+    screenshot(page, "07-forked")

@@ -1,0 +1,64 @@
+"""``POST /api/runs/{id}/fork/``: continue a stopped run from one of its steps as a new run.
+
+Gated like starting a run (an authenticated caller, the create throttle) plus visibility of
+the parent: a parent the caller may not see answers 404 like a missing one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import reverse
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from ..dispatch import EnqueueError
+from ..forks import ParentStillActive
+from ..requests import InvalidRequest
+from ..runtime import RunNotFound
+from . import serializers as s
+from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, RUN_ID, THROTTLED
+from .throttling import CREATE_SCOPE
+from .views import ENQUEUE_FAILED_DETAIL, NOT_FOUND_DETAIL, RunAPIView, checked_body
+
+
+class RunForkView(RunAPIView):
+    post_throttle_scope = CREATE_SCOPE
+
+    @extend_schema(
+        operation_id="runs_fork", summary="Fork a stopped run", parameters=[RUN_ID], request=s.ForkRequestSerializer,
+        description="Start a NEW run whose transcript is this run's up to and including step `from_sequence`, "
+                    "rebuilt from its stored stream; every tool call without a recorded answer gets an explicit "
+                    "one. The new run's first step is `forked` (parent id and sequence); the parent is not "
+                    "changed. Anything not overridden is copied from the parent. Queued (202) or executed "
+                    "here (`mode` sync: 201).",
+        responses={202: OpenApiResponse(s.RunOutcomeSerializer, "Queued: a worker runs the fork."),
+                   201: OpenApiResponse(s.RunOutcomeSerializer, "Executed here: the fork and its outcome."),
+                   409: OpenApiResponse(s.ConflictSerializer, "The run has not stopped yet (queued, running, "
+                                                              "waiting): nothing to fork."),
+                   **BAD_REQUEST, **AUTH_ERRORS, **NOT_FOUND, **THROTTLED, **ENQUEUE_FAILED},
+    )
+    def post(self, request: Request, id: str) -> Response:
+        parent = self.get_run(id)
+        overrides = checked_body(request, s.ForkRequestSerializer)
+        mode = overrides.pop("mode", "queued")
+        from_sequence = overrides.pop("from_sequence", None)
+        try:
+            result = self.runtime.fork(parent.pk, from_sequence=from_sequence, overrides=overrides,
+                                       owner=request.user, queued=mode != "sync")
+        except InvalidRequest as exc:
+            raise ValidationError({field: [message] for field, message in exc.errors.items()}) from None
+        except RunNotFound:  # deleted in between
+            raise NotFound(NOT_FOUND_DETAIL) from None
+        except ParentStillActive as exc:
+            return Response({"detail": f"The run is {exc.status}; only a stopped run can be forked.",
+                             "run_id": str(parent.pk), "status": exc.status}, status=status.HTTP_409_CONFLICT)
+        except EnqueueError as exc:
+            return Response({"detail": ENQUEUE_FAILED_DETAIL, "run_id": str(exc.run_id)},
+                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
+        code = status.HTTP_201_CREATED if mode == "sync" else status.HTTP_202_ACCEPTED
+        body: dict[str, Any] = {**self.fresh(result.run_id), "outcome": result.outcome.value}
+        return Response(body, status=code, headers={"Location": reverse("nrllm_api:run-detail", args=[result.run_id])})

@@ -1,0 +1,103 @@
+"""Forks: a new run that continues a stopped run from one of its steps.
+
+The fork's transcript is its parent's up to and including step N, rebuilt from the stored
+stream, with an explicit answer for every tool call that has none (``domain.fork``). Its
+first step (``forked``) records the parent, N and the copied messages, so the fork's own
+stream rebuilds its state (a worker that continues it never reads the parent). The parent
+is only read, never written. ``AgentRuntime.fork`` executes the plan made here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .domain import Step, StepKind
+from .domain.fork import fork_payload
+from .models import TERMINAL, AgentRun
+from .outcomes import RunNotFound
+from .presenters import event_dict
+from .requests import InvalidRequest, RunRequest
+
+OVERRIDABLE = ("script", "tools", "max_iterations", "provider", "model", "deadline_seconds", "max_total_tokens")
+MAX_SEQUENCE = 2**31 - 1
+
+
+class ParentStillActive(RuntimeError):
+    """The run is still queued, running or waiting: fork it once it has stopped."""
+
+    def __init__(self, run_id: Any, status: str) -> None:
+        super().__init__(f"run {run_id} is {status}; only a stopped run (cancelled, failed, completed) can be forked")
+        self.run_id = run_id
+        self.status = status
+
+
+@dataclass(frozen=True)
+class ForkPlan:
+    """What a fork will be: its request, its lineage columns and its first (``forked``) step."""
+
+    parent_id: uuid.UUID
+    from_sequence: int
+    request: RunRequest
+    step: Step
+
+    @property
+    def lineage(self) -> dict[str, Any]:
+        return {"parent_id": self.parent_id, "forked_from_sequence": self.from_sequence}
+
+
+def default_sequence(kinds: list[tuple[int, str]]) -> int | None:
+    """The default fork point: the last step before the ``cancelled`` step (else the last step)."""
+    steps = [seq for seq, kind in kinds if kind != StepKind.CANCELLED]
+    return steps[-1] if steps else None
+
+
+def _sequence(value: Any, stream: list[tuple[int, str]]) -> int:
+    if value is None:
+        found = default_sequence(stream)
+        if found is None:
+            raise InvalidRequest({"from_sequence": "the run recorded no step to continue from; start a new run"})
+        return found
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEQUENCE:
+        raise InvalidRequest({"from_sequence": "a step sequence: an integer from 0"})
+    if not stream or value > stream[-1][0]:
+        last = f"0 to {stream[-1][0]}" if stream else "none"
+        raise InvalidRequest({"from_sequence": f"no step {value} in the run's stream (its steps: {last})"})
+    return value
+
+
+def _request(parent: AgentRun, overrides: Mapping[str, Any]) -> RunRequest:
+    if not isinstance(overrides, Mapping):
+        raise InvalidRequest({"non_field_errors": "overrides must be an object"})
+    unknown = sorted(set(overrides) - set(OVERRIDABLE))
+    if unknown:
+        raise InvalidRequest({"non_field_errors": f"cannot override: {', '.join(map(str, unknown))}; "
+                                                  f"a fork may override {', '.join(OVERRIDABLE)}"})
+    base: dict[str, Any] = {"prompt": parent.prompt, "provider": parent.provider, "model": parent.model,
+                            "tools": list(parent.tools or []), **(parent.options or {}),
+                            "deadline_seconds": parent.deadline_seconds, "max_total_tokens": parent.max_total_tokens}
+    base.pop("system", None)  # already part of the copied transcript
+    if overrides.get("provider", base["provider"]) != "scripted" and "script" not in overrides:
+        base.pop("script", None)  # the parent's script does not go to another provider
+    return RunRequest.from_mapping({**base, **overrides})
+
+
+def plan(parent_id: uuid.UUID, from_sequence: Any = None, overrides: Mapping[str, Any] | None = None) -> ForkPlan:
+    """Plan a fork of a stopped run from step ``from_sequence`` (default: the last before the stop).
+
+    Raises ``RunNotFound``; ``ParentStillActive`` for a run that has not stopped;
+    ``InvalidRequest`` for a malformed or out-of-stream ``from_sequence`` (field
+    ``from_sequence``) or a bad override. Reads the parent only.
+    """
+    parent = AgentRun.objects.filter(pk=parent_id).first()
+    if parent is None:
+        raise RunNotFound(parent_id)
+    if parent.status not in TERMINAL:
+        raise ParentStillActive(parent.pk, parent.status)
+    events = list(parent.events.order_by("sequence"))
+    sequence = _sequence(from_sequence, [(e.sequence, e.kind) for e in events])
+    request = _request(parent, overrides or {})
+    payload, round_ = fork_payload([event_dict(e) for e in events], from_sequence=sequence,
+                                   parent_id=str(parent.pk), parent_status=parent.status)
+    return ForkPlan(parent.pk, sequence, request, Step(StepKind.FORKED, round_, payload))
