@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 from types import FrameType
-
 from typing import Any
 
 from django.db import connections
