@@ -25,6 +25,7 @@ import time
 import uuid
 
 from django.db import DatabaseError, connection
+from django.utils import timezone
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ _warmed_at: float | None = None  # when this process's current connection was wa
 
 
 def available() -> bool:
+    """True when connections may be handed over (PostgreSQL)."""
     return connection.vendor == "postgresql"
 
 
@@ -53,7 +55,7 @@ def prepare() -> None:
         store.claim_queued(_NIL, claimed_by="")
         AgentRun.objects.filter(pk=_NIL).order_by().first()
         store.next_sequence(_NIL)
-        store.record_step(_NIL, "", 0, Step(kind=StepKind.REQUEST, round=0, payload={}), time_now())
+        store.record_step(_NIL, "", 0, Step(kind=StepKind.REQUEST, round=0, payload={}), timezone.now())
         _warmed_at = time.monotonic()
     except DatabaseError as exc:
         logger.warning("could not warm a connection for the next job (%s); the job opens its own",
@@ -91,6 +93,7 @@ def after_fork_in_worker() -> None:
 
 
 def discard() -> None:
+    """Close this process's connection (and forget that it was warm)."""
     global _warmed_at
     _warmed_at = None
     try:
@@ -98,8 +101,3 @@ def discard() -> None:
     except DatabaseError:
         pass
 
-
-def time_now():  # noqa: ANN201 - django.utils.timezone.now, imported late
-    from django.utils import timezone
-
-    return timezone.now()

@@ -3,7 +3,9 @@
 Each fence is either a guarded ``UPDATE ... WHERE status IN (...)`` (compare-and-set) or a
 ``select_for_update`` + check + write inside one transaction, and returns a small value
 saying what happened. On SQLite the database is opened with ``transaction_mode=IMMEDIATE``
-so the read-check-write transactions are serialised there as well.
+so the read-check-write transactions are serialised there as well. On PostgreSQL the cancel
+and the claim fences are each one prepared statement whose CTE takes the row lock
+(``cancels``, ``claims``), and the step boundary is one prepared statement (``prepared``).
 """
 
 from .bulk import BulkCancel, cancel_many

@@ -67,7 +67,10 @@ def _lock_active(selection: Any) -> datetime | None:
 
     if connection.vendor != "postgresql":
         return None
-    active = selection.filter(status__in=[s.value for s in ACTIVE]).order_by().select_for_update(of=("self",))
+    # By primary key through a subquery: the selection may be DISTINCT (an admin search),
+    # which FOR UPDATE does not allow.
+    active = AgentRun.objects.filter(pk__in=selection.order_by().values("pk"),
+                                     status__in=[s.value for s in ACTIVE]).order_by().select_for_update()
     sql, params = active.values("pk").query.sql_with_params()
     with connection.cursor() as cur:
         # The aggregate consumes (locks) every row before clock_timestamp() is evaluated.

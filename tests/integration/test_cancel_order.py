@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, connections, transaction
+from django.utils import timezone
 
 from nrllm_agents import store
 from nrllm_agents.domain import Step, StepKind
@@ -130,11 +131,19 @@ def test_no_step_committed_before_a_cancel_looks_later_than_it(runtime):
     assert checked > 0
 
 
-def _behind_a_requeue(action: Any) -> Any:
-    """Run ``action(run_id)`` while a segment holds the row, records 3 steps and requeues it.
+def _record_and_requeue(run_id: uuid.UUID) -> None:
+    for seq in range(3):
+        store.append_event(run_id, seq, Step(kind=StepKind.TOOL, round=1, payload={}), timezone.now())
+    AgentRun.objects.filter(pk=run_id).update(status=RunStatus.QUEUED, claimed_by="", request_payload=store.RECOVER)
 
-    ``action`` starts once the segment holds the row lock and is released once it waits for
-    it, so its statement's snapshot predates the segment's commit. Returns its result.
+
+def _behind_a_lock(action: Any, holder_work: Any = _record_and_requeue) -> Any:
+    """Run ``action(run_id)`` while a segment holds the row and does ``holder_work(run_id)``
+    (by default: records 3 steps and requeues it) in the same transaction.
+
+    ``action`` starts once the segment holds the row lock and the segment goes on once
+    ``action`` waits for it, so its statement's snapshot predates the segment's commit.
+    Returns ``(run_id, action's result)``.
     """
     run = store.begin(RunRequest.from_mapping({"prompt": "p", "tools": []}).row_fields(), claimed_by="seg",
                       lease_expires=store.lease_until())
@@ -147,10 +156,7 @@ def _behind_a_requeue(action: Any) -> Any:
                 AgentRun.objects.select_for_update().filter(pk=run.pk).values("status").get()
                 holder_locked.set()
                 release.wait(10)
-                for seq in range(3):
-                    store.append_event(run.pk, seq, Step(kind=StepKind.TOOL, round=1, payload={}), store.lease_until())
-                AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.QUEUED, claimed_by="",
-                                                          request_payload=store.RECOVER)
+                holder_work(run.pk)
         finally:
             connections.close_all()
 
@@ -185,7 +191,7 @@ def test_one_statement_cancel_falls_back_when_the_row_changes_under_its_lock(run
     """The cancel's snapshot predates the segment's commit, so it must not compute the
     ``cancelled`` step's sequence from it: it re-runs the fence and appends after every step."""
     for _ in range(race_rounds(20)):
-        run_id, result = _behind_a_requeue(lambda pk: runtime.cancel(pk, source=CancelSource.CLI))
+        run_id, result = _behind_a_lock(lambda pk: runtime.cancel(pk, source=CancelSource.CLI))
         assert result.outcome == CancelOutcome.CANCELLED and result.previous_status == RunStatus.QUEUED
         kinds = list(AgentRunEvent.objects.filter(run_id=run_id).order_by("sequence").values_list("sequence", "kind"))
         assert kinds == [(0, "tool"), (1, "tool"), (2, "tool"), (3, "cancelled")]
@@ -197,10 +203,24 @@ def test_one_statement_cancel_falls_back_when_the_row_changes_under_its_lock(run
 def test_one_statement_claim_falls_back_when_the_row_changes_under_its_lock():
     """Same for the claim: the sequence the next segment starts at counts every step."""
     for _ in range(race_rounds(20)):
-        run_id, claim = _behind_a_requeue(
+        run_id, claim = _behind_a_lock(
             lambda pk: store.claim_queued(pk, claimed_by="next", lease_expires=store.lease_until()))
         assert claim.applied and claim.data["request_payload"] == store.RECOVER
         assert claim.data.get("next_sequence", store.next_sequence(run_id)) == 3
+
+
+@ONLY_POSTGRES
+def test_bulk_cancel_stamps_after_its_locks(runtime):
+    """A step committed while a bulk cancel waited for the run's row carries an earlier time."""
+    def record_step(run_id: uuid.UUID) -> None:
+        store.append_event(run_id, 0, Step(kind=StepKind.TOOL, round=1, payload={}), timezone.now())
+
+    for _ in range(race_rounds(20)):
+        run_id, report = _behind_a_lock(lambda pk: runtime.cancel_many(AgentRun.objects.filter(pk=pk), source="cli"),
+                                        record_step)
+        assert report.cancelled == {"running": 1}
+        step = AgentRunEvent.objects.get(run_id=run_id, sequence=0)
+        assert step.created_at < AgentRun.objects.get(pk=run_id).cancel_requested_at
 
 
 def _wait_until_blocked(box: dict[str, Any]) -> None:
