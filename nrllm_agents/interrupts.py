@@ -12,6 +12,9 @@ the cancel tokens of the segments this process is executing.
   thread re-reads the status of every run this process executes every
   ``CANCEL_POLL_SECONDS``, in one query.
 - A cancel committed by this very process trips the tokens at once (``cancelled_here``).
+- A run's deadline (``limits``) is kept here too: when it passes, the same thread makes the
+  system's guarded cancel, which trips the token like any cancel, so a deadline also cuts the
+  step in flight short.
 
 The row is the truth; the signal only makes the stop sooner. A notification trips nothing
 until the row reads ``cancelled``, so a stray or forged ``NOTIFY`` stops nothing. The boundary
@@ -47,6 +50,8 @@ class CancelWatcher:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._tokens: dict[uuid.UUID, set[CancelToken]] = {}
+        # token -> (run id, deadline as a Unix time, the check that cancels the run when it is due)
+        self._deadlines: dict[CancelToken, tuple[uuid.UUID, float, Callable[[], bool]]] = {}
         self._recent: OrderedDict[uuid.UUID, None] = OrderedDict()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -56,11 +61,19 @@ class CancelWatcher:
         self.counts = {"notified": 0, "stray": 0, "tripped": 0, "polls": 0, "connects": 0}
 
     # --- segments ----------------------------------------------------------------------------
-    def watch(self, run_id: uuid.UUID, token: CancelToken) -> Callable[[], None]:
-        """Route cancels of ``run_id`` to ``token`` until the returned function is called."""
+    def watch(self, run_id: uuid.UUID, token: CancelToken, *, deadline: float | None = None,
+              on_deadline: Callable[[], bool] | None = None) -> Callable[[], None]:
+        """Route cancels of ``run_id`` to ``token`` until the returned function is called.
+
+        With ``deadline`` (a Unix time) and ``on_deadline``: once it passes, ``on_deadline()``
+        is called on the watcher's thread; it cancels the run (the guarded system cancel) and
+        answers whether the run is now cancelled, and then the token trips.
+        """
         self._ensure_running()
         with self._lock:
             self._tokens.setdefault(run_id, set()).add(token)
+            if deadline is not None and on_deadline is not None:
+                self._deadlines[token] = (run_id, deadline, on_deadline)
             notified_before = run_id in self._recent
         if notified_before:  # the NOTIFY raced ahead of this registration: check the row now
             self._trip(self._confirmed_by_orm([run_id]))
@@ -68,6 +81,7 @@ class CancelWatcher:
 
     def _unwatch(self, run_id: uuid.UUID, token: CancelToken) -> None:
         with self._lock:
+            self._deadlines.pop(token, None)
             tokens = self._tokens.get(run_id)
             if tokens is not None:
                 tokens.discard(token)
@@ -123,11 +137,38 @@ class CancelWatcher:
                     self.listening.clear()
                     self.listener_pid = None
             self._poll()
-            self._stop.wait(self._poll_seconds() if not postgres else min(backoff, self._poll_seconds()))
+            self._fire_due()
+            self._stop.wait(self._next_wait() if not postgres else min(backoff, self._next_wait()))
             backoff = min(backoff * 2, _BACKOFF_MAX)
 
     def _poll_seconds(self) -> float:
         return max(0.01, float(app_settings.CANCEL_POLL_SECONDS))
+
+    def _next_wait(self) -> float:
+        """Until the next poll, or the next deadline if it comes sooner."""
+        with self._lock:
+            soonest = min((due for _, due, _ in self._deadlines.values()), default=None)
+        wait = self._poll_seconds()
+        return wait if soonest is None else max(0.0, min(wait, soonest - time.time()))
+
+    def _fire_due(self) -> None:
+        """Cancel the runs whose deadline passed (on this thread), then trip their tokens."""
+        now = time.time()
+        with self._lock:
+            due = [(token, entry) for token, entry in self._deadlines.items() if entry[1] <= now]
+            for token, _ in due:
+                del self._deadlines[token]
+        if not due:
+            return
+        try:
+            for _, (run_id, _, check) in due:
+                try:
+                    if check():
+                        self._trip([run_id])
+                except Exception:  # fail-soft: the boundary check of the limit still applies
+                    logger.exception("run %s: the deadline check failed", run_id)
+        finally:
+            connections["default"].close()
 
     def _listen(self) -> None:
         import psycopg
@@ -143,12 +184,13 @@ class CancelWatcher:
             self._trip(self._confirmed(conn, self.watched()))
             while not self._stop.is_set():
                 ids: set[uuid.UUID] = set()
-                for notify in conn.notifies(timeout=self._poll_seconds(), stop_after=1):
+                for notify in conn.notifies(timeout=self._next_wait(), stop_after=1):
                     ids.update(self._parse(notify.payload))
                 if ids:
                     for notify in conn.notifies(timeout=0):  # drain what is already buffered
                         ids.update(self._parse(notify.payload))
                     self._route(ids, conn)
+                self._fire_due()
 
     def _parse(self, payload: str) -> Iterable[uuid.UUID]:
         try:

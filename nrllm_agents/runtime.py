@@ -211,7 +211,13 @@ class AgentRuntime:
     def _execute(self, run_id: uuid.UUID, request: RunRequest, trace: SegmentTrace,
                  drive: Callable[[ToolLoop], LoopResult]) -> RunResult:
         """The ladder shared by every segment; cancels reach its calls in flight meanwhile."""
-        unwatch = watcher.watch(run_id, trace.token)
+        deadline = trace.limits.limits.deadline_at
+
+        def on_deadline() -> bool:  # on the watcher's thread: a deadline cuts the step in flight short
+            return limits.enforce(run_id, usage=trace.usage, limits=trace.limits.limits) is not None
+
+        unwatch = watcher.watch(run_id, trace.token, deadline=deadline.timestamp() if deadline else None,
+                                on_deadline=on_deadline)
         try:
             return self._ladder(run_id, request, trace, drive)
         finally:

@@ -42,7 +42,7 @@ def test_a_boundary_that_keeps_failing_after_a_cancel_writes_guarded_and_starts_
         attempt, tmp_path, monkeypatch):
     journal_path = tmp_path / "journal.jsonl"
     monkeypatch.setenv("NRLLM_CALL_JOURNAL", str(journal_path))
-    monkeypatch.setattr(interrupts.watcher, "watch", lambda run_id, token: (lambda: None))  # no signal
+    monkeypatch.setattr(interrupts.watcher, "watch", lambda run_id, token, **kw: (lambda: None))  # no signal
     runtime = AgentRuntime()
     cancel_at_step = 3 + attempt  # request, llm, tool, request, ... : every kind of boundary
     state = {"seen": 0, "faults": 0, "cancelled_at": None}

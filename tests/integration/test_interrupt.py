@@ -255,3 +255,21 @@ def test_the_poll_stops_a_run_while_the_listener_is_down_and_the_listener_comes_
     blocked.clear()
     assert wait_listening(10), "the listener did not reconnect"
     assert watcher.listener_pid not in (None, old_pid)
+
+
+def test_a_deadline_cuts_the_step_in_flight_short():
+    """A run past its deadline is stopped by the system's cancel, and that cancel interrupts
+    the 30 s model call like any other (not only at the next boundary)."""
+    segment = Segment({"prompt": "p", "tools": [], "script": [LONG_ANSWER], "deadline_seconds": 1}).start()
+    started = time.monotonic()
+    result = segment.join()
+    assert segment.finished_at - started < 5.0, "the deadline did not interrupt the model call"
+    assert result.outcome == Outcome.CANCELLED
+    run = AgentRun.objects.get(pk=segment.run_id)
+    assert (run.termination_reason, run.cancel_source) == ("deadline_exceeded", "system")
+    events = stream(segment.run_id)
+    assert [e["kind"] for e in events] == ["request", "llm", "cancelled"]
+    assert events[1]["payload"]["interrupted"] is True
+    cancelled = events[2]["payload"]
+    assert cancelled["interrupted"] is True and cancelled["limit"]["limit"] == "deadline_seconds"
+    assert cancelled["termination_reason"] == "deadline_exceeded"

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 CALC = {"name": "calculator", "arguments": {"expression": "1+1"}}
 
 
-def long_script(turns: int = 30, delay: float = 0.5, tokens: int = 0) -> list[dict]:
+def long_script(turns: int = 9, delay: float = 0.5, tokens: int = 0) -> list[dict]:
     turn = {"delay": delay, "tool_calls": [CALC]}
     if tokens:
         turn["usage"] = {"prompt_tokens": tokens - 10, "completion_tokens": 10}
