@@ -38,6 +38,8 @@ DEFAULTS: dict[str, Any] = {
     "QUEUE_NAME": "default",
     # threads of the in-process executor used when REDIS_URL is unset
     "LOCAL_WORKERS": 4,
+    # interactive playground runs executing at once in one web process; more are refused
+    "INTERACTIVE_WORKERS": int(os.environ.get("NRLLM_INTERACTIVE_WORKERS", "8")),
     # RQ's default 180 s job timeout would kill long runs; -1 means no timeout.
     "JOB_TIMEOUT": int(os.environ.get("NRLLM_JOB_TIMEOUT", "3600")),
     # how long a segment owns a run without renewing; renewed at every step boundary, so it

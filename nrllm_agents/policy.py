@@ -1,17 +1,9 @@
 """Who may see, stream, cancel, approve, bulk-cancel and start a run: the one rule.
 
 Every surface (REST API, playground, admin, the browser stream) asks this module and only
-translates its answer into HTTP, HTML or a message. The rule:
-
-===================  =========  =====  =============  ====================  ======================
-action               anonymous  owner  other user     staff (other's run)   permission holder
-===================  =========  =====  =============  ====================  ======================
-start                no         yes    yes            yes                   yes
-see, stream          no         yes    no (404)       yes                   as staff / as user
-cancel               no         yes    no (404)       ``cancel_agentrun``   staff + ``cancel_agentrun``
-approve / deny       no         yes    no (404)       ``approve_agentrun``  staff + ``approve_agentrun``
-bulk cancel          no         own    own            own + all with perm   staff + ``cancel_agentrun``
-===================  =========  =====  =============  ====================  ======================
+translates its answer into HTTP, HTML or a message. The table of who may do what is in the
+README ("Who may do what"); ``tests/integration/test_policy_matrix.py`` checks that table, this
+module and every surface against each other.
 
 Seeing another user's run takes ``is_staff``; acting on it takes, in addition, the dedicated
 permission (superusers hold every permission). A run the caller may not see is "not found"

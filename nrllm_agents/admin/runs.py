@@ -108,6 +108,10 @@ class AgentRunAdmin(admin.ModelAdmin):
         return self.has_view_permission(request, obj)
 
     # --- list --------------------------------------------------------------------------------
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        context = {**(extra_context or {}), "may_manage_queues": policy.may_manage_queues(request.user)}
+        return super().changelist_view(request, extra_context=context)
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[AgentRun]:
         return super().get_queryset(request).annotate(step_count=_step_count())
 
@@ -227,6 +231,9 @@ class AgentRunAdmin(admin.ModelAdmin):
         refused = 0 if allowed is queryset else queryset.count() - allowed.count()
         queryset = allowed
         form = CancelForm(request.POST if request.POST.get("post") else None)
+        if refused and not form.is_bound:
+            self.message_user(request, f"{refused} of the selected runs are not yours and you lack the cancel "
+                                       "permission: they will be left alone.", messages.WARNING)
         if form.is_bound and form.is_valid():
             result = self.runtime.cancel_many(queryset, by=request.user, source=CancelSource.ADMIN,
                                               reason=form.cleaned_data["reason"])

@@ -4,6 +4,10 @@ The page that started a run must be able to stream it, so the request returns as
 the run exists and the segment (``AgentRuntime.run`` or ``approve``) goes on in a daemon
 thread that closes its own database connections. Like the in-process executor, such a run
 does not survive the web process.
+
+At most ``INTERACTIVE_WORKERS`` segments execute at once in one process (each holds a
+thread and a database connection); beyond that ``launch`` raises ``AtCapacity`` at once, and
+the playground says so (queued runs have no such bound: workers take them in turn).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any, Callable
 
 from django.db import connections
 
+from ..conf import app_settings
 from ..inflight import InFlight
 from ..runtime import RunResult
 from ..segment import StepObserver
@@ -24,6 +29,30 @@ logger = logging.getLogger(__name__)
 Segment = Callable[[StepObserver], RunResult]
 
 _in_flight = InFlight()  # background segments started and not yet finished
+_slots: threading.BoundedSemaphore | None = None
+_slots_lock = threading.Lock()
+
+
+class AtCapacity(RuntimeError):
+    """Every interactive slot of this process is taken; nothing was started."""
+
+    def __init__(self, slots: int) -> None:
+        super().__init__(f"{slots} interactive runs are already executing in this web process; "
+                         "try again in a moment, or queue the run for a worker.")
+
+
+def _take_slot() -> None:
+    global _slots
+    with _slots_lock:
+        if _slots is None:
+            _slots = threading.BoundedSemaphore(int(app_settings.INTERACTIVE_WORKERS))
+    if not _slots.acquire(blocking=False):
+        raise AtCapacity(int(app_settings.INTERACTIVE_WORKERS))
+
+
+def _release_slot() -> None:
+    assert _slots is not None
+    _slots.release()
 
 
 class LaunchTimeout(RuntimeError):
@@ -39,8 +68,10 @@ def launch(segment: Segment, *, timeout: float = 30.0) -> uuid.UUID:
     The id is known at the segment's first step (the observer is called with it) or when the
     segment returns, whichever comes first. An exception raised before either (a bad request,
     ``ApprovalNotPending``, ``RunNotFound``) is re-raised here, in the caller's thread.
-    Raises ``LaunchTimeout`` when neither happens within ``timeout`` seconds.
+    Raises ``LaunchTimeout`` when neither happens within ``timeout`` seconds, and
+    ``AtCapacity`` (starting nothing) when every interactive slot is taken.
     """
+    _take_slot()
     known = threading.Event()
     box: dict[str, Any] = {}
 
@@ -59,10 +90,16 @@ def launch(segment: Segment, *, timeout: float = 30.0) -> uuid.UUID:
         finally:
             known.set()
             connections.close_all()  # this thread's connections only; they are thread-local
+            _release_slot()
             _in_flight.finished()
 
     _in_flight.started()
-    threading.Thread(target=target, name="nrllm-interactive", daemon=True).start()
+    try:
+        threading.Thread(target=target, name="nrllm-interactive", daemon=True).start()
+    except BaseException:
+        _release_slot()
+        _in_flight.finished()
+        raise
     if not known.wait(timeout):
         raise LaunchTimeout(timeout)
     if "run_id" not in box:

@@ -9,6 +9,7 @@ decision (404 for a run the caller may not see, 403 or a message for one they ma
 
 from __future__ import annotations
 
+import math
 import uuid
 from typing import Any
 
@@ -20,6 +21,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from .. import dispatch, policy
+from ..api.throttling import CANCEL_SCOPE, CREATE_SCOPE, RunRateThrottle
 from ..models import ACTIVE, AgentRun, CancelSource, RunStatus
 from ..observability import gantt
 from ..presenters import event_dict, run_status_dict, stream_finished
@@ -95,6 +97,22 @@ def _page(request: HttpRequest, *, form: RunForm | None = None, run: AgentRun | 
     return render(request, "nrllm_agents/playground.html", context, status=status)
 
 
+def _throttled(request: HttpRequest, scope: str) -> HttpResponse | None:
+    """The API's rate limit for ``scope``, counted together with the API's (same cache keys):
+    ``None`` when the request may go on, else a 429 (scripts) or a message (forms)."""
+    throttle = RunRateThrottle(scope)
+    if throttle.allow_request(request, None):
+        return None
+    wait = max(1, math.ceil(throttle.wait() or 1))
+    message = f"Too many requests; try again in {wait} s."
+    if wants_json(request):
+        response = JsonResponse({"detail": message}, status=429)
+        response["Retry-After"] = str(wait)
+        return response
+    messages.error(request, message)
+    return redirect("nrllm_web:playground")
+
+
 @require_GET
 def index(request: HttpRequest) -> HttpResponse:
     return redirect("nrllm_web:playground")
@@ -118,6 +136,9 @@ def run_page(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
 @login_required
 def start_run(request: HttpRequest) -> HttpResponse:
     """Start a run from the form: interactive (a thread of this process) or queued."""
+    refused = _throttled(request, CREATE_SCOPE)
+    if refused is not None:
+        return refused
     form = RunForm(request.POST)
     if not form.is_valid() or form.run_request is None:
         if wants_json(request):
@@ -132,7 +153,7 @@ def start_run(request: HttpRequest) -> HttpResponse:
         return _answer(request, run_id, 202, messages.SUCCESS, "Run queued.")
     try:
         run_id = interactive.launch(lambda on_step: runtime.run(run_request, owner=request.user, on_step=on_step))
-    except interactive.LaunchTimeout as exc:
+    except (interactive.LaunchTimeout, interactive.AtCapacity) as exc:
         if wants_json(request):
             return JsonResponse({"detail": str(exc)}, status=503)
         messages.error(request, str(exc))
@@ -168,6 +189,9 @@ def _cancel_answer(result: CancelResult) -> tuple[int, int, str]:
 @login_required
 def cancel_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     """Cancel from the playground (source ``playground``, by the signed-in user)."""
+    refused = _throttled(request, CANCEL_SCOPE)
+    if refused is not None:
+        return refused
     run = _visible(request, run_id, policy.Action.CANCEL)
     if not isinstance(run, AgentRun):
         return run
@@ -211,7 +235,7 @@ def approve_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         raise Http404("no such run") from None
     except dispatch.EnqueueError as exc:
         return _answer(request, run.pk, 503, messages.ERROR, f"The queue refused the run: {exc}")
-    except interactive.LaunchTimeout as exc:
+    except (interactive.LaunchTimeout, interactive.AtCapacity) as exc:
         return _answer(request, run.pk, 503, messages.ERROR, str(exc))
     return _answer(request, run.pk, 202, messages.SUCCESS, f"{verb}; the run resumes.")
 

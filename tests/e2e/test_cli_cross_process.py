@@ -161,7 +161,7 @@ SCRIPTS = {
 def test_agent_cancel_from_another_process_stops_agent_run_at_the_next_boundary(child_env, children, moment):
     script, ready = SCRIPTS[moment]
     runner = start(children, "agent_run", "slow work", "--tool", "sleep", "--script", json.dumps(script),
-                   "--json", env=child_env)
+                   "--max-iterations", str(len(script)), "--json", env=child_env)
     run_id = runner.read_until(lambda o: o["event"] == "started")["run_id"]
     runner.wait_stderr(f"python manage.py agent_cancel {run_id}")
     runner.read_until(lambda o: o["event"] == "step" and ready(o["step"]))
@@ -180,7 +180,7 @@ def test_agent_cancel_from_another_process_stops_agent_run_at_the_next_boundary(
 @pytest.mark.django_db(transaction=True)
 def test_ctrl_c_cancels_agent_run_through_the_runtime(child_env, children):
     runner = start(children, "agent_run", "slow work", "--tool", "sleep", "--script",
-                   json.dumps(sleeps(30, delay=0.3, seconds=0.3)), "--json", env=child_env)
+                   json.dumps(sleeps(30, delay=0.3, seconds=0.3)), "--max-iterations", "31", "--json", env=child_env)
     runner.read_until(lambda o: o["event"] == "step" and o["step"]["kind"] == "tool")
     runner.proc.send_signal(signal.SIGINT)
     code, lines = runner.finish()

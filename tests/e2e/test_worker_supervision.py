@@ -72,7 +72,7 @@ def test_the_worker_loop_brings_a_worker_back(child_env, settings, runtime, tmp_
 
     def executes(prompt: str) -> None:
         run_id = runtime.enqueue({"prompt": prompt, "script": [{"content": "ok"}], "tools": []})
-        wait_for(lambda: AgentRun.objects.get(pk=run_id).status == RunStatus.COMPLETED, timeout=90,
+        wait_for(lambda: AgentRun.objects.get(pk=run_id).status == RunStatus.COMPLETED, timeout=120,
                  what=f"the run {prompt!r} to complete")
 
     try:
@@ -83,9 +83,12 @@ def test_the_worker_loop_brings_a_worker_back(child_env, settings, runtime, tmp_
         server = start_redis(port, tmp_path)
         executes("after a Redis restart")
 
-        [pid] = _children(loop.pid)  # the first worker, or one the loop started after Redis left
+        def loops_worker() -> set[int]:  # registered, and a child of the loop (not its backoff sleep)
+            return worker_pids(url) & set(_children(loop.pid))
+
+        [pid] = wait_for(loops_worker, timeout=60, what="the loop's worker")
         os.kill(pid, signal.SIGKILL)  # the worker process ends abruptly
-        wait_for(lambda: worker_pids(url) - {pid}, timeout=90, what="a new worker")
+        wait_for(lambda: loops_worker() - {pid}, timeout=90, what="a new worker")
         assert "rqworker exited with status" in (tmp_path / "worker.log").read_text(errors="replace")
         executes("after the worker exited")
 

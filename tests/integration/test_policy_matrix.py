@@ -136,3 +136,52 @@ def test_every_surface_gives_the_policys_answer_and_the_policy_is_the_table(acto
     assert not mismatches, json.dumps(mismatches, indent=1)
     assert AgentRun.objects.get(pk=queued.pk).status == RunStatus.QUEUED  # nothing was changed on the way
     assert AgentRun.objects.get(pk=finished.pk).status == RunStatus.COMPLETED
+
+
+# --- the README's table is the code's --------------------------------------------------------
+README_ROWS = {"start a run": A.START, "see, stream": A.SEE, "cancel": A.CANCEL, "approve / deny": A.APPROVE,
+               "bulk cancel (API, admin action)": A.BULK_CANCEL}
+README_COLUMNS = {"anonymous": "anonymous", "owner (own run)": "owner", "other user": "other_user",
+                  "staff": "staff", "staff + `cancel_agentrun`": "staff_cancel",
+                  "staff + `approve_agentrun`": "staff_approve"}
+CELLS = {"yes": policy.Verdict.ALLOWED, "404": policy.Verdict.NOT_FOUND, "403": policy.Verdict.FORBIDDEN,
+         "401 / sign-in": policy.Verdict.UNAUTHENTICATED}
+
+
+def readme_table() -> dict[tuple[str, policy.Action], str]:
+    from tests.conftest import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    lines = [line for line in text[text.index("### Who may do what"):].splitlines() if line.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    table = {}
+    for line in lines[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0] in README_ROWS:
+            for column, cell in zip(header[1:], cells[1:]):
+                table[(README_COLUMNS[column], README_ROWS[cells[0]])] = cell
+    return table
+
+
+@pytest.mark.django_db
+def test_the_readme_permission_table_is_what_the_policy_decides(actors, alice, bob):
+    alices = AgentRun.objects.create(owner=alice, prompt="p", provider="scripted", status=RunStatus.QUEUED)
+    table = readme_table()
+    assert len(table) == len(README_ROWS) * len(README_COLUMNS)
+    for (name, action), cell in table.items():
+        user = actors[name]
+        if action == A.BULK_CANCEL:
+            if name == "anonymous":
+                assert cell == "401 / sign-in" and not policy.authenticated(user)
+                continue
+            own = AgentRun.objects.create(owner=user, prompt="p", provider="scripted", status=RunStatus.QUEUED)
+            reach = set(policy.actionable_runs(user, action).filter(pk__in=[own.pk, alices.pk])
+                        .values_list("pk", flat=True))
+            expected = {"own runs": {own.pk}, "every run": {own.pk, alices.pk}}[cell]
+            if name == "owner":  # alice's run is her own too
+                expected = {own.pk, alices.pk}
+            assert reach == expected, (name, cell)
+            continue
+        # "owner (own run)" acts on alice's run as alice; every other column on alice's run too.
+        run = None if action == A.START else alices
+        assert policy.verdict(user, action, run) == CELLS[cell], (name, action, cell)

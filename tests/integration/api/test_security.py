@@ -65,7 +65,8 @@ def test_fuzz_nesting_and_size_never_gives_a_server_error(api, depth, width, ope
     assert "detail" in response.json() or response.status_code == 400
 
 
-def test_deep_script_in_the_playground_is_a_form_error(alice, db):
+@pytest.mark.django_db
+def test_deep_script_in_the_playground_is_a_form_error(alice):
     # Guards finding 2 in the playground's script field (was a 500).
     client = Client()
     client.force_login(alice)
@@ -76,7 +77,8 @@ def test_deep_script_in_the_playground_is_a_form_error(alice, db):
     assert response.json()["errors"]["script"] == [f"JSON nested deeper than {MAX_JSON_DEPTH} levels"]
 
 
-def test_deep_script_on_the_command_line_is_a_usage_error(db):
+@pytest.mark.django_db
+def test_deep_script_on_the_command_line_is_a_usage_error():
     # Guards finding 2 in agent_run --script (was a traceback).
     with pytest.raises(CommandError) as raised:
         call_command("agent_run", "x", "--script", nested(100_000), stdout=StringIO(), stderr=StringIO())
@@ -121,7 +123,8 @@ def test_lists_leave_out_scripts_unless_expanded(api, alice):
 
 
 # --- finding 7: NUL never reaches a view, a filter or the database ----------------------------
-def test_nul_is_refused_at_the_edge_everywhere(alice, django_user_model, runtime, db):
+@pytest.mark.django_db
+def test_nul_is_refused_at_the_edge_everywhere(alice, django_user_model, runtime):
     # Guards finding 7: a NUL cancel reason in the playground and ?status__exact=%00 in the
     # admin were 500s (PostgreSQL refuses the byte).
     run = AgentRun.objects.get(pk=runtime.enqueue({"prompt": "x", "script": [{"content": "y"}]}, owner=alice))
