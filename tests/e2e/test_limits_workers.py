@@ -12,8 +12,8 @@ from django.utils import timezone
 from nrllm_agents import dispatch
 from nrllm_agents.models import AgentRun, CancelSource, RunStatus
 from tests.conftest import manage
-from tests.e2e.test_workers import (assert_starts_match_steps, events, finished, journal, queue, results_of,  # noqa: F401
-                                    start_workers, worker_env)
+from tests.e2e.test_workers import (assert_starts_match_steps, events, finished, journal, results_of,  # noqa: F401
+                                    start_workers)
 from tests.e2e.workers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
