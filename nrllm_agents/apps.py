@@ -14,7 +14,7 @@ class NrllmAgentsConfig(AppConfig):
     def ready(self) -> None:
         from django.core.signals import request_started
 
-        from . import recovery
+        from . import checks, recovery  # noqa: F401  (checks: registers the settings checks)
 
         # A web process on the in-process executor sweeps stranded queued runs by itself
         # (started at its first request, so management commands start no thread).

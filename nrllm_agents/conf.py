@@ -1,11 +1,44 @@
-"""Settings of nrllm_agents, read lazily from ``settings.NRLLM_AGENTS`` with typed defaults."""
+"""Settings of nrllm_agents: ``settings.NRLLM_AGENTS`` over environment variables over defaults.
+
+Read lazily, on first use, and validated by Django's system checks (``checks.py``): a bad value
+is named by ``manage.py check`` (and at every start of ``runserver`` or a worker), never met
+halfway through a run. A value from the environment is parsed to the default's type.
+"""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
+
+
+@dataclass(frozen=True)
+class Env:
+    """A default read from environment variable ``name`` (parsed as ``kind``), else ``default``."""
+
+    name: str
+    kind: type
+    default: Any
+
+    def resolve(self) -> Any:
+        raw = os.environ.get(self.name)
+        if raw is None:
+            return self.default
+        text = raw.strip()
+        try:
+            if self.kind is bool:
+                if text.lower() not in _TRUE | _FALSE:
+                    raise ValueError(text)
+                return text.lower() in _TRUE
+            return self.kind(text)
+        except ValueError:
+            raise ImproperlyConfigured(f"environment variable {self.name}={raw[:40]!r} is not a valid "
+                                       f"{self.kind.__name__}") from None
 
 DEFAULTS: dict[str, Any] = {
     # name -> dotted path of a factory ``(request, run_id) -> Provider``
@@ -34,46 +67,45 @@ DEFAULTS: dict[str, Any] = {
     "OPENAI_TIMEOUT": 60.0,
     # stream model answers (live text, and a cancel keeps what arrived); off: one response,
     # and a cancel still aborts the call by closing its connection
-    "OPENAI_STREAM": os.environ.get("NRLLM_OPENAI_STREAM", "1").strip().lower() not in {"0", "false", "no", "off"},
+    "OPENAI_STREAM": Env("NRLLM_OPENAI_STREAM", bool, True),
     "QUEUE_NAME": "default",
     # threads of the in-process executor used when REDIS_URL is unset
     "LOCAL_WORKERS": 4,
     # interactive playground runs executing at once in one web process; more are refused
-    "INTERACTIVE_WORKERS": int(os.environ.get("NRLLM_INTERACTIVE_WORKERS", "8")),
+    "INTERACTIVE_WORKERS": Env("NRLLM_INTERACTIVE_WORKERS", int, 8),
     # RQ's default 180 s job timeout would kill long runs; -1 means no timeout.
-    "JOB_TIMEOUT": int(os.environ.get("NRLLM_JOB_TIMEOUT", "3600")),
+    "JOB_TIMEOUT": Env("NRLLM_JOB_TIMEOUT", int, 3600),
     # how long a segment owns a run without renewing; renewed at every step boundary, so it
     # must exceed the longest single step (a model call's timeout, the longest tool)
-    "LEASE_SECONDS": float(os.environ.get("NRLLM_LEASE_SECONDS", "300")),
+    "LEASE_SECONDS": Env("NRLLM_LEASE_SECONDS", float, 300.0),
     # requeues a run may take (transient provider failures and reaped workers share it)
-    "MAX_ATTEMPTS": int(os.environ.get("NRLLM_MAX_ATTEMPTS", "3")),
+    "MAX_ATTEMPTS": Env("NRLLM_MAX_ATTEMPTS", int, 3),
     # retry delay: RETRY_BASE_SECONDS * 2**attempt, capped at RETRY_MAX_SECONDS
-    "RETRY_BASE_SECONDS": float(os.environ.get("NRLLM_RETRY_BASE_SECONDS", "2")),
-    "RETRY_MAX_SECONDS": float(os.environ.get("NRLLM_RETRY_MAX_SECONDS", "300")),
+    "RETRY_BASE_SECONDS": Env("NRLLM_RETRY_BASE_SECONDS", float, 2.0),
+    "RETRY_MAX_SECONDS": Env("NRLLM_RETRY_MAX_SECONDS", float, 300.0),
     # queued runs older than this with no job in the queue are dispatched again (recovery.py)
-    "QUEUED_STALE_SECONDS": float(os.environ.get("NRLLM_QUEUED_STALE_SECONDS", "300")),
+    "QUEUED_STALE_SECONDS": Env("NRLLM_QUEUED_STALE_SECONDS", float, 300.0),
     # how often a process using the in-process executor sweeps by itself (0: never)
-    "QUEUED_SWEEP_SECONDS": float(os.environ.get("NRLLM_QUEUED_SWEEP_SECONDS", "60")),
+    "QUEUED_SWEEP_SECONDS": Env("NRLLM_QUEUED_SWEEP_SECONDS", float, 60.0),
     # hot statements (step boundary, cancel, claim) as server-side prepared statements on
     # PostgreSQL; turn off behind a transaction-mode PgBouncer older than 1.21 (or without
     # max_prepared_statements): they are then still server-side bound, only not prepared
-    "PREPARED_STATEMENTS": os.environ.get("NRLLM_PREPARED_STATEMENTS", "1").strip().lower() not in {"0", "false", "no", "off"},
+    "PREPARED_STATEMENTS": Env("NRLLM_PREPARED_STATEMENTS", bool, True),
     # the browser stream (GET /api/runs/<id>/stream/): how often it reads the stored stream,
     # how long it may stay silent before a keepalive comment, and when it closes so the
     # client reconnects with Last-Event-ID (bounds how long one stream holds a worker thread)
-    "STREAM_POLL_SECONDS": float(os.environ.get("NRLLM_STREAM_POLL_SECONDS", "0.2")),
-    "STREAM_HEARTBEAT_SECONDS": float(os.environ.get("NRLLM_STREAM_HEARTBEAT_SECONDS", "10")),
-    "STREAM_MAX_SECONDS": float(os.environ.get("NRLLM_STREAM_MAX_SECONDS", "300")),
+    "STREAM_POLL_SECONDS": Env("NRLLM_STREAM_POLL_SECONDS", float, 0.2),
+    "STREAM_HEARTBEAT_SECONDS": Env("NRLLM_STREAM_HEARTBEAT_SECONDS", float, 10.0),
+    "STREAM_MAX_SECONDS": Env("NRLLM_STREAM_MAX_SECONDS", float, 300.0),
     # how often a process re-reads the status of the runs it executes, in one query, when no
     # cancel notification can reach it (SQLite; a PostgreSQL listening connection that is lost)
-    "CANCEL_POLL_SECONDS": float(os.environ.get("NRLLM_CANCEL_POLL_SECONDS", "1")),
+    "CANCEL_POLL_SECONDS": Env("NRLLM_CANCEL_POLL_SECONDS", float, 1.0),
     # GET /metrics: staff may always read it; with a token, so may ``Authorization: Bearer <token>``;
     # ALLOW_LOCALHOST also opens it to loopback clients (unsafe behind a reverse proxy on this host)
-    "METRICS_TOKEN": os.environ.get("NRLLM_METRICS_TOKEN", ""),
-    "METRICS_ALLOW_LOCALHOST": os.environ.get("NRLLM_METRICS_ALLOW_LOCALHOST", "").strip().lower()
-    in {"1", "true", "yes", "on"},
+    "METRICS_TOKEN": Env("NRLLM_METRICS_TOKEN", str, ""),
+    "METRICS_ALLOW_LOCALHOST": Env("NRLLM_METRICS_ALLOW_LOCALHOST", bool, False),
     # how long the run-state gauges (one GROUP BY over active runs) are reused between scrapes
-    "METRICS_STATE_TTL": float(os.environ.get("NRLLM_METRICS_STATE_TTL", "5")),
+    "METRICS_STATE_TTL": Env("NRLLM_METRICS_STATE_TTL", float, 5.0),
 }
 
 
@@ -85,8 +117,10 @@ class _Settings:
             raise AttributeError(name)
         user = getattr(django_settings, "NRLLM_AGENTS", {}) or {}
         value = user.get(name, DEFAULTS[name])
-        if name in ("PROVIDERS", "TOOLS"):
-            value = {**DEFAULTS[name], **value}
+        if isinstance(value, Env):
+            value = value.resolve()
+        if name in ("PROVIDERS", "TOOLS") and isinstance(value, dict):
+            value = {**DEFAULTS[name], **value}  # adds to the built-in ones
         return value
 
 

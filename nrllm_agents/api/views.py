@@ -17,6 +17,7 @@ from rest_framework import generics, status
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.pagination import PageNumberPagination
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -73,6 +74,9 @@ class RunAPIView(APIView):
 
     parser_classes = [BoundedJSONParser]
     authentication_classes = [TokenAuthentication, SessionAuthentication]
+    # Stated here, not left to the host project's REST_FRAMEWORK defaults: the API needs a
+    # signed-in caller whatever DEFAULT_PERMISSION_CLASSES says.
+    permission_classes = [IsAuthenticated]
     post_throttle_scope: str | None = None
     runtime = AgentRuntime()
 

@@ -1,0 +1,62 @@
+"""Settings are validated once, by Django's system checks: ``manage.py check`` names the bad value.
+
+Guards what once happened: a bad NRLLM_JOB_TIMEOUT or a lease shorter than the model timeout
+surfaced only when a run was enqueued, and a non-number in an NRLLM_* variable crashed the
+import of the settings module with a bare ValueError.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from django.test import override_settings
+
+from nrllm_agents.checks import check_settings
+from tests.conftest import ROOT
+
+
+def ids(**nrllm: object) -> list[str]:
+    with override_settings(NRLLM_AGENTS=nrllm):
+        return sorted(m.id for m in check_settings())
+
+
+def test_the_defaults_pass():
+    assert ids() == []
+
+
+@pytest.mark.parametrize("name, value", [
+    ("LEASE_SECONDS", 0), ("LEASE_SECONDS", "300"), ("JOB_TIMEOUT", 0), ("JOB_TIMEOUT", 1.5),
+    ("MAX_ATTEMPTS", -1), ("LOCAL_WORKERS", True), ("CANCEL_POLL_SECONDS", -1), ("OPENAI_STREAM", "yes"),
+    ("DEFAULT_DEADLINE_SECONDS", 0), ("QUEUE_NAME", " "), ("TOOLS", ["calculator"]),
+])
+def test_a_bad_value_is_named(name, value):
+    with override_settings(NRLLM_AGENTS={name: value}):
+        messages = check_settings()
+    assert [m.id for m in messages] == ["nrllm_agents.E003"]
+    assert f"NRLLM_AGENTS[{name!r}]" in messages[0].msg
+
+
+def test_settings_that_do_not_fit_together_are_named():
+    assert ids(LEASE_SECONDS=30, OPENAI_TIMEOUT=60) == ["nrllm_agents.E004"]
+    assert ids(DEFAULT_MAX_ITERATIONS=50, MAX_ITERATIONS_LIMIT=10) == ["nrllm_agents.E005"]
+    assert ids(DEFAULT_PROVIDER="nope") == ["nrllm_agents.E006"]
+    assert ids(DEFAULT_TOOLS=["calculator", "nope"]) == ["nrllm_agents.E007"]
+    assert ids(LEASE_SECONDS_TYPO=1) == ["nrllm_agents.W001"]
+
+
+def test_a_bad_environment_variable_is_named(monkeypatch):
+    monkeypatch.setenv("NRLLM_LEASE_SECONDS", "five minutes")
+    messages = check_settings()
+    assert [m.id for m in messages] == ["nrllm_agents.E002"]
+    assert "NRLLM_LEASE_SECONDS='five minutes'" in messages[0].msg
+
+
+def test_manage_py_check_refuses_to_start_and_names_the_value():
+    env = {"PATH": "/usr/bin:/bin", "DJANGO_DEBUG": "1", "NRLLM_JOB_TIMEOUT": "soon",
+           "DATABASE_URL": "sqlite:///:memory:"}
+    ran = subprocess.run([sys.executable, str(ROOT / "manage.py"), "check"], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    assert "NRLLM_JOB_TIMEOUT='soon'" in ran.stderr and "nrllm_agents.E002" in ran.stderr
