@@ -66,6 +66,10 @@ class RunResult:
     pending_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
+EXECUTING_STOPS = "the step in flight is interrupted and recorded, then it stops"
+"""How a cancel stops a run that a segment is executing, in the words every surface uses."""
+
+
 @dataclass(frozen=True)
 class CancelResult:
     """What ``AgentRuntime.cancel`` did; ``previous_status`` is what the cancel found."""
@@ -77,7 +81,7 @@ class CancelResult:
 
     @property
     def was_executing(self) -> bool:
-        """A segment was executing it: it stops at its next boundary."""
+        """A segment was executing it: its step in flight is interrupted (``EXECUTING_STOPS``)."""
         return self.outcome == CancelOutcome.CANCELLED and self.previous_status == RunStatus.RUNNING
 
 

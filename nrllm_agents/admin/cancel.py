@@ -19,6 +19,7 @@ from django.template.response import TemplateResponse
 from django.utils.translation import ngettext
 
 from ..models import RunStatus
+from ..outcomes import EXECUTING_STOPS
 from ..runtime import CancelOutcome, CancelResult
 from ..store import BulkCancel
 
@@ -40,7 +41,7 @@ class CancelForm(forms.Form):
 def plan(status: str) -> str:
     """What a cancel will do to a run in ``status``."""
     if status == RunStatus.RUNNING:
-        return "cancel: it is executing and stops at its next step boundary"
+        return f"cancel: it is executing; {EXECUTING_STOPS}"
     if status in (RunStatus.QUEUED, RunStatus.WAITING_FOR_APPROVAL):
         return "cancel: it is not executing and stops at once"
     if status == RunStatus.CANCELLED:
@@ -65,10 +66,10 @@ def _parts(cancelled: int, finished: int, already: int, *, verb: str) -> list[st
 
 def _executing(n: int, *, done: bool) -> str:
     if done:
-        return ngettext("%(n)d of them was executing and stops at its next step boundary.",
-                        "%(n)d of them were executing and stop at their next step boundary.", n) % {"n": n}
-    return ngettext("%(n)d of them is executing and stops at its next step boundary.",
-                    "%(n)d of them are executing and stop at their next step boundary.", n) % {"n": n}
+        return ngettext("%(n)d of them was executing: ", "%(n)d of them were executing: ", n) % {"n": n} + \
+            f"{EXECUTING_STOPS}."
+    return ngettext("%(n)d of them is executing: ", "%(n)d of them are executing: ", n) % {"n": n} + \
+        f"{EXECUTING_STOPS}."
 
 
 def _finished(result: BulkCancel) -> int:
@@ -108,7 +109,7 @@ def single_summary(result: CancelResult) -> tuple[str, int]:
     run = f"Run {result.run_id}"
     if result.outcome == CancelOutcome.CANCELLED:
         if result.was_executing:
-            return f"{run} cancelled; it was executing and stops at its next step boundary.", messages.SUCCESS
+            return f"{run} cancelled; it was executing: {EXECUTING_STOPS}.", messages.SUCCESS
         return f"{run} cancelled.", messages.SUCCESS
     if result.outcome == CancelOutcome.ALREADY_CANCELLED:
         return f"{run} was already cancelled; nothing changed.", messages.WARNING

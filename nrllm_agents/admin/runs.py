@@ -32,6 +32,7 @@ from django.utils.html import format_html, format_html_join
 
 from .. import policy
 from ..models import AgentRun, AgentRunEvent, CancelSource
+from ..outcomes import EXECUTING_STOPS
 from ..runtime import AgentRuntime, InvalidRunId, parse_run_id
 from ..observability import gantt
 from . import timeline
@@ -164,7 +165,7 @@ class AgentRunAdmin(admin.ModelAdmin):
             return "-"
         if run.stopped_at:
             return "yes"
-        return "not yet: the executing segment stops at its next step boundary"
+        return f"not yet: {EXECUTING_STOPS}"
 
     def render_change_form(self, request: HttpRequest, context: dict[str, Any], add: bool = False,
                            change: bool = False, form_url: str = "", obj: AgentRun | None = None) -> HttpResponse:

@@ -315,7 +315,8 @@ class CancelResponseSerializer(serializers.Serializer):
     outcome = serializers.ChoiceField([o.value for o in CancelOutcome if o != CancelOutcome.NOT_FOUND])
     previous_status = serializers.ChoiceField(RunStatus.choices, help_text="The status the cancel found.")
     status = serializers.ChoiceField(RunStatus.choices, help_text="The status now.")
-    stopping = serializers.BooleanField(help_text="The run was executing and stops at its next step boundary.")
+    stopping = serializers.BooleanField(help_text="The run was executing: its step in flight is interrupted and "
+                                                  "recorded, then it stops (cancel.stopped_at fills in then).")
     detail = serializers.CharField()
     run = RunSerializer()
 

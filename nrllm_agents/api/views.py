@@ -23,6 +23,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ..dispatch import EnqueueError
+from ..outcomes import EXECUTING_STOPS
 from .. import policy
 from ..models import AgentRun, CancelSource, RunStatus
 from ..presenters import event_dict, stream_finished
@@ -218,7 +219,7 @@ class RunDetailView(RunAPIView):
 
 
 _CANCELLED_DETAIL = {
-    RunStatus.RUNNING: "Cancelled; the run was executing and stops at its next step boundary.",
+    RunStatus.RUNNING: f"Cancelled; the run was executing: {EXECUTING_STOPS}.",
     RunStatus.QUEUED: "Cancelled; the run was queued and will never execute.",
     RunStatus.WAITING_FOR_APPROVAL: "Cancelled; the run was waiting for approval and can no longer be approved.",
 }
@@ -229,10 +230,10 @@ class RunCancelView(RunAPIView):
 
     @extend_schema(
         operation_id="runs_cancel", summary="Cancel a run", parameters=[RUN_ID], request=s.CancelRequestSerializer,
-        description="Cancel a queued, running or waiting run. A running run stops at its next step boundary: "
-                    "the step in flight is recorded, then a `cancelled` step.",
-        responses={202: OpenApiResponse(s.CancelResponseSerializer, "It was executing: it stops at its next step "
-                                        "boundary, and `run.cancel.stopped_at` fills in then."),
+        description="Cancel a queued, running or waiting run. A running run is interrupted: its model call or "
+                    "tool in flight is cut short and recorded as an interrupted step, then a `cancelled` step.",
+        responses={202: OpenApiResponse(s.CancelResponseSerializer, "It was executing: its step in flight is "
+                                        "interrupted, and `run.cancel.stopped_at` fills in when it has stopped."),
                    200: OpenApiResponse(s.CancelResponseSerializer, "It was queued or waiting (now cancelled, "
                                         "nothing executing), or already cancelled (`outcome` says so)."),
                    409: OpenApiResponse(s.CancelResponseSerializer, "It had completed or failed; nothing changed."),

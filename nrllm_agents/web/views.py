@@ -23,6 +23,7 @@ from django.views.decorators.http import require_GET, require_POST
 from .. import dispatch, policy
 from ..api.throttling import CANCEL_SCOPE, CREATE_SCOPE, RunRateThrottle
 from ..models import ACTIVE, AgentRun, CancelSource, RunStatus
+from ..outcomes import EXECUTING_STOPS
 from ..observability import gantt
 from ..presenters import event_dict, run_status_dict, stream_finished
 from ..forks import ParentStillActive
@@ -179,7 +180,7 @@ _CANCEL_MESSAGES = {
 def _cancel_answer(result: CancelResult) -> tuple[int, int, str]:
     """HTTP status, message level and message for what a cancel did."""
     if result.outcome == CancelOutcome.CANCELLED and result.was_executing:
-        return 202, messages.SUCCESS, "Cancel requested: the run stops at its next step boundary."
+        return 202, messages.SUCCESS, f"Run cancelled; it was executing: {EXECUTING_STOPS}."
     if result.outcome in _CANCEL_MESSAGES:
         return 200, messages.SUCCESS, _CANCEL_MESSAGES[result.outcome]
     return 409, messages.WARNING, f"The run had already {result.status}; nothing changed."

@@ -169,7 +169,7 @@ def test_agent_cancel_from_another_process_stops_agent_run_at_the_next_boundary(
     canceller = start(children, "agent_cancel", run_id, "--reason", f"e2e {moment}", env=child_env)
     cancel_code, cancel_out = canceller.finish_text()
     assert cancel_code == 0, canceller.stderr
-    assert cancel_out == [f"{run_id} cancelled (it stops at its next step boundary)"]
+    assert cancel_out == [f"{run_id} cancelled (it was executing: the step in flight is interrupted and recorded, then it stops)"]
 
     code, lines = runner.finish()
     assert code == 3, runner.stderr
@@ -185,7 +185,7 @@ def test_ctrl_c_cancels_agent_run_through_the_runtime(child_env, children):
     runner.proc.send_signal(signal.SIGINT)
     code, lines = runner.finish()
     assert code == 3, runner.stderr
-    assert any("interrupted: cancelling the run at its next step boundary" in line for line in runner.stderr)
+    assert any("interrupted: cancelling the run and the step in flight" in line for line in runner.stderr)
     ack = assert_stopped_at_boundary(runner, lines, child_env)
     assert (ack["payload"]["source"], ack["payload"]["reason"]) == ("cli", "interrupted (Ctrl-C)")
 

@@ -19,7 +19,7 @@ from tests.e2e.workers import wait_for
 pytestmark = pytest.mark.django_db(transaction=True)
 
 CALC = {"name": "calculator", "arguments": {"expression": "1+1"}}
-LONG = [{"delay": 0.4, "tool_calls": [CALC]} for _ in range(30)] + [{"content": "done"}]
+LONG = [{"delay": 0.4, "tool_calls": [CALC]} for _ in range(9)] + [{"content": "done"}]
 
 
 def test_a_queued_run_overdue_before_any_worker_is_cancelled_by_the_reaper_and_never_executes(

@@ -86,7 +86,7 @@ def test_the_worker_loop_brings_a_worker_back(child_env, settings, runtime, tmp_
         def loops_worker() -> set[int]:  # registered, and a child of the loop (not its backoff sleep)
             return worker_pids(url) & set(_children(loop.pid))
 
-        [pid] = wait_for(loops_worker, timeout=60, what="the loop's worker")
+        [pid] = wait_for(loops_worker, timeout=120, what="the loop's worker")
         os.kill(pid, signal.SIGKILL)  # the worker process ends abruptly
         wait_for(lambda: loops_worker() - {pid}, timeout=90, what="a new worker")
         assert "rqworker exited with status" in (tmp_path / "worker.log").read_text(errors="replace")

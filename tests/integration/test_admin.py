@@ -309,7 +309,7 @@ def test_bulk_cancel_stops_an_executing_run_and_its_page_shows_the_record(client
     response = client.post(CHANGELIST, bulk([live.run_id, done], post="yes", reason="runaway"), follow=True)
     result = live.join()
     assert shown(response) == [(messages.SUCCESS, "1 run cancelled, 1 run already finished. "
-                                                  "1 of them was executing and stops at its next step boundary.")]
+                                                  "1 of them was executing: the step in flight is interrupted and recorded, then it stops.")]
     assert result.outcome == Outcome.CANCELLED
     run = row(live.run_id)
     assert run.status == RunStatus.CANCELLED and run.stopped_at is not None and run.cancelled_by == operator
@@ -408,8 +408,8 @@ def test_cancel_from_the_page_of_an_executing_run(client, django_user_model, run
     live = InThread(runtime, SLOW)
     response = client.post(cancel_url(live.run_id), {"post": "yes"}, follow=True)
     assert live.join().outcome == Outcome.CANCELLED
-    assert shown(response) == [(messages.SUCCESS, f"Run {live.run_id} cancelled; it was executing and stops at "
-                                                  "its next step boundary.")]
+    assert shown(response) == [(messages.SUCCESS, f"Run {live.run_id} cancelled; it was executing: the step in flight "
+                                                  "is interrupted and recorded, then it stops.")]
     assert row(live.run_id).stopped_at is not None
 
 

@@ -329,7 +329,7 @@ def test_agent_cancel_mixed_ids_one_line_each_in_order_and_json(runtime):
 def test_agent_cancel_running_run_says_it_stops_at_the_next_boundary():
     row = store.begin(RunRequest.from_mapping({"prompt": "p"}).row_fields())
     ran = run("agent_cancel", str(row.pk))
-    assert ran.code == 0 and ran.out.strip() == f"{row.pk} cancelled (it stops at its next step boundary)"
+    assert ran.code == 0 and ran.out.strip() == f"{row.pk} cancelled (it was executing: the step in flight is interrupted and recorded, then it stops)"
 
 
 @pytest.mark.django_db

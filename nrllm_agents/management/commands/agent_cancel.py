@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nrllm_agents import cli
+from nrllm_agents.outcomes import EXECUTING_STOPS
 from nrllm_agents.models import AgentRun, CancelSource, RunStatus
 from nrllm_agents.runtime import AgentRuntime, CancelOutcome, CancelResult
 
@@ -16,7 +17,7 @@ MAX_REASON_CHARS = 1000
 
 class Command(BaseCommand):
     help = (
-        "Cancel agent runs. A run that is executing stops at its next step boundary; a queued or "
+        "Cancel agent runs. A run that is executing is interrupted: its step in flight is recorded, then it stops; a queued or "
         "waiting run stops at once; a finished run is left unchanged. Give run ids, or select runs "
         "with --status / --older-than (with --dry-run to only count them). Exit status: 0 when every "
         "given run is cancelled (now or before), 1 when any was not found or had already completed "
@@ -74,7 +75,7 @@ class Command(BaseCommand):
             }))
             return
         if result.outcome == CancelOutcome.CANCELLED:
-            tail = (" (it stops at its next step boundary)" if result.was_executing
+            tail = (f" (it was executing: {EXECUTING_STOPS})" if result.was_executing
                     else f" (was {result.previous_status})")
             self.stdout.write(f"{result.run_id} cancelled{tail}", self.style.SUCCESS)
         elif result.outcome == CancelOutcome.ALREADY_CANCELLED:
@@ -105,7 +106,7 @@ class Command(BaseCommand):
         self.stdout.write(f"{verb} {done.cancelled_total} runs{_by_status(done.cancelled)}", self.style.SUCCESS)
         running = done.cancelled.get(RunStatus.RUNNING, 0)
         if running and not done.dry_run:
-            self.stdout.write(f"{running} running runs stop at their next step boundary")
+            self.stdout.write(f"{running} running runs: {EXECUTING_STOPS}")
         if done.unchanged:
             self.stdout.write(f"left unchanged: {sum(done.unchanged.values())} finished runs"
                               f"{_by_status(done.unchanged)}")

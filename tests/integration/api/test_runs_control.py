@@ -47,7 +47,7 @@ def test_cancelling_an_executing_run_is_202_and_stopped_at_waits_for_the_boundar
     assert response.status_code == 202
     body = response.json()
     assert (body["outcome"], body["previous_status"], body["stopping"]) == ("cancelled", "running", True)
-    assert "next step boundary" in body["detail"]
+    assert "the step in flight is interrupted" in body["detail"]
     assert body["run"]["cancel"]["requested_at"] and body["run"]["cancel"]["stopped_at"] is None
 
 
