@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 
 from .models import AgentRun
 
@@ -49,6 +49,7 @@ _PERMISSION = {Action.CANCEL: CANCEL_PERMISSION, Action.BULK_CANCEL: CANCEL_PERM
 
 
 def authenticated(user: Any) -> bool:
+    """A signed-in, active user (``AnonymousUser`` and ``None`` are not)."""
     return bool(getattr(user, "is_authenticated", False) and getattr(user, "is_active", True))
 
 
@@ -88,21 +89,24 @@ def actionable_runs(user: Any, action: Action, runs: QuerySet[AgentRun] | None =
         return runs.none()
     if action in (Action.SEE, Action.STREAM):
         return runs if sees_all(user) else runs.filter(owner=user)
-    return runs if acts_on_all(user, action) else runs.filter(Q(owner=user))
+    return runs if acts_on_all(user, action) else runs.filter(owner=user)
 
 
 def verdict(user: Any, action: Action, run: AgentRun | None = None) -> Verdict:
     """The answer for one caller, action and run (``None`` for ``start`` and ``bulk_cancel``).
 
     A run ``user`` may not see is ``NOT_FOUND`` whatever the action, so that refusing never
-    tells whether a run exists; a visible run the caller may not act on is ``FORBIDDEN``.
+    tells whether a run exists (so is ``None`` for an action on a run); a visible run the
+    caller may not act on is ``FORBIDDEN``.
     ``bulk_cancel`` is allowed to every signed-in user: the selection is then narrowed with
     ``actionable_runs``.
     """
     if not authenticated(user):
         return Verdict.UNAUTHENTICATED
-    if action in (Action.START, Action.BULK_CANCEL) or run is None:
+    if action in (Action.START, Action.BULK_CANCEL):
         return Verdict.ALLOWED
+    if run is None:
+        return Verdict.NOT_FOUND
     owner = run.owner_id is not None and run.owner_id == user.pk
     if not (owner or sees_all(user)):
         return Verdict.NOT_FOUND

@@ -100,7 +100,7 @@ class RunAPIView(APIView):
         except InvalidRunId:
             raise NotFound(NOT_FOUND_DETAIL) from None
         run = with_children(policy.visible_runs(self.request.user), self.request.user).filter(pk=pk).first()
-        verdict = policy.verdict(self.request.user, action, run) if run is not None else policy.Verdict.NOT_FOUND
+        verdict = policy.verdict(self.request.user, action, run)
         if verdict == policy.Verdict.NOT_FOUND:
             raise NotFound(NOT_FOUND_DETAIL)
         if verdict != policy.Verdict.ALLOWED:

@@ -30,7 +30,7 @@ def get_visible_run(user: Any, run_id: uuid.UUID, action: policy.Action = policy
     when ``user`` sees it but may not act on it.
     """
     run = policy.visible_runs(user).filter(pk=run_id).first()
-    verdict = policy.verdict(user, action, run) if run is not None else policy.Verdict.NOT_FOUND
+    verdict = policy.verdict(user, action, run)
     if verdict == policy.Verdict.NOT_FOUND:
         raise Http404("no such run")
     if verdict != policy.Verdict.ALLOWED:

@@ -26,7 +26,7 @@ import redis
 
 from nrllm_agents import dispatch
 from nrllm_agents.models import AgentRun, RunStatus
-from tests.conftest import is_postgres, manage
+from tests.conftest import manage
 from tests.e2e.workers import Workers, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -162,10 +162,9 @@ class Proxy:
         self.listener.close()
 
 
+@pytest.mark.postgres_only  # a PostgreSQL outage through a TCP proxy; SQLite is a file, not a server
 def test_jobs_claimed_while_the_database_is_away_are_retried_and_run_once(runtime, queue, worker_env,
                                                                           start_workers, settings):
-    if not is_postgres():
-        pytest.skip("simulates a PostgreSQL outage through a TCP proxy; SQLite is a file, not a server")
     db = settings.DATABASES["default"]
     proxy = Proxy((db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432)))
     try:

@@ -182,8 +182,7 @@ def _behind_a_lock(action: Any, holder_work: Any = _record_and_requeue) -> Any:
     return run.pk, box["result"]
 
 
-ONLY_POSTGRES = pytest.mark.skipif("connection.vendor != 'postgresql'",
-                                   reason="the one-statement fences and pg_stat_activity are PostgreSQL's")
+ONLY_POSTGRES = pytest.mark.postgres_only  # the one-statement fences and pg_stat_activity are PostgreSQL's
 
 
 @ONLY_POSTGRES
