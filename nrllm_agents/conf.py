@@ -30,8 +30,9 @@ DEFAULTS: dict[str, Any] = {
     # and a cancel still aborts the call by closing its connection
     "OPENAI_STREAM": os.environ.get("NRLLM_OPENAI_STREAM", "1").strip().lower() not in {"0", "false", "no", "off"},
     "QUEUE_NAME": "default",
-    # threads of the in-process executor used when REDIS_URL is unset
-    "LOCAL_WORKERS": 4,
+    # runs the in-process executor (no REDIS_URL) executes at once, one thread each; more wait.
+    # A run holds no database connection between its step boundaries, so this can be large.
+    "LOCAL_WORKERS": int(os.environ.get("NRLLM_LOCAL_WORKERS", "200")),
     # RQ's default 180 s job timeout would kill long runs; -1 means no timeout.
     "JOB_TIMEOUT": int(os.environ.get("NRLLM_JOB_TIMEOUT", "3600")),
     # how long a segment owns a run without renewing; renewed at every step boundary, so it

@@ -1,8 +1,9 @@
 """Hands queued run ids to whatever executes them: RQ workers, or an in-process executor.
 
 With ``REDIS_URL`` set (production), a job carrying nothing but the run id goes to the
-django-rq queue and ``manage.py rqworker`` processes execute it. Without it (the embedded
-development default), a small background thread pool in this process executes it. Both
+django-rq queue and ``manage.py agent_worker`` (or ``rqworker``) processes execute it. Without
+it (the embedded development default), threads of this process execute it, one per run in
+flight, up to ``LOCAL_WORKERS`` at once (``executor.SegmentExecutor``, as in ``agent_worker``). Both
 end in ``jobs.execute_run``, i.e. ``AgentRuntime.run_queued``: the identical claim path,
 so a run cancelled before its executor gets to it never executes, wherever it was queued.
 
@@ -17,20 +18,20 @@ import logging
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 from .conf import app_settings
+from .executor import SegmentExecutor
 from .inflight import InFlight
 
 logger = logging.getLogger(__name__)
 
 JOB_FUNCTION = "nrllm_agents.jobs.execute_run"
 
-_executor: ThreadPoolExecutor | None = None
+_executor: SegmentExecutor | None = None
 _executor_lock = threading.Lock()
 _in_flight = InFlight()  # runs handed to the in-process executor and not yet finished
 
@@ -115,12 +116,12 @@ def _submit_locally(run_id: str, delay_seconds: float = 0) -> None:
         raise
 
 
-def _local_executor() -> ThreadPoolExecutor:
+def _local_executor() -> SegmentExecutor:
     global _executor
     with _executor_lock:
         if _executor is None:
-            _executor = ThreadPoolExecutor(max_workers=int(app_settings.LOCAL_WORKERS),
-                                           thread_name_prefix="nrllm-local-worker")
+            # Not daemon threads: stopping the development server lets the runs in flight finish.
+            _executor = SegmentExecutor(int(app_settings.LOCAL_WORKERS), name="nrllm-local-worker", daemon=False)
         return _executor
 
 
