@@ -119,7 +119,7 @@ class Monitor:
                 pss = sum(pss_kb(p) for p in pids)
                 with connection.cursor() as cursor:
                     cursor.execute("SELECT pid, application_name FROM pg_stat_activity WHERE application_name IN "
-                                   "(%s, 'nrllm-cancel-listener') AND pid <> pg_backend_pid()", [self.app_name])
+                                   "(%s, 'nrllm-cancel-listener') AND datname = current_database() AND pid <> pg_backend_pid()", [self.app_name])
                     rows = cursor.fetchall()
                 mine = [pid for pid, name in rows if name == self.app_name]
                 for pid in mine:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from types import FrameType
@@ -48,6 +49,10 @@ from .segment import hand_back_all
 
 DEFAULT_CONCURRENCY = 100
 POLL_SECONDS = 1  # a blocking dequeue returns at least this often, so a shutdown is seen promptly
+HEARTBEAT_EVERY = 5.0  # seconds between the worker's own heartbeats (RQ sends one per job otherwise)
+# A thread woken by a cancel waits for the GIL at most about this long while others compute
+# (Python's default is 5 ms); hundreds of mostly idle threads make the shorter wait cheap.
+SWITCH_INTERVAL = float(os.environ.get("NRLLM_WORKER_SWITCH_INTERVAL", "0.001"))
 
 
 class NoDeathPenalty(BaseDeathPenalty):
@@ -79,6 +84,9 @@ class ThreadedWorker(BaseWorker):
         self.executor = SegmentExecutor(self.concurrency, name="nrllm-agent-worker", daemon=True)
         self._handed_back = threading.Event()
         self._last_maintained = 0.0
+        self._last_heartbeat = 0.0
+        self._state: str | None = None
+        sys.setswitchinterval(SWITCH_INTERVAL)
 
     # RQ keeps one "current execution" per worker; here each thread has its own.
     @property
@@ -101,7 +109,10 @@ class ThreadedWorker(BaseWorker):
             if not self.executor.wait_for_slot(POLL_SECONDS):
                 idle_since = time.monotonic()
                 continue
-            self.set_state(WorkerStatus.BUSY if self.executor.in_flight else WorkerStatus.IDLE)
+            state = WorkerStatus.BUSY if self.executor.in_flight else WorkerStatus.IDLE
+            if state != self._state:
+                self._state = state
+                self.set_state(state)
             if self.should_run_maintenance_tasks:
                 self.run_maintenance_tasks()
             try:
@@ -163,6 +174,14 @@ class ThreadedWorker(BaseWorker):
                 pipeline.execute()
         except redis.exceptions.RedisError as exc:
             self.log.warning("Worker %s: heartbeat failed (%s)", self.name, exc)
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        """The worker's own heartbeat, at most every ``HEARTBEAT_EVERY`` seconds (RQ's loop sends
+        one per job: two round trips on the path of every dequeue)."""
+        if pipeline is None and time.monotonic() - self._last_heartbeat < HEARTBEAT_EVERY:
+            return
+        self._last_heartbeat = time.monotonic()
+        super().heartbeat(timeout, pipeline=pipeline)
 
     def get_heartbeat_ttl(self, job: Job) -> int:
         return self.job_monitoring_interval + 60  # no job timeout is enforced (see NoDeathPenalty)
