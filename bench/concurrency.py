@@ -5,7 +5,8 @@ take ``--min-delay``–``--max-delay`` seconds (2–10 s) are enqueued as fast a
 then executed by ``--processes`` ``agent_worker`` processes (``--concurrency`` = wave / processes).
 Beside them, the same measurement for ``--fork-workers`` forking ``rqworker`` processes (today's
 worker: one process plus one work horse per run in flight) on a wave of ``--fork-runs``.
-While each wave runs, ``--cancel-fraction`` of its runs are cancelled at random moments.
+Once a whole wave executes, ``--cancel-fraction`` of its runs are cancelled at random moments.
+Each worker process has a pool of ``--pool-max`` connections (``NRLLM_DB_POOL_MAX``, 20).
 
 Per wave it prints: peak concurrent runs; peak PSS of the worker processes (and their work
 horses) per concurrent run, total and above the idle worker; peak PostgreSQL connections of
@@ -153,7 +154,8 @@ def measure(args: argparse.Namespace, rng: random.Random, workdir: Path, url: st
     app_name = f"nrllm-bench-{uuid.uuid4().hex[:6]}"
     env = {k: v for k, v in os.environ.items() if k != "NRLLM_CALL_JOURNAL"}
     env.update({"DATABASE_URL": url, "REDIS_URL": args.redis_url, "DJANGO_SETTINGS_MODULE": "config.settings",
-                "PYTHONPATH": str(ROOT), "PGAPPNAME": app_name, "NRLLM_LEASE_SECONDS": "60"})
+                "PYTHONPATH": str(ROOT), "PGAPPNAME": app_name, "NRLLM_LEASE_SECONDS": "60",
+                "NRLLM_DB_POOL_MAX": str(args.pool_max)})
     if mode == "threaded":
         count = args.processes
         workers = Workers(env, count=count, log_dir=workdir / f"{mode}-{runs}", command="agent_worker",
@@ -181,9 +183,12 @@ def measure(args: argparse.Namespace, rng: random.Random, workdir: Path, url: st
             with ThreadPoolExecutor(8) as pool:
                 ids.extend(pool.map(one, requests))
             enqueue_s = time.monotonic() - t0
+            # Cancels land at random moments once the whole wave executes (the load at its peak).
+            wait_for(lambda: not AgentRun.objects.filter(pk__in=ids, status="queued").exists(),
+                     timeout=600, interval=0.2, what="the whole wave to start")
             targets = rng.sample(ids, round(runs * args.cancel_fraction))
-            for run_id in targets:  # spread over the wave's first half
-                time.sleep(rng.uniform(0, args.min_delay * (args.rounds + 1) / max(1, len(targets))))
+            for run_id in targets:
+                time.sleep(rng.uniform(0, 0.4))
                 if runtime.cancel(run_id, source="system", reason="bench").outcome.value == "cancelled":
                     cancelled.add(run_id)
             wait_for(lambda: all(stream_finished(r) for r in AgentRun.objects.filter(pk__in=ids)),
@@ -224,7 +229,8 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=1, help="agent_worker processes (concurrency = wave/processes)")
     parser.add_argument("--fork-workers", type=int, default=20, help="rqworker processes for the forking side (0: skip)")
     parser.add_argument("--fork-runs", type=int, default=100, help="the forking side's wave")
-    parser.add_argument("--rounds", type=int, default=1, help="tool rounds per run")
+    parser.add_argument("--rounds", type=int, default=3, help="tool rounds per run")
+    parser.add_argument("--pool-max", type=int, default=20, help="NRLLM_DB_POOL_MAX of each worker process")
     parser.add_argument("--min-delay", type=float, default=2.0)
     parser.add_argument("--max-delay", type=float, default=10.0)
     parser.add_argument("--cancel-fraction", type=float, default=0.05)
@@ -235,6 +241,7 @@ def main() -> None:
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     os.environ["REDIS_URL"] = args.redis_url  # read by settings: this process enqueues there
+    os.environ["NRLLM_DB_POOL_MAX"] = "0"  # this process's own connections: one per thread, no pool
     print(f"concurrency: seed {seed}, {os.cpu_count()} CPUs")
     with tempfile.TemporaryDirectory(prefix="nrllm-many-bench-") as workdir, throwaway_database(args.database) as url:
         for runs in [int(x) for x in args.waves.split(",") if x.strip()]:
