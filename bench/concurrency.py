@@ -228,7 +228,7 @@ def main() -> None:
     parser.add_argument("--waves", default="100,500,1000", help="runs per wave for agent_worker, comma-separated")
     parser.add_argument("--processes", type=int, default=1, help="agent_worker processes (concurrency = wave/processes)")
     parser.add_argument("--fork-workers", type=int, default=20, help="rqworker processes for the forking side (0: skip)")
-    parser.add_argument("--fork-runs", type=int, default=100, help="the forking side's wave")
+    parser.add_argument("--fork-runs", type=int, default=40, help="the forking side's wave")
     parser.add_argument("--rounds", type=int, default=3, help="tool rounds per run")
     parser.add_argument("--pool-max", type=int, default=20, help="NRLLM_DB_POOL_MAX of each worker process")
     parser.add_argument("--min-delay", type=float, default=2.0)
