@@ -160,7 +160,8 @@ class SegmentTrace:
 
     def before_start(self) -> None:
         """Right before a model call or tool starts: after a boundary that could not renew the
-        lease, read the row again, and stop if the run was cancelled or lost meanwhile."""
+        lease, read the row again, and stop if the run was cancelled or lost meanwhile. Then give
+        the thread's connection back (``db.release_connection``): the call holds none."""
         if self._recheck:
             renewed = _retried(lambda: store.renew(self.run_id, self.owner))
             if renewed is not None:  # still unknown: a store that cannot be reached never fabricates a cancel
