@@ -2,6 +2,11 @@
 
 - ``DATABASE_URL``: default ``sqlite:///db.sqlite3`` (the embedded default); PostgreSQL in production.
 - ``REDIS_URL``: unset means queued runs execute in-process; set it and run ``manage.py rqworker``.
+- ``NRLLM_DB_POOL_MAX`` (default 10; 0 turns pooling off), ``NRLLM_DB_POOL_MIN`` (0),
+  ``NRLLM_DB_POOL_TIMEOUT`` (30 s): on PostgreSQL, each process shares a bounded pool of at most
+  ``NRLLM_DB_POOL_MAX`` connections among all its threads (Django's psycopg pool), and a segment
+  gives its connection back between step boundaries, so hundreds of concurrent runs in one worker
+  hold a handful of connections.
 - ``DJANGO_SECRET_KEY`` (required unless ``DJANGO_DEBUG=1``), ``DJANGO_DEBUG`` (off unless set),
   ``DJANGO_ALLOWED_HOSTS``, ``DJANGO_CSRF_TRUSTED_ORIGINS``.
 - HTTPS hardening (what ``manage.py check --deploy`` asks for): ``DJANGO_SECURE_SSL_REDIRECT``,
@@ -126,6 +131,17 @@ def _database(url: str) -> dict:
         }
         # A file, not :memory:, so that tests can drive other processes against it.
         config["TEST"] = {"NAME": os.environ.get("NRLLM_SQLITE_TEST_NAME") or str(BASE_DIR / "test-db.sqlite3")}
+    elif config["ENGINE"] == "django.db.backends.postgresql":
+        pool_max = int(os.environ.get("NRLLM_DB_POOL_MAX", "10"))
+        if pool_max > 0:
+            # One bounded pool per process, shared by all its threads; connections are taken at a
+            # step boundary and given back before the next model call (nrllm_agents/db.py).
+            # min_size 0: a process that never queries (a forking worker's parent) opens none.
+            config.setdefault("OPTIONS", {})["pool"] = {
+                "min_size": min(pool_max, int(os.environ.get("NRLLM_DB_POOL_MIN", "0"))),
+                "max_size": pool_max,
+                "timeout": float(os.environ.get("NRLLM_DB_POOL_TIMEOUT", "30")),
+            }
     return config
 
 

@@ -69,8 +69,9 @@ DEFAULTS: dict[str, Any] = {
     # and a cancel still aborts the call by closing its connection
     "OPENAI_STREAM": Env("NRLLM_OPENAI_STREAM", bool, True),
     "QUEUE_NAME": "default",
-    # threads of the in-process executor used when REDIS_URL is unset
-    "LOCAL_WORKERS": 4,
+    # runs the in-process executor (no REDIS_URL) executes at once, one thread each; more wait.
+    # A run holds no database connection between its step boundaries, so this can be large.
+    "LOCAL_WORKERS": Env("NRLLM_LOCAL_WORKERS", int, 200),
     # interactive playground runs executing at once in one web process; more are refused
     "INTERACTIVE_WORKERS": Env("NRLLM_INTERACTIVE_WORKERS", int, 8),
     # RQ's default 180 s job timeout would kill long runs; -1 means no timeout.

@@ -1,8 +1,9 @@
 """Hands queued run ids to whatever executes them: RQ workers, or an in-process executor.
 
 With ``REDIS_URL`` set (production), a job carrying nothing but the run id goes to the
-django-rq queue and ``manage.py rqworker`` processes execute it. Without it (the embedded
-development default), a small background thread pool in this process executes it. Both
+django-rq queue and ``manage.py agent_worker`` (or ``rqworker``) processes execute it. Without
+it (the embedded development default), threads of this process execute it, one per run in
+flight, up to ``LOCAL_WORKERS`` at once (``executor.SegmentExecutor``, as in ``agent_worker``). Both
 end in ``jobs.execute_run``, i.e. ``AgentRuntime.run_queued``: the identical claim path,
 so a run cancelled before its executor gets to it never executes, wherever it was queued.
 
@@ -18,7 +19,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.conf import settings
@@ -26,13 +26,14 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import InterfaceError, OperationalError, connections
 
 from .conf import app_settings
+from .executor import SegmentExecutor
 from .inflight import InFlight
 
 logger = logging.getLogger(__name__)
 
 JOB_FUNCTION = "nrllm_agents.jobs.execute_run"
 
-_executor: ThreadPoolExecutor | None = None
+_executor: SegmentExecutor | None = None
 _executor_lock = threading.Lock()
 _in_flight = InFlight()  # runs handed to the in-process executor and not yet finished
 _local_runs: Counter[str] = Counter()  # the same, by run id (recovery.py asks)
@@ -158,12 +159,12 @@ def in_flight_locally(run_id: uuid.UUID | str) -> bool:
         return _local_runs[str(run_id)] > 0
 
 
-def _local_executor() -> ThreadPoolExecutor:
+def _local_executor() -> SegmentExecutor:
     global _executor
     with _executor_lock:
         if _executor is None:
-            _executor = ThreadPoolExecutor(max_workers=int(app_settings.LOCAL_WORKERS),
-                                           thread_name_prefix="nrllm-local-worker")
+            # Not daemon threads: stopping the development server lets the runs in flight finish.
+            _executor = SegmentExecutor(int(app_settings.LOCAL_WORKERS), name="nrllm-local-worker", daemon=False)
         return _executor
 
 

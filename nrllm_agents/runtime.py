@@ -232,6 +232,8 @@ class AgentRuntime:
                             on_delta=trace.delta if trace.on_delta is not None else None)
             result = drive(loop)
         except RunCancellationRequested:
+            if trace.token.handing_back:  # the token tripped for a shutdown: hand back (or ack a cancel)
+                return self._requeue(run_id, trace, count_attempt=False)
             # Before the generic handler: the cancel already won the row; never settle.
             return self._cancelled(run_id, trace)
         except RunLeaseLost:

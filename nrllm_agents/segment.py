@@ -13,12 +13,14 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 from typing import Any, Callable, TypeVar
 
 from django.db import DatabaseError, IntegrityError, connection
 from django.utils import timezone
 
 from . import limits, store
+from .db import release_connection
 from .domain import (CancelToken, RunCancellationRequested, RunLeaseLost, SegmentInterrupted, Step, StepKind,
                      ToolCall, Usage)
 from .models import AgentRunEvent
@@ -37,6 +39,24 @@ RETRY_PAUSES = (0.002, 0.005, 0.01, 0.02)
 
 shutdown_requested = threading.Event()
 """Set (by a worker's SIGTERM handler) when this process must hand its runs back to the queue."""
+
+_handing_back_lock = threading.Lock()
+_queued_tokens: weakref.WeakSet[CancelToken] = weakref.WeakSet()  # tokens of this process's queued segments
+
+
+def hand_back_all() -> int:
+    """This process shuts down: every queued segment hands its run back at its next boundary.
+
+    Sets ``shutdown_requested`` and ends the interruptible waits of the steps in flight (the
+    cancel token's ``hand_back``), so a hand-back does not wait for a 30 s model call or tool.
+    The cut-short step is not recorded: the worker that continues the run repeats it. A
+    non-idempotent tool in flight is not cut short; its run is handed back at its boundary.
+    Returns the number of steps cut short. Safe to call from any thread, more than once.
+    """
+    shutdown_requested.set()
+    with _handing_back_lock:
+        tokens = list(_queued_tokens)
+    return sum(1 for token in tokens if token.hand_back())
 
 
 def identity(role: str) -> str:
@@ -78,6 +98,11 @@ class SegmentTrace:
         self.round = 0
         self.recorded = 0
         self.token = CancelToken()
+        if interruptible:  # a queued segment: handed back when its process shuts down
+            with _handing_back_lock:
+                _queued_tokens.add(self.token)
+            if shutdown_requested.is_set():
+                self.token.hand_back()
         self._effect_stamped = False
         self._recheck = False  # a boundary could not renew the lease: read the row before the next start
         self._interrupted_sequence: int | None = None  # the step a cancel cut short
@@ -90,6 +115,9 @@ class SegmentTrace:
         return self.next_sequence - 1 if self.next_sequence else None
 
     def __call__(self, step: Step) -> None:
+        if self.token.handing_back and step.payload.get("interrupted"):
+            # Cut short by a shutdown, not a cancel: record nothing; the next worker repeats it.
+            raise SegmentInterrupted()
         sequence, created_at = self.next_sequence, timezone.now()
         if step.kind == StepKind.LLM:
             self.usage = self.usage + Usage.from_dict(step.payload.get("usage"))
@@ -130,6 +158,8 @@ class SegmentTrace:
         self.next_sequence += 1
         self.recorded += 1
         observe.step(self, step, sequence)
+        if step.kind == StepKind.TOOL:
+            self.token.shield(False)
         if self._effect_stamped and step.kind == StepKind.TOOL:
             # Cleared only after the tool's step is recorded: a crash in between leaves the
             # stamp, and the run is then dead-lettered rather than repeating the write.
@@ -143,15 +173,15 @@ class SegmentTrace:
 
     def before_start(self) -> None:
         """Right before a model call or tool starts: after a boundary that could not renew the
-        lease, read the row again, and stop if the run was cancelled or lost meanwhile."""
-        if not self._recheck:
-            return
-        renewed = _retried(lambda: store.renew(self.run_id, self.owner))
-        if renewed is None:
-            return  # still unknown: a store that cannot be reached never fabricates a cancel
-        self._recheck = False
-        if self._check_ownership(renewed):
-            raise RunCancellationRequested(boundary_sequence=self.last_sequence)
+        lease, read the row again, and stop if the run was cancelled or lost meanwhile. Then give
+        the thread's connection back (``db.release_connection``): the call holds none."""
+        if self._recheck:
+            renewed = _retried(lambda: store.renew(self.run_id, self.owner))
+            if renewed is not None:  # still unknown: a store that cannot be reached never fabricates a cancel
+                self._recheck = False
+                if self._check_ownership(renewed):
+                    raise RunCancellationRequested(boundary_sequence=self.last_sequence)
+        release_connection()  # the call about to start may take minutes: hold no connection meanwhile
 
     def delta(self, round_: int, text: str) -> None:
         """Publish a piece of the answer a model call is streaming (never recorded)."""
@@ -168,10 +198,14 @@ class SegmentTrace:
 
     def before_effect(self, call: ToolCall) -> None:
         """Stamp the write fence right before a non-idempotent tool starts (with a renewal)."""
+        self.token.shield(True)  # a shutdown must not cut a write short: it hands back at the boundary
+        if self.token.handing_back:  # tripped just before the shield: hand back before the write starts
+            raise SegmentInterrupted()
         renewed = store.renew(self.run_id, self.owner, effect={"call": call.as_dict(), "at": timezone.now().isoformat()})
         if self._check_ownership(renewed):
             raise RunCancellationRequested(boundary_sequence=self.last_sequence)
         self._effect_stamped = renewed is not False
+        release_connection()
 
     def _check_ownership(self, renewed: bool | None) -> bool:
         """``True`` when cancelled while ours; raises ``RunLeaseLost`` when not ours any more."""

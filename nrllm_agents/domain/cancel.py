@@ -53,6 +53,8 @@ class CancelToken:
         self._lock = threading.Lock()
         self._callbacks: dict[int, Callable[[], None]] = {}
         self._next = 0
+        self._shielded = False
+        self.handing_back = False  # tripped by hand_back (the process shuts down), not by a cancel
 
     @property
     def cancelled(self) -> bool:
@@ -79,9 +81,29 @@ class CancelToken:
 
     def cancel(self) -> bool:
         """Trip the token and run its callbacks; ``False`` when it had already tripped."""
+        return self._trip(hand_back=False)
+
+    def hand_back(self) -> bool:
+        """Trip the token because this process shuts down, not because the run was cancelled.
+
+        The step in flight ends as promptly as for a cancel, but ``handing_back`` is set: the
+        runtime then records nothing of that step and hands the run back to the queue, where
+        another worker repeats the step. Refused (``False``) while shielded (a non-idempotent
+        tool is running: it must finish, and the run is handed back at its boundary) or when
+        the token has already tripped.
+        """
+        return self._trip(hand_back=True)
+
+    def shield(self, on: bool) -> None:
+        """While on, ``hand_back`` does not trip the token (a cancel still does)."""
         with self._lock:
-            if self._event.is_set():
+            self._shielded = on
+
+    def _trip(self, *, hand_back: bool) -> bool:
+        with self._lock:
+            if self._event.is_set() or (hand_back and self._shielded):
                 return False
+            self.handing_back = hand_back
             self._event.set()
             callbacks, self._callbacks = list(self._callbacks.values()), {}
         for callback in callbacks:
@@ -99,7 +121,7 @@ def _safely(callback: Callable[[], None]) -> None:
 class _Never(CancelToken):
     """A token that cannot trip."""
 
-    def cancel(self) -> bool:
+    def _trip(self, *, hand_back: bool) -> bool:
         return False
 
 

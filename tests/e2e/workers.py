@@ -31,7 +31,7 @@ class Workers:
     """
 
     def __init__(self, env: dict[str, str], *, count: int = 2, queue: str = "default",
-                 log_dir: Path | str, extra_args: tuple[str, ...] = ()) -> None:
+                 log_dir: Path | str, extra_args: tuple[str, ...] = (), command: str = "rqworker") -> None:
         if not env.get("REDIS_URL"):
             raise ValueError("workers need REDIS_URL in their environment")
         self.env = dict(env)
@@ -39,6 +39,7 @@ class Workers:
         self.queue = queue
         self.log_dir = Path(log_dir)
         self.extra_args = extra_args
+        self.command = command  # rqworker (a process per run) or agent_worker (many runs per process)
         self.prefix = f"nrllm-test-{uuid.uuid4().hex[:8]}"
         self.processes: list[subprocess.Popen[bytes]] = []
         self._logs: list[Any] = []
@@ -55,7 +56,7 @@ class Workers:
                 log = open(self.log_dir / f"{name}.log", "wb")
                 self._logs.append(log)
                 self.processes.append(subprocess.Popen(
-                    [sys.executable, str(ROOT / "manage.py"), "rqworker", self.queue, "--name", name,
+                    [sys.executable, str(ROOT / "manage.py"), self.command, self.queue, "--name", name,
                      *self.extra_args],
                     env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
             self._wait_registered(timeout)

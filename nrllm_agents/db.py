@@ -1,0 +1,48 @@
+"""Database connections held only while used.
+
+A segment needs the database at its step boundaries, for milliseconds, and not during a model
+call that may take minutes. Between boundaries it gives its thread's connection back:
+
+- PostgreSQL with Django's psycopg pool (``OPTIONS["pool"]``, see ``config/settings.py``): the
+  connection returns to the process's bounded pool, so hundreds of concurrent segments share
+  at most ``max_size`` connections;
+- SQLite: the connection is closed (opening one costs well under a millisecond), so hundreds
+  of threads do not each keep a file handle and a page cache;
+- PostgreSQL without a pool (``NRLLM_DB_POOL_MAX=0``): kept, as before; a forking worker's work
+  horse then holds one connection for its one segment.
+"""
+
+from __future__ import annotations
+
+from django.db import connections
+
+__all__ = ["pool_max_size", "pooled", "release_connection"]
+
+
+def pooled(alias: str = "default") -> bool:
+    """True when ``alias`` draws its connections from a psycopg pool."""
+    return bool(connections[alias].settings_dict.get("OPTIONS", {}).get("pool"))
+
+
+def pool_max_size(alias: str = "default") -> int | None:
+    """The pool bound of ``alias`` (``None`` without a pool)."""
+    options = connections[alias].settings_dict.get("OPTIONS", {}).get("pool")
+    if not options:
+        return None
+    return int(options.get("max_size", 4)) if isinstance(options, dict) else 4  # psycopg_pool's own default
+
+
+def release_connection(alias: str = "default") -> None:
+    """Give this thread's connection back between step boundaries (see the module docstring).
+
+    Never inside a transaction (the caller's ``atomic()`` keeps its connection) and never an
+    error: a connection that cannot be closed cleanly is dropped by the next use anyway.
+    """
+    connection = connections[alias]
+    if connection.connection is None or connection.in_atomic_block:
+        return
+    if connection.vendor == "sqlite" or pooled(alias):
+        try:
+            connection.close()
+        except Exception:  # a broken connection: the pool discards it, the next use reconnects
+            pass
