@@ -75,9 +75,13 @@ class CancelToken:
             if not self._event.is_set():
                 key, self._next = self._next, self._next + 1
                 self._callbacks[key] = callback
-                return lambda: self._callbacks.pop(key, None)
+                return lambda: self._forget(key)
         _safely(callback)
         return lambda: None
+
+    def _forget(self, key: int) -> None:
+        with self._lock:
+            self._callbacks.pop(key, None)
 
     def cancel(self) -> bool:
         """Trip the token and run its callbacks; ``False`` when it had already tripped."""

@@ -11,7 +11,7 @@ class RunCancellationRequested(BaseException):
     """
 
     def __init__(self, message: str | None = None, *, boundary_sequence: int | None = None) -> None:
-        super().__init__(message or self.__doc__.splitlines()[0])
+        super().__init__(message or (self.__doc__ or type(self).__name__).splitlines()[0])
         self.boundary_sequence = boundary_sequence
 
 
@@ -22,14 +22,14 @@ class RunLeaseLost(BaseException):
     """
 
     def __init__(self, message: str | None = None) -> None:
-        super().__init__(message or self.__doc__.splitlines()[0])
+        super().__init__(message or (self.__doc__ or type(self).__name__).splitlines()[0])
 
 
 class SegmentInterrupted(BaseException):
     """The process is shutting down (SIGTERM); the run is handed back to the queue at this boundary."""
 
     def __init__(self, message: str | None = None) -> None:
-        super().__init__(message or self.__doc__.splitlines()[0])
+        super().__init__(message or (self.__doc__ or type(self).__name__).splitlines()[0])
 
 
 class ProviderError(Exception):

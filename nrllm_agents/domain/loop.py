@@ -222,7 +222,8 @@ class ToolLoop:
 
     def _complete(self, state: LoopState) -> Any:
         if self._provider_context:
-            return self.provider.complete(state.messages, self._schemas, context=self._context(state))
+            provider: Any = self.provider  # a provider that takes the optional ``context``
+            return provider.complete(state.messages, self._schemas, context=self._context(state))
         return self.provider.complete(state.messages, self._schemas)
 
     def _interrupted_llm(self, state: LoopState, stop: StepInterrupted, t0: float) -> None:
@@ -263,7 +264,8 @@ class ToolLoop:
                 t0 = time.perf_counter()
                 try:
                     if self._tool_context.get(call.name):
-                        result = tool.execute(dict(call.arguments), context=self._context(state))
+                        aware: Any = tool  # a tool that takes the optional ``context``
+                        result = aware.execute(dict(call.arguments), context=self._context(state))
                     else:
                         result = tool.execute(dict(call.arguments))
                 except StepInterrupted:

@@ -75,7 +75,9 @@ def _lock_active(selection: Any) -> datetime | None:
     with connection.cursor() as cur:
         # The aggregate consumes (locks) every row before clock_timestamp() is evaluated.
         cur.execute(f"SELECT count(*), clock_timestamp() FROM ({sql}) AS locked", params)
-        return cur.fetchone()[1]
+        row = cur.fetchone()
+        stamp: datetime | None = row[1] if row else None
+        return stamp
 
 
 def _append_cancelled_bulk(now: datetime, by: Any, source: str, reason: str) -> None:

@@ -57,7 +57,7 @@ def renew(run_id: uuid.UUID, owner: str, *, effect: dict[str, Any] | None = None
     elif clear_effect:
         fields["pending_effect"] = None
     try:
-        return _isolated(lambda: _owned(run_id, owner).update(**fields)) == 1
+        return bool(_isolated(lambda: _owned(run_id, owner).update(**fields)) == 1)
     except DatabaseError as exc:
         logger.warning("lease renewal for run %s failed (%s); going on", run_id, type(exc).__name__)
         return None
@@ -80,7 +80,7 @@ def record_step(run_id: uuid.UUID, owner: str, sequence: int, step: Step, create
             params = [until, run_id, RunStatus.RUNNING.value, owner, sequence, step.kind.value, step.round,
                       step.duration_ms, json.dumps(step.payload, default=str), created_at]
             rowcount, _ = _isolated(lambda: prepared.execute(_RECORD_SQL, params))
-            return rowcount == 1
+            return bool(rowcount == 1)
         with transaction.atomic():
             if not _owned(run_id, owner).update(lease_expires=until):
                 return False
@@ -236,9 +236,14 @@ def append_owned(run_id: uuid.UUID, owner: str, sequence: int, step: Step, creat
            f"SELECT id, %s, %s, %s, %s, %s{cast}, %s FROM {run_table} "
            f"WHERE id = %s AND claimed_by = %s AND status IN (%s, %s) AND stopped_at IS NULL")
     params = [sequence, step.kind.value, step.round, step.duration_ms, json.dumps(step.payload, default=str),
-              AgentRunEvent._meta.get_field("created_at").get_db_prep_value(created_at, connection),
-              AgentRun._meta.pk.get_db_prep_value(run_id, connection), owner,
+              _field(AgentRunEvent, "created_at").get_db_prep_value(created_at, connection),
+              _field(AgentRun, "id").get_db_prep_value(run_id, connection), owner,
               RunStatus.RUNNING.value, RunStatus.CANCELLED.value]
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return cursor.rowcount == 1
+        return bool(cursor.rowcount == 1)
+
+
+def _field(model: Any, name: str) -> Any:
+    """A concrete field of ``model`` (its database adaptation is what raw SQL needs)."""
+    return model._meta.get_field(name)

@@ -25,7 +25,6 @@ from django.db import connection, connections
 from nrllm_agents.models import TERMINAL, AgentRun, AgentRunEvent, CancelSource, RunStatus
 from nrllm_agents.presenters import stream_finished
 from tests.conftest import manage
-from tests.e2e.test_workers import queue  # noqa: F401  (a fixture: this process dispatches to the test Redis)
 from tests.e2e.workers import Workers, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_only]

@@ -76,7 +76,7 @@ class AbortableHttp:
         transport = module.HTTPTransport()
         pool = getattr(transport, "_pool", None)
         self.tracking = pool is not None and hasattr(pool, "_network_backend")
-        if self.tracking:
+        if pool is not None and self.tracking:
             pool._network_backend = _TrackingBackend(pool._network_backend, self._sockets, self._lock)
         else:
             logger.warning("the HTTP transport offers no network backend hook; a cancel closes the client instead")

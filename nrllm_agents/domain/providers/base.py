@@ -11,7 +11,9 @@ from ..steps import ModelResponse
 class Provider(Protocol):
     """Answers one chat turn: messages and tool schemas in, a ``ModelResponse`` out.
 
-    Raises ``ProviderError`` when the model server cannot answer.
+    Raises ``ProviderError`` when the model server cannot answer. A provider may also take a
+    keyword ``context`` (``CallContext``): the loop then hands it the run's cancel token and a
+    sink for the answer's text as it streams (see ``domain/cancel.py``).
     """
 
     name: str

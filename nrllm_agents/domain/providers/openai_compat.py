@@ -232,13 +232,14 @@ class OpenAIProvider:
 
     def _streamed(self, kwargs: dict[str, Any], received: _Received, context: CallContext) -> ModelResponse:
         try:
-            chunks = self._client.chat.completions.create(
+            completions: Any = self._client.chat.completions  # kwargs built at run time: no overload applies
+            chunks = completions.create(
                 **kwargs, stream=True, **({"stream_options": {"include_usage": True}} if self._stream_usage else {}))
         except openai.BadRequestError as exc:
             if not self._stream_usage or "stream_options" not in _description(exc):
                 raise
             self._stream_usage = False  # this server does not take it: count usage ourselves
-            chunks = self._client.chat.completions.create(**kwargs, stream=True)
+            chunks = completions.create(**kwargs, stream=True)
         try:
             for chunk in chunks:
                 received.add(chunk, context)

@@ -53,16 +53,17 @@ class Calculator:
         return {"expression": expression, "value": self._eval(tree.body)}
 
     def _eval(self, node: ast.AST) -> int | float:
-        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
             return node.value
         if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-            return _UNARY[type(node.op)](self._eval(node.operand))
+            result: int | float = _UNARY[type(node.op)](self._eval(node.operand))
+            return result
         if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
             left, right = self._eval(node.left), self._eval(node.right)
             if isinstance(node.op, ast.Pow) and (abs(right) > 64 or abs(left) > 10 ** 6):
                 raise ToolError("exponent too large")
             try:
-                value = _BINARY[type(node.op)](left, right)
+                value: int | float | complex = _BINARY[type(node.op)](left, right)
             except ZeroDivisionError:
                 raise ToolError("division by zero") from None
             except (OverflowError, ValueError) as exc:
