@@ -48,6 +48,13 @@ DEFAULTS: dict[str, Any] = {
     "STREAM_POLL_SECONDS": float(os.environ.get("NRLLM_STREAM_POLL_SECONDS", "0.2")),
     "STREAM_HEARTBEAT_SECONDS": float(os.environ.get("NRLLM_STREAM_HEARTBEAT_SECONDS", "10")),
     "STREAM_MAX_SECONDS": float(os.environ.get("NRLLM_STREAM_MAX_SECONDS", "300")),
+    # on PostgreSQL, wake watchers by LISTEN/NOTIFY instead of polling (off: poll as on SQLite)
+    "STREAM_PUSH": os.environ.get("NRLLM_STREAM_PUSH", "1").strip().lower() not in {"0", "false", "no", "off"},
+    # open streams allowed per user and per process (0: unlimited); past them a new one gets 429
+    "STREAM_MAX_PER_USER": int(os.environ.get("NRLLM_STREAM_MAX_PER_USER", "20")),
+    "STREAM_MAX_OPEN": int(os.environ.get("NRLLM_STREAM_MAX_OPEN", "1000")),
+    # the model's words as they stream: pieces arriving within this window go out together
+    "DELTA_COALESCE_SECONDS": float(os.environ.get("NRLLM_DELTA_COALESCE_SECONDS", "0.05")),
     # how often a process re-reads the status of the runs it executes, in one query, when no
     # cancel notification can reach it (SQLite; a PostgreSQL listening connection that is lost)
     "CANCEL_POLL_SECONDS": float(os.environ.get("NRLLM_CANCEL_POLL_SECONDS", "1")),
