@@ -270,7 +270,7 @@ def follow(runtime: AgentRuntime, run_id: Any, *, after: int = -1,
     checked every ``ABANDON_CHECK_SECONDS`` of silence. Raises ``RunNotFound``.
     """
     run = runtime.status(run_id)
-    watch = Watch(run.pk, after)
+    watch = Watch(run.pk, after, poll=poll)
     quiet_since = time.monotonic() - (ABANDON_CHECK_SECONDS if _abandoned(run) else 0.0)
     try:
         while True:

@@ -59,7 +59,20 @@ def raw_connection(application_name: str) -> Any:
 
     params = connections["default"].get_connection_params()
     params = {k: v for k, v in params.items() if k not in ("cursor_factory", "context", "pool")}
-    return psycopg.connect(**params, autocommit=True, application_name=application_name)
+    params["application_name"] = application_name  # also when the URL names one
+    return psycopg.connect(**params, autocommit=True)
+
+
+class StepData(dict):
+    """A step dict (``presenters.step_dict`` shape) that serialises itself once: the feed hands
+    the same object to every watcher of the run, so hundreds of streams share one encoding."""
+
+    _json: str | None = None
+
+    def compact_json(self) -> str:
+        if self._json is None:
+            self._json = json.dumps(self, separators=(",", ":"), default=str)
+        return self._json
 
 
 def read_stream(run_id: str, after: int) -> tuple[list[dict[str, Any]], Final | None]:
@@ -76,7 +89,7 @@ def read_stream(run_id: str, after: int) -> tuple[list[dict[str, Any]], Final | 
     finished = stream_finished(run)
     steps: list[dict[str, Any]] = []
     while True:
-        batch = [event_dict(e) for e in store.events(run_id, after=after, limit=BATCH)]
+        batch = [StepData(event_dict(e)) for e in store.events(run_id, after=after, limit=BATCH)]
         steps.extend(batch)
         if batch:
             after = batch[-1]["sequence"]

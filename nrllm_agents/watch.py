@@ -14,13 +14,22 @@ their round (or a later one) was seen: the recorded step is the truth and replac
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import connections
 
+from .conf import app_settings
 from .push import Final, Hub, hub, read_stream
+
+# Watchers of a process reading the stored stream at once (each on a connection it then
+# closes): a burst of catch-ups (many streams opening, a listener reconnecting) waits here
+# instead of opening a connection each.
+READ_CONCURRENCY = 8
+_reading = threading.BoundedSemaphore(READ_CONCURRENCY)
 
 
 @dataclass
@@ -61,12 +70,14 @@ class Watch:
     """One watcher of one run, from sequence ``after`` (exclusive). Close it when done."""
 
     def __init__(self, run_id: Any, after: int = -1, *, loop: asyncio.AbstractEventLoop | None = None,
-                 via: Hub = hub) -> None:
+                 via: Hub = hub, poll: float | None = None) -> None:
         self.run_id = str(run_id)
         self.last = after
         self.hub = via
         self.sub = via.subscribe(self.run_id, loop)
         self.reads = 0  # stored-stream reads this watcher made itself
+        self.poll = float(app_settings.STREAM_POLL_SECONDS if poll is None else poll)
+        self._next_poll = 0.0  # not pushed: when the next read is due (deltas wake it sooner)
         self._answered_round = -1  # the highest round whose llm step was seen
 
     @property
@@ -103,8 +114,13 @@ class Watch:
         """Empty the mailbox; take from the shared feed what it covers. No database work."""
         changed, resync, deltas = self.sub.take()
         update = Update(deltas=deltas)
-        pushed = self.pushed
-        if not pushed or resync:
+        if not self.pushed:
+            now = time.monotonic()
+            if now < self._next_poll and not resync:
+                return False, update  # woken by a delta between two polls
+            self._next_poll = now + self.poll
+            return True, update
+        if resync:
             return True, update
         if changed:
             found = self.hub.feed_since(self.run_id, self.last)
@@ -116,10 +132,11 @@ class Watch:
     def _read(self) -> tuple[list[dict[str, Any]], Final | None]:
         pushed = self.pushed
         self.reads += 1
-        try:
-            return read_stream(self.run_id, self.last)
-        finally:
-            release_connection(pushed)
+        with _reading:
+            try:
+                return read_stream(self.run_id, self.last)
+            finally:
+                release_connection(pushed)
 
     def _apply(self, update: Update, found: tuple[list[dict[str, Any]], Final | None]) -> None:
         steps, final = found

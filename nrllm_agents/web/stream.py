@@ -51,6 +51,7 @@ from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
 from ..conf import app_settings
+from ..push import StepData
 from ..watch import Update, Watch, release_connection
 from . import limits
 from .access import visible_runs
@@ -65,7 +66,8 @@ KEEPALIVE = ": keepalive\n\n"
 def sse_event(event: str, data: dict[str, Any], event_id: int | None = None) -> str:
     """One SSE frame. JSON is written on one line, so ``data:`` never needs splitting."""
     head = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'), default=str)}\n\n"
+    body = data.compact_json() if isinstance(data, StepData) else json.dumps(data, separators=(",", ":"), default=str)
+    return f"{head}event: {event}\ndata: {body}\n\n"
 
 
 def render(update: Update) -> str:
@@ -119,7 +121,7 @@ class _Clock:
 def sync_stream(run_id: uuid.UUID, after: int, pace: Pace, slot: StreamSlot) -> Iterator[str]:
     """The stream for WSGI servers: blocks its worker thread until something arrives."""
     clock = _Clock(pace)
-    watch = Watch(run_id, after)
+    watch = Watch(run_id, after, poll=pace.poll)
     try:
         yield OPEN
         while True:
@@ -142,7 +144,7 @@ def sync_stream(run_id: uuid.UUID, after: int, pace: Pace, slot: StreamSlot) -> 
 async def async_stream(run_id: uuid.UUID, after: int, pace: Pace, slot: StreamSlot) -> AsyncIterator[str]:
     """The stream for ASGI servers: waits on the event loop, reads in a worker thread."""
     clock = _Clock(pace)
-    watch = Watch(run_id, after, loop=asyncio.get_running_loop())
+    watch = Watch(run_id, after, loop=asyncio.get_running_loop(), poll=pace.poll)
     try:
         yield OPEN
         while True:
