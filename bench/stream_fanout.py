@@ -200,11 +200,13 @@ async def latency(port: int, token: str, owner: Any, watchers_n: int, steps: int
 
 
 async def idle(port: int, token: str, owner: Any, dsn: str, name: str, watchers_n: int,
-               window: float) -> tuple[float, int]:
+               window: float, settle: float = 12.0) -> tuple[float, int]:
     """(transactions per second, connections held) with ``watchers_n`` idle watchers."""
     run = await asyncio.to_thread(new_running_run, owner)
     watchers, tasks = await open_watchers(port, run.pk, token, watchers_n)
-    await asyncio.sleep(2.0)
+    # A backend reports its counters at most once a second while busy and 10 s after it went
+    # idle: let what happened before the window (catch-up reads, earlier scenarios) land first.
+    await asyncio.sleep(settle)
     before, _ = await asyncio.to_thread(db_counters, dsn, name)
     started = time.monotonic()
     await asyncio.sleep(window)
@@ -321,7 +323,7 @@ def main() -> None:
                     if n > limit:
                         row[key] = "not run"
                         continue
-                    _, held = asyncio.run(idle(port, token, owner, admin_dsn, args.database, n, 2.0))
+                    _, held = asyncio.run(idle(port, token, owner, admin_dsn, args.database, n, 0.5, settle=2.0))
                     row[key] = f"{held:7d}"
                 tok = asyncio.run(first_token(port, token, owner, args.token_runs))
                 row["first token -> client p50 ms"] = f"{pct(tok, .5):7.1f}"

@@ -261,13 +261,10 @@ def follow(runtime: AgentRuntime, run_id: Any, *, after: int = -1,
            poll: float = POLL_SECONDS) -> AgentRun:
     """Tail a run's stored stream until nothing more will be appended; returns the last row read.
 
-    Woken by the process's push hub on PostgreSQL (``watch.Watch``: no query while nothing
-    happens), else polling every ``poll`` seconds; the model's words go to ``on_delta`` as
-    they are written. Each read takes the status first, then the steps after the last one
-    seen, so when the status says the stream is finished (``presenters.stream_finished``) the
-    steps read with it are all there are. A run cancelled more than ``ACK_GRACE`` ago whose
-    stop was never acknowledged (the process executing it died) also ends the tail; that is
-    checked every ``ABANDON_CHECK_SECONDS`` of silence. Raises ``RunNotFound``.
+    Pushed on PostgreSQL (``watch.Watch``: no query while idle), else polled every ``poll``
+    seconds; the model's words go to ``on_delta`` as they are written. A run cancelled more
+    than ``ACK_GRACE`` ago whose stop was never acknowledged (its process died) also ends the
+    tail, checked every ``ABANDON_CHECK_SECONDS`` of silence. Raises ``RunNotFound``.
     """
     run = runtime.status(run_id)
     watch = Watch(run.pk, after, poll=poll)
