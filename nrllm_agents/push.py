@@ -3,11 +3,12 @@
 Watchers (the browser stream, ``agent_events --follow``, ``agent_run --queued --follow``)
 subscribe to a run here instead of polling its stored stream.
 
-- On PostgreSQL one daemon thread per process (the *hub*) LISTENs on ``nrllm_step`` (a new
-  step, ``<run id>:<sequence>``, or a run settling, ``<run id>:s``; triggers of migration
-  ``0003_push_step_notify``), on ``nrllm_cancel`` (a run cancelled; migration
-  ``0003_cancel_notify``) and on ``nrllm_delta`` (the model's words as they are written,
-  ``deltas.py``). All are sent inside the writing transaction, so they arrive after COMMIT.
+- On PostgreSQL the process's ONE listening connection (the cancel watcher's, in
+  ``interrupts.py``, which this hub taps) also LISTENs on ``nrllm_step`` (a new step,
+  ``<run id>:<sequence>``, or a run settling, ``<run id>:s``; triggers of migration
+  ``0003_push_step_notify``) and ``nrllm_delta`` (the model's words as they are written,
+  ``deltas.py``); the hub sees ``nrllm_cancel`` too. Steps and cancels are sent inside the
+  writing transaction, so they arrive after COMMIT.
 - For a run somebody watches, the hub reads the new steps and the run's status ONCE, on its
   own connection, into a small per-run *feed*, and wakes the run's watchers; each takes what
   it has not seen from the feed. A watcher that is behind the feed (it just connected, it
@@ -15,8 +16,8 @@ subscribe to a run here instead of polling its stored stream.
   itself, once, then releases its connection. The stored stream stays the truth; the feed is
   a shared read of it.
 - So a process holds two connections for any number of watchers (the listening one and the
-  hub's reading one), an idle watcher costs no query, and a step reaches every watcher after
-  one read.
+  hub's reading one, both on the listener's thread), an idle watcher costs no query, and a
+  step reaches every watcher after one read.
 - Without PostgreSQL (SQLite), with ``STREAM_PUSH`` off, or while the listening connection is
   lost, ``Watch.pushed`` is false and watchers poll the stored stream every
   ``STREAM_POLL_SECONDS`` as before. Deltas of runs executed by this very process still reach
@@ -38,6 +39,7 @@ from django.db import DatabaseError, connections
 
 from .conf import app_settings
 from .interrupts import CHANNEL as CANCEL_CHANNEL
+from .interrupts import watcher
 from .models import AgentRun
 from .presenters import event_dict, final_event_name, run_status_dict, stream_finished
 
@@ -48,7 +50,6 @@ DELTA_CHANNEL = "nrllm_delta"
 FEED_KEEP = 256  # steps a feed keeps for watchers a little behind; further behind, they read
 DELTA_BACKLOG = 512  # deltas a slow watcher may have pending; older ones are dropped (lossy by design)
 BATCH = 500  # steps read per query
-_BACKOFF_MAX = 5.0
 
 Final = tuple[str, dict[str, Any] | None]  # (event name, run status) — ("", None): the run is gone
 
@@ -192,11 +193,7 @@ class Hub:
         self._lock = threading.Lock()
         self._subs: dict[str, set[Subscription]] = {}
         self._feeds: dict[str, Feed] = {}
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
         self._pid = os.getpid()
-        self.listening = threading.Event()  # set while the LISTEN connection is up
-        self.listener_pid: int | None = None  # its backend pid (tests terminate it)
         self.counts = {"connects": 0, "notifies": 0, "refreshes": 0, "deltas": 0}
 
     @staticmethod
@@ -249,61 +246,40 @@ class Hub:
         for sub in subs:
             sub.changed(resync=resync)
 
-    # --- the thread -----------------------------------------------------------------------------
+    # --- the shared listening connection ---------------------------------------------------------
+    # The process's one LISTEN connection is the cancel watcher's (interrupts.py): this hub taps
+    # it for nrllm_step, nrllm_delta and nrllm_cancel, and runs on its thread.
+    def pushing(self) -> bool:
+        """Whether watchers are pushed to right now (else they poll)."""
+        return self.available() and watcher.listening.is_set()
+
+    @property
+    def listening(self) -> threading.Event:
+        """Set while the process's listening connection is up."""
+        return watcher.listening
+
+    @property
+    def listener_pid(self) -> int | None:
+        return watcher.listener_pid
+
     def _ensure_running(self) -> None:
-        with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                return
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="nrllm-push-hub", daemon=True)
-            self._thread.start()
+        watcher.ensure_running()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop the thread (tests); the next subscription starts it again."""
-        self._stop.set()
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout)
-        self._thread = None
+        """Stop the listening thread (tests); the next subscription starts it again."""
+        watcher.stop(timeout)
 
-    def _run(self) -> None:
-        backoff = 0.05
-        try:
-            while not self._stop.is_set():
-                try:
-                    self._listen()
-                    backoff = 0.05
-                except Exception as exc:  # lost: watchers poll until it is back
-                    logger.warning("push listener lost its connection (%s); watchers poll until it is back",
-                                   type(exc).__name__)
-                finally:
-                    was = self.listening.is_set()
-                    self.listening.clear()
-                    self.listener_pid = None
-                    if was:
-                        self._wake_all(resync=True)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, _BACKOFF_MAX)
-        finally:
-            connections.close_all()  # this thread's reading connection
-
-    def _listen(self) -> None:
-        with raw_connection("nrllm-push-listener") as conn:
-            for channel in (STEP_CHANNEL, CANCEL_CHANNEL, DELTA_CHANNEL):
-                conn.execute(f"LISTEN {channel}")
-            self.listener_pid = conn.info.backend_pid
+    def _on_state(self, up: bool) -> None:
+        if up:
             self.counts["connects"] += 1
-            self.listening.set()
-            # Whatever committed before LISTEN took effect sent nothing this connection saw.
-            self._wake_all(resync=True)
-            while not self._stop.is_set():
-                batch = list(conn.notifies(timeout=1.0, stop_after=1))
-                if not batch:
-                    continue
-                batch.extend(conn.notifies(timeout=0))  # what is already buffered
-                self._dispatch(batch)
+        else:  # this thread's reading connection goes too; the next refresh opens a fresh one
+            connections["default"].close()
+        # Up: whatever committed before LISTEN took effect sent nothing; down: watchers poll.
+        self._wake_all(resync=True)
 
     def _dispatch(self, notifies: Iterable[Any]) -> None:
+        if not self.available():
+            return
         touched: dict[str, int | None] = {}  # run id -> lowest new sequence (None: status only)
         with self._lock:
             watched = set(self._subs)
@@ -367,3 +343,5 @@ class Hub:
 
 hub = Hub()
 """This process's hub."""
+
+watcher.tap("push", (STEP_CHANNEL, CANCEL_CHANNEL, DELTA_CHANNEL), hub._dispatch, hub._on_state)

@@ -83,7 +83,7 @@ class Watch:
     @property
     def pushed(self) -> bool:
         """Whether new steps are pushed now; otherwise the watcher must poll."""
-        return self.hub.listening.is_set()
+        return self.hub.pushing()
 
     def close(self) -> None:
         self.hub.unsubscribe(self.sub)

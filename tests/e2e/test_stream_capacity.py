@@ -21,9 +21,20 @@ BOUND = 15  # whatever the number of streams: the server's few, this test proces
 
 
 def held_connections() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
-        return cursor.fetchone()[0]
+    """Connections to the test database now (this thread's own is closed afterwards)."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
+            return cursor.fetchone()[0]
+    finally:
+        connection.close()
+
+
+def append_step(run) -> None:
+    try:
+        assert store.record_step(run.pk, "me", 0, Step(StepKind.REQUEST, 0, {}), run.created_at)
+    finally:
+        connection.close()
 
 
 class Client:
@@ -87,8 +98,7 @@ def test_200_open_streams_hold_a_fixed_number_of_connections_and_one_more_gets_4
                 await asyncio.sleep(1.0)  # every stream's catch-up read done; all idle
                 idle_held = await asyncio.to_thread(held_connections)
                 started = time.monotonic()
-                await asyncio.to_thread(lambda: store.record_step(run.pk, "me", 0, Step(StepKind.REQUEST, 0, {}),
-                                                                  run.created_at))
+                await asyncio.to_thread(append_step, run)
                 await asyncio.wait_for(asyncio.gather(*(c.got_step.wait() for c in clients)), 30)
                 fanout = time.monotonic() - started
                 after_held = await asyncio.to_thread(held_connections)
