@@ -146,7 +146,7 @@ def db_counters(dsn: str, name: str) -> tuple[int, int]:
         xacts = conn.execute("SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s",
                              [name]).fetchone()[0]
         held = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND application_name = ANY(%s)",
-                            [name, [SERVER_APP, "nrllm-push-listener", "nrllm-cancel-listener"]]).fetchone()[0]
+                            [name, [SERVER_APP, "nrllm-cancel-listener"]]).fetchone()[0]
     return xacts, held
 
 

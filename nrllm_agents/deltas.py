@@ -31,7 +31,8 @@ from typing import Any
 from django.db import connections
 
 from .conf import app_settings
-from .push import DELTA_CHANNEL, hub, raw_connection
+from .interrupts import raw_connection
+from .push import DELTA_CHANNEL, hub
 
 logger = logging.getLogger(__name__)
 

@@ -45,6 +45,16 @@ _RECENT = 1024  # notified run ids remembered for a segment that registers just 
 _BACKOFF_MAX = 5.0
 
 
+def raw_connection(application_name: str) -> Any:
+    """A psycopg autocommit connection to the default database, outside Django's pool."""
+    import psycopg
+
+    params = connections["default"].get_connection_params()
+    params = {k: v for k, v in params.items() if k not in ("cursor_factory", "context", "pool")}
+    params["application_name"] = application_name  # also when the database URL names one
+    return psycopg.connect(**params, autocommit=True)
+
+
 @dataclass(frozen=True)
 class Tap:
     """Another listener sharing the watcher's connection (see ``CancelWatcher.tap``)."""
@@ -169,11 +179,7 @@ class CancelWatcher:
         return max(0.01, float(app_settings.CANCEL_POLL_SECONDS))
 
     def _listen(self) -> None:
-        import psycopg
-
-        params = connections["default"].get_connection_params()
-        params = {k: v for k, v in params.items() if k not in ("cursor_factory", "context", "pool")}
-        with psycopg.connect(**params, autocommit=True, application_name="nrllm-cancel-listener") as conn:
+        with raw_connection("nrllm-cancel-listener") as conn:
             taps = list(self._taps.values())
             for channel in dict.fromkeys([CHANNEL, *(c for tap in taps for c in tap.channels)]):
                 conn.execute(f"LISTEN {channel}")

@@ -39,7 +39,7 @@ from django.db import DatabaseError, connections
 
 from .conf import app_settings
 from .interrupts import CHANNEL as CANCEL_CHANNEL
-from .interrupts import watcher
+from .interrupts import raw_connection, watcher
 from .models import AgentRun
 from .presenters import event_dict, final_event_name, run_status_dict, stream_finished
 
@@ -52,16 +52,6 @@ DELTA_BACKLOG = 512  # deltas a slow watcher may have pending; older ones are dr
 BATCH = 500  # steps read per query
 
 Final = tuple[str, dict[str, Any] | None]  # (event name, run status) — ("", None): the run is gone
-
-
-def raw_connection(application_name: str) -> Any:
-    """A psycopg autocommit connection to the default database, outside Django's pool."""
-    import psycopg
-
-    params = connections["default"].get_connection_params()
-    params = {k: v for k, v in params.items() if k not in ("cursor_factory", "context", "pool")}
-    params["application_name"] = application_name  # also when the URL names one
-    return psycopg.connect(**params, autocommit=True)
 
 
 class StepData(dict):
