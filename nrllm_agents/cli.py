@@ -29,6 +29,7 @@ from . import presenters
 from .models import AgentRun, CancelSource, RunStatus
 from .runtime import AgentRuntime, InvalidRunId, parse_run_id
 from .jsonlimits import DEPTH_ERROR, text_too_deep
+from .watch import Watch, release_connection
 from .requests import InvalidRequest
 
 # Exit codes shared by agent_run, agent_approve and the followers.
@@ -47,6 +48,7 @@ _EXIT_BY_STATUS = {
 }
 
 POLL_SECONDS = 0.2
+ABANDON_CHECK_SECONDS = 10.0
 # A cancelled run whose segment never acknowledged the stop (its process died) would keep a
 # follower waiting forever; no single step can take longer than this (model and tool bounds).
 ACK_GRACE = timedelta(seconds=120)
@@ -284,25 +286,37 @@ class StreamPrinter:
 
 
 def follow(runtime: AgentRuntime, run_id: Any, *, after: int = -1,
-           on_step: Callable[[dict[str, Any]], None], poll: float = POLL_SECONDS) -> AgentRun:
+           on_step: Callable[[dict[str, Any]], None], on_delta: Callable[[dict[str, Any]], None] | None = None,
+           poll: float = POLL_SECONDS) -> AgentRun:
     """Tail a run's stored stream until nothing more will be appended; returns the last row read.
 
-    Each round reads the status first, then the steps after the last one seen, so when the
-    status says the stream is finished (``presenters.stream_finished``) the fetch that follows
-    still gets every step recorded before it. A run cancelled more than ``ACK_GRACE`` ago whose
-    stop was never acknowledged (the process executing it died) also ends the tail.
-    Raises ``RunNotFound``.
+    Pushed on PostgreSQL (``watch.Watch``: no query while idle), else polled every ``poll``
+    seconds; the model's words go to ``on_delta`` as they are written. A run cancelled more
+    than ``ACK_GRACE`` ago whose stop was never acknowledged (its process died) also ends the
+    tail, checked every ``ABANDON_CHECK_SECONDS`` of silence. Raises ``RunNotFound``.
     """
-    last = after
-    while True:
-        run = runtime.status(run_id)
-        finished = presenters.stream_finished(run) or _abandoned(run)
-        for event in runtime.events(run_id, after=last):
-            on_step(presenters.event_dict(event))
-            last = event.sequence
-        if finished:
-            return run
-        time.sleep(poll)
+    run = runtime.status(run_id)
+    watch = Watch(run.pk, after, poll=poll)
+    quiet_since = time.monotonic() - (ABANDON_CHECK_SECONDS if _abandoned(run) else 0.0)
+    try:
+        while True:
+            update = watch.update()
+            for step in update.steps:
+                on_step(step)
+            for delta in update.deltas if on_delta is not None else ():
+                on_delta(delta)
+            if update.finished:
+                return runtime.status(run_id)
+            if update.steps:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= ABANDON_CHECK_SECONDS:
+                quiet_since = time.monotonic()
+                if _abandoned(runtime.status(run_id)):
+                    return runtime.status(run_id)
+                release_connection(watch.pushed)
+            watch.wait(ABANDON_CHECK_SECONDS if watch.pushed else poll)
+    finally:
+        watch.close()
 
 
 def _abandoned(run: AgentRun) -> bool:

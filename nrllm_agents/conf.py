@@ -98,6 +98,13 @@ DEFAULTS: dict[str, Any] = {
     "STREAM_POLL_SECONDS": Env("NRLLM_STREAM_POLL_SECONDS", float, 0.2),
     "STREAM_HEARTBEAT_SECONDS": Env("NRLLM_STREAM_HEARTBEAT_SECONDS", float, 10.0),
     "STREAM_MAX_SECONDS": Env("NRLLM_STREAM_MAX_SECONDS", float, 300.0),
+    # on PostgreSQL, wake watchers by LISTEN/NOTIFY instead of polling (off: poll as on SQLite)
+    "STREAM_PUSH": Env("NRLLM_STREAM_PUSH", bool, True),
+    # open streams allowed per user and per process (0: unlimited); past them a new one gets 429
+    "STREAM_MAX_PER_USER": Env("NRLLM_STREAM_MAX_PER_USER", int, 20),
+    "STREAM_MAX_OPEN": Env("NRLLM_STREAM_MAX_OPEN", int, 1000),
+    # the model's words as they stream: pieces arriving within this window go out together
+    "DELTA_COALESCE_SECONDS": Env("NRLLM_DELTA_COALESCE_SECONDS", float, 0.05),
     # how often a process re-reads the status of the runs it executes, in one query, when no
     # cancel notification can reach it (SQLite; a PostgreSQL listening connection that is lost)
     "CANCEL_POLL_SECONDS": Env("NRLLM_CANCEL_POLL_SECONDS", float, 1.0),

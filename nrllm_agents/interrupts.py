@@ -16,6 +16,9 @@ the cancel tokens of the segments this process is executing.
   system's guarded cancel, which trips the token like any cancel, so a deadline also cuts the
   step in flight short.
 
+The listening connection is the process's only one: ``push.py`` taps it (``tap``) for the
+live stream's channels, so a process that both executes runs and serves watchers listens once.
+
 The row is the truth; the signal only makes the stop sooner. A notification trips nothing
 until the row reads ``cancelled``, so a stray or forged ``NOTIFY`` stops nothing. The boundary
 probe stays exactly as it was: a lost signal costs only latency.
@@ -29,6 +32,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from django.db import DatabaseError, connections
@@ -42,6 +46,25 @@ logger = logging.getLogger(__name__)
 CHANNEL = "nrllm_cancel"
 _RECENT = 1024  # notified run ids remembered for a segment that registers just after
 _BACKOFF_MAX = 5.0
+
+
+def raw_connection(application_name: str) -> Any:
+    """A psycopg autocommit connection to the default database, outside Django's pool."""
+    import psycopg
+
+    params = connections["default"].get_connection_params()
+    params = {k: v for k, v in params.items() if k not in ("cursor_factory", "context", "pool")}
+    params["application_name"] = application_name  # also when the database URL names one
+    return psycopg.connect(**params, autocommit=True)
+
+
+@dataclass(frozen=True)
+class Tap:
+    """Another listener sharing the watcher's connection (see ``CancelWatcher.tap``)."""
+
+    channels: tuple[str, ...]
+    on_batch: Callable[[list[Any]], None]
+    on_state: Callable[[bool], None]
 
 
 class CancelWatcher:
@@ -59,6 +82,27 @@ class CancelWatcher:
         self.listening = threading.Event()  # set while the LISTEN connection is up
         self.listener_pid: int | None = None  # its backend pid (tests terminate it)
         self.counts = {"notified": 0, "stray": 0, "tripped": 0, "polls": 0, "connects": 0}
+        self._taps: dict[str, Tap] = {}  # other listeners sharing this connection (push.py)
+
+    # --- one listening connection per process -------------------------------------------------
+    def tap(self, name: str, channels: Iterable[str], on_batch: Callable[[list[Any]], None],
+            on_state: Callable[[bool], None]) -> None:
+        """Share this process's listening connection: LISTEN on ``channels`` too, hand every
+        batch of notifications (all channels) to ``on_batch`` and tell ``on_state(True)`` once
+        listening, ``on_state(False)`` once the connection is lost; both on the watcher's
+        thread. Register before the thread connects (at import); ``ensure_running`` starts it."""
+        self._taps[name] = Tap(tuple(channels), on_batch, on_state)
+
+    def ensure_running(self) -> None:
+        """Start the thread if it is not running (a tap needs it without any segment)."""
+        self._ensure_running()
+
+    def _tell(self, up: bool) -> None:
+        for tap in list(self._taps.values()):
+            try:
+                tap.on_state(up)
+            except Exception:
+                logger.exception("a listener tap failed; the cancel watcher goes on")
 
     # --- segments ----------------------------------------------------------------------------
     def watch(self, run_id: uuid.UUID, token: CancelToken, *, deadline: float | None = None,
@@ -106,7 +150,9 @@ class CancelWatcher:
     # --- the thread ---------------------------------------------------------------------------
     def _ensure_running(self) -> None:
         if self._pid != os.getpid():  # forked (an RQ work horse): the parent's thread is not here
+            taps = self._taps
             self.__init__()  # type: ignore[misc]
+            self._taps = taps
         with self._lock:
             if self._thread is not None and self._thread.is_alive():
                 return
@@ -134,8 +180,11 @@ class CancelWatcher:
                     logger.warning("cancel listener lost its connection (%s); polling until it is back",
                                    type(exc).__name__)
                 finally:
+                    was = self.listening.is_set()
                     self.listening.clear()
                     self.listener_pid = None
+                    if was:
+                        self._tell(False)
             self._poll()
             self._fire_due()
             self._stop.wait(self._next_wait() if not postgres else min(backoff, self._next_wait()))
@@ -171,25 +220,30 @@ class CancelWatcher:
             connections["default"].close()
 
     def _listen(self) -> None:
-        import psycopg
-
-        params = connections["default"].get_connection_params()
-        params = {k: v for k, v in params.items() if k not in ("cursor_factory", "context", "pool")}
-        with psycopg.connect(**params, autocommit=True, application_name="nrllm-cancel-listener") as conn:
-            conn.execute(f"LISTEN {CHANNEL}")
+        with raw_connection("nrllm-cancel-listener") as conn:
+            taps = list(self._taps.values())
+            for channel in dict.fromkeys([CHANNEL, *(c for tap in taps for c in tap.channels)]):
+                conn.execute(f"LISTEN {channel}")
             self.listener_pid = conn.info.backend_pid
             self.counts["connects"] += 1
             self.listening.set()
+            self._tell(True)
             # Cancels that committed before LISTEN took effect sent nothing this connection saw.
             self._trip(self._confirmed(conn, self.watched()))
             while not self._stop.is_set():
-                ids: set[uuid.UUID] = set()
-                for notify in conn.notifies(timeout=self._next_wait(), stop_after=1):
-                    ids.update(self._parse(notify.payload))
+                batch = list(conn.notifies(timeout=self._next_wait(), stop_after=1))
+                if not batch:
+                    self._fire_due()
+                    continue
+                batch.extend(conn.notifies(timeout=0))  # drain what is already buffered
+                ids = {run_id for n in batch if n.channel == CHANNEL for run_id in self._parse(n.payload)}
                 if ids:
-                    for notify in conn.notifies(timeout=0):  # drain what is already buffered
-                        ids.update(self._parse(notify.payload))
                     self._route(ids, conn)
+                for tap in taps:
+                    try:
+                        tap.on_batch(batch)
+                    except Exception:
+                        logger.exception("a listener tap failed; the cancel watcher goes on")
                 self._fire_due()
 
     def _parse(self, payload: str) -> Iterable[uuid.UUID]:

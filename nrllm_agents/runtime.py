@@ -229,7 +229,7 @@ class AgentRuntime:
             loop = ToolLoop(registry.build_provider(request, run_id), registry.build_tools(request.tools, run_id),
                             trace=trace, max_iterations=request.max_iterations, on_deny=request.on_deny,
                             before_effect=trace.before_effect, token=trace.token, before_start=trace.before_start,
-                            on_delta=trace.delta if trace.on_delta is not None else None)
+                            on_delta=trace.delta)
             result = drive(loop)
         except RunCancellationRequested:
             if trace.token.handing_back:  # the token tripped for a shutdown: hand back (or ack a cancel)

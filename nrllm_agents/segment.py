@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from . import limits, store
 from .db import release_connection
+from .deltas import publisher
 from .domain import (CancelToken, RunCancellationRequested, RunLeaseLost, SegmentInterrupted, Step, StepKind,
                      ToolCall, Usage)
 from .models import AgentRunEvent
@@ -153,6 +154,8 @@ class SegmentTrace:
         except IntegrityError:
             # Someone else wrote this sequence: another segment owns the run now.
             raise RunLeaseLost() from None
+        if step.kind == StepKind.LLM:
+            publisher.discard(self.run_id)  # the recorded answer replaces its pending pieces
         if step.payload.get("interrupted"):
             self._interrupted_sequence = sequence
         self.next_sequence += 1
@@ -184,13 +187,15 @@ class SegmentTrace:
         release_connection()  # the call about to start may take minutes: hold no connection meanwhile
 
     def delta(self, round_: int, text: str) -> None:
-        """Publish a piece of the answer a model call is streaming (never recorded)."""
-        if self.on_delta is None:
-            return
+        """Publish a piece of the answer a model call is streaming (never recorded): to every
+        watcher of the run (``deltas.publisher``) and to this segment's ``on_delta``."""
         if round_ != self._delta_round:
             self._delta_round, self._delta_offset = round_, 0
         data = {"run_id": str(self.run_id), "round": round_, "text": text, "offset": self._delta_offset}
         self._delta_offset += len(text)
+        publisher.publish(data)
+        if self.on_delta is None:
+            return
         try:
             self.on_delta(data)
         except Exception:

@@ -36,9 +36,13 @@ def django_db_setup(django_db_setup):
     """pytest-django's test database; the cancel watcher's listening connection is closed
     before that database is dropped."""
     yield
+    from nrllm_agents.deltas import publisher
     from nrllm_agents.interrupts import watcher
+    from nrllm_agents.push import hub
 
     watcher.stop()
+    hub.stop()
+    publisher.stop()
 
 
 def race_rounds(default: int) -> int:

@@ -11,7 +11,16 @@ any process:
 - once ``presenters.stream_finished(run)`` holds, a final ``done`` / ``cancelled`` /
   ``awaiting_approval`` / ``failed`` event carries ``presenters.run_status_dict`` and the
   stream closes. A stream still open after ``STREAM_MAX_SECONDS`` closes without a final
-  event; ``EventSource`` reconnects by itself with ``Last-Event-ID``.
+  event; ``EventSource`` reconnects by itself with ``Last-Event-ID``;
+- while a model call streams, ``event: delta`` frames (no ``id``) carry
+  ``{"run_id", "round", "text", "offset"}``: a piece of the answer, ``offset`` being its
+  character position in that call's content. They are never stored; the ``llm`` step
+  recorded afterwards replaces them.
+
+It waits to be woken (``watch.py``, ``push.py``): on PostgreSQL by the process's one
+listening connection, holding no database connection while idle; elsewhere it polls every
+``STREAM_POLL_SECONDS``. A user may hold ``STREAM_MAX_PER_USER`` open streams and a process
+``STREAM_MAX_OPEN`` (``limits.py``); past either, the answer is 429 with a JSON ``detail``.
 
 Authentication: the session, or a DRF token (``Authorization: Token <key>``). Who may
 stream which run is ``nrllm_agents.policy``'s decision; anything else is 404.
@@ -35,21 +44,22 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
-from .. import store
 from ..conf import app_settings
 from .. import policy
 from ..api.serializers import MAX_SEQUENCE, EventsQuerySerializer
-from ..models import AgentRun
-from ..presenters import event_dict, final_event_name, run_status_dict, stream_finished
+from ..push import StepData
+from ..watch import Update, Watch, release_connection
+from . import limits
+from .limits import StreamSlot
 
-BATCH = 500  # steps read per query while draining
+RETRY_AFTER_SECONDS = 5
+
 OPEN = "retry: 2000\n: stream open\n\n"  # reconnect delay for EventSource; a comment flushes headers
 KEEPALIVE = ": keepalive\n\n"
 
@@ -57,7 +67,18 @@ KEEPALIVE = ": keepalive\n\n"
 def sse_event(event: str, data: dict[str, Any], event_id: int | None = None) -> str:
     """One SSE frame. JSON is written on one line, so ``data:`` never needs splitting."""
     head = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'), default=str)}\n\n"
+    body = data.compact_json() if isinstance(data, StepData) else json.dumps(data, separators=(",", ":"), default=str)
+    return f"{head}event: {event}\ndata: {body}\n\n"
+
+
+def render(update: Update) -> str:
+    """The frames of an update: steps (with their sequence as ``id``), deltas (no ``id``, so a
+    reconnect's ``Last-Event-ID`` still names the last step), then the final event."""
+    frames = [sse_event("step", step, step["sequence"]) for step in update.steps]
+    frames += [sse_event("delta", delta) for delta in update.deltas]
+    if update.final is not None and update.final[1] is not None:
+        frames.append(sse_event(*update.final))  # type: ignore[arg-type]
+    return "".join(frames)
 
 
 @dataclass(frozen=True)
@@ -75,38 +96,8 @@ class Pace:
                    max_seconds=float(app_settings.STREAM_MAX_SECONDS))
 
 
-class RunFollower:
-    """Reads a run's stored stream forward from a sequence, as SSE frames."""
-
-    def __init__(self, run_id: uuid.UUID, after: int) -> None:
-        self.run_id = run_id
-        self.last = after
-
-    def poll(self) -> tuple[str, bool]:
-        """New frames since the last poll, and whether the stream is over.
-
-        The run's status is read *before* the steps: a run seen finished has every step
-        committed already, so the drain that follows misses none of them.
-        """
-        run = AgentRun.objects.select_related("cancelled_by").filter(pk=self.run_id).first()
-        if run is None:  # deleted while followed: nothing more will come
-            return "", True
-        finished = stream_finished(run)
-        frames: list[str] = []
-        while True:
-            batch = list(store.events(self.run_id, after=self.last, limit=BATCH))
-            for event in batch:
-                frames.append(sse_event("step", event_dict(event), event.sequence))
-                self.last = event.sequence
-            if len(batch) < BATCH:
-                break
-        if finished:
-            frames.append(sse_event(final_event_name(run.status) or run.status, run_status_dict(run)))
-        return "".join(frames), finished
-
-
 class _Clock:
-    """Decides when to send a keepalive and when a long stream should close."""
+    """Decides when to send a keepalive, when a long stream should close, how long to wait."""
 
     def __init__(self, pace: Pace) -> None:
         self.pace = pace
@@ -121,40 +112,57 @@ class _Clock:
     def keepalive_due(self) -> bool:
         return time.monotonic() - self.last_write >= self.pace.heartbeat
 
+    def wait_for(self, watch: Watch) -> float:
+        """Pushed: until the next keepalive or the end; else the poll interval."""
+        now = time.monotonic()
+        idle = min(self.last_write + self.pace.heartbeat, self.started + self.pace.max_seconds) - now
+        return max(0.0, min(idle, self.pace.poll) if not watch.pushed else idle)
 
-def sync_stream(follower: RunFollower, pace: Pace) -> Iterator[str]:
-    """The stream for WSGI servers: blocks its worker thread between polls."""
+
+def sync_stream(run_id: uuid.UUID, after: int, pace: Pace, slot: StreamSlot) -> Iterator[str]:
+    """The stream for WSGI servers: blocks its worker thread until something arrives."""
     clock = _Clock(pace)
-    yield OPEN
-    while True:
-        frames, finished = follower.poll()
-        if frames:
-            yield frames
-            clock.wrote()
-        if finished or clock.expired():
-            return
-        if clock.keepalive_due():
-            yield KEEPALIVE
-            clock.wrote()
-        time.sleep(pace.poll)
+    watch = Watch(run_id, after, poll=pace.poll)
+    try:
+        yield OPEN
+        while True:
+            update = watch.update()
+            frames = render(update)
+            if frames:
+                yield frames
+                clock.wrote()
+            if update.finished or clock.expired():
+                return
+            if clock.keepalive_due():
+                yield KEEPALIVE
+                clock.wrote()
+            watch.wait(clock.wait_for(watch))
+    finally:
+        watch.close()
+        slot.release()
 
 
-async def async_stream(follower: RunFollower, pace: Pace) -> AsyncIterator[str]:
-    """The stream for ASGI servers: database reads in a thread, waits on the event loop."""
+async def async_stream(run_id: uuid.UUID, after: int, pace: Pace, slot: StreamSlot) -> AsyncIterator[str]:
+    """The stream for ASGI servers: waits on the event loop, reads in a worker thread."""
     clock = _Clock(pace)
-    poll = sync_to_async(follower.poll)
-    yield OPEN
-    while True:
-        frames, finished = await poll()
-        if frames:
-            yield frames
-            clock.wrote()
-        if finished or clock.expired():
-            return
-        if clock.keepalive_due():
-            yield KEEPALIVE
-            clock.wrote()
-        await asyncio.sleep(pace.poll)
+    watch = Watch(run_id, after, loop=asyncio.get_running_loop(), poll=pace.poll)
+    try:
+        yield OPEN
+        while True:
+            update = await watch.update_async()
+            frames = render(update)
+            if frames:
+                yield frames
+                clock.wrote()
+            if update.finished or clock.expired():
+                return
+            if clock.keepalive_due():
+                yield KEEPALIVE
+                clock.wrote()
+            await watch.wait_async(clock.wait_for(watch))
+    finally:
+        watch.close()
+        slot.release()
 
 
 def _user(request: HttpRequest) -> tuple[Any, str | None]:
@@ -199,10 +207,35 @@ def run_stream(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         return JsonResponse({"detail": f"Last-Event-ID / after must be a step sequence (an integer from -1 to "
                                        f"{MAX_SEQUENCE})."},
                             status=400)
-    follower, pace = RunFollower(run_id, after), Pace.from_settings()
-    # Under ASGI a sync iterator would be consumed whole before sending; under WSGI an async one.
-    content = async_stream(follower, pace) if isinstance(request, ASGIRequest) else sync_stream(follower, pace)
-    response = StreamingHttpResponse(content, content_type="text/event-stream; charset=utf-8")
+    slot = limits.acquire(user.pk)
+    if isinstance(slot, limits.StreamRefused):
+        response = JsonResponse({"detail": slot.detail}, status=429)
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
+    try:
+        pace = Pace.from_settings()
+        # Under ASGI a sync iterator would be consumed whole before sending; under WSGI an async one.
+        stream = async_stream if isinstance(request, ASGIRequest) else sync_stream
+        content = stream(run_id, after, pace, slot)
+        response = _SlotResponse(slot, content, content_type="text/event-stream; charset=utf-8")
+    except BaseException:
+        slot.release()
+        raise
     response["Cache-Control"] = "no-cache, no-transform"
     response["X-Accel-Buffering"] = "no"
+    release_connection()  # the checks above used this thread's connection; a stream holds none
     return response
+
+
+class _SlotResponse(StreamingHttpResponse):
+    """Gives the stream's slot back when the server closes the response, even unstarted."""
+
+    def __init__(self, slot: limits.StreamSlot, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._slot = slot
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._slot.release()

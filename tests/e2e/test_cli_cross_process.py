@@ -218,7 +218,10 @@ def test_agent_run_queued_follow_without_redis_end_to_end(child_env, children):
     assert code == 0, runner.stderr
     run_id = lines[0]["run_id"]
     assert lines[0] == {"event": "started", "run_id": run_id}
-    assert [line["step"]["kind"] for line in lines[1:-1]] == ["request", "llm", "tool", "request", "llm"]
+    # (the model's words may come as delta lines too: they are live, not steps)
+    assert [line["step"]["kind"] for line in lines[1:-1] if line["event"] == "step"] == [
+        "request", "llm", "tool", "request", "llm"]
+    assert {line["event"] for line in lines[1:-1]} <= {"step", "delta"}
     assert lines[-1]["event"] == "done" and AgentRun.objects.get(pk=run_id).status == RunStatus.COMPLETED
 
 

@@ -75,7 +75,8 @@ class Command(BaseCommand):
         if not follow:
             return cli.EXIT_OK
         try:
-            run = cli.follow(runtime, run_id, after=after[0].sequence if after else -1, on_step=printer.step)
+            run = cli.follow(runtime, run_id, after=after[0].sequence if after else -1, on_step=printer.step,
+                             on_delta=printer.delta)
         except KeyboardInterrupt:
             raise cli.interrupted_follow(run_id) from None
         return printer.summary(run)

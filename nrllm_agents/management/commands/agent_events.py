@@ -37,7 +37,8 @@ class Command(BaseCommand):
             run = runtime.status(run_id)
             printer.started(run_id, f" ({run.status})")
             if options["follow"]:
-                run = cli.follow(runtime, run_id, after=options["after"], on_step=printer.step)
+                run = cli.follow(runtime, run_id, after=options["after"], on_step=printer.step,
+                                 on_delta=printer.delta)
             else:
                 for event in runtime.events(run_id, after=options["after"]):
                     printer.step(presenters.event_dict(event))

@@ -92,7 +92,7 @@ class Command(BaseCommand):
         if not follow:
             return cli.EXIT_OK
         try:
-            run = cli.follow(runtime, run_id, on_step=printer.step)
+            run = cli.follow(runtime, run_id, on_step=printer.step, on_delta=printer.delta)
         except KeyboardInterrupt:
             raise cli.interrupted_follow(run_id) from None
         except RunNotFound:  # deleted while we watched

@@ -1,6 +1,8 @@
 /* The playground, progressively enhanced: the forms post without JavaScript; with it they
  * answer JSON, and the run page follows the run's Server-Sent Events stream from the last
- * step the server rendered, so a reload resumes with no step missing or repeated.
+ * step the server rendered, so a reload resumes with no step missing or repeated. While the
+ * model writes, "delta" events grow its answer in a pending llm card (with a Stop button);
+ * the recorded llm step replaces that card.
  * stepDetails() mirrors nrllm_agents/web/display.py; keep the two in step. */
 (function () {
   "use strict";
@@ -175,9 +177,55 @@
     text("st-elapsed", `${Math.max((end - new Date(started)) / 1000, 0).toFixed(1)} s`);
   }
 
+  // --- the answer being written (deltas: never stored; the recorded llm step replaces them) --
+  let pending = null;  // {round, chars, li, text}
+  let answeredRound = -1;  // deltas of this round or earlier are stale
+  const codePoints = (t) => Array.from(t || "");
+
+  function dropPending() {
+    if (pending) pending.li.remove();
+    pending = null;
+  }
+
+  function pendingCard(round) {
+    if (pending && pending.round === round) return pending;
+    dropPending();
+    const li = el("li", {class: "step kind-llm pending", "data-kind": "llm-pending", "data-round": round});
+    const head = el("div", {class: "step-head"});
+    const stop = el("button", {type: "button", class: "danger small", id: "stop-inline"}, "Stop");
+    stop.addEventListener("click", () => act(cancelForm, document.getElementById("cancel-button")));
+    head.append(el("span", {class: "kind"}, "llm"), " ", el("span", {class: "round"}, `round ${round}`), " ",
+                el("span", {class: "badge writing"}, "writing…"), " ", stop);
+    const body = el("dl", {class: "step-body"});
+    const text = el("dd", {class: "live-text"});
+    body.append(el("dt", {}, "answer so far"), text);
+    li.append(head, body);
+    let live = document.getElementById("live-steps");  // beside the recorded steps, not among them
+    if (!live) {
+      live = el("ul", {class: "steps live", id: "live-steps"});
+      steps.after(live);
+    }
+    live.append(li);
+    pending = {round, chars: 0, li, text};
+    return pending;
+  }
+
+  function onDelta(delta) {
+    if (delta.round <= answeredRound || TERMINAL.includes(status.status)) return;
+    const card = pendingCard(delta.round);
+    let piece = codePoints(delta.text);
+    if (delta.offset < card.chars) piece = piece.slice(card.chars - delta.offset);  // a repeat
+    else if (delta.offset > card.chars) card.text.append(" … ");  // a gap: some pieces were lost
+    if (!piece.length) return;
+    card.text.append(piece.join(""));
+    card.chars = delta.offset + codePoints(delta.text).length;
+  }
+
   function onStep(step) {
     const hint = document.getElementById("no-steps");
     if (hint) hint.remove();
+    if (step.kind === "llm") answeredRound = Math.max(answeredRound, step.round);
+    if (step.kind === "llm" || step.kind === "cancelled") dropPending();
     steps.append(renderStep(step));
     last = step.sequence;
     if (!strip.dataset.startedAt) strip.dataset.startedAt = step.created_at;
@@ -203,6 +251,7 @@
   }
 
   function onFinal(payload) {
+    dropPending();
     Object.assign(status, payload);
     if (TERMINAL.includes(payload.status)) addForkButtons();
     setStatus(payload.status);
@@ -242,6 +291,7 @@
     source = es;
     es.onopen = () => streamState("live");
     es.addEventListener("step", (event) => onStep(JSON.parse(event.data)));
+    es.addEventListener("delta", (event) => onDelta(JSON.parse(event.data)));
     FINAL_EVENTS.forEach((name) => es.addEventListener(name, (event) => {
       es.close();
       source = null;

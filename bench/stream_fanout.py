@@ -1,0 +1,341 @@
+"""Live streams at scale: push (LISTEN/NOTIFY) against polling, side by side in one run.
+
+For each mode the app is served by a real uvicorn process (``config.asgi``) on a throwaway
+database, with ``NRLLM_STREAM_PUSH=1`` (push) or ``0`` (poll every 0.2 s, as before issue 11),
+and W watchers (asyncio clients in this process) hold ``GET /api/runs/<id>/stream/`` open on
+one running run. It measures:
+
+- commit -> client: this process appends steps to the run (the runtime's boundary statement,
+  ``store.record_step``), notes when each COMMIT returned, and every watcher notes when the
+  step's frame arrived; p50 and p99 over all (watcher, step) pairs, for W = 1, 100, 500;
+- queries per second with 100 idle watchers (the run writes nothing): transactions counted by
+  PostgreSQL (``pg_stat_database``) over a window, minus this script's own;
+- connections held by the server while 500 watchers are idle (``pg_stat_activity``);
+- first model token -> client: runs executed here by the runtime (scripted provider writing its
+  answer over 1 s), each watched by one client; from the first piece handed to the publisher
+  to its arrival as ``event: delta`` (push) or, polling, to the arrival of the llm step that
+  carries the text (there are no deltas without push).
+
+Before all that, the cost of the ``nrllm_step`` trigger on the step boundary itself: the
+boundary statement timed with the trigger enabled and disabled, alternating blocks.
+
+PostgreSQL only. ``DATABASE_URL`` names the server; a throwaway database is created, migrated
+and dropped (``nrllm_bench_fanout`` unless ``--database``). Numbers only; no assertions::
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres .venv/bin/python bench/stream_fanout.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from step_overhead import throwaway_database  # noqa: E402  (bench/ is this script's directory)
+
+SERVER_APP = "nrllm-bench-server"
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))] * 1000 if ordered else float("nan")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def server(url: str, push: bool, workdir: Path) -> Iterator[int]:
+    """uvicorn on ``url`` (its connections named ``SERVER_APP``); yields its port."""
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": f"{url}?application_name={SERVER_APP}", "DJANGO_SETTINGS_MODULE": "config.settings",
+           "NRLLM_STREAM_PUSH": "1" if push else "0", "NRLLM_STREAM_MAX_OPEN": "0", "NRLLM_STREAM_MAX_PER_USER": "0",
+           "NRLLM_STREAM_HEARTBEAT_SECONDS": "30", "NRLLM_STREAM_MAX_SECONDS": "3600", "PYTHONPATH": str(ROOT)}
+    env.pop("REDIS_URL", None)
+    log = open(workdir / f"uvicorn-{'push' if push else 'poll'}.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
+                             "--port", str(port), "--lifespan", "off", "--no-access-log", "--log-level", "warning",
+                             "--backlog", "2048", "--timeout-graceful-shutdown", "1"],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(OSError):
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                sys.exit(f"uvicorn did not start; see {log.name}")
+            time.sleep(0.1)
+        yield port
+    finally:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+
+
+class Watcher:
+    """One SSE client: notes when each step (by sequence) and each first delta arrived."""
+
+    def __init__(self) -> None:
+        self.opened = asyncio.Event()
+        self.steps: dict[int, float] = {}
+        self.first_delta: float | None = None
+        self.first_llm: float | None = None
+        self.done = asyncio.Event()
+
+    async def run(self, port: int, path: str, token: str) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Token {token}\r\n"
+                     f"Accept: text/event-stream\r\n\r\n".encode())
+        await writer.drain()
+        event, data = None, None
+        try:
+            while True:
+                line = await reader.readline()
+                if not line:
+                    return
+                text = line.decode().strip()
+                if text.startswith(": stream open"):
+                    self.opened.set()
+                elif text.startswith("event:"):
+                    event = text[6:].strip()
+                elif text.startswith("data:"):
+                    data = text[5:].strip()
+                elif not text and event:
+                    now = time.perf_counter()
+                    if event == "step":
+                        step = json.loads(data or "{}")
+                        self.steps.setdefault(step["sequence"], now)
+                        if step["kind"] == "llm" and step["payload"].get("content") and self.first_llm is None:
+                            self.first_llm = now
+                    elif event == "delta" and self.first_delta is None:
+                        self.first_delta = now
+                    elif event in ("done", "cancelled", "failed", "awaiting_approval"):
+                        self.done.set()
+                        return
+                    event, data = None, None
+        finally:
+            writer.close()
+
+
+def db_counters(dsn: str, name: str) -> tuple[int, int]:
+    """(transactions so far, connections the server holds) for database ``name``."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        xacts = conn.execute("SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s",
+                             [name]).fetchone()[0]
+        held = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND application_name = ANY(%s)",
+                            [name, [SERVER_APP, "nrllm-cancel-listener"]]).fetchone()[0]
+    return xacts, held
+
+
+def new_running_run(owner: Any) -> Any:
+    from nrllm_agents import store
+
+    return store.begin({"prompt": "bench", "provider": "scripted", "owner": owner}, claimed_by="bench",
+                       lease_expires=store.lease_until())
+
+
+async def open_watchers(port: int, run_id: Any, token: str, count: int) -> tuple[list[Watcher], list[asyncio.Task]]:
+    watchers = [Watcher() for _ in range(count)]
+    tasks = [asyncio.create_task(w.run(port, f"/api/runs/{run_id}/stream/", token)) for w in watchers]
+    await asyncio.wait_for(asyncio.gather(*(w.opened.wait() for w in watchers)), 120)
+    return watchers, tasks
+
+
+async def latency(port: int, token: str, owner: Any, watchers_n: int, steps: int, gap: float) -> list[float]:
+    """Commit -> client for ``steps`` steps seen by ``watchers_n`` watchers."""
+    from nrllm_agents import store
+    from nrllm_agents.domain import Step, StepKind
+
+    run = await asyncio.to_thread(new_running_run, owner)
+    watchers, tasks = await open_watchers(port, run.pk, token, watchers_n)
+    committed: dict[int, float] = {}
+
+    def write(sequences: range) -> None:
+        from django.db import connections
+        from django.utils import timezone
+
+        for seq in sequences:
+            store.record_step(run.pk, "bench", seq, Step(StepKind.TOOL, seq, {"n": seq}), timezone.now())
+            committed[seq] = time.perf_counter()
+            time.sleep(gap)
+        connections.close_all()
+
+    async def all_have(count: int) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(len(w.steps) < count for w in watchers):
+            await asyncio.sleep(0.05)
+
+    # Warm-up: step 0 reaches everyone once their catch-up reads are done; then steady state.
+    await asyncio.to_thread(write, range(0, 1))
+    await all_have(1)
+    await asyncio.to_thread(write, range(1, steps + 1))
+    await all_have(steps + 1)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return [w.steps[s] - committed[s] for w in watchers for s in range(1, steps + 1) if s in w.steps]
+
+
+async def idle(port: int, token: str, owner: Any, dsn: str, name: str, watchers_n: int,
+               window: float, settle: float = 12.0) -> tuple[float, int]:
+    """(transactions per second, connections held) with ``watchers_n`` idle watchers."""
+    run = await asyncio.to_thread(new_running_run, owner)
+    watchers, tasks = await open_watchers(port, run.pk, token, watchers_n)
+    # A backend reports its counters at most once a second while busy and 10 s after it went
+    # idle: let what happened before the window (catch-up reads, earlier scenarios) land first.
+    await asyncio.sleep(settle)
+    before, _ = await asyncio.to_thread(db_counters, dsn, name)
+    started = time.monotonic()
+    await asyncio.sleep(window)
+    after, held = await asyncio.to_thread(db_counters, dsn, name)
+    elapsed = time.monotonic() - started
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return max(0, after - before - 1) / elapsed, held  # -1: the first counter read's own transaction
+
+
+async def first_token(port: int, token: str, owner: Any, runs: int) -> list[float]:
+    """First piece handed to the publisher -> first delta (or, polling, the llm step) at the client."""
+    from nrllm_agents import deltas
+    from nrllm_agents.runtime import AgentRuntime
+
+    first_publish: dict[str, float] = {}
+    original = deltas.publisher.publish
+
+    def timed(delta: dict[str, Any]) -> None:
+        first_publish.setdefault(delta["run_id"], time.perf_counter())
+        original(delta)
+
+    deltas.publisher.publish = timed  # type: ignore[method-assign]
+    script = [{"delay": 0.6, "tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}}]},
+              {"delay": 1.0, "content": " ".join(f"w{i}" for i in range(30))}]
+    results = []
+    try:
+        for _ in range(runs):
+            run_id = await asyncio.to_thread(
+                lambda: AgentRuntime().enqueue({"prompt": "b", "script": script, "tools": ["calculator"]}, owner=owner))
+            watcher = Watcher()
+            task = asyncio.create_task(watcher.run(port, f"/api/runs/{run_id}/stream/", token))
+            await asyncio.wait_for(watcher.done.wait(), 30)
+            arrived = watcher.first_delta or watcher.first_llm
+            if arrived is not None and str(run_id) in first_publish:
+                results.append(arrived - first_publish[str(run_id)])
+            task.cancel()
+    finally:
+        deltas.publisher.publish = original  # type: ignore[method-assign]
+    return results
+
+
+def trigger_cost(blocks: int = 40, per_block: int = 100) -> tuple[float, float]:
+    """p50 of the boundary statement (ms) with the nrllm_step trigger disabled and enabled."""
+    from django.db import connection
+    from django.utils import timezone
+
+    from nrllm_agents import store
+    from nrllm_agents.domain import Step, StepKind
+
+    run = new_running_run(None)
+    times: dict[bool, list[float]] = {True: [], False: []}
+    seq = 0
+    with connection.cursor() as cursor:
+        for block in range(blocks):
+            on = block % 2 == 1
+            cursor.execute(f"ALTER TABLE nrllm_agents_agentrunevent {'ENABLE' if on else 'DISABLE'} "
+                           f"TRIGGER nrllm_agents_notify_step")
+            for _ in range(per_block):
+                t = time.perf_counter()
+                store.record_step(run.pk, "bench", seq, Step(StepKind.TOOL, 0, {"n": seq}), timezone.now())
+                times[on].append(time.perf_counter() - t)
+                seq += 1
+        cursor.execute("ALTER TABLE nrllm_agents_agentrunevent ENABLE TRIGGER nrllm_agents_notify_step")
+    return statistics.median(times[False]) * 1000, statistics.median(times[True]) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--database", default="nrllm_bench_fanout", help="throwaway database to create and drop")
+    parser.add_argument("--watchers", default="1,100,500", help="watcher counts for commit -> client")
+    parser.add_argument("--steps", type=int, default=20, help="steps appended per latency measurement")
+    parser.add_argument("--gap", type=float, default=0.25, help="seconds between appended steps")
+    parser.add_argument("--idle-seconds", type=float, default=10.0, help="window of the idle query count")
+    parser.add_argument("--poll-max-watchers", type=int, default=100,
+                        help="most watchers the polling mode is run with (it holds a connection each)")
+    parser.add_argument("--modes", default="poll,push", help="which of poll,push to run")
+    parser.add_argument("--token-runs", type=int, default=10, help="runs timed for the first model token")
+    args = parser.parse_args()
+    counts = [int(n) for n in args.watchers.split(",")]
+    import tempfile
+
+    with throwaway_database(args.database) as url, tempfile.TemporaryDirectory() as tmp:
+        from django.contrib.auth import get_user_model
+        from rest_framework.authtoken.models import Token
+
+        owner = get_user_model().objects.create_user("bench")
+        token = Token.objects.create(user=owner).key
+        admin_dsn = url.rsplit("/", 1)[0] + "/postgres"
+        off, on = trigger_cost()
+        print(f"stream_fanout: PostgreSQL, uvicorn, watchers {counts}, {args.steps} steps each, "
+              f"{args.gap:g} s apart")
+        print(f"  boundary statement p50 without / with the nrllm_step trigger: {off:.3f} / {on:.3f} ms "
+              f"({on / off:.2f}x)")
+        rows: dict[str, dict[str, str]] = {}
+        for mode in args.modes.split(","):
+            with server(url, mode == "push", Path(tmp)) as port:
+                row = rows.setdefault(mode, {})
+                # Polling holds a connection per watcher: past --poll-max-watchers it would exhaust
+                # a shared server (and other people's tests), so it is not measured there.
+                limit = max(counts) if mode == "push" else args.poll_max_watchers
+                for n in counts:
+                    key = f"commit->client p50/p99 ms, {n} watchers"
+                    if n > limit:
+                        row[key] = "not run"
+                        continue
+                    lat = asyncio.run(latency(port, token, owner, n, args.steps, args.gap))
+                    row[key] = f"{pct(lat, .5):7.1f} / {pct(lat, .99):7.1f}"
+                qps, _ = asyncio.run(idle(port, token, owner, admin_dsn, args.database, 100, args.idle_seconds))
+                row["queries/s, 100 idle watchers"] = f"{qps:7.1f}"
+                for n in sorted({min(100, max(counts)), max(counts)}):
+                    key = f"connections held, {n} idle watchers"
+                    if n > limit:
+                        row[key] = "not run"
+                        continue
+                    _, held = asyncio.run(idle(port, token, owner, admin_dsn, args.database, n, 0.5, settle=2.0))
+                    row[key] = f"{held:7d}"
+                tok = asyncio.run(first_token(port, token, owner, args.token_runs))
+                row["first token -> client p50 ms"] = f"{pct(tok, .5):7.1f}"
+        keys = list(next(iter(rows.values())))
+        width = max(len(k) for k in keys)
+        print(f"  {'':<{width}}" + "".join(f"   {('poll (before)' if m == 'poll' else m):>17}" for m in rows))
+        for key in keys:
+            print(f"  {key:<{width}}" + "".join(f"   {rows[m][key]:>17}" for m in rows))
+        print("  (polling has no deltas: its first token is the llm step that carries the text)")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    os.environ.pop("REDIS_URL", None)  # the timed runs execute in this process
+    main()
