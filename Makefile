@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # Production sets DJANGO_SECRET_KEY and leaves DJANGO_DEBUG unset (README, "Security").
 export DJANGO_DEBUG ?= 1
 
-.PHONY: run worker demo test test-postgres test-sqlite test-django52 venv migrate bench clean
+.PHONY: lint run worker demo test test-postgres test-sqlite test-django52 venv migrate bench clean
 
 venv:
 	@bash scripts/venv.sh $(VENV)
@@ -38,6 +38,12 @@ demo: migrate
 		--tool calculator --tool current_time --tool sleep
 
 test: test-postgres test-sqlite
+
+# ruff (lint and format) and mypy (strict on domain/ and store/); .ci/run runs it first
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy nrllm_agents/domain nrllm_agents/store
 
 test-postgres: venv
 	DATABASE_URL=$(PG_URL) NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)

@@ -38,8 +38,17 @@ def fill(n: int) -> list:
     AgentRunEvent.objects.all().delete()
     AgentRun.objects.all().delete()
     AgentRun.objects.bulk_create(
-        [AgentRun(status=RunStatus.QUEUED, prompt=f"task {i}", provider="scripted",
-                  request_payload={"prompt": f"task {i}"}) for i in range(n)], batch_size=2000)
+        [
+            AgentRun(
+                status=RunStatus.QUEUED,
+                prompt=f"task {i}",
+                provider="scripted",
+                request_payload={"prompt": f"task {i}"},
+            )
+            for i in range(n)
+        ],
+        batch_size=2000,
+    )
     return list(AgentRun.objects.values_list("pk", flat=True))
 
 
@@ -56,8 +65,7 @@ def bench(n: int) -> None:
     fill(n)
     with CaptureQueriesContext(connection) as queries:
         started = time.perf_counter()
-        result = runtime.cancel_many(AgentRun.objects.filter(status=RunStatus.QUEUED), source="system",
-                                     reason="bench")
+        result = runtime.cancel_many(AgentRun.objects.filter(status=RunStatus.QUEUED), source="system", reason="bench")
         bulk = time.perf_counter() - started
     statements = len(queries)
     check(n)

@@ -70,8 +70,7 @@ def main() -> None:
     production_settings()  # debug off here and in the workers, as in production
     os.environ["REDIS_URL"] = args.redis_url  # read by settings: this process enqueues there
     redis.Redis.from_url(args.redis_url).flushdb()
-    with tempfile.TemporaryDirectory(prefix="nrllm-cancel-bench-") as workdir, \
-            throwaway_database(args.database) as url:
+    with tempfile.TemporaryDirectory(prefix="nrllm-cancel-bench-") as workdir, throwaway_database(args.database) as url:
         for d in [float(x) for x in args.delays.split(",") if x.strip()]:
             runs = args.runs if d < 1 else args.long_runs
             rounds = args.rounds or (6 if d < 1 else 2)
@@ -83,29 +82,43 @@ def main() -> None:
     redis.Redis.from_url(args.redis_url).flushdb()
 
 
-def measure(args: argparse.Namespace, rng: random.Random, seed: int, workdir: Path, url: str, *,
-            d: float, runs: int, rounds: int) -> None:
+def measure(
+    args: argparse.Namespace,
+    rng: random.Random,
+    seed: int,
+    workdir: Path,
+    url: str,
+    *,
+    d: float,
+    runs: int,
+    rounds: int,
+) -> None:
     """Run the load for one step length and print the distribution."""
     workdir.mkdir(parents=True, exist_ok=True)
     journal_path = workdir / "journal.jsonl"
     if True:  # (one throwaway database for every step length)
-        from tests.e2e.workers import Canceller, Workers, wait_for
-
         from nrllm_agents.models import TERMINAL, AgentRun, AgentRunEvent, RunStatus
         from nrllm_agents.presenters import stream_finished
         from nrllm_agents.runtime import AgentRuntime
+        from tests.e2e.workers import Canceller, Workers, wait_for
 
         env = {k: v for k, v in os.environ.items() if k != "NRLLM_CALL_JOURNAL"}
-        env.update({"DATABASE_URL": url, "REDIS_URL": args.redis_url, "NRLLM_CALL_JOURNAL": str(journal_path),
-                    "DJANGO_SETTINGS_MODULE": "config.settings", "PYTHONPATH": str(ROOT)})
+        env.update(
+            {
+                "DATABASE_URL": url,
+                "REDIS_URL": args.redis_url,
+                "NRLLM_CALL_JOURNAL": str(journal_path),
+                "DJANGO_SETTINGS_MODULE": "config.settings",
+                "PYTHONPATH": str(ROOT),
+            }
+        )
         workers = Workers(env, count=args.workers, log_dir=workdir)
         canceller = Canceller(env)
         try:
             workers.start()
             canceller.start()
             runtime = AgentRuntime()
-            request = {"prompt": "bench", "tools": ["sleep"], "script": script(rounds, d),
-                       "max_iterations": rounds + 1}
+            request = {"prompt": "bench", "tools": ["sleep"], "script": script(rounds, d), "max_iterations": rounds + 1}
             run_ids = [str(runtime.enqueue(request)) for _ in range(runs)]
             targets = set(rng.sample(run_ids, round(runs * args.cancel_fraction)))
             # A target is cancelled on some tick while it runs, each tick with the same chance,
@@ -121,8 +134,12 @@ def measure(args: argparse.Namespace, rng: random.Random, seed: int, workdir: Pa
                     elif status == RunStatus.RUNNING and rng.random() < chance:
                         canceller.cancel(str(pk))
                         targets.discard(str(pk))
-            wait_for(lambda: all(stream_finished(r) for r in AgentRun.objects.filter(pk__in=run_ids)),
-                     timeout=300, interval=0.2, what="every run to finish")
+            wait_for(
+                lambda: all(stream_finished(r) for r in AgentRun.objects.filter(pk__in=run_ids)),
+                timeout=300,
+                interval=0.2,
+                what="every run to finish",
+            )
         finally:
             canceller.stop()
             workers.stop()
@@ -155,43 +172,64 @@ def measure(args: argparse.Namespace, rng: random.Random, seed: int, workdir: Pa
             after_request.append(sum(s["t"] > requested for s in starts))
             after_boundary.append(sum(s["t"] > boundary for s in starts))
 
-        print(f"cancel_latency: {runs} runs over {args.workers} rqworker processes, steps of d = "
-              f"{d * 1000:.0f} ms ({rounds} sleep rounds per run), seed {seed}")
-        print(f"  cancelled while running: {len(latencies)}; while queued (never ran): {queued_hits}; "
-              f"completed: {completed}")
+        print(
+            f"cancel_latency: {runs} runs over {args.workers} rqworker processes, steps of d = "
+            f"{d * 1000:.0f} ms ({rounds} sleep rounds per run), seed {seed}"
+        )
+        print(
+            f"  cancelled while running: {len(latencies)}; while queued (never ran): {queued_hits}; "
+            f"completed: {completed}"
+        )
         if latencies:
             ms = [x * 1000 for x in latencies]
             print(f"  stopped_at - cancel_requested_at   {'p50':>9} {'p99':>9} {'max':>9}   mean")
-            print(f"    ms                             {percentile(ms, .5):9.1f} {percentile(ms, .99):9.1f} "
-                  f"{max(ms):9.1f}   {statistics.fmean(ms):.1f}")
-            print(f"    units of d                     {percentile(ms, .5) / (d * 1000):9.2f} "
-                  f"{percentile(ms, .99) / (d * 1000):9.2f} {max(ms) / (d * 1000):9.2f}   "
-                  f"{statistics.fmean(ms) / (d * 1000):.2f}")
+            print(
+                f"    ms                             {percentile(ms, 0.5):9.1f} {percentile(ms, 0.99):9.1f} "
+                f"{max(ms):9.1f}   {statistics.fmean(ms):.1f}"
+            )
+            print(
+                f"    units of d                     {percentile(ms, 0.5) / (d * 1000):9.2f} "
+                f"{percentile(ms, 0.99) / (d * 1000):9.2f} {max(ms) / (d * 1000):9.2f}   "
+                f"{statistics.fmean(ms) / (d * 1000):.2f}"
+            )
             for kind, values in sorted(by_kind.items()):
                 kms = [x * 1000 for x in values]
-                print(f"    {kind + ' (' + str(len(kms)) + ')':<32} {percentile(kms, .5):9.1f} "
-                      f"{percentile(kms, .99):9.1f} {max(kms):9.1f}   ms")
-            print(f"  model calls + tools started after the cancel was requested: {sum(after_request)} in "
-                  f"{sum(1 for n in after_request if n)} runs (per run: max {max(after_request)}; a start can "
-                  f"race the cancel's commit by a few ms and is then the step in flight)")
+                print(
+                    f"    {kind + ' (' + str(len(kms)) + ')':<32} {percentile(kms, 0.5):9.1f} "
+                    f"{percentile(kms, 0.99):9.1f} {max(kms):9.1f}   ms"
+                )
+            print(
+                f"  model calls + tools started after the cancel was requested: {sum(after_request)} in "
+                f"{sum(1 for n in after_request if n)} runs (per run: max {max(after_request)}; a start can "
+                f"race the cancel's commit by a few ms and is then the step in flight)"
+            )
             print(f"  model calls + tools started after the stop boundary: {sum(after_boundary)}")
 
 
 def measure_stream(args: argparse.Namespace, rng: random.Random, workdir: Path, url: str) -> None:
     """Runs on the ``openai`` provider against a slowly streaming server, cut off mid-answer."""
-    from tests.e2e.workers import Canceller, Workers, wait_for
-
     from nrllm_agents.models import AgentRun, AgentRunEvent
     from nrllm_agents.runtime import AgentRuntime
     from nrllm_agents.testing.chat_server import ChatCompletionServer
+    from tests.e2e.workers import Canceller, Workers, wait_for
 
     workdir.mkdir(parents=True, exist_ok=True)
-    answer = {"content": " ".join(f"tok{i}" for i in range(2000)), "chunk_delay": 0.01,
-              "usage": {"prompt_tokens": 10, "completion_tokens": 2000}}
+    answer = {
+        "content": " ".join(f"tok{i}" for i in range(2000)),
+        "chunk_delay": 0.01,
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2000},
+    }
     with ChatCompletionServer([answer], by_turn=True) as server:
         env = {k: v for k, v in os.environ.items() if k != "NRLLM_CALL_JOURNAL"}
-        env.update({"DATABASE_URL": url, "REDIS_URL": args.redis_url, "OPENAI_BASE_URL": server.base_url,
-                    "DJANGO_SETTINGS_MODULE": "config.settings", "PYTHONPATH": str(ROOT)})
+        env.update(
+            {
+                "DATABASE_URL": url,
+                "REDIS_URL": args.redis_url,
+                "OPENAI_BASE_URL": server.base_url,
+                "DJANGO_SETTINGS_MODULE": "config.settings",
+                "PYTHONPATH": str(ROOT),
+            }
+        )
         workers = Workers(env, count=1, log_dir=workdir)  # one answer at a time: server logs match runs
         canceller = Canceller(env)
         cut_at: dict[str, float] = {}
@@ -199,15 +237,25 @@ def measure_stream(args: argparse.Namespace, rng: random.Random, workdir: Path, 
             workers.start()
             canceller.start()
             runtime = AgentRuntime()
-            run_ids = [str(runtime.enqueue({"prompt": "bench", "provider": "openai", "model": "slow", "tools": []}))
-                       for _ in range(args.stream_runs)]
+            run_ids = [
+                str(runtime.enqueue({"prompt": "bench", "provider": "openai", "model": "slow", "tools": []}))
+                for _ in range(args.stream_runs)
+            ]
             for run_id in run_ids:
-                wait_for(lambda: AgentRunEvent.objects.filter(run_id=run_id).exists(),
-                         timeout=120, interval=0.01, what="the run to send its first request")
+                wait_for(
+                    lambda: AgentRunEvent.objects.filter(run_id=run_id).exists(),
+                    timeout=120,
+                    interval=0.01,
+                    what="the run to send its first request",
+                )
                 time.sleep(rng.uniform(0.3, 1.5))  # mid-answer: the whole answer takes 20 s
                 cut_at[run_id] = canceller.cancel(run_id)["t"]
-            wait_for(lambda: not AgentRun.objects.filter(pk__in=run_ids, stopped_at__isnull=True).exists(),
-                     timeout=120, interval=0.05, what="every run to stop")
+            wait_for(
+                lambda: not AgentRun.objects.filter(pk__in=run_ids, stopped_at__isnull=True).exists(),
+                timeout=120,
+                interval=0.05,
+                what="every run to stop",
+            )
         finally:
             canceller.stop()
             workers.stop()
@@ -218,11 +266,15 @@ def measure_stream(args: argparse.Namespace, rng: random.Random, workdir: Path, 
     closed = [(log.disconnected_at - at) * 1000 for log, at in zip(logs, cut_at.values()) if log.disconnected_at]
     print(f"streaming: {len(logs)} answers of 2000 pieces, 10 ms apart, on the openai provider, cancelled mid-answer")
     if after:
-        print(f"  pieces the server sent after the cancel returned: p50 {percentile(after, .5)}, "
-              f"max {max(after)} (one piece is one token here)")
+        print(
+            f"  pieces the server sent after the cancel returned: p50 {percentile(after, 0.5)}, "
+            f"max {max(after)} (one piece is one token here)"
+        )
     if closed:
-        print(f"  server saw the connection close, ms after the cancel returned: p50 {percentile(closed, .5):.1f}, "
-              f"max {max(closed):.1f} ({len(closed)} of {len(logs)} closed early)")
+        print(
+            f"  server saw the connection close, ms after the cancel returned: p50 {percentile(closed, 0.5):.1f}, "
+            f"max {max(closed):.1f} ({len(closed)} of {len(logs)} closed early)"
+        )
 
 
 if __name__ == "__main__":

@@ -30,8 +30,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from step_overhead import production_settings, summary, throwaway_database  # noqa: E402  (bench/ is this script's directory)
@@ -49,10 +49,16 @@ class DbosPeer:
             admin.execute(f'CREATE DATABASE "{database}"')
         url = psycopg.conninfo.make_conninfo(server_url, dbname=database)
         params = psycopg.conninfo.conninfo_to_dict(url)
-        sqlalchemy_url = (f"postgresql://{params.get('user', 'postgres')}@{params.get('host', '127.0.0.1')}:"
-                          f"{params.get('port', 5432)}/{database}")
-        self.proc = subprocess.Popen([python, str(Path(__file__).with_name("dbos_cancel_peer.py")), sqlalchemy_url,
-                                      str(count)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        sqlalchemy_url = (
+            f"postgresql://{params.get('user', 'postgres')}@{params.get('host', '127.0.0.1')}:"
+            f"{params.get('port', 5432)}/{database}"
+        )
+        self.proc = subprocess.Popen(
+            [python, str(Path(__file__).with_name("dbos_cancel_peer.py")), sqlalchemy_url, str(count)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         line = self.proc.stdout.readline()
         if line.strip() != "ready":
             raise RuntimeError(f"the DBOS peer did not start: {line!r}")
@@ -93,16 +99,21 @@ def main() -> None:
 
         n = args.samples + 30  # 30 to warm up
         runs = AgentRun.objects.bulk_create(
-            [AgentRun(status=RunStatus.QUEUED, prompt="cancel me", provider="scripted", request_payload={"x": 1})
-             for _ in range(3 * n)])
+            [
+                AgentRun(status=RunStatus.QUEUED, prompt="cancel me", provider="scripted", request_payload={"x": 1})
+                for _ in range(3 * n)
+            ]
+        )
         ids = [r.pk for r in runs]
-        ours, legacy, floor_ids = ids[:n], ids[n:2 * n], ids[2 * n:]
+        ours, legacy, floor_ids = ids[:n], ids[n : 2 * n], ids[2 * n :]
         raw = psycopg.connect(url, autocommit=True)
         active = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE))
-        floor_sql = (f"UPDATE {AgentRun._meta.db_table} SET status = 'cancelled', termination_reason = 'cancelled', "
-                     f"cancel_source = 'system', cancel_reason = '', cancel_requested_at = clock_timestamp(), "
-                     f"finished_at = clock_timestamp(), stopped_at = clock_timestamp(), request_payload = NULL "
-                     f"WHERE id = %s AND status IN ({active})")
+        floor_sql = (
+            f"UPDATE {AgentRun._meta.db_table} SET status = 'cancelled', termination_reason = 'cancelled', "
+            f"cancel_source = 'system', cancel_reason = '', cancel_requested_at = clock_timestamp(), "
+            f"finished_at = clock_timestamp(), stopped_at = clock_timestamp(), request_payload = NULL "
+            f"WHERE id = %s AND status IN ({active})"
+        )
 
         def do_ours(run_id: uuid.UUID) -> None:
             assert store.cancel(run_id, source=CancelSource.SYSTEM).applied
@@ -123,7 +134,8 @@ def main() -> None:
         contenders: list[tuple[str, Callable[[uuid.UUID], None], list[uuid.UUID]]] = [
             ("store.cancel (one statement)", do_ours, ours),
             ("previous fence (ORM, 7 round trips)", do_legacy, legacy),
-            ("floor: guarded UPDATE, raw, prepared", do_floor, floor_ids)]
+            ("floor: guarded UPDATE, raw, prepared", do_floor, floor_ids),
+        ]
         samples: dict[str, list[float]] = {name: [] for name, _, _ in contenders}
         peer = DbosPeer(args.dbos_python, server_url, args.database + "_dbos", n) if args.dbos_python else None
         dbos: list[float] = []
@@ -147,8 +159,10 @@ def main() -> None:
                 peer.close()
         connection.ensure_connection()
         version = connection.connection.info.server_version
-        print(f"cancel_op: PostgreSQL {version // 10000}.{version % 10000}, {args.samples} cancels of queued runs per "
-              f"contender, interleaved, DEBUG off")
+        print(
+            f"cancel_op: PostgreSQL {version // 10000}.{version % 10000}, {args.samples} cancels of queued runs per "
+            f"contender, interleaved, DEBUG off"
+        )
         print(f"  {'':40} {'mean':>8} {'p50':>8} {'p99':>8}   ms   x floor (p50)")
         floor = summary(samples[contenders[2][0]])
         rows: list[tuple[str, dict[str, float]]] = [(name, summary(samples[name])) for name, _, _ in contenders]

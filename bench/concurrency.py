@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import statistics
 import sys
 import tempfile
 import threading
@@ -83,9 +82,13 @@ def cpu_seconds(pid: int) -> float | None:
 
 
 def script(rng: random.Random, rounds: int, low: float, high: float) -> list[dict[str, Any]]:
-    turns = [{"delay": round(rng.uniform(low, high), 2),
-              "tool_calls": [{"name": "sleep", "arguments": {"seconds": round(rng.uniform(low, high), 2)}}]}
-             for _ in range(rounds)]
+    turns = [
+        {
+            "delay": round(rng.uniform(low, high), 2),
+            "tool_calls": [{"name": "sleep", "arguments": {"seconds": round(rng.uniform(low, high), 2)}}],
+        }
+        for _ in range(rounds)
+    ]
     return turns + [{"delay": round(rng.uniform(low, high), 2), "content": "done"}]
 
 
@@ -119,8 +122,11 @@ class Monitor:
                 pids = [p for root in self.root_pids for p in (root, *descendants(root))]
                 pss = sum(pss_kb(p) for p in pids)
                 with connection.cursor() as cursor:
-                    cursor.execute("SELECT pid, application_name FROM pg_stat_activity WHERE application_name IN "
-                                   "(%s, 'nrllm-cancel-listener') AND datname = current_database() AND pid <> pg_backend_pid()", [self.app_name])
+                    cursor.execute(
+                        "SELECT pid, application_name FROM pg_stat_activity WHERE application_name IN "
+                        "(%s, 'nrllm-cancel-listener') AND datname = current_database() AND pid <> pg_backend_pid()",
+                        [self.app_name],
+                    )
                     rows = cursor.fetchall()
                 mine = [pid for pid, name in rows if name == self.app_name]
                 for pid in mine:
@@ -141,6 +147,7 @@ class Monitor:
 
 
 def measure(args: argparse.Namespace, rng: random.Random, workdir: Path, url: str, *, mode: str, runs: int) -> None:
+    import redis
     from django.db import connections
 
     from nrllm_agents.models import AgentRun, AgentRunEvent
@@ -148,18 +155,29 @@ def measure(args: argparse.Namespace, rng: random.Random, workdir: Path, url: st
     from nrllm_agents.runtime import AgentRuntime
     from tests.e2e.workers import Workers, wait_for
 
-    import redis
-
     redis.Redis.from_url(args.redis_url).flushdb()
     app_name = f"nrllm-bench-{uuid.uuid4().hex[:6]}"
     env = {k: v for k, v in os.environ.items() if k != "NRLLM_CALL_JOURNAL"}
-    env.update({"DATABASE_URL": url, "REDIS_URL": args.redis_url, "DJANGO_SETTINGS_MODULE": "config.settings",
-                "PYTHONPATH": str(ROOT), "PGAPPNAME": app_name, "NRLLM_LEASE_SECONDS": "60",
-                "NRLLM_DB_POOL_MAX": str(args.pool_max)})
+    env.update(
+        {
+            "DATABASE_URL": url,
+            "REDIS_URL": args.redis_url,
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "PYTHONPATH": str(ROOT),
+            "PGAPPNAME": app_name,
+            "NRLLM_LEASE_SECONDS": "60",
+            "NRLLM_DB_POOL_MAX": str(args.pool_max),
+        }
+    )
     if mode == "threaded":
         count = args.processes
-        workers = Workers(env, count=count, log_dir=workdir / f"{mode}-{runs}", command="agent_worker",
-                          extra_args=("--concurrency", str(-(-runs // count))))
+        workers = Workers(
+            env,
+            count=count,
+            log_dir=workdir / f"{mode}-{runs}",
+            command="agent_worker",
+            extra_args=("--concurrency", str(-(-runs // count))),
+        )
     else:
         count = args.fork_workers
         workers = Workers(env, count=count, log_dir=workdir / f"{mode}-{runs}")
@@ -170,8 +188,15 @@ def measure(args: argparse.Namespace, rng: random.Random, workdir: Path, url: st
         time.sleep(1)
         ids: list[str] = []
         with Monitor(app_name, [p.pid for p in workers.processes], ids) as monitor:
-            requests = [{"prompt": "bench", "tools": ["sleep"], "max_iterations": args.rounds + 1,
-                         "script": script(rng, args.rounds, args.min_delay, args.max_delay)} for _ in range(runs)]
+            requests = [
+                {
+                    "prompt": "bench",
+                    "tools": ["sleep"],
+                    "max_iterations": args.rounds + 1,
+                    "script": script(rng, args.rounds, args.min_delay, args.max_delay),
+                }
+                for _ in range(runs)
+            ]
 
             def one(request: dict[str, Any]) -> str:
                 try:
@@ -184,15 +209,23 @@ def measure(args: argparse.Namespace, rng: random.Random, workdir: Path, url: st
                 ids.extend(pool.map(one, requests))
             enqueue_s = time.monotonic() - t0
             # Cancels land at random moments once the whole wave executes (the load at its peak).
-            wait_for(lambda: not AgentRun.objects.filter(pk__in=ids, status="queued").exists(),
-                     timeout=600, interval=0.2, what="the whole wave to start")
+            wait_for(
+                lambda: not AgentRun.objects.filter(pk__in=ids, status="queued").exists(),
+                timeout=600,
+                interval=0.2,
+                what="the whole wave to start",
+            )
             targets = rng.sample(ids, round(runs * args.cancel_fraction))
             for run_id in targets:
                 time.sleep(rng.uniform(0, 0.4))
                 if runtime.cancel(run_id, source="system", reason="bench").outcome.value == "cancelled":
                     cancelled.add(run_id)
-            wait_for(lambda: all(stream_finished(r) for r in AgentRun.objects.filter(pk__in=ids)),
-                     timeout=3600, interval=1.0, what="every run to finish")
+            wait_for(
+                lambda: all(stream_finished(r) for r in AgentRun.objects.filter(pk__in=ids)),
+                timeout=3600,
+                interval=1.0,
+                what="every run to finish",
+            )
     finally:
         workers.stop()
 
@@ -201,33 +234,51 @@ def measure(args: argparse.Namespace, rng: random.Random, workdir: Path, url: st
         first = AgentRunEvent.objects.filter(run_id=run.pk, sequence=0).values_list("created_at", flat=True).first()
         if first is not None:
             first_step.append((first - run.created_at).total_seconds() * 1000)
-        if str(run.pk) in cancelled and run.stopped_at and run.cancel_requested_at and \
-                AgentRunEvent.objects.filter(run_id=run.pk).exclude(kind="cancelled").exists():
+        if (
+            str(run.pk) in cancelled
+            and run.stopped_at
+            and run.cancel_requested_at
+            and AgentRunEvent.objects.filter(run_id=run.pk).exclude(kind="cancelled").exists()
+        ):
             stops.append((run.stopped_at - run.cancel_requested_at).total_seconds() * 1000)
     steps = AgentRunEvent.objects.filter(run_id__in=ids).count()
     per_run = monitor.peak_pss / max(1, monitor.peak_running) / 1024
     above_idle = (monitor.peak_pss - monitor.idle_pss) / max(1, monitor.peak_running) / 1024
     label = f"{mode} ({count} {'agent_worker' if mode == 'threaded' else 'rqworker'} processes)"
-    print(f"{label}, wave of {runs} runs (enqueued in {enqueue_s:.1f} s), steps of "
-          f"{args.min_delay:g}-{args.max_delay:g} s, {args.rounds} tool rounds")
+    print(
+        f"{label}, wave of {runs} runs (enqueued in {enqueue_s:.1f} s), steps of "
+        f"{args.min_delay:g}-{args.max_delay:g} s, {args.rounds} tool rounds"
+    )
     print(f"  peak concurrent runs              {monitor.peak_running}")
-    print(f"  peak PSS                          {monitor.peak_pss / 1024:.0f} MB (idle {monitor.idle_pss / 1024:.0f} MB):"
-          f" {per_run:.2f} MB per concurrent run, {above_idle:.2f} MB above idle")
+    print(
+        f"  peak PSS                          {monitor.peak_pss / 1024:.0f} MB (idle {monitor.idle_pss / 1024:.0f} MB):"
+        f" {per_run:.2f} MB per concurrent run, {above_idle:.2f} MB above idle"
+    )
     print(f"  peak PostgreSQL connections       {monitor.peak_conns} (+ {monitor.listeners} cancel listeners)")
-    print(f"  enqueue -> first step (ms)        p50 {percentile(first_step, .5):.0f}  p99 "
-          f"{percentile(first_step, .99):.0f}  max {max(first_step, default=float('nan')):.0f}")
-    print(f"  cancel -> stop (ms), {len(stops):4d} runs   p50 {percentile(stops, .5):.1f}  p99 "
-          f"{percentile(stops, .99):.1f}  max {max(stops, default=float('nan')):.1f}")
-    print(f"  database CPU per step boundary    {monitor.db_cpu() / max(1, steps) * 1000:.3f} ms "
-          f"({steps} steps, {monitor.db_cpu():.1f} s of backend CPU)")
+    print(
+        f"  enqueue -> first step (ms)        p50 {percentile(first_step, 0.5):.0f}  p99 "
+        f"{percentile(first_step, 0.99):.0f}  max {max(first_step, default=float('nan')):.0f}"
+    )
+    print(
+        f"  cancel -> stop (ms), {len(stops):4d} runs   p50 {percentile(stops, 0.5):.1f}  p99 "
+        f"{percentile(stops, 0.99):.1f}  max {max(stops, default=float('nan')):.1f}"
+    )
+    print(
+        f"  database CPU per step boundary    {monitor.db_cpu() / max(1, steps) * 1000:.3f} ms "
+        f"({steps} steps, {monitor.db_cpu():.1f} s of backend CPU)"
+    )
     sys.stdout.flush()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--waves", default="100,500,1000", help="runs per wave for agent_worker, comma-separated")
-    parser.add_argument("--processes", type=int, default=1, help="agent_worker processes (concurrency = wave/processes)")
-    parser.add_argument("--fork-workers", type=int, default=20, help="rqworker processes for the forking side (0: skip)")
+    parser.add_argument(
+        "--processes", type=int, default=1, help="agent_worker processes (concurrency = wave/processes)"
+    )
+    parser.add_argument(
+        "--fork-workers", type=int, default=20, help="rqworker processes for the forking side (0: skip)"
+    )
     parser.add_argument("--fork-runs", type=int, default=40, help="the forking side's wave")
     parser.add_argument("--rounds", type=int, default=3, help="tool rounds per run")
     parser.add_argument("--pool-max", type=int, default=20, help="NRLLM_DB_POOL_MAX of each worker process")

@@ -70,11 +70,15 @@ def main() -> None:
         request = {"prompt": "hi", "tools": [], "script": [{"content": "hello"}]}
         ours: list[float] = []
         bare: list[float] = []
-        stages: dict[str, list[float]] = {"enqueue call returns": [], "job starts in the horse": [],
-                                          "the run is claimed": [], "the first step is in hand": []}
+        stages: dict[str, list[float]] = {
+            "enqueue call returns": [],
+            "job starts in the horse": [],
+            "the run is claimed": [],
+            "the first step is in hand": [],
+        }
         with Workers(env, count=1, log_dir=logs) as _:
             for i in range(args.samples + 5):  # 5 to warm up
-                for contender in (("ours", "bare") if i % 2 else ("bare", "ours")):
+                for contender in ("ours", "bare") if i % 2 else ("bare", "ours"):
                     if contender == "bare":
                         t0 = time.time()
                         job = queue.enqueue(time.time, result_ttl=600)
@@ -94,22 +98,30 @@ def main() -> None:
                     first = AgentRunEvent.objects.filter(run_id=run_id, sequence=0).get()
                     if i >= 5:
                         ours.append(first.created_at.timestamp() - t0)
-                        marks = [t1, job.started_at.replace(tzinfo=first.created_at.tzinfo).timestamp(),
-                                 run.started_at.timestamp(), first.created_at.timestamp()]
+                        marks = [
+                            t1,
+                            job.started_at.replace(tzinfo=first.created_at.tzinfo).timestamp(),
+                            run.started_at.timestamp(),
+                            first.created_at.timestamp(),
+                        ]
                         for name, mark in zip(stages, marks):
                             stages[name].append(mark - t0)
         redis.Redis.from_url(args.redis_url).flushdb()
-    print(f"enqueue_first_step: {args.samples} jobs per contender on one rqworker (GracefulWorker, a forked "
-          f"horse per job), alternating, DEBUG off")
+    print(
+        f"enqueue_first_step: {args.samples} jobs per contender on one rqworker (GracefulWorker, a forked "
+        f"horse per job), alternating, DEBUG off"
+    )
     print(f"  {'':42} {'mean':>8} {'p50':>8} {'p90':>8}   ms")
     for name, values in (("ours: enqueue -> first step", ours), ("bare RQ job: enqueue -> job runs", bare)):
-        print(f"  {name:42} {statistics.fmean(values) * 1000:8.2f} {p(values, .5):8.2f} {p(values, .9):8.2f}")
-    print(f"  {'ratio ours / bare':42} {statistics.fmean(ours) / statistics.fmean(bare):7.2f}x "
-          f"{p(ours, .5) / p(bare, .5):7.2f}x")
+        print(f"  {name:42} {statistics.fmean(values) * 1000:8.2f} {p(values, 0.5):8.2f} {p(values, 0.9):8.2f}")
+    print(
+        f"  {'ratio ours / bare':42} {statistics.fmean(ours) / statistics.fmean(bare):7.2f}x "
+        f"{p(ours, 0.5) / p(bare, 0.5):7.2f}x"
+    )
     print("  where our time goes (p50 of each stage's own duration):")
     previous = [0.0] * len(ours)
     for name, marks in stages.items():
-        print(f"    {name:40} {p([m - q for m, q in zip(marks, previous)], .5):8.2f}")
+        print(f"    {name:40} {p([m - q for m, q in zip(marks, previous)], 0.5):8.2f}")
         previous = marks
 
 

@@ -70,9 +70,13 @@ class BackendCpu:
 
     def _sample(self, *, baseline: bool = False) -> None:
         own = self.conn.info.backend_pid
-        pids = [r[0] for r in self.conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend' AND pid <> %s",
-            [self.database, own])]
+        pids = [
+            r[0]
+            for r in self.conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend' AND pid <> %s",
+                [self.database, own],
+            )
+        ]
         self.peak_connections = max(self.peak_connections, len(pids))
         for pid in pids:
             cpu = self._cpu(pid)
@@ -126,14 +130,21 @@ class WalMeter:
 
         end = self._lsn()
         with psycopg.connect(self.url, autocommit=True) as conn:
-            pattern = "%/" + str(conn.execute("SELECT oid FROM pg_database WHERE datname = current_database()")
-                                  .fetchone()[0]) + "/%"
-            return int(conn.execute(
-                "WITH r AS (SELECT xid, record_length, block_ref FROM pg_get_wal_records_info(%s::pg_lsn, %s::pg_lsn)), "
-                "ours AS (SELECT DISTINCT xid FROM r WHERE xid <> '0' AND block_ref LIKE %s) "
-                "SELECT coalesce(sum(record_length), 0) FROM r "
-                "WHERE block_ref LIKE %s OR xid IN (SELECT xid FROM ours)",
-                [self.begin, end, pattern, pattern]).fetchone()[0])
+            pattern = (
+                "%/"
+                + str(conn.execute("SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()[0])
+                + "/%"
+            )
+            return int(
+                conn.execute(
+                    "WITH r AS (SELECT xid, record_length, block_ref "
+                    "FROM pg_get_wal_records_info(%s::pg_lsn, %s::pg_lsn)), "
+                    "ours AS (SELECT DISTINCT xid FROM r WHERE xid <> '0' AND block_ref LIKE %s) "
+                    "SELECT coalesce(sum(record_length), 0) FROM r "
+                    "WHERE block_ref LIKE %s OR xid IN (SELECT xid FROM ours)",
+                    [self.begin, end, pattern, pattern],
+                ).fetchone()[0]
+            )
 
 
 def script(rounds: int, delay_ms: int) -> list[dict[str, Any]]:
@@ -143,8 +154,17 @@ def script(rounds: int, delay_ms: int) -> list[dict[str, Any]]:
     return [turn] * rounds + [{"content": "done"}]
 
 
-def measure_cell(url: str, database: str, redis_url: str, workers: int, delay_ms: int, window: float,
-                 logs: str, *, worker_env: dict[str, str] | None = None) -> dict[str, Any]:
+def measure_cell(
+    url: str,
+    database: str,
+    redis_url: str,
+    workers: int,
+    delay_ms: int,
+    window: float,
+    logs: str,
+    *,
+    worker_env: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """One cell of the matrix: ``workers`` rqworkers kept busy with steps of ``delay_ms``.
 
     ``worker_env`` overrides the workers' environment (e.g. a ``DATABASE_URL`` through PgBouncer).
@@ -161,8 +181,12 @@ def measure_cell(url: str, database: str, redis_url: str, workers: int, delay_ms
     run_seconds = rounds * max(delay_ms / 1000, 0.004)  # 4 ms: a generous guess at a zero-delay round
     runs = workers * (int((window + 4) / run_seconds) + 2)
     runtime = AgentRuntime()
-    request = {"prompt": "scale", "tools": ["calculator"], "script": script(rounds, delay_ms),
-               "max_iterations": rounds + 1}
+    request = {
+        "prompt": "scale",
+        "tools": ["calculator"],
+        "script": script(rounds, delay_ms),
+        "max_iterations": rounds + 1,
+    }
     env = {**os.environ, "DATABASE_URL": url, "REDIS_URL": redis_url, **(worker_env or {})}
     with Workers(env, count=workers, log_dir=logs):
         for _ in range(runs):
@@ -184,14 +208,22 @@ def measure_cell(url: str, database: str, redis_url: str, workers: int, delay_ms
         failed = AgentRun.objects.filter(status="failed").count()
     runtime.cancel_many(AgentRun.objects.filter(status__in=[s.value for s in ACTIVE]), source="system")
     elapsed = (ended - started).total_seconds()
-    return {"workers": workers, "delay_ms": delay_ms, "per_second": boundaries / elapsed,
-            "cpu_us": seconds / max(1, boundaries) * 1e6, "pg_cpu_share": seconds / elapsed,
-            "wal_bytes": wal / max(1, boundaries), "connections": cpu.peak_connections, "starved": starved,
-            "failed": failed}
+    return {
+        "workers": workers,
+        "delay_ms": delay_ms,
+        "per_second": boundaries / elapsed,
+        "cpu_us": seconds / max(1, boundaries) * 1e6,
+        "pg_cpu_share": seconds / elapsed,
+        "wal_bytes": wal / max(1, boundaries),
+        "connections": cpu.peak_connections,
+        "starved": starved,
+        "failed": failed,
+    }
 
 
-def pgbouncer_check(server_url: str, url: str, database: str, port: int, redis_url: str, window: float,
-                    logs: str) -> list[str]:
+def pgbouncer_check(
+    server_url: str, url: str, database: str, port: int, redis_url: str, window: float, logs: str
+) -> list[str]:
     """Start PgBouncer in transaction mode and report what goes through it: statements, LISTEN,
     and 4 workers (prepared statements off) sharing its 2 server connections."""
     import subprocess
@@ -220,7 +252,8 @@ def pgbouncer_check(server_url: str, url: str, database: str, port: int, redis_u
         f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
         f"auth_type = trust\nauth_file = {users}\npool_mode = transaction\n"
         "default_pool_size = 2\nmax_client_conn = 100\n"
-        f"logfile = {workdir / 'pgbouncer.log'}\npidfile = {workdir / 'pgbouncer.pid'}\n")
+        f"logfile = {workdir / 'pgbouncer.log'}\npidfile = {workdir / 'pgbouncer.pid'}\n"
+    )
     for path in (ini, users):
         os.chmod(path, 0o644)
     command = [binary, str(ini)] + (["-u", "postgres"] if os.geteuid() == 0 else [])
@@ -241,16 +274,31 @@ def pgbouncer_check(server_url: str, url: str, database: str, port: int, redis_u
             failures, total = _interleaved_statements(via, prepare)
             label = "prepared (NRLLM_PREPARED_STATEMENTS=1)" if prepare else "unnamed, server-side bound (=0)"
             report.append(f"  {label:42} {failures:4d} of {total} statements failed")
-        direct = f"host={server.get('host', '127.0.0.1')} port={server.get('port', 5432)} dbname={database} " \
-                 f"user={server.get('user', 'postgres')}"
+        direct = (
+            f"host={server.get('host', '127.0.0.1')} port={server.get('port', 5432)} dbname={database} "
+            f"user={server.get('user', 'postgres')}"
+        )
         for name, listen_url in (("LISTEN through PgBouncer", via), ("LISTEN on a direct connection", direct)):
             report.append(f"  {name:42} notification {'received' if _listen_works(listen_url, direct) else 'LOST'}")
         user = server.get("user", "postgres")
-        cell = measure_cell(url, database, redis_url, 4, 10, window, logs, worker_env={
-            "DATABASE_URL": f"postgres://{user}@127.0.0.1:{port}/{database}", "NRLLM_PREPARED_STATEMENTS": "0"})
-        report.append(f"  4 workers through it (10 ms steps, NRLLM_PREPARED_STATEMENTS=0): {cell['per_second']:.0f} "
-                      f"boundaries/s, {cell['connections']} connections to the database "
-                      f"(PgBouncer's and the bench's own), {cell['failed']} runs failed")
+        cell = measure_cell(
+            url,
+            database,
+            redis_url,
+            4,
+            10,
+            window,
+            logs,
+            worker_env={
+                "DATABASE_URL": f"postgres://{user}@127.0.0.1:{port}/{database}",
+                "NRLLM_PREPARED_STATEMENTS": "0",
+            },
+        )
+        report.append(
+            f"  4 workers through it (10 ms steps, NRLLM_PREPARED_STATEMENTS=0): {cell['per_second']:.0f} "
+            f"boundaries/s, {cell['connections']} connections to the database "
+            f"(PgBouncer's and the bench's own), {cell['failed']} runs failed"
+        )
     finally:
         proc.terminate()
         proc.wait(10)
@@ -269,8 +317,11 @@ def _interleaved_statements(url: str, prepare: bool) -> tuple[int, int]:
             client = clients[i % 4]
             total += 1
             try:
-                client.execute("SELECT count(*) FROM nrllm_agents_agentrun WHERE id = %s",
-                               ["00000000-0000-0000-0000-000000000000"], prepare=prepare)
+                client.execute(
+                    "SELECT count(*) FROM nrllm_agents_agentrun WHERE id = %s",
+                    ["00000000-0000-0000-0000-000000000000"],
+                    prepare=prepare,
+                )
             except psycopg.Error:
                 failures += 1
                 client.rollback()
@@ -283,7 +334,10 @@ def _interleaved_statements(url: str, prepare: bool) -> tuple[int, int]:
 def _listen_works(listen_url: str, notify_url: str) -> bool:
     import psycopg
 
-    with psycopg.connect(listen_url, autocommit=True) as listener, psycopg.connect(notify_url, autocommit=True) as other:
+    with (
+        psycopg.connect(listen_url, autocommit=True) as listener,
+        psycopg.connect(notify_url, autocommit=True) as other,
+    ):
         listener.execute("LISTEN nrllm_bench")
         # Another client's transaction takes the listener's server connection in between.
         with psycopg.connect(listen_url, autocommit=True) as neighbour:
@@ -315,17 +369,24 @@ def main() -> None:
                 row = measure_cell(url, args.database, args.redis_url, workers, delay, args.window, logs)
                 rows.append(row)
                 print(f"  measured {workers} workers x {delay} ms: {row['per_second']:.0f} boundaries/s", flush=True)
-        bouncer = (pgbouncer_check(server_url, url, args.database, args.pgbouncer_port, args.redis_url, args.window,
-                                   logs) if args.pgbouncer else [])
+        bouncer = (
+            pgbouncer_check(server_url, url, args.database, args.pgbouncer_port, args.redis_url, args.window, logs)
+            if args.pgbouncer
+            else []
+        )
     redis.Redis.from_url(args.redis_url).flushdb()
     cpus = os.cpu_count()
     print(f"scale: {cpus} cores shared by the workers, PostgreSQL and whatever else runs; {args.window:g} s per cell")
-    print(f"  {'workers':>7} {'step ms':>7} {'boundaries/s':>13} {'PG CPU us/boundary':>19} {'PG cores busy':>14} "
-          f"{'WAL B/boundary':>15} {'connections':>12}")
+    print(
+        f"  {'workers':>7} {'step ms':>7} {'boundaries/s':>13} {'PG CPU us/boundary':>19} {'PG cores busy':>14} "
+        f"{'WAL B/boundary':>15} {'connections':>12}"
+    )
     for r in rows:
-        print(f"  {r['workers']:7d} {r['delay_ms']:7d} {r['per_second']:13.0f} {r['cpu_us']:19.0f} "
-              f"{r['pg_cpu_share']:14.2f} {r['wal_bytes']:15.0f} {r['connections']:12d}"
-              f"{'   (queue ran dry)' if r['starved'] else ''}")
+        print(
+            f"  {r['workers']:7d} {r['delay_ms']:7d} {r['per_second']:13.0f} {r['cpu_us']:19.0f} "
+            f"{r['pg_cpu_share']:14.2f} {r['wal_bytes']:15.0f} {r['connections']:12d}"
+            f"{'   (queue ran dry)' if r['starved'] else ''}"
+        )
     for line in bouncer:
         print(line)
 

@@ -25,9 +25,10 @@ import statistics
 import sys
 import time
 import uuid
-from datetime import datetime, timezone
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -44,8 +45,12 @@ def throwaway_database(name: str) -> Iterator[str]:
     config = dj_database_url.parse(url) if url else {}
     if config.get("ENGINE") != "django.db.backends.postgresql":
         sys.exit("this benchmark needs PostgreSQL: set DATABASE_URL=postgres://user@host:port/db")
-    server = dict(host=config["HOST"] or "127.0.0.1", port=config["PORT"] or 5432,
-                  user=config["USER"] or "postgres", password=config["PASSWORD"] or None)
+    server = dict(
+        host=config["HOST"] or "127.0.0.1",
+        port=config["PORT"] or 5432,
+        user=config["USER"] or "postgres",
+        password=config["PASSWORD"] or None,
+    )
     with psycopg.connect(dbname="postgres", autocommit=True, **server) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.execute(f'CREATE DATABASE "{name}"')
@@ -83,8 +88,11 @@ def production_settings() -> None:
 def summary(samples: list[float]) -> dict[str, float]:
     """Mean, p50 and p99 of samples (seconds), in milliseconds."""
     ordered = sorted(samples)
-    return {"mean": statistics.fmean(ordered) * 1000, "p50": ordered[len(ordered) // 2] * 1000,
-            "p99": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000}
+    return {
+        "mean": statistics.fmean(ordered) * 1000,
+        "p50": ordered[len(ordered) // 2] * 1000,
+        "p99": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000,
+    }
 
 
 class Floors:
@@ -111,8 +119,18 @@ class Floors:
         from nrllm_agents.store import lease_until
 
         self.sequence += 1
-        return [lease_until(), self.run_id, "running", self.owner, self.sequence, step.kind.value, step.round,
-                step.duration_ms, json.dumps(step.payload, default=str), datetime.now(timezone.utc)]
+        return [
+            lease_until(),
+            self.run_id,
+            "running",
+            self.owner,
+            self.sequence,
+            step.kind.value,
+            step.round,
+            step.duration_ms,
+            json.dumps(step.payload, default=str),
+            datetime.now(UTC),
+        ]
 
     def prepared(self, step: Any) -> None:
         with self.conn.cursor() as cur:
@@ -143,9 +161,11 @@ def measure_side_by_side(floors: Floors, samples: dict[str, list[float]]) -> Cal
         into.append(time.perf_counter() - t0)
 
     def hook(self: Any, step: Any) -> None:
-        calls = [lambda: timed(lambda: original(self, step), samples["hook"]),
-                 lambda: timed(lambda: floors.prepared(step), samples["prepared"]),
-                 lambda: timed(lambda: floors.django(step), samples["django"])]
+        calls = [
+            lambda: timed(lambda: original(self, step), samples["hook"]),
+            lambda: timed(lambda: floors.prepared(step), samples["prepared"]),
+            lambda: timed(lambda: floors.django(step), samples["django"]),
+        ]
         shift = len(samples["hook"]) % len(calls)
         for call in calls[shift:] + calls[:shift]:
             call()
@@ -169,8 +189,9 @@ def run_many(rounds: int, runs: int) -> int:
     from nrllm_agents.runtime import AgentRuntime
 
     runtime = AgentRuntime()
-    script = [{"tool_calls": [{"name": "calculator", "arguments": {"expression": f"{i} * 7"}}]}
-              for i in range(rounds)] + [{"content": "done"}]
+    script = [
+        {"tool_calls": [{"name": "calculator", "arguments": {"expression": f"{i} * 7"}}]} for i in range(rounds)
+    ] + [{"content": "done"}]
     request = {"prompt": "bench", "tools": ["calculator"], "script": script, "max_iterations": rounds + 1}
     steps = 0
     for _ in range(runs):
@@ -198,8 +219,11 @@ def main() -> None:
         steps_per_run = 3 * args.rounds + 2
         runs = max(1, round(args.steps / steps_per_run))
         # The running run row the floors renew and append to.
-        floor_run = store.begin(RunRequest.from_mapping({"prompt": "floor", "tools": []}).row_fields(),
-                                claimed_by="floor", lease_expires=store.lease_until()).pk
+        floor_run = store.begin(
+            RunRequest.from_mapping({"prompt": "floor", "tools": []}).row_fields(),
+            claimed_by="floor",
+            lease_expires=store.lease_until(),
+        ).pk
         floors = Floors(url, floor_run, "floor")
         samples: dict[str, list[float]] = {"hook": [], "prepared": [], "django": []}
         undo = measure_side_by_side(floors, samples)
@@ -218,20 +242,28 @@ def main() -> None:
         h, p, d = (summary(samples[k]) for k in ("hook", "prepared", "django"))
         connection.ensure_connection()
         version = connection.connection.info.server_version
-        print(f"step_overhead: PostgreSQL {version // 10000}.{version % 10000}, {steps} steps "
-              f"({runs} runs x {steps_per_run} steps), DEBUG off, scripted provider at zero delay, calculator "
-              f"tool; each step timed through the runtime's hook and, beside it, through each floor")
+        print(
+            f"step_overhead: PostgreSQL {version // 10000}.{version % 10000}, {steps} steps "
+            f"({runs} runs x {steps_per_run} steps), DEBUG off, scripted provider at zero delay, calculator "
+            f"tool; each step timed through the runtime's hook and, beside it, through each floor"
+        )
         print(f"  {'':44} {'mean':>9} {'p50':>9} {'p99':>9}   (ms per step)")
         print(f"  {'runtime hook (renew + probe + append)':44} {h['mean']:9.3f} {h['p50']:9.3f} {h['p99']:9.3f}")
         print(f"  {'floor: same statement, raw psycopg, prepared':44} {p['mean']:9.3f} {p['p50']:9.3f} {p['p99']:9.3f}")
         print(f"  {'same statement via a Django cursor':44} {d['mean']:9.3f} {d['p50']:9.3f} {d['p99']:9.3f}")
-        print(f"  {'ratio hook / prepared floor':44} {h['mean'] / p['mean']:8.2f}x {h['p50'] / p['p50']:8.2f}x "
-              f"{h['p99'] / p['p99']:8.2f}x")
-        print(f"  {'ratio Django cursor / prepared floor':44} {d['mean'] / p['mean']:8.2f}x {d['p50'] / p['p50']:8.2f}x "
-              f"{d['p99'] / p['p99']:8.2f}x")
+        print(
+            f"  {'ratio hook / prepared floor':44} {h['mean'] / p['mean']:8.2f}x {h['p50'] / p['p50']:8.2f}x "
+            f"{h['p99'] / p['p99']:8.2f}x"
+        )
+        print(
+            f"  {'ratio Django cursor / prepared floor':44} {d['mean'] / p['mean']:8.2f}x {d['p50'] / p['p50']:8.2f}x "
+            f"{d['p99'] / p['p99']:8.2f}x"
+        )
         updates, hot = updates1 - updates0, hot1 - hot0
-        print(f"  run-table updates during the timed runs: {updates}, of which HOT: {hot} "
-              f"({100 * hot / max(1, updates):.0f}%)")
+        print(
+            f"  run-table updates during the timed runs: {updates}, of which HOT: {hot} "
+            f"({100 * hot / max(1, updates):.0f}%)"
+        )
         rest = wall - sum(sum(v) for v in samples.values())
         print(f"  everything else per step (loop, provider, tool, begin/settle): {rest / steps * 1000:.3f} ms")
 

@@ -36,11 +36,10 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
-import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -65,15 +64,44 @@ def free_port() -> int:
 def server(url: str, push: bool, workdir: Path) -> Iterator[int]:
     """uvicorn on ``url`` (its connections named ``SERVER_APP``); yields its port."""
     port = free_port()
-    env = {**os.environ, "DATABASE_URL": f"{url}?application_name={SERVER_APP}", "DJANGO_SETTINGS_MODULE": "config.settings",
-           "NRLLM_STREAM_PUSH": "1" if push else "0", "NRLLM_STREAM_MAX_OPEN": "0", "NRLLM_STREAM_MAX_PER_USER": "0",
-           "NRLLM_STREAM_HEARTBEAT_SECONDS": "30", "NRLLM_STREAM_MAX_SECONDS": "3600", "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"{url}?application_name={SERVER_APP}",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "NRLLM_STREAM_PUSH": "1" if push else "0",
+        "NRLLM_STREAM_MAX_OPEN": "0",
+        "NRLLM_STREAM_MAX_PER_USER": "0",
+        "NRLLM_STREAM_HEARTBEAT_SECONDS": "30",
+        "NRLLM_STREAM_MAX_SECONDS": "3600",
+        "PYTHONPATH": str(ROOT),
+    }
     env.pop("REDIS_URL", None)
     log = open(workdir / f"uvicorn-{'push' if push else 'poll'}.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
-                             "--port", str(port), "--lifespan", "off", "--no-access-log", "--log-level", "warning",
-                             "--backlog", "2048", "--timeout-graceful-shutdown", "1"],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "config.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--lifespan",
+            "off",
+            "--no-access-log",
+            "--log-level",
+            "warning",
+            "--backlog",
+            "2048",
+            "--timeout-graceful-shutdown",
+            "1",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -105,8 +133,10 @@ class Watcher:
 
     async def run(self, port: int, path: str, token: str) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Token {token}\r\n"
-                     f"Accept: text/event-stream\r\n\r\n".encode())
+        writer.write(
+            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Token {token}\r\n"
+            f"Accept: text/event-stream\r\n\r\n".encode()
+        )
         await writer.drain()
         event, data = None, None
         try:
@@ -143,18 +173,24 @@ def db_counters(dsn: str, name: str) -> tuple[int, int]:
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
-        xacts = conn.execute("SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s",
-                             [name]).fetchone()[0]
-        held = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND application_name = ANY(%s)",
-                            [name, [SERVER_APP, "nrllm-cancel-listener"]]).fetchone()[0]
+        xacts = conn.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s", [name]
+        ).fetchone()[0]
+        held = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND application_name = ANY(%s)",
+            [name, [SERVER_APP, "nrllm-cancel-listener"]],
+        ).fetchone()[0]
     return xacts, held
 
 
 def new_running_run(owner: Any) -> Any:
     from nrllm_agents import store
 
-    return store.begin({"prompt": "bench", "provider": "scripted", "owner": owner}, claimed_by="bench",
-                       lease_expires=store.lease_until())
+    return store.begin(
+        {"prompt": "bench", "provider": "scripted", "owner": owner},
+        claimed_by="bench",
+        lease_expires=store.lease_until(),
+    )
 
 
 async def open_watchers(port: int, run_id: Any, token: str, count: int) -> tuple[list[Watcher], list[asyncio.Task]]:
@@ -199,8 +235,9 @@ async def latency(port: int, token: str, owner: Any, watchers_n: int, steps: int
     return [w.steps[s] - committed[s] for w in watchers for s in range(1, steps + 1) if s in w.steps]
 
 
-async def idle(port: int, token: str, owner: Any, dsn: str, name: str, watchers_n: int,
-               window: float, settle: float = 12.0) -> tuple[float, int]:
+async def idle(
+    port: int, token: str, owner: Any, dsn: str, name: str, watchers_n: int, window: float, settle: float = 12.0
+) -> tuple[float, int]:
     """(transactions per second, connections held) with ``watchers_n`` idle watchers."""
     run = await asyncio.to_thread(new_running_run, owner)
     watchers, tasks = await open_watchers(port, run.pk, token, watchers_n)
@@ -231,13 +268,16 @@ async def first_token(port: int, token: str, owner: Any, runs: int) -> list[floa
         original(delta)
 
     deltas.publisher.publish = timed  # type: ignore[method-assign]
-    script = [{"delay": 0.6, "tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}}]},
-              {"delay": 1.0, "content": " ".join(f"w{i}" for i in range(30))}]
+    script = [
+        {"delay": 0.6, "tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}}]},
+        {"delay": 1.0, "content": " ".join(f"w{i}" for i in range(30))},
+    ]
     results = []
     try:
         for _ in range(runs):
             run_id = await asyncio.to_thread(
-                lambda: AgentRuntime().enqueue({"prompt": "b", "script": script, "tools": ["calculator"]}, owner=owner))
+                lambda: AgentRuntime().enqueue({"prompt": "b", "script": script, "tools": ["calculator"]}, owner=owner)
+            )
             watcher = Watcher()
             task = asyncio.create_task(watcher.run(port, f"/api/runs/{run_id}/stream/", token))
             await asyncio.wait_for(watcher.done.wait(), 30)
@@ -264,8 +304,10 @@ def trigger_cost(blocks: int = 40, per_block: int = 100) -> tuple[float, float]:
     with connection.cursor() as cursor:
         for block in range(blocks):
             on = block % 2 == 1
-            cursor.execute(f"ALTER TABLE nrllm_agents_agentrunevent {'ENABLE' if on else 'DISABLE'} "
-                           f"TRIGGER nrllm_agents_notify_step")
+            cursor.execute(
+                f"ALTER TABLE nrllm_agents_agentrunevent {'ENABLE' if on else 'DISABLE'} "
+                f"TRIGGER nrllm_agents_notify_step"
+            )
             for _ in range(per_block):
                 t = time.perf_counter()
                 store.record_step(run.pk, "bench", seq, Step(StepKind.TOOL, 0, {"n": seq}), timezone.now())
@@ -282,8 +324,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="steps appended per latency measurement")
     parser.add_argument("--gap", type=float, default=0.25, help="seconds between appended steps")
     parser.add_argument("--idle-seconds", type=float, default=10.0, help="window of the idle query count")
-    parser.add_argument("--poll-max-watchers", type=int, default=100,
-                        help="most watchers the polling mode is run with (it holds a connection each)")
+    parser.add_argument(
+        "--poll-max-watchers",
+        type=int,
+        default=100,
+        help="most watchers the polling mode is run with (it holds a connection each)",
+    )
     parser.add_argument("--modes", default="poll,push", help="which of poll,push to run")
     parser.add_argument("--token-runs", type=int, default=10, help="runs timed for the first model token")
     args = parser.parse_args()
@@ -298,10 +344,10 @@ def main() -> None:
         token = Token.objects.create(user=owner).key
         admin_dsn = url.rsplit("/", 1)[0] + "/postgres"
         off, on = trigger_cost()
-        print(f"stream_fanout: PostgreSQL, uvicorn, watchers {counts}, {args.steps} steps each, "
-              f"{args.gap:g} s apart")
-        print(f"  boundary statement p50 without / with the nrllm_step trigger: {off:.3f} / {on:.3f} ms "
-              f"({on / off:.2f}x)")
+        print(f"stream_fanout: PostgreSQL, uvicorn, watchers {counts}, {args.steps} steps each, {args.gap:g} s apart")
+        print(
+            f"  boundary statement p50 without / with the nrllm_step trigger: {off:.3f} / {on:.3f} ms ({on / off:.2f}x)"
+        )
         rows: dict[str, dict[str, str]] = {}
         for mode in args.modes.split(","):
             with server(url, mode == "push", Path(tmp)) as port:
@@ -315,7 +361,7 @@ def main() -> None:
                         row[key] = "not run"
                         continue
                     lat = asyncio.run(latency(port, token, owner, n, args.steps, args.gap))
-                    row[key] = f"{pct(lat, .5):7.1f} / {pct(lat, .99):7.1f}"
+                    row[key] = f"{pct(lat, 0.5):7.1f} / {pct(lat, 0.99):7.1f}"
                 qps, _ = asyncio.run(idle(port, token, owner, admin_dsn, args.database, 100, args.idle_seconds))
                 row["queries/s, 100 idle watchers"] = f"{qps:7.1f}"
                 for n in sorted({min(100, max(counts)), max(counts)}):
@@ -326,7 +372,7 @@ def main() -> None:
                     _, held = asyncio.run(idle(port, token, owner, admin_dsn, args.database, n, 0.5, settle=2.0))
                     row[key] = f"{held:7d}"
                 tok = asyncio.run(first_token(port, token, owner, args.token_runs))
-                row["first token -> client p50 ms"] = f"{pct(tok, .5):7.1f}"
+                row["first token -> client p50 ms"] = f"{pct(tok, 0.5):7.1f}"
         keys = list(next(iter(rows.values())))
         width = max(len(k) for k in keys)
         print(f"  {'':<{width}}" + "".join(f"   {('poll (before)' if m == 'poll' else m):>17}" for m in rows))

@@ -56,7 +56,8 @@ if not SECRET_KEY:
         raise ImproperlyConfigured(
             "DJANGO_SECRET_KEY is not set. Set it to a long random value in production "
             "(python -c 'from django.core.management.utils import get_random_secret_key as k; print(k())'), "
-            "or set DJANGO_DEBUG=1 for local development.")
+            "or set DJANGO_DEBUG=1 for local development."
+        )
     SECRET_KEY = _dev_secret_key(BASE_DIR / ".dev-secret-key")
 ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
@@ -166,18 +167,22 @@ REDIS_URL = os.environ.get("REDIS_URL") or None
 # Rate limits (API and playground) count in the cache, so it must be one every process shares:
 # Redis when REDIS_URL is set, else a table in the database (``manage.py createcachetable``).
 # A per-process cache (LocMemCache) would multiply every limit by the number of processes.
-CACHES = {"default": (
-    {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "nrllm"}
-    if REDIS_URL else {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "nrllm_cache"}
-)}
+CACHES = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "nrllm"}
+        if REDIS_URL
+        else {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "nrllm_cache"}
+    )
+}
 RQ_QUEUES = {"default": {"URL": REDIS_URL or "redis://127.0.0.1:6379/0", "DEFAULT_TIMEOUT": 360}}
 # On SIGTERM a worker hands its run back to the queue at the next step boundary.
 RQ = {"WORKER_CLASS": "nrllm_agents.worker.GracefulWorker"}
 
 # Extra tools by environment, e.g. NRLLM_EXTRA_TOOLS="search=myproject.tools.make_search,other=..."
 NRLLM_AGENTS: dict = {
-    "TOOLS": dict(item.strip().split("=", 1) for item in os.environ.get("NRLLM_EXTRA_TOOLS", "").split(",")
-                  if "=" in item),
+    "TOOLS": dict(
+        item.strip().split("=", 1) for item in os.environ.get("NRLLM_EXTRA_TOOLS", "").split(",") if "=" in item
+    ),
 }
 
 REST_FRAMEWORK = {

@@ -7,7 +7,8 @@ instead of failing on the first run that reads it.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
@@ -33,25 +34,48 @@ COUNT: Rule = (lambda v: _whole(v) and v >= 0, "a whole number of 0 or more")
 OPTIONAL_POSITIVE_INT: Rule = (lambda v: v is None or (_whole(v) and v > 0), "None or a whole number greater than 0")
 FLAG: Rule = (lambda v: isinstance(v, bool), "True or False")
 NAME: Rule = (lambda v: isinstance(v, str) and bool(v.strip()), "a non-empty string")
-PATHS: Rule = (lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(p, str) for k, p in v.items()),
-               "a dict of names to dotted paths")
+PATHS: Rule = (
+    lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(p, str) for k, p in v.items()),
+    "a dict of names to dotted paths",
+)
 
 RULES: dict[str, Rule] = {
-    "PROVIDERS": PATHS, "TOOLS": PATHS, "DEFAULT_PROVIDER": NAME, "QUEUE_NAME": NAME,
-    "DEFAULT_TOOLS": (lambda v: isinstance(v, (list, tuple)) and all(isinstance(t, str) for t in v),
-                      "a list of tool names"),
-    "DEFAULT_MAX_ITERATIONS": POSITIVE_INT, "MAX_ITERATIONS_LIMIT": POSITIVE_INT,
-    "DEFAULT_DEADLINE_SECONDS": OPTIONAL_POSITIVE_INT, "DEADLINE_SECONDS_LIMIT": POSITIVE_INT,
-    "DEFAULT_MAX_TOTAL_TOKENS": OPTIONAL_POSITIVE_INT, "MAX_TOTAL_TOKENS_LIMIT": POSITIVE_INT,
-    "SLEEP_MAX_SECONDS": POSITIVE, "OPENAI_TIMEOUT": POSITIVE, "OPENAI_STREAM": FLAG,
-    "LOCAL_WORKERS": POSITIVE_INT, "INTERACTIVE_WORKERS": POSITIVE_INT,
-    "JOB_TIMEOUT": (lambda v: _whole(v) and (v == -1 or v > 0), "a whole number of seconds greater than 0, "
-                                                                  "or -1 (no limit)"),
-    "LEASE_SECONDS": POSITIVE, "MAX_ATTEMPTS": COUNT, "RETRY_BASE_SECONDS": POSITIVE,
-    "RETRY_MAX_SECONDS": POSITIVE, "QUEUED_STALE_SECONDS": POSITIVE, "QUEUED_SWEEP_SECONDS": NON_NEGATIVE,
-    "PREPARED_STATEMENTS": FLAG, "STREAM_POLL_SECONDS": POSITIVE, "STREAM_HEARTBEAT_SECONDS": POSITIVE,
-    "STREAM_MAX_SECONDS": POSITIVE, "CANCEL_POLL_SECONDS": POSITIVE,
-    "METRICS_TOKEN": (lambda v: isinstance(v, str), "a string"), "METRICS_ALLOW_LOCALHOST": FLAG,
+    "PROVIDERS": PATHS,
+    "TOOLS": PATHS,
+    "DEFAULT_PROVIDER": NAME,
+    "QUEUE_NAME": NAME,
+    "DEFAULT_TOOLS": (
+        lambda v: isinstance(v, (list, tuple)) and all(isinstance(t, str) for t in v),
+        "a list of tool names",
+    ),
+    "DEFAULT_MAX_ITERATIONS": POSITIVE_INT,
+    "MAX_ITERATIONS_LIMIT": POSITIVE_INT,
+    "DEFAULT_DEADLINE_SECONDS": OPTIONAL_POSITIVE_INT,
+    "DEADLINE_SECONDS_LIMIT": POSITIVE_INT,
+    "DEFAULT_MAX_TOTAL_TOKENS": OPTIONAL_POSITIVE_INT,
+    "MAX_TOTAL_TOKENS_LIMIT": POSITIVE_INT,
+    "SLEEP_MAX_SECONDS": POSITIVE,
+    "OPENAI_TIMEOUT": POSITIVE,
+    "OPENAI_STREAM": FLAG,
+    "LOCAL_WORKERS": POSITIVE_INT,
+    "INTERACTIVE_WORKERS": POSITIVE_INT,
+    "JOB_TIMEOUT": (
+        lambda v: _whole(v) and (v == -1 or v > 0),
+        "a whole number of seconds greater than 0, or -1 (no limit)",
+    ),
+    "LEASE_SECONDS": POSITIVE,
+    "MAX_ATTEMPTS": COUNT,
+    "RETRY_BASE_SECONDS": POSITIVE,
+    "RETRY_MAX_SECONDS": POSITIVE,
+    "QUEUED_STALE_SECONDS": POSITIVE,
+    "QUEUED_SWEEP_SECONDS": NON_NEGATIVE,
+    "PREPARED_STATEMENTS": FLAG,
+    "STREAM_POLL_SECONDS": POSITIVE,
+    "STREAM_HEARTBEAT_SECONDS": POSITIVE,
+    "STREAM_MAX_SECONDS": POSITIVE,
+    "CANCEL_POLL_SECONDS": POSITIVE,
+    "METRICS_TOKEN": (lambda v: isinstance(v, str), "a string"),
+    "METRICS_ALLOW_LOCALHOST": FLAG,
     "METRICS_STATE_TTL": NON_NEGATIVE,
 }
 
@@ -77,8 +101,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     if not isinstance(user, dict):
         return [Error("NRLLM_AGENTS must be a dict of settings", id="nrllm_agents.E001")]
     for unknown in sorted(set(user) - set(DEFAULTS)):
-        messages.append(Warning(f"NRLLM_AGENTS[{unknown!r}] is not a setting of nrllm_agents (a typo?)",
-                                hint="See nrllm_agents/conf.py for the settings.", id="nrllm_agents.W001"))
+        messages.append(
+            Warning(
+                f"NRLLM_AGENTS[{unknown!r}] is not a setting of nrllm_agents (a typo?)",
+                hint="See nrllm_agents/conf.py for the settings.",
+                id="nrllm_agents.W001",
+            )
+        )
     values: dict[str, Any] = {}
     for name, default in DEFAULTS.items():
         try:
@@ -88,8 +117,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             continue
         rule = RULES.get(name) or _default_rule(default)
         if rule is not None and not rule[0](value):
-            messages.append(Error(f"NRLLM_AGENTS[{name!r}] must be {rule[1]}, not {str(value)[:60]!r}",
-                                  id="nrllm_agents.E003"))
+            messages.append(
+                Error(f"NRLLM_AGENTS[{name!r}] must be {rule[1]}, not {str(value)[:60]!r}", id="nrllm_agents.E003")
+            )
     return messages + _consistency(values)
 
 
@@ -100,24 +130,39 @@ def _consistency(v: dict[str, Any]) -> list[CheckMessage]:
     def ok(*names: str) -> bool:
         return all(name in v and (RULES.get(name) or (lambda _: True, ""))[0](v[name]) for name in names)
 
-    if ok("LEASE_SECONDS", "OPENAI_TIMEOUT", "SLEEP_MAX_SECONDS") and \
-            v["LEASE_SECONDS"] <= max(v["OPENAI_TIMEOUT"], v["SLEEP_MAX_SECONDS"]):
-        found.append(Error(
-            f"NRLLM_AGENTS['LEASE_SECONDS'] ({v['LEASE_SECONDS']:g}) must exceed the longest single step: "
-            f"OPENAI_TIMEOUT ({v['OPENAI_TIMEOUT']:g}) and SLEEP_MAX_SECONDS ({v['SLEEP_MAX_SECONDS']:g})",
-            hint="A segment renews its lease at every step boundary; a shorter lease lets the reaper take "
-                 "a run from a live worker.", id="nrllm_agents.E004"))
+    if ok("LEASE_SECONDS", "OPENAI_TIMEOUT", "SLEEP_MAX_SECONDS") and v["LEASE_SECONDS"] <= max(
+        v["OPENAI_TIMEOUT"], v["SLEEP_MAX_SECONDS"]
+    ):
+        found.append(
+            Error(
+                f"NRLLM_AGENTS['LEASE_SECONDS'] ({v['LEASE_SECONDS']:g}) must exceed the longest single step: "
+                f"OPENAI_TIMEOUT ({v['OPENAI_TIMEOUT']:g}) and SLEEP_MAX_SECONDS ({v['SLEEP_MAX_SECONDS']:g})",
+                hint="A segment renews its lease at every step boundary; a shorter lease lets the reaper take "
+                "a run from a live worker.",
+                id="nrllm_agents.E004",
+            )
+        )
     if ok("DEFAULT_MAX_ITERATIONS", "MAX_ITERATIONS_LIMIT") and v["DEFAULT_MAX_ITERATIONS"] > v["MAX_ITERATIONS_LIMIT"]:
-        found.append(Error("NRLLM_AGENTS['DEFAULT_MAX_ITERATIONS'] exceeds MAX_ITERATIONS_LIMIT",
-                           id="nrllm_agents.E005"))
+        found.append(
+            Error("NRLLM_AGENTS['DEFAULT_MAX_ITERATIONS'] exceeds MAX_ITERATIONS_LIMIT", id="nrllm_agents.E005")
+        )
     if ok("PROVIDERS", "DEFAULT_PROVIDER") and v["DEFAULT_PROVIDER"] not in v["PROVIDERS"]:
-        found.append(Error(f"NRLLM_AGENTS['DEFAULT_PROVIDER'] {v['DEFAULT_PROVIDER']!r} is not in PROVIDERS "
-                           f"({', '.join(sorted(v['PROVIDERS']))})", id="nrllm_agents.E006"))
+        found.append(
+            Error(
+                f"NRLLM_AGENTS['DEFAULT_PROVIDER'] {v['DEFAULT_PROVIDER']!r} is not in PROVIDERS "
+                f"({', '.join(sorted(v['PROVIDERS']))})",
+                id="nrllm_agents.E006",
+            )
+        )
     if ok("TOOLS", "DEFAULT_TOOLS"):
         missing = sorted(set(v["DEFAULT_TOOLS"]) - set(v["TOOLS"]))
         if missing:
-            found.append(Error(f"NRLLM_AGENTS['DEFAULT_TOOLS'] names tools that TOOLS does not: {', '.join(missing)}",
-                               id="nrllm_agents.E007"))
+            found.append(
+                Error(
+                    f"NRLLM_AGENTS['DEFAULT_TOOLS'] names tools that TOOLS does not: {', '.join(missing)}",
+                    id="nrllm_agents.E007",
+                )
+            )
     if ok("RETRY_BASE_SECONDS", "RETRY_MAX_SECONDS") and v["RETRY_BASE_SECONDS"] > v["RETRY_MAX_SECONDS"]:
         found.append(Error("NRLLM_AGENTS['RETRY_BASE_SECONDS'] exceeds RETRY_MAX_SECONDS", id="nrllm_agents.E008"))
     return found

@@ -16,9 +16,10 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
 from django.core.management.color import Style
@@ -26,11 +27,11 @@ from django.db import connections
 from django.utils import timezone
 
 from . import presenters
-from .models import AgentRun, CancelSource, RunStatus
-from .runtime import AgentRuntime, InvalidRunId, parse_run_id
 from .jsonlimits import DEPTH_ERROR, text_too_deep
-from .watch import Watch, release_connection
+from .models import AgentRun, CancelSource, RunStatus
 from .requests import InvalidRequest
+from .runtime import AgentRuntime, InvalidRunId, parse_run_id
+from .watch import Watch, release_connection
 
 # Exit codes shared by agent_run, agent_approve and the followers.
 EXIT_OK = 0  # completed (an approval denial that ended the run included)
@@ -55,9 +56,17 @@ ACK_GRACE = timedelta(seconds=120)
 CANCEL_HINT = "python manage.py agent_cancel {run_id}"
 
 # RunRequest field -> the flag that sets it, so a usage error names what the user typed.
-_FLAGS = {"prompt": "PROMPT", "provider": "--provider", "model": "--model", "tools": "--tool",
-          "max_iterations": "--max-iterations", "script": "--script", "deadline_seconds": "--deadline-seconds",
-          "max_total_tokens": "--max-total-tokens", "from_sequence": "--from"}
+_FLAGS = {
+    "prompt": "PROMPT",
+    "provider": "--provider",
+    "model": "--model",
+    "tools": "--tool",
+    "max_iterations": "--max-iterations",
+    "script": "--script",
+    "deadline_seconds": "--deadline-seconds",
+    "max_total_tokens": "--max-total-tokens",
+    "from_sequence": "--from",
+}
 
 
 def exit_code(status: str) -> int:
@@ -91,12 +100,20 @@ def enqueue_failed(exc: Exception) -> CommandError:
 
 def add_limit_arguments(parser: Any) -> None:
     """``--deadline-seconds`` and ``--max-total-tokens`` (defaults and bounds from settings)."""
-    parser.add_argument("--deadline-seconds", type=int, metavar="S",
-                        help="Cancel the run (deadline_exceeded) once it has taken S seconds, approval waits "
-                             "excluded (default: NRLLM_AGENTS['DEFAULT_DEADLINE_SECONDS'], none).")
-    parser.add_argument("--max-total-tokens", type=int, metavar="N",
-                        help="Cancel the run (budget_exceeded) after the model call that takes its spend "
-                             "above N tokens (default: NRLLM_AGENTS['DEFAULT_MAX_TOTAL_TOKENS'], none).")
+    parser.add_argument(
+        "--deadline-seconds",
+        type=int,
+        metavar="S",
+        help="Cancel the run (deadline_exceeded) once it has taken S seconds, approval waits "
+        "excluded (default: NRLLM_AGENTS['DEFAULT_DEADLINE_SECONDS'], none).",
+    )
+    parser.add_argument(
+        "--max-total-tokens",
+        type=int,
+        metavar="N",
+        help="Cancel the run (budget_exceeded) after the model call that takes its spend "
+        "above N tokens (default: NRLLM_AGENTS['DEFAULT_MAX_TOTAL_TOKENS'], none).",
+    )
 
 
 def parse_script(value: str) -> Any:
@@ -163,16 +180,22 @@ def describe_step(step: dict[str, Any]) -> str:
         estimated = "~" if p.get("usage_estimated") else ""
         text += f" [{estimated}{usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens]"
     elif kind == "llm":
-        text = (f"asks for {_calls(p['tool_calls'])}" if p.get("tool_calls")
-                else f"answers: {_short(p.get('content') or '')}")
+        text = (
+            f"asks for {_calls(p['tool_calls'])}"
+            if p.get("tool_calls")
+            else f"answers: {_short(p.get('content') or '')}"
+        )
         usage = p.get("usage") or {}
         if usage.get("total_tokens"):
             text += f" [{usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens]"
     elif kind == "tool" and p.get("interrupted"):
         text = f"{p.get('name')}({_short(p.get('arguments') or {}, 60)}) INTERRUPTED by the cancel: no result"
     elif kind == "tool":
-        text = (f"{p.get('name')} failed: {_short(p['error'])}" if p.get("error")
-                else f"{p.get('name')}({_short(p.get('arguments') or {}, 60)}) -> {_short(p.get('result'))}")
+        text = (
+            f"{p.get('name')} failed: {_short(p['error'])}"
+            if p.get("error")
+            else f"{p.get('name')}({_short(p.get('arguments') or {}, 60)}) -> {_short(p.get('result'))}"
+        )
     elif kind == "approval":
         decision = "approved" if p.get("approved") else "denied"
         text = f"{decision} by {p.get('by') or 'someone'}: {_calls(p.get('calls') or [])}"
@@ -186,8 +209,10 @@ def describe_step(step: dict[str, Any]) -> str:
             text += f"; stopped after step #{boundary}" if boundary is not None else "; no step had run"
     elif kind == "forked":
         copied, answered = len(p.get("messages") or []), len(p.get("repaired") or [])
-        text = (f"from run {p.get('parent_id')} at step #{p.get('from_sequence')}: "
-                f"{copied} messages copied, {answered} unanswered calls answered")
+        text = (
+            f"from run {p.get('parent_id')} at step #{p.get('from_sequence')}: "
+            f"{copied} messages copied, {answered} unanswered calls answered"
+        )
     else:
         text = _short(p)
     duration = step.get("duration_ms")
@@ -277,17 +302,25 @@ class StreamPrinter:
             why = "" if run.termination_reason == "cancelled" else f" [{run.termination_reason}]"
             return f"{head} cancelled{why} via {c.get('source')}{who}{reason}{spend}", self.style.WARNING
         if run.status == RunStatus.WAITING_FOR_APPROVAL:
-            return (f"{head} is waiting for approval of {_calls(event['pending_approval'])}; decide with: "
-                    f"python manage.py agent_approve {run.pk} --approve (or --deny)"), self.style.WARNING
+            return (
+                f"{head} is waiting for approval of {_calls(event['pending_approval'])}; decide with: "
+                f"python manage.py agent_approve {run.pk} --approve (or --deny)"
+            ), self.style.WARNING
         if run.status == RunStatus.FAILED:
             error = _short(event["error"] or "", 300)
             return f"{head} failed ({run.termination_reason}){spend}: {error}", self.style.ERROR
         return f"{head} is {run.status}", self.style.NOTICE
 
 
-def follow(runtime: AgentRuntime, run_id: Any, *, after: int = -1,
-           on_step: Callable[[dict[str, Any]], None], on_delta: Callable[[dict[str, Any]], None] | None = None,
-           poll: float = POLL_SECONDS) -> AgentRun:
+def follow(
+    runtime: AgentRuntime,
+    run_id: Any,
+    *,
+    after: int = -1,
+    on_step: Callable[[dict[str, Any]], None],
+    on_delta: Callable[[dict[str, Any]], None] | None = None,
+    poll: float = POLL_SECONDS,
+) -> AgentRun:
     """Tail a run's stored stream until nothing more will be appended; returns the last row read.
 
     Pushed on PostgreSQL (``watch.Watch``: no query while idle), else polled every ``poll``
@@ -321,8 +354,12 @@ def follow(runtime: AgentRuntime, run_id: Any, *, after: int = -1,
 
 def _abandoned(run: AgentRun) -> bool:
     """Cancelled long ago and never acknowledged: the executing process is gone."""
-    return (run.status == RunStatus.CANCELLED and run.stopped_at is None
-            and run.cancel_requested_at is not None and timezone.now() - run.cancel_requested_at > ACK_GRACE)
+    return (
+        run.status == RunStatus.CANCELLED
+        and run.stopped_at is None
+        and run.cancel_requested_at is not None
+        and timezone.now() - run.cancel_requested_at > ACK_GRACE
+    )
 
 
 class CancelOnInterrupt:
@@ -331,7 +368,8 @@ class CancelOnInterrupt:
     The first SIGINT only wakes a helper thread, which cancels through the runtime on its own
     database connection (the handler itself does no database work: the main thread may be in
     the middle of a query). The step in flight is interrupted (a tool that ignores the cancel
-    token runs to its boundary) and the command reports the run as cancelled. A second SIGINT exits at once (status 130) after giving the
+    token runs to its boundary) and the command reports the run as cancelled. A second SIGINT
+    exits at once (status 130) after giving the
     cancel a moment to commit. Installed only in the main thread; a no-op elsewhere.
     """
 
@@ -347,8 +385,7 @@ class CancelOnInterrupt:
         self._closing = False
         self._previous: Any = None
         self._installed = False
-        self._thread = threading.Thread(target=self._cancel_when_interrupted, name="nrllm-cli-interrupt",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._cancel_when_interrupted, name="nrllm-cli-interrupt", daemon=True)
         if run_id is not None:
             self._id_known.set()
 
@@ -392,8 +429,7 @@ class CancelOnInterrupt:
             self._done.wait(timeout=5)  # let the cancel already asked for commit
             os._exit(EXIT_INTERRUPTED)
         self._interrupted.set()
-        os.write(2, b"\ninterrupted: cancelling the run and the step in flight "
-                    b"(press Ctrl-C again to exit now)\n")
+        os.write(2, b"\ninterrupted: cancelling the run and the step in flight (press Ctrl-C again to exit now)\n")
 
     def _cancel_when_interrupted(self) -> None:
         try:
@@ -421,13 +457,30 @@ def stderr_hint(stderr: OutputWrapper, run_id: Any) -> None:
 
 def interrupted_follow(run_id: Any) -> CommandError:
     """Ctrl-C while following: the run is left alone; say so."""
-    return CommandError(f"stopped following run {run_id}; it goes on (cancel it with "
-                        f"{CANCEL_HINT.format(run_id=run_id)})", returncode=EXIT_INTERRUPTED)
+    return CommandError(
+        f"stopped following run {run_id}; it goes on (cancel it with {CANCEL_HINT.format(run_id=run_id)})",
+        returncode=EXIT_INTERRUPTED,
+    )
 
 
 __all__ = [
-    "EXIT_AWAITING_APPROVAL", "EXIT_CANCELLED", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE",
-    "CancelOnInterrupt", "StreamPrinter", "describe_step", "enqueue_failed", "exit_code", "follow",
-    "interrupted_follow", "parse_duration", "parse_script", "request_error", "run_id_arg", "stderr_hint",
+    "EXIT_AWAITING_APPROVAL",
+    "EXIT_CANCELLED",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "CancelOnInterrupt",
+    "StreamPrinter",
+    "describe_step",
+    "enqueue_failed",
+    "exit_code",
+    "follow",
+    "interrupted_follow",
+    "parse_duration",
+    "parse_script",
+    "request_error",
+    "run_id_arg",
+    "stderr_hint",
     "usage_error",
 ]

@@ -37,8 +37,10 @@ class Env:
                 return text.lower() in _TRUE
             return self.kind(text)
         except ValueError:
-            raise ImproperlyConfigured(f"environment variable {self.name}={raw[:40]!r} is not a valid "
-                                       f"{self.kind.__name__}") from None
+            raise ImproperlyConfigured(
+                f"environment variable {self.name}={raw[:40]!r} is not a valid {self.kind.__name__}"
+            ) from None
+
 
 DEFAULTS: dict[str, Any] = {
     # name -> dotted path of a factory ``(request, run_id) -> Provider``

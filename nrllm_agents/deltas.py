@@ -54,8 +54,10 @@ def chunks(delta: dict[str, Any]) -> list[dict[str, Any]]:
     text = delta["text"]
     if len(text) <= CHUNK_CHARS:
         return [delta]
-    return [{**delta, "text": text[i:i + CHUNK_CHARS], "offset": delta["offset"] + i}
-            for i in range(0, len(text), CHUNK_CHARS)]
+    return [
+        {**delta, "text": text[i : i + CHUNK_CHARS], "offset": delta["offset"] + i}
+        for i in range(0, len(text), CHUNK_CHARS)
+    ]
 
 
 class DeltaPublisher:
@@ -131,8 +133,7 @@ class DeltaPublisher:
                     horizon = now - self._window()
                     self._last_sent = {k: t for k, t in self._last_sent.items() if t > horizon}
             if due:
-                self._send([{"run_id": p.run_id, "round": p.round, "text": p.text, "offset": p.offset}
-                            for p in due])
+                self._send([{"run_id": p.run_id, "round": p.round, "text": p.text, "offset": p.offset} for p in due])
                 continue
             if not self._wake.wait(max(0.0, wait)):
                 self._close_if_idle()
@@ -145,8 +146,9 @@ class DeltaPublisher:
                 hub.deliver_delta(piece)
             self.counts["sent"] += len(pieces)
             return
-        rows = [(DELTA_CHANNEL, f"{p['run_id']} {json.dumps(p, ensure_ascii=False, separators=(',', ':'))}")
-                for p in pieces]
+        rows = [
+            (DELTA_CHANNEL, f"{p['run_id']} {json.dumps(p, ensure_ascii=False, separators=(',', ':'))}") for p in pieces
+        ]
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = raw_connection("nrllm-delta-publisher")

@@ -78,8 +78,10 @@ def job_timeout() -> int:
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not (value == -1 or value > 0):
-        raise ImproperlyConfigured(f"NRLLM_AGENTS['JOB_TIMEOUT'] must be a positive number of seconds "
-                                   f"or -1 (no limit), not {str(value)[:40]!r}")
+        raise ImproperlyConfigured(
+            f"NRLLM_AGENTS['JOB_TIMEOUT'] must be a positive number of seconds "
+            f"or -1 (no limit), not {str(value)[:40]!r}"
+        )
     return value
 
 
@@ -121,9 +123,14 @@ def dispatch(run_id: uuid.UUID, *, delay_seconds: float = 0, segment: int | None
         queue = _queue(app_settings.QUEUE_NAME)
         from rq import Retry
 
-        options = {"job_id": jid, "job_timeout": job_timeout(), "result_ttl": 3600,
-                   "failure_ttl": 7 * 24 * 3600, "description": f"agent run {run_id}",
-                   "retry": Retry(max=len(CLAIM_RETRY_DELAYS), interval=list(CLAIM_RETRY_DELAYS))}
+        options = {
+            "job_id": jid,
+            "job_timeout": job_timeout(),
+            "result_ttl": 3600,
+            "failure_ttl": 7 * 24 * 3600,
+            "description": f"agent run {run_id}",
+            "retry": Retry(max=len(CLAIM_RETRY_DELAYS), interval=list(CLAIM_RETRY_DELAYS)),
+        }
         if delay_seconds > 0:
             queue.enqueue_in(dt.timedelta(seconds=delay_seconds), JOB_FUNCTION, str(run_id), **options)
         else:

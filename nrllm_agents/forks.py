@@ -10,8 +10,9 @@ is only read, never written. ``AgentRuntime.fork`` executes the plan made here.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from .domain import Step, StepKind
 from .domain.fork import fork_payload
@@ -72,11 +73,21 @@ def _request(parent: AgentRun, overrides: Mapping[str, Any]) -> RunRequest:
         raise InvalidRequest({"non_field_errors": "overrides must be an object"})
     unknown = sorted(set(overrides) - set(OVERRIDABLE))
     if unknown:
-        raise InvalidRequest({"non_field_errors": f"cannot override: {', '.join(map(str, unknown))}; "
-                                                  f"a fork may override {', '.join(OVERRIDABLE)}"})
-    base: dict[str, Any] = {"prompt": parent.prompt, "provider": parent.provider, "model": parent.model,
-                            "tools": list(parent.tools or []), **(parent.options or {}),
-                            "deadline_seconds": parent.deadline_seconds, "max_total_tokens": parent.max_total_tokens}
+        raise InvalidRequest(
+            {
+                "non_field_errors": f"cannot override: {', '.join(map(str, unknown))}; "
+                f"a fork may override {', '.join(OVERRIDABLE)}"
+            }
+        )
+    base: dict[str, Any] = {
+        "prompt": parent.prompt,
+        "provider": parent.provider,
+        "model": parent.model,
+        "tools": list(parent.tools or []),
+        **(parent.options or {}),
+        "deadline_seconds": parent.deadline_seconds,
+        "max_total_tokens": parent.max_total_tokens,
+    }
     base.pop("system", None)  # already part of the copied transcript
     if overrides.get("provider", base["provider"]) != "scripted" and "script" not in overrides:
         base.pop("script", None)  # the parent's script does not go to another provider
@@ -98,6 +109,7 @@ def plan(parent_id: uuid.UUID, from_sequence: Any = None, overrides: Mapping[str
     events = list(parent.events.order_by("sequence"))
     sequence = _sequence(from_sequence, [(e.sequence, e.kind) for e in events])
     request = _request(parent, overrides or {})
-    payload, round_ = fork_payload([event_dict(e) for e in events], from_sequence=sequence,
-                                   parent_id=str(parent.pk), parent_status=parent.status)
+    payload, round_ = fork_payload(
+        [event_dict(e) for e in events], from_sequence=sequence, parent_id=str(parent.pk), parent_status=parent.status
+    )
     return ForkPlan(parent.pk, sequence, request, Step(StepKind.FORKED, round_, payload))

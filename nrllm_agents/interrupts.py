@@ -32,8 +32,9 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from django.db import DatabaseError, connections
 
@@ -85,8 +86,13 @@ class CancelWatcher:
         self._taps: dict[str, Tap] = {}  # other listeners sharing this connection (push.py)
 
     # --- one listening connection per process -------------------------------------------------
-    def tap(self, name: str, channels: Iterable[str], on_batch: Callable[[list[Any]], None],
-            on_state: Callable[[bool], None]) -> None:
+    def tap(
+        self,
+        name: str,
+        channels: Iterable[str],
+        on_batch: Callable[[list[Any]], None],
+        on_state: Callable[[bool], None],
+    ) -> None:
         """Share this process's listening connection: LISTEN on ``channels`` too, hand every
         batch of notifications (all channels) to ``on_batch`` and tell ``on_state(True)`` once
         listening, ``on_state(False)`` once the connection is lost; both on the watcher's
@@ -105,8 +111,14 @@ class CancelWatcher:
                 logger.exception("a listener tap failed; the cancel watcher goes on")
 
     # --- segments ----------------------------------------------------------------------------
-    def watch(self, run_id: uuid.UUID, token: CancelToken, *, deadline: float | None = None,
-              on_deadline: Callable[[], bool] | None = None) -> Callable[[], None]:
+    def watch(
+        self,
+        run_id: uuid.UUID,
+        token: CancelToken,
+        *,
+        deadline: float | None = None,
+        on_deadline: Callable[[], bool] | None = None,
+    ) -> Callable[[], None]:
         """Route cancels of ``run_id`` to ``token`` until the returned function is called.
 
         With ``deadline`` (a Unix time) and ``on_deadline``: once it passes, ``on_deadline()``
@@ -177,8 +189,9 @@ class CancelWatcher:
                     self._listen()
                     backoff = 0.05
                 except Exception as exc:  # the connection is lost: poll, then reconnect
-                    logger.warning("cancel listener lost its connection (%s); polling until it is back",
-                                   type(exc).__name__)
+                    logger.warning(
+                        "cancel listener lost its connection (%s); polling until it is back", type(exc).__name__
+                    )
                 finally:
                     was = self.listening.is_set()
                     self.listening.clear()
@@ -270,14 +283,17 @@ class CancelWatcher:
         """The runs among ``ids`` whose row reads ``cancelled`` (on the listening connection)."""
         if not ids:
             return []
-        rows = conn.execute(f"SELECT id FROM {AgentRun._meta.db_table} WHERE id = ANY(%s) AND status = %s",
-                            [ids, RunStatus.CANCELLED.value]).fetchall()
+        rows = conn.execute(
+            f"SELECT id FROM {AgentRun._meta.db_table} WHERE id = ANY(%s) AND status = %s",
+            [ids, RunStatus.CANCELLED.value],
+        ).fetchall()
         return [row[0] for row in rows]
 
     def _confirmed_by_orm(self, ids: list[uuid.UUID]) -> list[uuid.UUID]:
         try:
-            return list(AgentRun.objects.filter(pk__in=ids, status=RunStatus.CANCELLED)
-                        .order_by().values_list("pk", flat=True))
+            return list(
+                AgentRun.objects.filter(pk__in=ids, status=RunStatus.CANCELLED).order_by().values_list("pk", flat=True)
+            )
         except DatabaseError as exc:  # fail-soft: not knowing is "not cancelled"
             logger.warning("cancel poll failed (%s); the boundary probe still applies", type(exc).__name__)
             return []

@@ -65,17 +65,21 @@ def deadline_at(run: AgentRun) -> datetime | None:
 def load(run_id: uuid.UUID) -> RunLimits:
     """The limits of a run; fail-soft (a store error answers "no limits": never a fabricated stop)."""
     try:
-        row = (AgentRun.objects.filter(pk=run_id).order_by()
-               .values("deadline_at", "deadline_seconds", "max_total_tokens").first())
+        row = (
+            AgentRun.objects.filter(pk=run_id)
+            .order_by()
+            .values("deadline_at", "deadline_seconds", "max_total_tokens")
+            .first()
+        )
     except DatabaseError as exc:
-        logger.warning("limits of run %s could not be read (%s); not enforced this segment",
-                       run_id, type(exc).__name__)
+        logger.warning("limits of run %s could not be read (%s); not enforced this segment", run_id, type(exc).__name__)
         return NO_LIMITS
     return RunLimits(**row) if row else NO_LIMITS
 
 
-def exceeded(limits: RunLimits, *, usage: Usage, step_kind: str | None = None,
-             now: datetime | None = None) -> tuple[str, dict[str, Any], str] | None:
+def exceeded(
+    limits: RunLimits, *, usage: Usage, step_kind: str | None = None, now: datetime | None = None
+) -> tuple[str, dict[str, Any], str] | None:
     """The limit a run has exceeded, as ``(termination_reason, detail, reason text)``, or ``None``.
 
     The budget is looked at after a model answer only (``step_kind`` ``llm``, or ``None`` for
@@ -85,15 +89,21 @@ def exceeded(limits: RunLimits, *, usage: Usage, step_kind: str | None = None,
         spent = usage.total_tokens
         if spent > limits.max_total_tokens:
             detail = {"limit": BUDGET, "value": limits.max_total_tokens, "measured": spent, "unit": "tokens"}
-            return (TerminationReason.BUDGET_EXCEEDED, detail,
-                    f"token budget exceeded: {spent} tokens spent of {limits.max_total_tokens}")
+            return (
+                TerminationReason.BUDGET_EXCEEDED,
+                detail,
+                f"token budget exceeded: {spent} tokens spent of {limits.max_total_tokens}",
+            )
     if limits.deadline_at is not None:
         now = now or timezone.now()
         if now > limits.deadline_at:
             elapsed = round((limits.deadline_seconds or 0) + (now - limits.deadline_at).total_seconds(), 3)
             detail = {"limit": DEADLINE, "value": limits.deadline_seconds, "measured": elapsed, "unit": "s"}
-            return (TerminationReason.DEADLINE_EXCEEDED, detail,
-                    f"deadline exceeded: {elapsed:.1f} s elapsed of {limits.deadline_seconds} s")
+            return (
+                TerminationReason.DEADLINE_EXCEEDED,
+                detail,
+                f"deadline exceeded: {elapsed:.1f} s elapsed of {limits.deadline_seconds} s",
+            )
     return None
 
 
@@ -120,8 +130,14 @@ class Enforcer:
         return self._limits
 
 
-def enforce(run_id: uuid.UUID, *, usage: Usage, step: Step | None = None,
-            limits: RunLimits | None = None, now: datetime | None = None) -> store.Transition | None:
+def enforce(
+    run_id: uuid.UUID,
+    *,
+    usage: Usage,
+    step: Step | None = None,
+    limits: RunLimits | None = None,
+    now: datetime | None = None,
+) -> store.Transition | None:
     """Check a run's limits at a step boundary; cancel it when one is exceeded.
 
     Returns ``None`` when no limit is exceeded, else the cancel's ``Transition``: the caller
@@ -138,8 +154,12 @@ def enforce(run_id: uuid.UUID, *, usage: Usage, step: Step | None = None,
     try:
         fence = stop(run_id, verdict)
     except DatabaseError as exc:
-        logger.warning("run %s: %s, but the cancel failed (%s); retried at the next boundary",
-                       run_id, verdict[0], type(exc).__name__)
+        logger.warning(
+            "run %s: %s, but the cancel failed (%s); retried at the next boundary",
+            run_id,
+            verdict[0],
+            type(exc).__name__,
+        )
         return None
     if fence.applied:
         logger.info("run %s cancelled by the system: %s", run_id, verdict[2])

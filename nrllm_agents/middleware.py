@@ -13,7 +13,7 @@ a one-line plain-text page otherwise.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -34,8 +34,7 @@ def _refuse(request: HttpRequest, status: int, detail: str) -> HttpResponse:
 
 
 def _has_nul(pairs: object) -> bool:
-    return any("\x00" in key or any("\x00" in v for v in values if isinstance(v, str))
-               for key, values in pairs)  # type: ignore[attr-defined]
+    return any("\x00" in key or any("\x00" in v for v in values if isinstance(v, str)) for key, values in pairs)  # type: ignore[attr-defined]
 
 
 class EdgeGuardMiddleware:

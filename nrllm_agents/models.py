@@ -61,8 +61,9 @@ class AgentRun(models.Model):
     """One agent task from creation to a terminal status."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                              on_delete=models.SET_NULL, related_name="agent_runs")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="agent_runs"
+    )
     status = models.CharField(max_length=32, choices=RunStatus.choices, default=RunStatus.QUEUED)
     termination_reason = models.CharField(max_length=32, choices=TerminationReason.choices, blank=True)
 
@@ -90,8 +91,9 @@ class AgentRun(models.Model):
     error_message = models.TextField(blank=True)
 
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
-    cancelled_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                                     on_delete=models.SET_NULL, related_name="+")
+    cancelled_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     cancel_source = models.CharField(max_length=16, choices=CancelSource.choices, blank=True)
     cancel_reason = models.TextField(blank=True)
     stopped_at = models.DateTimeField(null=True, blank=True)
@@ -116,8 +118,10 @@ class AgentRun(models.Model):
             models.Index(fields=["status"], name="agentrun_unstopped", condition=models.Q(stopped_at__isnull=True)),
             models.Index(fields=["status", "deadline_at"], name="agentrun_status_deadline"),
         ]
-        permissions = [("cancel_agentrun", "Can cancel agent runs"),
-                       ("approve_agentrun", "Can approve or deny agent runs' gated tool calls")]
+        permissions = [
+            ("cancel_agentrun", "Can cancel agent runs"),
+            ("approve_agentrun", "Can approve or deny agent runs' gated tool calls"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.id} ({self.status})"
@@ -186,9 +190,14 @@ class ReaperPass(models.Model):
     def record(cls, report: Any, started_at: datetime) -> ReaperPass:
         """Store a ``ReapReport`` and drop passes beyond the newest ``KEEP``."""
         row = cls.objects.create(
-            started_at=started_at, finished_at=timezone.now(), requeued=len(report.requeued),
-            dead_lettered=sum(report.dead_lettered.values()), acknowledged=report.acknowledged,
-            skipped=report.skipped, summary=report.summary())
-        stale = cls.objects.order_by("-finished_at").values_list("pk", flat=True)[cls.KEEP:cls.KEEP + 1000]
+            started_at=started_at,
+            finished_at=timezone.now(),
+            requeued=len(report.requeued),
+            dead_lettered=sum(report.dead_lettered.values()),
+            acknowledged=report.acknowledged,
+            skipped=report.skipped,
+            summary=report.summary(),
+        )
+        stale = cls.objects.order_by("-finished_at").values_list("pk", flat=True)[cls.KEEP : cls.KEEP + 1000]
         cls.objects.filter(pk__in=list(stale)).delete()
         return row

@@ -44,8 +44,11 @@ class Verdict(enum.StrEnum):
     UNAUTHENTICATED = "unauthenticated"
 
 
-_PERMISSION = {Action.CANCEL: CANCEL_PERMISSION, Action.BULK_CANCEL: CANCEL_PERMISSION,
-               Action.APPROVE: APPROVE_PERMISSION}
+_PERMISSION = {
+    Action.CANCEL: CANCEL_PERMISSION,
+    Action.BULK_CANCEL: CANCEL_PERMISSION,
+    Action.APPROVE: APPROVE_PERMISSION,
+}
 
 
 def authenticated(user: Any) -> bool:

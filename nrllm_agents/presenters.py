@@ -8,17 +8,37 @@ from typing import Any
 from .models import AgentRun, AgentRunEvent, RunStatus
 
 
-def step_dict(*, run_id: Any, sequence: int, kind: str, round: int, duration_ms: float | None,
-              payload: dict[str, Any], created_at: datetime) -> dict[str, Any]:
+def step_dict(
+    *,
+    run_id: Any,
+    sequence: int,
+    kind: str,
+    round: int,
+    duration_ms: float | None,
+    payload: dict[str, Any],
+    created_at: datetime,
+) -> dict[str, Any]:
     return {
-        "run_id": str(run_id), "sequence": sequence, "kind": kind, "round": round,
-        "duration_ms": duration_ms, "payload": payload, "created_at": created_at.isoformat(),
+        "run_id": str(run_id),
+        "sequence": sequence,
+        "kind": kind,
+        "round": round,
+        "duration_ms": duration_ms,
+        "payload": payload,
+        "created_at": created_at.isoformat(),
     }
 
 
 def event_dict(event: AgentRunEvent) -> dict[str, Any]:
-    return step_dict(run_id=event.run_id, sequence=event.sequence, kind=event.kind, round=event.round,
-                     duration_ms=event.duration_ms, payload=event.payload, created_at=event.created_at)
+    return step_dict(
+        run_id=event.run_id,
+        sequence=event.sequence,
+        kind=event.kind,
+        round=event.round,
+        duration_ms=event.duration_ms,
+        payload=event.payload,
+        created_at=event.created_at,
+    )
 
 
 _FINAL_EVENT = {
@@ -48,8 +68,11 @@ def run_status_dict(run: AgentRun) -> dict[str, Any]:
         "status": run.status,
         "termination_reason": run.termination_reason or None,
         "iterations": run.iterations,
-        "usage": {"prompt_tokens": run.prompt_tokens, "completion_tokens": run.completion_tokens,
-                  "total_tokens": run.total_tokens},
+        "usage": {
+            "prompt_tokens": run.prompt_tokens,
+            "completion_tokens": run.completion_tokens,
+            "total_tokens": run.total_tokens,
+        },
         "final_text": run.final_text or None,
         "error": f"{run.error_class}: {run.error_message}" if run.error_class else None,
         "pending_approval": pending,
@@ -63,9 +86,14 @@ def run_status_dict(run: AgentRun) -> dict[str, Any]:
             "reason": run.cancel_reason or None,
             "stopped_at": _iso(run.stopped_at) if run.cancel_requested_at else None,
             "limit": run.cancel_detail or None,
-        } if run.cancel_requested_at else None,
-        "limits": {"deadline_seconds": run.deadline_seconds, "max_total_tokens": run.max_total_tokens,
-                   "deadline_at": _iso(run.deadline_at)},
+        }
+        if run.cancel_requested_at
+        else None,
+        "limits": {
+            "deadline_seconds": run.deadline_seconds,
+            "max_total_tokens": run.max_total_tokens,
+            "deadline_at": _iso(run.deadline_at),
+        },
         "parent": {"run_id": str(run.parent_id), "from_sequence": run.forked_from_sequence} if run.parent_id else None,
     }
 

@@ -32,14 +32,15 @@ import logging
 import os
 import threading
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from django.db import DatabaseError, connections
 
 from .conf import app_settings
 from .interrupts import CHANNEL as CANCEL_CHANNEL
-from .interrupts import raw_connection, watcher
+from .interrupts import watcher
 from .models import AgentRun
 from .presenters import event_dict, final_event_name, run_status_dict, stream_finished
 
@@ -145,7 +146,7 @@ class Subscription:
         try:
             await asyncio.wait_for(self._aevent.wait(), max(0.0, timeout))
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         finally:
             self._aevent.clear()

@@ -55,8 +55,11 @@ def _stale_seconds() -> float:
 def stale_queued(*, older_than: float, limit: int, now: datetime | None = None) -> list[uuid.UUID]:
     """Ids of queued runs created more than ``older_than`` seconds ago, oldest first."""
     cutoff = (now or timezone.now()) - timedelta(seconds=older_than)
-    return list(AgentRun.objects.filter(status=RunStatus.QUEUED, created_at__lte=cutoff)
-                .order_by("created_at").values_list("id", flat=True)[:limit])
+    return list(
+        AgentRun.objects.filter(status=RunStatus.QUEUED, created_at__lte=cutoff)
+        .order_by("created_at")
+        .values_list("id", flat=True)[:limit]
+    )
 
 
 def sweep_queued(*, limit: int = 100, dry_run: bool = False, older_than: float | None = None) -> SweepReport:
@@ -107,8 +110,11 @@ def has_live_job(run_id: uuid.UUID, *, stale_after: float | None = None) -> bool
         overdue = (timezone.now().timestamp() - when) if when is not None else float("inf")
         live = overdue <= (stale_after if stale_after is not None else _stale_seconds())
     elif status == JobStatus.STARTED:
-        live = bool(job.worker_name) and Worker.find_by_key(
-            Worker.redis_worker_namespace_prefix + job.worker_name, connection=queue.connection) is not None
+        live = (
+            bool(job.worker_name)
+            and Worker.find_by_key(Worker.redis_worker_namespace_prefix + job.worker_name, connection=queue.connection)
+            is not None
+        )
     else:
         live = status == JobStatus.DEFERRED
     if not live:
@@ -137,8 +143,9 @@ def start_local_sweeper(**_: Any) -> bool:
     with _sweeper_lock:
         if _sweeper is None or not _sweeper.is_alive():
             _stop.clear()
-            _sweeper = threading.Thread(target=_sweep_forever, args=(interval,), name="nrllm-queued-sweeper",
-                                        daemon=True)
+            _sweeper = threading.Thread(
+                target=_sweep_forever, args=(interval,), name="nrllm-queued-sweeper", daemon=True
+            )
             _sweeper.start()
     return True
 

@@ -43,15 +43,18 @@ def build_tools(names: list[str] | tuple[str, ...], run_id: uuid.UUID | None = N
 
 
 def scripted_provider(request: RunRequest, run_id: Any = None) -> Provider:
-    return ScriptedProvider(request.script, model=request.model or "scripted-demo",
-                            journal=CallJournal(run_id=run_id))
+    return ScriptedProvider(request.script, model=request.model or "scripted-demo", journal=CallJournal(run_id=run_id))
 
 
 def openai_provider(request: RunRequest, run_id: Any = None) -> Provider:
     from .domain.providers.openai_compat import OpenAIProvider
 
-    return OpenAIProvider(request.model, timeout=float(app_settings.OPENAI_TIMEOUT),
-                          stream=bool(app_settings.OPENAI_STREAM), journal=CallJournal(run_id=run_id))
+    return OpenAIProvider(
+        request.model,
+        timeout=float(app_settings.OPENAI_TIMEOUT),
+        stream=bool(app_settings.OPENAI_STREAM),
+        journal=CallJournal(run_id=run_id),
+    )
 
 
 def calculator_tool(run_id: Any = None) -> Tool:

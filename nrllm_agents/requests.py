@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Mapping
+from typing import Any
 
 from django.utils import timezone
 
@@ -100,8 +101,9 @@ class RunRequest:
         else:
             missing = [t for t in tools if t not in app_settings.TOOLS]
             if missing:
-                errors["tools"] = (f"unknown tools: {', '.join(missing)}; "
-                                   f"available: {', '.join(sorted(app_settings.TOOLS))}")
+                errors["tools"] = (
+                    f"unknown tools: {', '.join(missing)}; available: {', '.join(sorted(app_settings.TOOLS))}"
+                )
 
         limit = int(app_settings.MAX_ITERATIONS_LIMIT)
         max_iterations = data.get("max_iterations")
@@ -117,8 +119,9 @@ class RunRequest:
             elif value_too_deep(script):
                 errors["script"] = DEPTH_ERROR
             elif isinstance(script, list) and "max_iterations" not in errors and len(script) > max_iterations + 1:
-                errors["script"] = (f"at most {max_iterations + 1} turns (max_iterations + 1): "
-                                    "later turns could never play")
+                errors["script"] = (
+                    f"at most {max_iterations + 1} turns (max_iterations + 1): later turns could never play"
+                )
             elif len(json.dumps(script, separators=(",", ":"), default=str).encode()) > MAX_SCRIPT_BYTES:
                 errors["script"] = f"at most {MAX_SCRIPT_BYTES // 1024} KiB of JSON"
             else:
@@ -135,9 +138,13 @@ class RunRequest:
         if on_deny not in ("continue", "stop"):
             errors["on_deny"] = "'continue' or 'stop'"
 
-        limits = {name: _limit(data, name, default, bound, errors) for name, default, bound in (
-            ("deadline_seconds", app_settings.DEFAULT_DEADLINE_SECONDS, app_settings.DEADLINE_SECONDS_LIMIT),
-            ("max_total_tokens", app_settings.DEFAULT_MAX_TOTAL_TOKENS, app_settings.MAX_TOTAL_TOKENS_LIMIT))}
+        limits = {
+            name: _limit(data, name, default, bound, errors)
+            for name, default, bound in (
+                ("deadline_seconds", app_settings.DEFAULT_DEADLINE_SECONDS, app_settings.DEADLINE_SECONDS_LIMIT),
+                ("max_total_tokens", app_settings.DEFAULT_MAX_TOTAL_TOKENS, app_settings.MAX_TOTAL_TOKENS_LIMIT),
+            )
+        }
 
         # PostgreSQL cannot store NUL or lone surrogates (text, jsonb): refuse them here, for
         # every surface, rather than fail later with a server error.
@@ -148,14 +155,27 @@ class RunRequest:
                 errors[key if isinstance(key, str) and not unstorable(key) else "non_field_errors"] = UNSTORABLE
         if errors:
             raise InvalidRequest(errors)
-        return cls(prompt=prompt, provider=provider, model=model, tools=tuple(dict.fromkeys(tools)),
-                   max_iterations=max_iterations, script=script, system=system, on_deny=on_deny, **limits)
+        return cls(
+            prompt=prompt,
+            provider=provider,
+            model=model,
+            tools=tuple(dict.fromkeys(tools)),
+            max_iterations=max_iterations,
+            script=script,
+            system=system,
+            on_deny=on_deny,
+            **limits,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON form stored on queued runs and accepted back by ``from_mapping``."""
         data: dict[str, Any] = {
-            "prompt": self.prompt, "provider": self.provider, "model": self.model,
-            "tools": list(self.tools), "max_iterations": self.max_iterations, "on_deny": self.on_deny,
+            "prompt": self.prompt,
+            "provider": self.provider,
+            "model": self.model,
+            "tools": list(self.tools),
+            "max_iterations": self.max_iterations,
+            "on_deny": self.on_deny,
         }
         if self.script is not None:
             data["script"] = self.script
@@ -175,16 +195,31 @@ class RunRequest:
         deadline_at = None
         if self.deadline_seconds is not None:  # the clock starts when the run is created
             deadline_at = timezone.now() + timedelta(seconds=self.deadline_seconds)
-        return {"prompt": self.prompt, "provider": self.provider, "model": self.model,
-                "tools": list(self.tools), "options": options, "deadline_seconds": self.deadline_seconds,
-                "max_total_tokens": self.max_total_tokens, "deadline_at": deadline_at}
+        return {
+            "prompt": self.prompt,
+            "provider": self.provider,
+            "model": self.model,
+            "tools": list(self.tools),
+            "options": options,
+            "deadline_seconds": self.deadline_seconds,
+            "max_total_tokens": self.max_total_tokens,
+            "deadline_at": deadline_at,
+        }
 
     @classmethod
     def from_row(cls, run: Any) -> RunRequest:
         """Rehydrate from a run's stored columns (used to resume after approval)."""
-        return cls.from_mapping({"prompt": run.prompt, "provider": run.provider, "model": run.model,
-                                 "tools": list(run.tools), **(run.options or {}),
-                                 "deadline_seconds": run.deadline_seconds, "max_total_tokens": run.max_total_tokens})
+        return cls.from_mapping(
+            {
+                "prompt": run.prompt,
+                "provider": run.provider,
+                "model": run.model,
+                "tools": list(run.tools),
+                **(run.options or {}),
+                "deadline_seconds": run.deadline_seconds,
+                "max_total_tokens": run.max_total_tokens,
+            }
+        )
 
 
 def _limit(data: Mapping[str, Any], name: str, default: Any, bound: Any, errors: dict[str, str]) -> int | None:

@@ -9,27 +9,53 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from . import dispatch, forks, limits, registry, store
-from .interrupts import watcher
 from .conf import app_settings
-from .domain import (LoopOutcome, LoopResult, LoopState, ProviderError, RunCancellationRequested, RunLeaseLost,
-                     SegmentInterrupted, ToolLoop, Usage, rebuild_state)
+from .domain import (
+    LoopOutcome,
+    LoopResult,
+    LoopState,
+    ProviderError,
+    RunCancellationRequested,
+    RunLeaseLost,
+    SegmentInterrupted,
+    ToolLoop,
+    Usage,
+    rebuild_state,
+)
+from .interrupts import watcher
 from .models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
 from .observability import hooks as observe
-from .outcomes import (ApprovalNotPending, CancelOutcome, CancelResult, InvalidRunId, Outcome, RunNotFound,
-                       RunResult, parse_run_id)
+from .outcomes import (
+    ApprovalNotPending,
+    CancelOutcome,
+    CancelResult,
+    InvalidRunId,
+    Outcome,
+    RunNotFound,
+    RunResult,
+    parse_run_id,
+)
 from .presenters import event_dict
 from .requests import InvalidRequest, RunRequest
 from .segment import DeltaObserver, SegmentTrace, StepObserver, identity
 
 __all__ = [
-    "AgentRuntime", "ApprovalNotPending", "CancelOutcome", "CancelResult", "InvalidRunId", "Outcome",
-    "RunNotFound", "RunResult", "parse_run_id",
+    "AgentRuntime",
+    "ApprovalNotPending",
+    "CancelOutcome",
+    "CancelResult",
+    "InvalidRunId",
+    "Outcome",
+    "RunNotFound",
+    "RunResult",
+    "parse_run_id",
 ]
 
 logger = logging.getLogger(__name__)
@@ -52,8 +78,14 @@ class AgentRuntime:
     """Starts, resumes, queues, recovers and cancels runs. Stateless; cheap to construct."""
 
     # --- segments -------------------------------------------------------------------------
-    def run(self, request: RunRequest | dict[str, Any], *, owner: Any = None,
-            on_step: StepObserver | None = None, on_delta: DeltaObserver | None = None) -> RunResult:
+    def run(
+        self,
+        request: RunRequest | dict[str, Any],
+        *,
+        owner: Any = None,
+        on_step: StepObserver | None = None,
+        on_delta: DeltaObserver | None = None,
+    ) -> RunResult:
         """Execute a new run in this process, streaming steps to ``on_step`` and the model's
         text, as it is written, to ``on_delta``.
 
@@ -61,15 +93,23 @@ class AgentRuntime:
         """
         request = request if isinstance(request, RunRequest) else RunRequest.from_mapping(request)
         segment = identity("interactive")
-        run = store.begin({**request.row_fields(), "owner": owner}, claimed_by=segment,
-                          lease_expires=store.lease_until())
+        run = store.begin(
+            {**request.row_fields(), "owner": owner}, claimed_by=segment, lease_expires=store.lease_until()
+        )
         observe.started(run, "interactive")
         trace = SegmentTrace(run.pk, owner=segment, next_sequence=0, on_step=on_step, on_delta=on_delta)
         return self._execute(run.pk, request, trace, lambda loop: loop.start(request.prompt, system=request.system))
 
-    def approve(self, run_id: uuid.UUID | str, decision: bool, *, by: Any = None,
-                on_step: StepObserver | None = None, queued: bool = False,
-                on_delta: DeltaObserver | None = None) -> RunResult:
+    def approve(
+        self,
+        run_id: uuid.UUID | str,
+        decision: bool,
+        *,
+        by: Any = None,
+        on_step: StepObserver | None = None,
+        queued: bool = False,
+        on_delta: DeltaObserver | None = None,
+    ) -> RunResult:
         """Resume a waiting run with a human decision on its pending calls.
 
         Here by default; with ``queued=True`` the decision is stored and a worker resumes
@@ -90,25 +130,46 @@ class AgentRuntime:
         if queued:
             self._dispatch(run_id)
             run = AgentRun.objects.get(pk=run_id)
-            return RunResult(run_id=run_id, outcome=Outcome.QUEUED, status=run.status,
-                             termination_reason=run.termination_reason, steps=0,
-                             usage=Usage(run.prompt_tokens, run.completion_tokens), iterations=run.iterations)
+            return RunResult(
+                run_id=run_id,
+                outcome=Outcome.QUEUED,
+                status=run.status,
+                termination_reason=run.termination_reason,
+                steps=0,
+                usage=Usage(run.prompt_tokens, run.completion_tokens),
+                iterations=run.iterations,
+            )
         run = AgentRun.objects.get(pk=run_id)
         return self._resume(run, segment, claim.data["suspended_state"], decision, who, on_step, on_delta=on_delta)
 
-    def _resume(self, run: AgentRun, segment: str, suspended: Any, decision: bool, by: str | None,
-                on_step: StepObserver | None, interruptible: bool = False,
-                on_delta: DeltaObserver | None = None) -> RunResult:
-        trace = SegmentTrace(run.pk, owner=segment, next_sequence=store.next_sequence(run.pk), on_step=on_step,
-                             interruptible=interruptible, on_delta=on_delta)
+    def _resume(
+        self,
+        run: AgentRun,
+        segment: str,
+        suspended: Any,
+        decision: bool,
+        by: str | None,
+        on_step: StepObserver | None,
+        interruptible: bool = False,
+        on_delta: DeltaObserver | None = None,
+    ) -> RunResult:
+        trace = SegmentTrace(
+            run.pk,
+            owner=segment,
+            next_sequence=store.next_sequence(run.pk),
+            on_step=on_step,
+            interruptible=interruptible,
+            on_delta=on_delta,
+        )
         try:
             state = LoopState.from_dict(suspended or {})
             request = RunRequest.from_row(run)
         except (InvalidRequest, KeyError, TypeError, ValueError) as exc:  # settle, never strand the run
             return self._settle_unrunnable(run.pk, trace, exc)
         trace.usage, trace.iterations = state.usage, state.iterations
-        return self._execute(run.pk, request, trace,
-                             lambda loop: loop.resume(state, approved=bool(decision), decision={"by": by}))
+        return self._execute(
+            run.pk, request, trace, lambda loop: loop.resume(state, approved=bool(decision), decision={"by": by})
+        )
 
     def enqueue(self, request: RunRequest | dict[str, Any], *, owner: Any = None) -> uuid.UUID:
         """Store a ``queued`` run and wake a worker for it once the transaction commits.
@@ -124,11 +185,21 @@ class AgentRuntime:
         # Outside atomic() the hook runs now and EnqueueError reaches the caller. Inside, it runs
         # after COMMIT, where raising would drop the other hooks of that commit (other runs'
         # dispatches): there the failed run is settled and the error logged instead.
-        transaction.on_commit(lambda: self._dispatch(run.pk, segment=0), robust=transaction.get_connection().in_atomic_block)
+        transaction.on_commit(
+            lambda: self._dispatch(run.pk, segment=0), robust=transaction.get_connection().in_atomic_block
+        )
         return run.pk
 
-    def fork(self, parent_id: uuid.UUID | str, *, from_sequence: Any = None, overrides: dict[str, Any] | None = None,
-             owner: Any = None, queued: bool = True, on_step: StepObserver | None = None) -> RunResult:
+    def fork(
+        self,
+        parent_id: uuid.UUID | str,
+        *,
+        from_sequence: Any = None,
+        overrides: dict[str, Any] | None = None,
+        owner: Any = None,
+        queued: bool = True,
+        on_step: StepObserver | None = None,
+    ) -> RunResult:
         """Start a NEW run that continues a stopped run from its step ``from_sequence``.
 
         The fork's first step (``forked``) holds the parent's transcript up to that step with
@@ -146,8 +217,9 @@ class AgentRuntime:
                 run = store.create_queued(fields, plan.request.as_dict())
                 store.append_event(run.pk, 0, plan.step, timezone.now())
                 transaction.on_commit(lambda: self._dispatch(run.pk), robust=robust)
-            return RunResult(run_id=run.pk, outcome=Outcome.QUEUED, status=RunStatus.QUEUED, termination_reason="",
-                             steps=1)
+            return RunResult(
+                run_id=run.pk, outcome=Outcome.QUEUED, status=RunStatus.QUEUED, termination_reason="", steps=1
+            )
         segment = identity("interactive")
         run = store.begin(fields, claimed_by=segment, lease_expires=store.lease_until())
         trace = SegmentTrace(run.pk, owner=segment, next_sequence=0, on_step=on_step)
@@ -165,13 +237,19 @@ class AgentRuntime:
         except Exception as exc:
             cause = f"{type(exc).__name__}: {_safe_message(exc)[:300]}"
             logger.error("run %s: enqueue failed (%s)", run_id, type(exc).__name__)
-            store.settle(run_id, status=RunStatus.FAILED, reason=TerminationReason.ENQUEUE_FAILED,
-                         error_class=type(exc).__name__, error_message=cause)
+            store.settle(
+                run_id,
+                status=RunStatus.FAILED,
+                reason=TerminationReason.ENQUEUE_FAILED,
+                error_class=type(exc).__name__,
+                error_message=cause,
+            )
             observe.enqueue_failed(run_id, exc)
             raise dispatch.EnqueueError(run_id, cause) from None
 
-    def run_queued(self, run_id: uuid.UUID | str, on_step: StepObserver | None = None,
-                   on_delta: DeltaObserver | None = None) -> RunResult | None:
+    def run_queued(
+        self, run_id: uuid.UUID | str, on_step: StepObserver | None = None, on_delta: DeltaObserver | None = None
+    ) -> RunResult | None:
         """Claim a queued run (``queued → running``) and execute it here.
 
         Returns ``None`` and does nothing when the claim loses: the run was cancelled
@@ -190,14 +268,31 @@ class AgentRuntime:
         if "resume" in payload:
             run = AgentRun.objects.get(pk=run_id)
             decision = payload["resume"]
-            return self._resume(run, segment, run.suspended_state, bool(decision.get("approved")),
-                                decision.get("by"), on_step, interruptible=True, on_delta=on_delta)
+            return self._resume(
+                run,
+                segment,
+                run.suspended_state,
+                bool(decision.get("approved")),
+                decision.get("by"),
+                on_step,
+                interruptible=True,
+                on_delta=on_delta,
+            )
         sequence = claim.data.get("next_sequence")
-        trace = SegmentTrace(run_id, owner=segment, next_sequence=store.next_sequence(run_id) if sequence is None
-                             else sequence, on_step=on_step, interruptible=True, on_delta=on_delta)
+        trace = SegmentTrace(
+            run_id,
+            owner=segment,
+            next_sequence=store.next_sequence(run_id) if sequence is None else sequence,
+            on_step=on_step,
+            interruptible=True,
+            on_delta=on_delta,
+        )
         try:
-            request = (RunRequest.from_row(AgentRun.objects.get(pk=run_id)) if payload == store.RECOVER
-                       else RunRequest.from_mapping(payload))
+            request = (
+                RunRequest.from_row(AgentRun.objects.get(pk=run_id))
+                if payload == store.RECOVER
+                else RunRequest.from_mapping(payload)
+            )
         except InvalidRequest as exc:
             return self._settle_unrunnable(run_id, trace, exc)
         if trace.next_sequence == 0:
@@ -208,28 +303,38 @@ class AgentRuntime:
         return self._execute(run_id, request, trace, lambda loop: loop.proceed(state))
 
     @observe.segment
-    def _execute(self, run_id: uuid.UUID, request: RunRequest, trace: SegmentTrace,
-                 drive: Callable[[ToolLoop], LoopResult]) -> RunResult:
+    def _execute(
+        self, run_id: uuid.UUID, request: RunRequest, trace: SegmentTrace, drive: Callable[[ToolLoop], LoopResult]
+    ) -> RunResult:
         """The ladder shared by every segment; cancels reach its calls in flight meanwhile."""
         deadline = trace.limits.limits.deadline_at
 
         def on_deadline() -> bool:  # on the watcher's thread: a deadline cuts the step in flight short
             return limits.enforce(run_id, usage=trace.usage, limits=trace.limits.limits) is not None
 
-        unwatch = watcher.watch(run_id, trace.token, deadline=deadline.timestamp() if deadline else None,
-                                on_deadline=on_deadline)
+        unwatch = watcher.watch(
+            run_id, trace.token, deadline=deadline.timestamp() if deadline else None, on_deadline=on_deadline
+        )
         try:
             return self._ladder(run_id, request, trace, drive)
         finally:
             unwatch()
 
-    def _ladder(self, run_id: uuid.UUID, request: RunRequest, trace: SegmentTrace,
-                drive: Callable[[ToolLoop], LoopResult]) -> RunResult:
+    def _ladder(
+        self, run_id: uuid.UUID, request: RunRequest, trace: SegmentTrace, drive: Callable[[ToolLoop], LoopResult]
+    ) -> RunResult:
         try:
-            loop = ToolLoop(registry.build_provider(request, run_id), registry.build_tools(request.tools, run_id),
-                            trace=trace, max_iterations=request.max_iterations, on_deny=request.on_deny,
-                            before_effect=trace.before_effect, token=trace.token, before_start=trace.before_start,
-                            on_delta=trace.delta)
+            loop = ToolLoop(
+                registry.build_provider(request, run_id),
+                registry.build_tools(request.tools, run_id),
+                trace=trace,
+                max_iterations=request.max_iterations,
+                on_deny=request.on_deny,
+                before_effect=trace.before_effect,
+                token=trace.token,
+                before_start=trace.before_start,
+                on_delta=trace.delta,
+            )
             result = drive(loop)
         except RunCancellationRequested:
             if trace.token.handing_back:  # the token tripped for a shutdown: hand back (or ack a cancel)
@@ -237,22 +342,40 @@ class AgentRuntime:
             # Before the generic handler: the cancel already won the row; never settle.
             return self._cancelled(run_id, trace)
         except RunLeaseLost:
-            return RunResult(run_id=run_id, outcome=Outcome.LEASE_LOST, status="", termination_reason="",
-                             steps=trace.recorded, usage=trace.usage, iterations=trace.iterations)
+            return RunResult(
+                run_id=run_id,
+                outcome=Outcome.LEASE_LOST,
+                status="",
+                termination_reason="",
+                steps=trace.recorded,
+                usage=trace.usage,
+                iterations=trace.iterations,
+            )
         except SegmentInterrupted:
             return self._requeue(run_id, trace, count_attempt=False)
         except Exception as exc:
             logger.exception("run %s: unexpected error in the runtime", run_id)
-            return self._close(run_id, trace, store.settle(
-                run_id, status=RunStatus.FAILED, reason=TerminationReason.INTERNAL_ERROR,
-                iterations=trace.iterations, usage=trace.usage, owner=trace.owner,
-                error_class=type(exc).__name__, error_message=_safe_message(exc)), Outcome.FAILED)
+            return self._close(
+                run_id,
+                trace,
+                store.settle(
+                    run_id,
+                    status=RunStatus.FAILED,
+                    reason=TerminationReason.INTERNAL_ERROR,
+                    iterations=trace.iterations,
+                    usage=trace.usage,
+                    owner=trace.owner,
+                    error_class=type(exc).__name__,
+                    error_message=_safe_message(exc),
+                ),
+                Outcome.FAILED,
+            )
         state = result.state
         if result.outcome == LoopOutcome.AWAITING_APPROVAL:
-            fence = store.suspend(run_id, state=state.as_dict(), iterations=state.iterations, usage=state.usage,
-                                  owner=trace.owner)
-            return self._close(run_id, trace, fence, Outcome.AWAITING_APPROVAL, result,
-                               refused=Outcome.SUSPEND_FAILED)
+            fence = store.suspend(
+                run_id, state=state.as_dict(), iterations=state.iterations, usage=state.usage, owner=trace.owner
+            )
+            return self._close(run_id, trace, fence, Outcome.AWAITING_APPROVAL, result, refused=Outcome.SUSPEND_FAILED)
         status, reason = _SETTLE[result.outcome]
         if result.outcome == LoopOutcome.PROVIDER_FAILED and trace.interruptible:
             # Queued runs retry transient model failures; permanent ones dead-letter at once.
@@ -263,37 +386,75 @@ class AgentRuntime:
                 reason = TerminationReason.RETRIES_EXHAUSTED
             else:
                 reason = TerminationReason.NOT_RETRYABLE
-        fence = store.settle(run_id, status=status, reason=reason, iterations=state.iterations, usage=state.usage,
-                             final_text=result.final_text or "", owner=trace.owner,
-                             error_class=type(result.error).__name__ if result.error else "",
-                             error_message=_safe_message(result.error))
+        fence = store.settle(
+            run_id,
+            status=status,
+            reason=reason,
+            iterations=state.iterations,
+            usage=state.usage,
+            final_text=result.final_text or "",
+            owner=trace.owner,
+            error_class=type(result.error).__name__ if result.error else "",
+            error_message=_safe_message(result.error),
+        )
         return self._close(run_id, trace, fence, Outcome(status.value), result)
 
-    def _requeue(self, run_id: uuid.UUID, trace: SegmentTrace, *, count_attempt: bool, attempt: int = 0,
-                 error: BaseException | None = None) -> RunResult:
+    def _requeue(
+        self,
+        run_id: uuid.UUID,
+        trace: SegmentTrace,
+        *,
+        count_attempt: bool,
+        attempt: int = 0,
+        error: BaseException | None = None,
+    ) -> RunResult:
         """Hand a running run back to the queue; it continues from its stream in a worker."""
-        fence = store.requeue(run_id, trace.owner, count_attempt=count_attempt,
-                              error_class=type(error).__name__ if error else "", error_message=_safe_message(error))
+        fence = store.requeue(
+            run_id,
+            trace.owner,
+            count_attempt=count_attempt,
+            error_class=type(error).__name__ if error else "",
+            error_message=_safe_message(error),
+        )
         if not fence.applied:
             if fence.status == RunStatus.CANCELLED:
                 return self._cancelled(run_id, trace)
-            return RunResult(run_id=run_id, outcome=Outcome.LEASE_LOST, status=fence.status or "",
-                             termination_reason="", steps=trace.recorded)
+            return RunResult(
+                run_id=run_id,
+                outcome=Outcome.LEASE_LOST,
+                status=fence.status or "",
+                termination_reason="",
+                steps=trace.recorded,
+            )
         delay = 0.0
         if count_attempt:
-            delay = min(float(app_settings.RETRY_BASE_SECONDS) * 2 ** attempt, float(app_settings.RETRY_MAX_SECONDS))
+            delay = min(float(app_settings.RETRY_BASE_SECONDS) * 2**attempt, float(app_settings.RETRY_MAX_SECONDS))
         observe.requeued(run_id, trace, count_attempt, delay, error)
         try:
             self._dispatch(run_id, delay_seconds=delay)
         except dispatch.EnqueueError:
             pass  # settled failed (enqueue_failed) by _dispatch
         run = AgentRun.objects.get(pk=run_id)
-        return RunResult(run_id=run_id, outcome=Outcome.REQUEUED if run.status == RunStatus.QUEUED else Outcome.FAILED,
-                         status=run.status, termination_reason=run.termination_reason, steps=trace.recorded,
-                         usage=trace.usage, iterations=trace.iterations, error=run.error_message)
+        return RunResult(
+            run_id=run_id,
+            outcome=Outcome.REQUEUED if run.status == RunStatus.QUEUED else Outcome.FAILED,
+            status=run.status,
+            termination_reason=run.termination_reason,
+            steps=trace.recorded,
+            usage=trace.usage,
+            iterations=trace.iterations,
+            error=run.error_message,
+        )
 
-    def _close(self, run_id: uuid.UUID, trace: SegmentTrace, fence: store.Transition, outcome: Outcome,
-               result: LoopResult | None = None, refused: Outcome = Outcome.FAILED) -> RunResult:
+    def _close(
+        self,
+        run_id: uuid.UUID,
+        trace: SegmentTrace,
+        fence: store.Transition,
+        outcome: Outcome,
+        result: LoopResult | None = None,
+        refused: Outcome = Outcome.FAILED,
+    ) -> RunResult:
         """Map a settle/suspend fence to the segment's result; a refused one reports the truth."""
         if not fence.applied:
             if fence.status == RunStatus.CANCELLED:
@@ -308,9 +469,14 @@ class AgentRuntime:
         run = AgentRun.objects.get(pk=run_id)
         observe.closed(run, fence, outcome)
         return RunResult(
-            run_id=run_id, outcome=outcome, status=run.status, termination_reason=run.termination_reason,
-            steps=trace.recorded, final_text=run.final_text or (result.final_text if result else None),
-            usage=Usage(run.prompt_tokens, run.completion_tokens), iterations=run.iterations,
+            run_id=run_id,
+            outcome=outcome,
+            status=run.status,
+            termination_reason=run.termination_reason,
+            steps=trace.recorded,
+            final_text=run.final_text or (result.final_text if result else None),
+            usage=Usage(run.prompt_tokens, run.completion_tokens),
+            iterations=run.iterations,
             error=f"{run.error_class}: {run.error_message}" if run.error_class else "",
             pending_calls=(run.suspended_state or {}).get("pending_calls", []),
         )
@@ -318,14 +484,27 @@ class AgentRuntime:
     def _cancelled(self, run_id: uuid.UUID, trace: SegmentTrace) -> RunResult:
         trace.acknowledge_cancel()
         run = AgentRun.objects.get(pk=run_id)
-        return RunResult(run_id=run_id, outcome=Outcome.CANCELLED, status=run.status,
-                         termination_reason=run.termination_reason, steps=trace.recorded,
-                         usage=Usage(run.prompt_tokens, run.completion_tokens), iterations=run.iterations)
+        return RunResult(
+            run_id=run_id,
+            outcome=Outcome.CANCELLED,
+            status=run.status,
+            termination_reason=run.termination_reason,
+            steps=trace.recorded,
+            usage=Usage(run.prompt_tokens, run.completion_tokens),
+            iterations=run.iterations,
+        )
 
     def _settle_unrunnable(self, run_id: uuid.UUID, trace: SegmentTrace, exc: Exception) -> RunResult:
-        fence = store.settle(run_id, status=RunStatus.FAILED, reason=TerminationReason.INVALID_REQUEST,
-                             iterations=trace.iterations, usage=trace.usage, owner=trace.owner,
-                             error_class=type(exc).__name__, error_message=_safe_message(exc))
+        fence = store.settle(
+            run_id,
+            status=RunStatus.FAILED,
+            reason=TerminationReason.INVALID_REQUEST,
+            iterations=trace.iterations,
+            usage=trace.usage,
+            owner=trace.owner,
+            error_class=type(exc).__name__,
+            error_message=_safe_message(exc),
+        )
         return self._close(run_id, trace, fence, Outcome.FAILED)
 
     # --- control and reads ---------------------------------------------------------------
@@ -348,8 +527,9 @@ class AgentRuntime:
         return CancelResult(run_id, outcome, fence.status, fence.previous)
 
     @observe.cancel_many
-    def cancel_many(self, selection: Any, *, by: Any = None, source: str, reason: str = "",
-                    dry_run: bool = False) -> store.BulkCancel:
+    def cancel_many(
+        self, selection: Any, *, by: Any = None, source: str, reason: str = "", dry_run: bool = False
+    ) -> store.BulkCancel:
         """Cancel every active run of a queryset in a constant number of statements."""
         result = store.cancel_many(selection, by=by, source=source, reason=reason, dry_run=dry_run)
         if result.cancelled.get(RunStatus.RUNNING.value):

@@ -14,7 +14,8 @@ import threading
 import time
 import uuid
 import weakref
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.db import DatabaseError, IntegrityError, connection
 from django.utils import timezone
@@ -22,8 +23,16 @@ from django.utils import timezone
 from . import limits, store
 from .db import release_connection
 from .deltas import publisher
-from .domain import (CancelToken, RunCancellationRequested, RunLeaseLost, SegmentInterrupted, Step, StepKind,
-                     ToolCall, Usage)
+from .domain import (
+    CancelToken,
+    RunCancellationRequested,
+    RunLeaseLost,
+    SegmentInterrupted,
+    Step,
+    StepKind,
+    ToolCall,
+    Usage,
+)
 from .models import AgentRunEvent
 from .observability import hooks as observe
 from .presenters import event_dict, step_dict
@@ -86,8 +95,16 @@ class SegmentTrace:
     segment's cancel token.
     """
 
-    def __init__(self, run_id: uuid.UUID, *, owner: str, next_sequence: int, on_step: StepObserver | None = None,
-                 interruptible: bool = False, on_delta: DeltaObserver | None = None) -> None:
+    def __init__(
+        self,
+        run_id: uuid.UUID,
+        *,
+        owner: str,
+        next_sequence: int,
+        on_step: StepObserver | None = None,
+        interruptible: bool = False,
+        on_delta: DeltaObserver | None = None,
+    ) -> None:
         self.run_id = run_id
         self.owner = owner
         self.next_sequence = next_sequence
@@ -125,19 +142,31 @@ class SegmentTrace:
             self.iterations += 1
         self.round = step.round
         if self.on_step is not None:  # building the dict is work the hot path skips when nobody watches
-            self._notify(step_dict(run_id=self.run_id, sequence=sequence, kind=step.kind.value,
-                                   round=step.round, duration_ms=step.duration_ms, payload=step.payload,
-                                   created_at=created_at))
+            self._notify(
+                step_dict(
+                    run_id=self.run_id,
+                    sequence=sequence,
+                    kind=step.kind.value,
+                    round=step.round,
+                    duration_ms=step.duration_ms,
+                    payload=step.payload,
+                    created_at=created_at,
+                )
+            )
         cancelled = False
         try:
             # A tripped token means the row was read ``cancelled``: no renewal can match, so the
             # step in flight goes straight to the guarded append (two round trips fewer to stop).
-            recorded = False if self.token.cancelled else _retried(
-                lambda: store.record_step(self.run_id, self.owner, sequence, step, created_at))
+            recorded = (
+                False
+                if self.token.cancelled
+                else _retried(lambda: store.record_step(self.run_id, self.owner, sequence, step, created_at))
+            )
             if recorded is False and self.token.cancelled:
                 cancelled = True
-                if not _retried(lambda: store.append_owned(self.run_id, self.owner, sequence, step, created_at),
-                                on_error=True):
+                if not _retried(
+                    lambda: store.append_owned(self.run_id, self.owner, sequence, step, created_at), on_error=True
+                ):
                     self._check_ownership(False)  # reaped meanwhile: raises RunLeaseLost
                     raise RunLeaseLost()
             elif recorded is not True:
@@ -145,8 +174,9 @@ class SegmentTrace:
                 # (raises, writing nothing), or unknown (the store failed: "not cancelled", and
                 # the row is read again before anything else starts).
                 cancelled = recorded is False and self._check_ownership(False)
-                appended = _retried(lambda: store.append_owned(self.run_id, self.owner, sequence, step, created_at),
-                                    on_error=True)
+                appended = _retried(
+                    lambda: store.append_owned(self.run_id, self.owner, sequence, step, created_at), on_error=True
+                )
                 if not appended:
                     self._check_ownership(False)  # taken away in between: raises RunLeaseLost
                     raise RunLeaseLost()
@@ -206,7 +236,9 @@ class SegmentTrace:
         self.token.shield(True)  # a shutdown must not cut a write short: it hands back at the boundary
         if self.token.handing_back:  # tripped just before the shield: hand back before the write starts
             raise SegmentInterrupted()
-        renewed = store.renew(self.run_id, self.owner, effect={"call": call.as_dict(), "at": timezone.now().isoformat()})
+        renewed = store.renew(
+            self.run_id, self.owner, effect={"call": call.as_dict(), "at": timezone.now().isoformat()}
+        )
         if self._check_ownership(renewed):
             raise RunCancellationRequested(boundary_sequence=self.last_sequence)
         self._effect_stamped = renewed is not False
@@ -232,10 +264,20 @@ class SegmentTrace:
 
     def acknowledge_cancel(self) -> AgentRunEvent | None:
         """Record that this segment stopped for a cancel (once per run) and tell the observer."""
-        event = _retried(lambda: store.acknowledge_cancel(
-            self.run_id, sequence=self.next_sequence, boundary=self.last_sequence, round=self.round,
-            iterations=self.iterations, usage=self.usage, owner=self.owner,
-            interrupted_sequence=self._interrupted_sequence), on_error=True, none_is_final=True)
+        event = _retried(
+            lambda: store.acknowledge_cancel(
+                self.run_id,
+                sequence=self.next_sequence,
+                boundary=self.last_sequence,
+                round=self.round,
+                iterations=self.iterations,
+                usage=self.usage,
+                owner=self.owner,
+                interrupted_sequence=self._interrupted_sequence,
+            ),
+            on_error=True,
+            none_is_final=True,
+        )
         if event is not None:
             self.next_sequence += 1
             self.recorded += 1

@@ -98,8 +98,9 @@ class ThreadedWorker(BaseWorker):
         self._local.execution = value
 
     # --- dequeue only while a slot is free ------------------------------------------------------
-    def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None
-                                     ) -> tuple[Job, Queue] | None:
+    def dequeue_job_and_maintain_ttl(
+        self, timeout: int | None, max_idle_time: int | None = None
+    ) -> tuple[Job, Queue] | None:
         """Wait for a free slot, then for a job; ``None`` once a stop was requested (or, in burst
         mode, when the queues are empty), which ends the work loop."""
         idle_since = time.monotonic()
@@ -117,11 +118,19 @@ class ThreadedWorker(BaseWorker):
                 self.run_maintenance_tasks()
             try:
                 result = self.queue_class.dequeue_any(
-                    self._ordered_queues, None if timeout is None else POLL_SECONDS, connection=self.connection,
-                    job_class=self.job_class, serializer=self.serializer, death_penalty_class=self.death_penalty_class)
+                    self._ordered_queues,
+                    None if timeout is None else POLL_SECONDS,
+                    connection=self.connection,
+                    job_class=self.job_class,
+                    serializer=self.serializer,
+                    death_penalty_class=self.death_penalty_class,
+                )
             except DequeueTimeout:
-                if max_idle_time is not None and not self.executor.in_flight \
-                        and time.monotonic() - idle_since > max_idle_time:
+                if (
+                    max_idle_time is not None
+                    and not self.executor.in_flight
+                    and time.monotonic() - idle_since > max_idle_time
+                ):
                     return None
                 continue
             except redis.exceptions.ConnectionError as exc:
@@ -134,7 +143,9 @@ class ThreadedWorker(BaseWorker):
             job, queue = result
             self.reorder_queues(reference_queue=queue)
             job.redis_server_version = self.get_redis_server_version()
-            self.log.info("Worker %s: %s: %s (%d in flight)", self.name, queue.name, job.id, self.executor.in_flight + 1)
+            self.log.info(
+                "Worker %s: %s: %s (%d in flight)", self.name, queue.name, job.id, self.executor.in_flight + 1
+            )
             return result
         return None
 
@@ -202,8 +213,12 @@ class ThreadedWorker(BaseWorker):
     def _hand_back(self) -> None:
         cut = hand_back_all()
         self._handed_back.set()
-        self.log.info("Worker %s: warm shutdown: handing %d runs back (%d steps cut short)",
-                      self.name, self.executor.in_flight, cut)
+        self.log.info(
+            "Worker %s: warm shutdown: handing %d runs back (%d steps cut short)",
+            self.name,
+            self.executor.in_flight,
+            cut,
+        )
         try:
             self.set_shutdown_requested_date()
         except redis.exceptions.RedisError:

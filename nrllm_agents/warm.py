@@ -58,8 +58,7 @@ def prepare() -> None:
         store.record_step(_NIL, "", 0, Step(kind=StepKind.REQUEST, round=0, payload={}), timezone.now())
         _warmed_at = time.monotonic()
     except DatabaseError as exc:
-        logger.warning("could not warm a connection for the next job (%s); the job opens its own",
-                       type(exc).__name__)
+        logger.warning("could not warm a connection for the next job (%s); the job opens its own", type(exc).__name__)
         discard()
 
 
@@ -100,4 +99,3 @@ def discard() -> None:
         connection.close()
     except DatabaseError:
         pass
-

@@ -58,8 +58,11 @@ def merge_deltas(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
     merged: list[dict[str, Any]] = []
     for delta in deltas:
         prev = merged[-1] if merged else None
-        if (prev is not None and prev["round"] == delta["round"]
-                and prev["offset"] + len(prev["text"]) == delta["offset"]):
+        if (
+            prev is not None
+            and prev["round"] == delta["round"]
+            and prev["offset"] + len(prev["text"]) == delta["offset"]
+        ):
             merged[-1] = {**prev, "text": prev["text"] + delta["text"]}
         else:
             merged.append(dict(delta))
@@ -69,8 +72,15 @@ def merge_deltas(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
 class Watch:
     """One watcher of one run, from sequence ``after`` (exclusive). Close it when done."""
 
-    def __init__(self, run_id: Any, after: int = -1, *, loop: asyncio.AbstractEventLoop | None = None,
-                 via: Hub = hub, poll: float | None = None) -> None:
+    def __init__(
+        self,
+        run_id: Any,
+        after: int = -1,
+        *,
+        loop: asyncio.AbstractEventLoop | None = None,
+        via: Hub = hub,
+        poll: float | None = None,
+    ) -> None:
         self.run_id = str(run_id)
         self.last = after
         self.hub = via

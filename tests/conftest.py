@@ -102,18 +102,27 @@ def redis_url() -> str:
 def child_env(test_database_url, tmp_path) -> dict[str, str]:
     """Environment for a child process (manage.py command, rqworker) on the test database."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    env.update({
-        "DATABASE_URL": test_database_url,
-        "DJANGO_SETTINGS_MODULE": "config.settings",
-        "PYTHONPATH": str(ROOT),
-        "PYTHONUNBUFFERED": "1",
-        "NRLLM_CALL_JOURNAL": str(tmp_path / "journal.jsonl"),
-    })
+    env.update(
+        {
+            "DATABASE_URL": test_database_url,
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "PYTHONPATH": str(ROOT),
+            "PYTHONUNBUFFERED": "1",
+            "NRLLM_CALL_JOURNAL": str(tmp_path / "journal.jsonl"),
+        }
+    )
     env.pop("REDIS_URL", None)
     return env
 
 
 def manage(*args: str, env: dict[str, str], **kwargs) -> subprocess.Popen:
     """Start ``manage.py`` with the given arguments in a child process."""
-    return subprocess.Popen([sys.executable, str(ROOT / "manage.py"), *args], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )

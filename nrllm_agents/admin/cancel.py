@@ -9,7 +9,8 @@ result values.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import messages
@@ -33,9 +34,13 @@ REASON_MAX_CHARS = 1000
 class CancelForm(forms.Form):
     """The operator's optional reason, recorded on each cancelled run and its ``cancelled`` step."""
 
-    reason = forms.CharField(required=False, max_length=REASON_MAX_CHARS, strip=True,
-                             widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
-                             help_text="Optional. Recorded on every run this cancels.")
+    reason = forms.CharField(
+        required=False,
+        max_length=REASON_MAX_CHARS,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+        help_text="Optional. Recorded on every run this cancels.",
+    )
 
 
 def plan(status: str) -> str:
@@ -66,10 +71,13 @@ def _parts(cancelled: int, finished: int, already: int, *, verb: str) -> list[st
 
 def _executing(n: int, *, done: bool) -> str:
     if done:
-        return ngettext("%(n)d of them was executing: ", "%(n)d of them were executing: ", n) % {"n": n} + \
-            f"{EXECUTING_STOPS}."
-    return ngettext("%(n)d of them is executing: ", "%(n)d of them are executing: ", n) % {"n": n} + \
-        f"{EXECUTING_STOPS}."
+        return (
+            ngettext("%(n)d of them was executing: ", "%(n)d of them were executing: ", n) % {"n": n}
+            + f"{EXECUTING_STOPS}."
+        )
+    return (
+        ngettext("%(n)d of them is executing: ", "%(n)d of them are executing: ", n) % {"n": n} + f"{EXECUTING_STOPS}."
+    )
 
 
 def _finished(result: BulkCancel) -> int:
@@ -118,9 +126,17 @@ def single_summary(result: CancelResult) -> tuple[str, int]:
     return f"{run} does not exist any more; nothing changed.", messages.ERROR
 
 
-def confirmation(modeladmin: ModelAdmin, request: HttpRequest, queryset: QuerySet, *, form: CancelForm,
-                 counts: BulkCancel, hidden: Iterable[tuple[str, Any]], title: str,
-                 original: Any = None) -> TemplateResponse:
+def confirmation(
+    modeladmin: ModelAdmin,
+    request: HttpRequest,
+    queryset: QuerySet,
+    *,
+    form: CancelForm,
+    counts: BulkCancel,
+    hidden: Iterable[tuple[str, Any]],
+    title: str,
+    original: Any = None,
+) -> TemplateResponse:
     """The confirmation page: the selected runs, what will happen to each, the reason field.
 
     ``hidden`` are the fields that route the post back to the same action (they include

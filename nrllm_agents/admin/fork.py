@@ -25,14 +25,14 @@ from ..runtime import AgentRuntime, RunNotFound
 FORK_MAX_RUNS = 20  # forks start paid work: a bigger selection is refused, not silently cut
 
 
-@admin.action(description="Fork selected runs (continue each from its last step before the stop)",
-              permissions=["fork"])
+@admin.action(description="Fork selected runs (continue each from its last step before the stop)", permissions=["fork"])
 def fork_selected(modeladmin: ModelAdmin, request: HttpRequest, queryset: QuerySet[AgentRun]) -> None:
     """Queue a fork of each selected run, owned by the operator; report the forks and each refusal."""
-    runs = list(queryset.order_by("created_at").values_list("pk", flat=True)[:FORK_MAX_RUNS + 1])
+    runs = list(queryset.order_by("created_at").values_list("pk", flat=True)[: FORK_MAX_RUNS + 1])
     if len(runs) > FORK_MAX_RUNS:
-        modeladmin.message_user(request, f"Select at most {FORK_MAX_RUNS} runs to fork; nothing was forked.",
-                                messages.ERROR)
+        modeladmin.message_user(
+            request, f"Select at most {FORK_MAX_RUNS} runs to fork; nothing was forked.", messages.ERROR
+        )
         return
     forked: list[Any] = []
     refused: list[str] = []
@@ -42,8 +42,11 @@ def fork_selected(modeladmin: ModelAdmin, request: HttpRequest, queryset: QueryS
         except (ParentStillActive, InvalidRequest, RunNotFound, EnqueueError) as exc:
             refused.append(f"{parent}: {exc}")
     if forked:
-        links = format_html_join(", ", '<a href="{}">{}</a>', (
-            (reverse("admin:nrllm_agents_agentrun_change", args=[pk]), pk) for pk in forked))
+        links = format_html_join(
+            ", ",
+            '<a href="{}">{}</a>',
+            ((reverse("admin:nrllm_agents_agentrun_change", args=[pk]), pk) for pk in forked),
+        )
         modeladmin.message_user(request, format_html("{} fork(s) queued: {}", len(forked), links), messages.SUCCESS)
     for line in refused:
         modeladmin.message_user(request, f"Not forked: {line}", messages.WARNING)

@@ -25,9 +25,11 @@ class HealthFilter(admin.SimpleListFilter):
     parameter_name = "health"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("lease_expired", "lease expired (worker lost)"),
-                ("unacknowledged_cancel", "cancel not acknowledged (lease expired)"),
-                ("queued_without_job", "queued with no job (RQ)")]
+        return [
+            ("lease_expired", "lease expired (worker lost)"),
+            ("unacknowledged_cancel", "cancel not acknowledged (lease expired)"),
+            ("queued_without_job", "queued with no job (RQ)"),
+        ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[AgentRun]) -> QuerySet[AgentRun]:
         value = self.value()

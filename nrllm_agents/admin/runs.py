@@ -15,8 +15,9 @@ change-form action (``ActionLocation.CHANGE_FORM``), which Django 5.2 does not h
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from functools import update_wrapper
-from typing import Any, Callable
+from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -32,13 +33,13 @@ from django.utils.html import format_html, format_html_join
 
 from .. import policy
 from ..models import AgentRun, AgentRunEvent, CancelSource
+from ..observability import gantt
 from ..outcomes import EXECUTING_STOPS
 from ..runtime import AgentRuntime, InvalidRunId, parse_run_id
-from ..observability import gantt
 from . import timeline
-from .operations import HealthFilter, operations_page
 from .cancel import CancelForm, bulk_summary, confirmation, single_summary
 from .fork import fork_selected
+from .operations import HealthFilter, operations_page
 
 TIMELINE_LIMIT = 500  # steps shown on a run's page; the API pages through longer streams
 
@@ -46,8 +47,9 @@ TIMELINE_LIMIT = 500  # steps shown on a run's page; the API pages through longe
 def _step_count() -> Coalesce:
     # A correlated subquery rather than a JOIN + GROUP BY: it is evaluated for the page's
     # rows only, and the changelist stays one query however many steps runs have.
-    steps = (AgentRunEvent.objects.filter(run=OuterRef("pk")).order_by().values("run")
-             .annotate(n=Count("pk")).values("n"))
+    steps = (
+        AgentRunEvent.objects.filter(run=OuterRef("pk")).order_by().values("run").annotate(n=Count("pk")).values("n")
+    )
     return Coalesce(Subquery(steps, output_field=IntegerField()), 0)
 
 
@@ -55,10 +57,27 @@ def _step_count() -> Coalesce:
 class AgentRunAdmin(admin.ModelAdmin):
     """Lists and shows runs; cancels them through ``AgentRuntime`` only."""
 
-    list_display = ("id", "status", "termination_reason", "owner", "provider", "prompt_excerpt",
-                    "created_at", "started_at", "finished_at", "step_count")
-    list_filter = ("status", HealthFilter, "termination_reason", "provider", "cancel_source", "created_at",
-                   ("parent", admin.EmptyFieldListFilter))
+    list_display = (
+        "id",
+        "status",
+        "termination_reason",
+        "owner",
+        "provider",
+        "prompt_excerpt",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "step_count",
+    )
+    list_filter = (
+        "status",
+        HealthFilter,
+        "termination_reason",
+        "provider",
+        "cancel_source",
+        "created_at",
+        ("parent", admin.EmptyFieldListFilter),
+    )
     list_select_related = ("owner",)
     date_hierarchy = "created_at"
     search_fields = ("id", "prompt")
@@ -66,13 +85,39 @@ class AgentRunAdmin(admin.ModelAdmin):
     show_full_result_count = False  # no COUNT(*) over the whole table on every filtered page
     actions = ["cancel_selected", fork_selected]
     fieldsets = (
-        ("Run", {"fields": ("id", "status", "termination_reason", "owner", "provider", "model", "tools",
-                            "prompt", "claimed_by")}),
+        (
+            "Run",
+            {
+                "fields": (
+                    "id",
+                    "status",
+                    "termination_reason",
+                    "owner",
+                    "provider",
+                    "model",
+                    "tools",
+                    "prompt",
+                    "claimed_by",
+                )
+            },
+        ),
         ("Times", {"fields": ("created_at", "started_at", "finished_at", "lease_expires")}),
         ("Usage", {"fields": ("iterations", "prompt_tokens", "completion_tokens", "total_tokens")}),
         ("Result", {"fields": ("final_text", "error", "pending_approval")}),
-        ("Cancel record", {"fields": ("cancel_requested_at", "cancelled_by", "cancel_source", "cancel_reason",
-                                      "stopped_at", "cancel_state", "cancel_detail")}),
+        (
+            "Cancel record",
+            {
+                "fields": (
+                    "cancel_requested_at",
+                    "cancelled_by",
+                    "cancel_source",
+                    "cancel_reason",
+                    "stopped_at",
+                    "cancel_state",
+                    "cancel_detail",
+                )
+            },
+        ),
         ("Limits", {"fields": ("deadline_seconds", "max_total_tokens", "deadline_at")}),
         ("Forks", {"fields": ("parent_link", "forked_from_sequence", "children_links")}),
         ("Options", {"fields": ("options",), "classes": ("collapse",)}),
@@ -116,8 +161,9 @@ class AgentRunAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[AgentRun]:
         return super().get_queryset(request).annotate(step_count=_step_count())
 
-    def get_search_results(self, request: HttpRequest, queryset: QuerySet[AgentRun],
-                           search_term: str) -> tuple[QuerySet[AgentRun], bool]:
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[AgentRun], search_term: str
+    ) -> tuple[QuerySet[AgentRun], bool]:
         """A whole run id is looked up by primary key; anything else matches ids and prompts."""
         try:
             run_id = parse_run_id(search_term)
@@ -156,8 +202,14 @@ class AgentRunAdmin(admin.ModelAdmin):
     @admin.display(description="forks of this run")
     def children_links(self, run: AgentRun) -> str:
         children = run.children.order_by("created_at").values_list("pk", "forked_from_sequence", "status")
-        return format_html_join(", ", '<a href="{}">{}</a> (from step #{}, {})',
-                                ((self._url("change", pk), pk, seq, status) for pk, seq, status in children)) or "-"
+        return (
+            format_html_join(
+                ", ",
+                '<a href="{}">{}</a> (from step #{}, {})',
+                ((self._url("change", pk), pk, seq, status) for pk, seq, status in children),
+            )
+            or "-"
+        )
 
     @admin.display(description="stop acknowledged")
     def cancel_state(self, run: AgentRun) -> str:
@@ -167,18 +219,27 @@ class AgentRunAdmin(admin.ModelAdmin):
             return "yes"
         return f"not yet: {EXECUTING_STOPS}"
 
-    def render_change_form(self, request: HttpRequest, context: dict[str, Any], add: bool = False,
-                           change: bool = False, form_url: str = "", obj: AgentRun | None = None) -> HttpResponse:
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: AgentRun | None = None,
+    ) -> HttpResponse:
         if obj is not None:
             events = self.runtime.events(obj.pk, limit=TIMELINE_LIMIT)
-            context.update({
-                "timeline": timeline.rows(events),
-                "picture": gantt.build(obj, events),
-                "timeline_total": getattr(obj, "step_count", len(events)),
-                "can_cancel": not obj.is_terminal and self.has_cancel_permission(request, obj),
-                "can_fork": obj.is_terminal and self.has_fork_permission(request, obj),
-                "cancel_url": self._url("cancel", obj.pk),
-            })
+            context.update(
+                {
+                    "timeline": timeline.rows(events),
+                    "picture": gantt.build(obj, events),
+                    "timeline_total": getattr(obj, "step_count", len(events)),
+                    "can_cancel": not obj.is_terminal and self.has_cancel_permission(request, obj),
+                    "can_fork": obj.is_terminal and self.has_fork_permission(request, obj),
+                    "cancel_url": self._url("cancel", obj.pk),
+                }
+            )
         return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
 
     def operations_view(self, request: HttpRequest) -> HttpResponse:
@@ -191,6 +252,7 @@ class AgentRunAdmin(admin.ModelAdmin):
 
         Listed first: the standard ``<path:object_id>/`` fallback would otherwise take it.
         """
+
         def wrap(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
             def wrapper(*args: Any, **kwargs: Any) -> HttpResponse:
                 return self.admin_site.admin_view(view)(*args, **kwargs)  # staff login, CSRF, never_cache
@@ -199,16 +261,20 @@ class AgentRunAdmin(admin.ModelAdmin):
             return update_wrapper(wrapper, view)
 
         info = self.opts.app_label, self.opts.model_name
-        return [path("operations/", wrap(self.operations_view), name="%s_%s_operations" % info),
-                path("<path:object_id>/cancel/", wrap(self.cancel_view), name="%s_%s_cancel" % info),
-                *super().get_urls()]
+        return [
+            path("operations/", wrap(self.operations_view), name="{}_{}_operations".format(*info)),
+            path("<path:object_id>/cancel/", wrap(self.cancel_view), name="{}_{}_cancel".format(*info)),
+            *super().get_urls(),
+        ]
 
     def _url(self, view: str, *args: Any) -> str:
-        return reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_{view}", args=args,
-                       current_app=self.admin_site.name)
+        return reverse(
+            f"admin:{self.opts.app_label}_{self.opts.model_name}_{view}", args=args, current_app=self.admin_site.name
+        )
 
-    def response_action(self, request: HttpRequest, queryset: QuerySet[AgentRun],
-                        *args: Any, **kwargs: Any) -> HttpResponse | None:
+    def response_action(
+        self, request: HttpRequest, queryset: QuerySet[AgentRun], *args: Any, **kwargs: Any
+    ) -> HttpResponse | None:
         """Refuse selections that are not run ids with a message, instead of a server error.
 
         Extra arguments (Django 6.x passes ``action_location``) go through to Django unchanged.
@@ -216,8 +282,9 @@ class AgentRunAdmin(admin.ModelAdmin):
         selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
         bad = [value for value in selected if not _is_uuid(value)]
         if bad:
-            self.message_user(request, f"Not a run id: {timeline.clip(bad[0], 80)!r}. Nothing was changed.",
-                              messages.ERROR)
+            self.message_user(
+                request, f"Not a run id: {timeline.clip(bad[0], 80)!r}. Nothing was changed.", messages.ERROR
+            )
             return HttpResponseRedirect(request.get_full_path())
         return super().response_action(request, queryset, *args, **kwargs)
 
@@ -233,23 +300,35 @@ class AgentRunAdmin(admin.ModelAdmin):
         queryset = allowed
         form = CancelForm(request.POST if request.POST.get("post") else None)
         if refused and not form.is_bound:
-            self.message_user(request, f"{refused} of the selected runs are not yours and you lack the cancel "
-                                       "permission: they will be left alone.", messages.WARNING)
+            self.message_user(
+                request,
+                f"{refused} of the selected runs are not yours and you lack the cancel "
+                "permission: they will be left alone.",
+                messages.WARNING,
+            )
         if form.is_bound and form.is_valid():
-            result = self.runtime.cancel_many(queryset, by=request.user, source=CancelSource.ADMIN,
-                                              reason=form.cleaned_data["reason"])
+            result = self.runtime.cancel_many(
+                queryset, by=request.user, source=CancelSource.ADMIN, reason=form.cleaned_data["reason"]
+            )
             self.message_user(request, *bulk_summary(result))
             if refused:
-                self.message_user(request, f"{refused} selected runs were left alone: they are not yours and "
-                                           "you lack the cancel permission.", messages.WARNING)
+                self.message_user(
+                    request,
+                    f"{refused} selected runs were left alone: they are not yours and you lack the cancel permission.",
+                    messages.WARNING,
+                )
             return None
         select_across = request.POST.get("select_across") == "1"
-        hidden = [("action", "cancel_selected"), ("select_across", int(select_across)),
-                  *((helpers.ACTION_CHECKBOX_NAME, pk) for pk in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)),
-                  ("post", "yes")]
+        hidden = [
+            ("action", "cancel_selected"),
+            ("select_across", int(select_across)),
+            *((helpers.ACTION_CHECKBOX_NAME, pk) for pk in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)),
+            ("post", "yes"),
+        ]
         counts = self.runtime.cancel_many(queryset, source=CancelSource.ADMIN, dry_run=True)
-        return confirmation(self, request, queryset, form=form, counts=counts, hidden=hidden,
-                            title="Cancel selected runs")
+        return confirmation(
+            self, request, queryset, form=form, counts=counts, hidden=hidden, title="Cancel selected runs"
+        )
 
     def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """A run's "Cancel run…": the same confirmation for one run; then ``AgentRuntime.cancel``.
@@ -265,8 +344,9 @@ class AgentRunAdmin(admin.ModelAdmin):
         try:
             run_id = parse_run_id(unquote(object_id))
         except InvalidRunId:
-            return self._refuse(request, f"Not a run id: {timeline.clip(unquote(object_id), 80)!r}. "
-                                         "Nothing was changed.")
+            return self._refuse(
+                request, f"Not a run id: {timeline.clip(unquote(object_id), 80)!r}. Nothing was changed."
+            )
         queryset = self.get_queryset(request).filter(pk=run_id)
         run = queryset.first()
         if run is None:
@@ -275,14 +355,23 @@ class AgentRunAdmin(admin.ModelAdmin):
             raise PermissionDenied
         form = CancelForm(request.POST if request.method == "POST" and request.POST.get("post") else None)
         if form.is_bound and form.is_valid():
-            result = self.runtime.cancel(run.pk, by=request.user, source=CancelSource.ADMIN,
-                                         reason=form.cleaned_data["reason"])
+            result = self.runtime.cancel(
+                run.pk, by=request.user, source=CancelSource.ADMIN, reason=form.cleaned_data["reason"]
+            )
             self.message_user(request, *single_summary(result))
             preserved = {"preserved_filters": self.get_preserved_filters(request), "opts": self.opts}
             return HttpResponseRedirect(add_preserved_filters(preserved, self._url("change", run.pk)))
         counts = self.runtime.cancel_many(queryset, source=CancelSource.ADMIN, dry_run=True)
-        return confirmation(self, request, queryset, form=form, counts=counts, hidden=[("post", "yes")],
-                            title="Cancel this run", original=run)
+        return confirmation(
+            self,
+            request,
+            queryset,
+            form=form,
+            counts=counts,
+            hidden=[("post", "yes")],
+            title="Cancel this run",
+            original=run,
+        )
 
     def _refuse(self, request: HttpRequest, message: str) -> HttpResponse:
         self.message_user(request, message, messages.ERROR)

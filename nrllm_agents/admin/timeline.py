@@ -7,9 +7,10 @@ Rendering never fails on an unexpected payload: unknown kinds and odd shapes are
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any
 
 from ..models import AgentRunEvent
 
@@ -30,8 +31,10 @@ class TimelineRow:
 
 def rows(events: Iterable[AgentRunEvent]) -> list[TimelineRow]:
     """The timeline rows for events, in the order given."""
-    return [TimelineRow(e.sequence, e.kind, e.round, e.duration_ms, e.created_at, describe(e.kind, e.payload))
-            for e in events]
+    return [
+        TimelineRow(e.sequence, e.kind, e.round, e.duration_ms, e.created_at, describe(e.kind, e.payload))
+        for e in events
+    ]
 
 
 def clip(text: str, limit: int = MAX_CHARS) -> str:
@@ -91,8 +94,13 @@ def _llm(p: dict[str, Any]) -> list[tuple[str, str]]:
     lines.extend(("tool call", call_text(c)) for c in _calls(p.get("tool_calls")))
     usage = p.get("usage")
     if isinstance(usage, dict):
-        lines.append(("usage", f"{usage.get('prompt_tokens', 0)} prompt + {usage.get('completion_tokens', 0)} "
-                               f"completion = {usage.get('total_tokens', '?')} tokens"))
+        lines.append(
+            (
+                "usage",
+                f"{usage.get('prompt_tokens', 0)} prompt + {usage.get('completion_tokens', 0)} "
+                f"completion = {usage.get('total_tokens', '?')} tokens",
+            )
+        )
     if p.get("finish_reason"):
         lines.append(("finish", str(p["finish_reason"])))
     return lines
@@ -123,8 +131,13 @@ def _cancelled(p: dict[str, Any]) -> list[tuple[str, str]]:
         lines.append(("requested at", str(p["requested_at"])))
     limit = p.get("limit")
     if isinstance(limit, dict):
-        lines.append(("limit", f"{limit.get('limit')} {limit.get('value')}: measured {limit.get('measured')} "
-                               f"{limit.get('unit', '')}".strip()))
+        lines.append(
+            (
+                "limit",
+                f"{limit.get('limit')} {limit.get('value')}: measured {limit.get('measured')} "
+                f"{limit.get('unit', '')}".strip(),
+            )
+        )
     boundary = p.get("boundary_sequence")
     lines.append(("stopped", f"after step #{boundary}" if boundary is not None else "before any step ran"))
     return lines
@@ -132,15 +145,26 @@ def _cancelled(p: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _forked(p: dict[str, Any]) -> list[tuple[str, str]]:
     origin = f"run {p.get('parent_id')} at step #{p.get('from_sequence')} ({p.get('parent_status')})"
-    lines = [("forked from", origin),
-             ("copied", f"{len(_calls(p.get('messages')))} messages from {p.get('copied_steps')} steps")]
-    lines.extend(("answered", f"{r.get('call_id')}: {_text(r.get('content'))}")
-                 for r in _calls(p.get("repaired")) if isinstance(r, dict))
+    lines = [
+        ("forked from", origin),
+        ("copied", f"{len(_calls(p.get('messages')))} messages from {p.get('copied_steps')} steps"),
+    ]
+    lines.extend(
+        ("answered", f"{r.get('call_id')}: {_text(r.get('content'))}")
+        for r in _calls(p.get("repaired"))
+        if isinstance(r, dict)
+    )
     return lines
 
 
-_DESCRIBERS = {"request": _request, "llm": _llm, "tool": _tool, "approval": _approval, "cancelled": _cancelled,
-               "forked": _forked}
+_DESCRIBERS = {
+    "request": _request,
+    "llm": _llm,
+    "tool": _tool,
+    "approval": _approval,
+    "cancelled": _cancelled,
+    "forked": _forked,
+}
 
 
 def describe(kind: str, payload: Any) -> list[tuple[str, str]]:

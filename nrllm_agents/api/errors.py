@@ -13,8 +13,11 @@ def flatten_errors(errors: Any, prefix: str = "") -> list[str]:
     ``{"0": ["Must be a valid UUID."]}`` becomes ``["[0]: Must be a valid UUID."]``.
     """
     if isinstance(errors, dict):
-        return [m for key, value in errors.items()
-                for m in flatten_errors(value, f"{prefix}[{key}]" if str(key).isdigit() else f"{prefix}.{key}")]
+        return [
+            m
+            for key, value in errors.items()
+            for m in flatten_errors(value, f"{prefix}[{key}]" if str(key).isdigit() else f"{prefix}.{key}")
+        ]
     if isinstance(errors, list):
         if all(isinstance(e, str) for e in errors):
             return [f"{prefix.lstrip('.')}: {e}" if prefix else str(e) for e in errors]
@@ -25,8 +28,14 @@ def flatten_errors(errors: Any, prefix: str = "") -> list[str]:
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Any:
     """DRF's handler, with 400 bodies flattened to field -> list of strings."""
     response = drf_exception_handler(exc, context)
-    if (response is not None and response.status_code == 400 and isinstance(response.data, dict)
-            and "detail" not in response.data):  # an unreadable body keeps its one detail
-        response.data = {field: [messages] if isinstance(messages, str) else flatten_errors(messages)
-                         for field, messages in response.data.items()}
+    if (
+        response is not None
+        and response.status_code == 400
+        and isinstance(response.data, dict)
+        and "detail" not in response.data
+    ):  # an unreadable body keeps its one detail
+        response.data = {
+            field: [messages] if isinstance(messages, str) else flatten_errors(messages)
+            for field, messages in response.data.items()
+        }
     return response

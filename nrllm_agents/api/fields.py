@@ -8,7 +8,8 @@ the contract, so input that breaks it answers 400 rather than being quietly rein
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from django.http import QueryDict
 from rest_framework import serializers

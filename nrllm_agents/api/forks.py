@@ -29,17 +29,27 @@ class RunForkView(RunAPIView):
     post_throttle_scope = CREATE_SCOPE
 
     @extend_schema(
-        operation_id="runs_fork", summary="Fork a stopped run", parameters=[RUN_ID], request=s.ForkRequestSerializer,
+        operation_id="runs_fork",
+        summary="Fork a stopped run",
+        parameters=[RUN_ID],
+        request=s.ForkRequestSerializer,
         description="Start a NEW run whose transcript is this run's up to and including step `from_sequence`, "
-                    "rebuilt from its stored stream; every tool call without a recorded answer gets an explicit "
-                    "one. The new run's first step is `forked` (parent id and sequence); the parent is not "
-                    "changed. Anything not overridden is copied from the parent. Queued (202) or executed "
-                    "here (`mode` sync: 201).",
-        responses={202: OpenApiResponse(s.RunOutcomeSerializer, "Queued: a worker runs the fork."),
-                   201: OpenApiResponse(s.RunOutcomeSerializer, "Executed here: the fork and its outcome."),
-                   409: OpenApiResponse(s.ConflictSerializer, "The run has not stopped yet (queued, running, "
-                                                              "waiting): nothing to fork."),
-                   **BAD_REQUEST, **AUTH_ERRORS, **NOT_FOUND, **THROTTLED, **ENQUEUE_FAILED},
+        "rebuilt from its stored stream; every tool call without a recorded answer gets an explicit "
+        "one. The new run's first step is `forked` (parent id and sequence); the parent is not "
+        "changed. Anything not overridden is copied from the parent. Queued (202) or executed "
+        "here (`mode` sync: 201).",
+        responses={
+            202: OpenApiResponse(s.RunOutcomeSerializer, "Queued: a worker runs the fork."),
+            201: OpenApiResponse(s.RunOutcomeSerializer, "Executed here: the fork and its outcome."),
+            409: OpenApiResponse(
+                s.ConflictSerializer, "The run has not stopped yet (queued, running, waiting): nothing to fork."
+            ),
+            **BAD_REQUEST,
+            **AUTH_ERRORS,
+            **NOT_FOUND,
+            **THROTTLED,
+            **ENQUEUE_FAILED,
+        },
     )
     def post(self, request: Request, id: str) -> Response:
         parent = self.get_run(id)
@@ -47,18 +57,26 @@ class RunForkView(RunAPIView):
         mode = overrides.pop("mode", "queued")
         from_sequence = overrides.pop("from_sequence", None)
         try:
-            result = self.runtime.fork(parent.pk, from_sequence=from_sequence, overrides=overrides,
-                                       owner=request.user, queued=mode != "sync")
+            result = self.runtime.fork(
+                parent.pk, from_sequence=from_sequence, overrides=overrides, owner=request.user, queued=mode != "sync"
+            )
         except InvalidRequest as exc:
             raise ValidationError({field: [message] for field, message in exc.errors.items()}) from None
         except RunNotFound:  # deleted in between
             raise NotFound(NOT_FOUND_DETAIL) from None
         except ParentStillActive as exc:
-            return Response({"detail": f"The run is {exc.status}; only a stopped run can be forked.",
-                             "run_id": str(parent.pk), "status": exc.status}, status=status.HTTP_409_CONFLICT)
+            return Response(
+                {
+                    "detail": f"The run is {exc.status}; only a stopped run can be forked.",
+                    "run_id": str(parent.pk),
+                    "status": exc.status,
+                },
+                status=status.HTTP_409_CONFLICT,
+            )
         except EnqueueError as exc:
-            return Response({"detail": ENQUEUE_FAILED_DETAIL, "run_id": str(exc.run_id)},
-                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
+            return Response(
+                {"detail": ENQUEUE_FAILED_DETAIL, "run_id": str(exc.run_id)}, status=status.HTTP_503_SERVICE_UNAVAILABLE
+            )
         code = status.HTTP_201_CREATED if mode == "sync" else status.HTTP_202_ACCEPTED
         body: dict[str, Any] = {**self.fresh(result.run_id), "outcome": result.outcome.value}
         return Response(body, status=code, headers={"Location": reverse("nrllm_api:run-detail", args=[result.run_id])})

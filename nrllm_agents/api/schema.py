@@ -48,8 +48,8 @@ class ValidationErrorExtension(OpenApiSerializerExtension):
         return {
             "type": "object",
             "description": "`detail` when the body cannot be read; otherwise each bad field with its "
-                           "messages (`non_field_errors` for the body as a whole; a message about a list "
-                           "item or nested field starts with where it is, e.g. `[1].delay: ...`).",
+            "messages (`non_field_errors` for the body as a whole; a message about a list "
+            "item or nested field starts with where it is, e.g. `[1].delay: ...`).",
             "properties": {"detail": {"type": "string"}},
             "additionalProperties": {"type": "array", "items": {"type": "string"}},
         }

@@ -24,8 +24,14 @@ from ..models import AgentRun, CancelSource, RunStatus, TerminationReason
 from ..presenters import run_status_dict
 from ..requests import MAX_PROMPT_CHARS
 from ..runtime import CancelOutcome, Outcome
-from .fields import (StrictBooleanField, StrictCharField, StrictDateTimeField, StrictFloatField, StrictIntegerField,
-                     StrictUUIDField)
+from .fields import (
+    StrictBooleanField,
+    StrictCharField,
+    StrictDateTimeField,
+    StrictFloatField,
+    StrictIntegerField,
+    StrictUUIDField,
+)
 
 MAX_BULK_IDS = 1000  # beyond this, select by status: an IN list of ids does not scale
 MAX_EVENTS_PAGE = 1000
@@ -44,13 +50,21 @@ def run_representation(run: AgentRun, *, expand_request: bool = True) -> dict[st
     """
     options = run.options or {}
     request = {
-        "prompt": run.prompt, "provider": run.provider, "model": run.model, "tools": list(run.tools or []),
-        "max_iterations": options.get("max_iterations"), "on_deny": options.get("on_deny"),
+        "prompt": run.prompt,
+        "provider": run.provider,
+        "model": run.model,
+        "tools": list(run.tools or []),
+        "max_iterations": options.get("max_iterations"),
+        "on_deny": options.get("on_deny"),
     }
     if expand_request:
         request.update(script=options.get("script"), system=options.get("system"))
-    return {**run_status_dict(run), "children": [str(child.pk) for child in getattr(run, "visible_children", ())],
-            "owner": run.owner.get_username() if run.owner_id else None, "request": request}
+    return {
+        **run_status_dict(run),
+        "children": [str(child.pk) for child in getattr(run, "visible_children", ())],
+        "owner": run.owner.get_username() if run.owner_id else None,
+        "request": request,
+    }
 
 
 # --- input ----------------------------------------------------------------------------------
@@ -59,24 +73,40 @@ def run_representation(run: AgentRun, *, expand_request: bool = True) -> dict[st
 class RunFilterSerializer(serializers.Serializer):
     """Filters of ``GET /api/runs/``; repeat ``status`` or ``termination_reason`` to match any."""
 
-    status = serializers.ListField(child=serializers.ChoiceField(RunStatus.choices), required=False,
-                                   help_text="Only runs in one of these statuses.")
-    termination_reason = serializers.ListField(child=serializers.ChoiceField(TerminationReason.choices),
-                                               required=False,
-                                               help_text="Only runs that ended for one of these reasons.")
+    status = serializers.ListField(
+        child=serializers.ChoiceField(RunStatus.choices),
+        required=False,
+        help_text="Only runs in one of these statuses.",
+    )
+    termination_reason = serializers.ListField(
+        child=serializers.ChoiceField(TerminationReason.choices),
+        required=False,
+        help_text="Only runs that ended for one of these reasons.",
+    )
     created_after = StrictDateTimeField(required=False, help_text="Only runs created at or after this time.")
     created_before = StrictDateTimeField(required=False, help_text="Only runs created before this time.")
-    expand = serializers.ChoiceField(["request"], required=False,
-                                     help_text="`request`: include each run's script and system prompt.")
+    expand = serializers.ChoiceField(
+        ["request"], required=False, help_text="`request`: include each run's script and system prompt."
+    )
 
 
 class EventsQuerySerializer(serializers.Serializer):
     """Paging of a run's step stream by sequence."""
 
-    after = serializers.IntegerField(required=False, default=-1, min_value=-1, max_value=MAX_SEQUENCE,
-                                     help_text="Return steps with a sequence greater than this (-1: from the start).")
-    limit = serializers.IntegerField(required=False, default=DEFAULT_EVENTS_PAGE, min_value=1,
-                                     max_value=MAX_EVENTS_PAGE, help_text="At most this many steps.")
+    after = serializers.IntegerField(
+        required=False,
+        default=-1,
+        min_value=-1,
+        max_value=MAX_SEQUENCE,
+        help_text="Return steps with a sequence greater than this (-1: from the start).",
+    )
+    limit = serializers.IntegerField(
+        required=False,
+        default=DEFAULT_EVENTS_PAGE,
+        min_value=1,
+        max_value=MAX_EVENTS_PAGE,
+        help_text="At most this many steps.",
+    )
 
 
 class ClosedSerializer(serializers.Serializer):
@@ -92,27 +122,49 @@ class ClosedSerializer(serializers.Serializer):
 
 class CancelRequestSerializer(ClosedSerializer):
     # Recorded as written: trimming would also make an over-long reason of trailing spaces valid.
-    reason = StrictCharField(required=False, allow_blank=True, max_length=MAX_REASON_CHARS, default="",
-                             trim_whitespace=False, help_text="Why the run is cancelled; recorded on the run.")
+    reason = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=MAX_REASON_CHARS,
+        default="",
+        trim_whitespace=False,
+        help_text="Why the run is cancelled; recorded on the run.",
+    )
 
 
 class ApproveRequestSerializer(ClosedSerializer):
     approved = StrictBooleanField(help_text="true runs the pending calls; false denies them.")
-    queued = StrictBooleanField(required=False, default=False,
-                                help_text="Hand the resumed run to a worker instead of running it now.")
+    queued = StrictBooleanField(
+        required=False, default=False, help_text="Hand the resumed run to a worker instead of running it now."
+    )
 
 
 class BulkCancelRequestSerializer(ClosedSerializer):
     """Either ``ids``, or ``status`` (with an optional ``created_before``); never both."""
 
-    ids = serializers.ListField(child=StrictUUIDField(), required=False, allow_empty=False,
-                                max_length=MAX_BULK_IDS, help_text="Cancel these runs.")
-    status = serializers.ListField(child=serializers.ChoiceField(RunStatus.choices), required=False,
-                                   allow_empty=False, help_text="Cancel the runs in these statuses.")
+    ids = serializers.ListField(
+        child=StrictUUIDField(),
+        required=False,
+        allow_empty=False,
+        max_length=MAX_BULK_IDS,
+        help_text="Cancel these runs.",
+    )
+    status = serializers.ListField(
+        child=serializers.ChoiceField(RunStatus.choices),
+        required=False,
+        allow_empty=False,
+        help_text="Cancel the runs in these statuses.",
+    )
     created_before = StrictDateTimeField(required=False, help_text="With status: only runs created before this time.")
     dry_run = StrictBooleanField(required=False, default=False, help_text="Count what would happen; change nothing.")
-    reason = StrictCharField(required=False, allow_blank=True, max_length=MAX_REASON_CHARS, default="",
-                             trim_whitespace=False, help_text="Why; recorded on each run cancelled.")
+    reason = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=MAX_REASON_CHARS,
+        default="",
+        trim_whitespace=False,
+        help_text="Why; recorded on each run cancelled.",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs = super().validate(attrs)
@@ -138,12 +190,16 @@ class ScriptTurnSerializer(serializers.Serializer):
 
     content = StrictCharField(required=False, allow_blank=True, trim_whitespace=False)
     tool_calls = _ScriptToolCallSerializer(many=True, required=False)
-    delay = StrictFloatField(required=False, min_value=0, max_value=MAX_DELAY_SECONDS,
-                             help_text="Simulated model latency in seconds.")
+    delay = StrictFloatField(
+        required=False, min_value=0, max_value=MAX_DELAY_SECONDS, help_text="Simulated model latency in seconds."
+    )
     usage = _TurnUsageSerializer(required=False)
-    expect = serializers.ListField(child=serializers.DictField(), required=False,
-                                   help_text="The transcript this turn must receive: one object of required "
-                                             "keys per message; any other transcript fails the call.")
+    expect = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="The transcript this turn must receive: one object of required "
+        "keys per message; any other transcript fails the call.",
+    )
 
 
 class CreateRunSerializer(serializers.Serializer):
@@ -155,35 +211,61 @@ class CreateRunSerializer(serializers.Serializer):
     """
 
     prompt = StrictCharField(max_length=MAX_PROMPT_CHARS, trim_whitespace=False)
-    provider = serializers.ChoiceField(choices=[], required=False,
-                                       help_text="Model provider; default from settings (scripted).")
-    model = StrictCharField(required=False, allow_blank=True, max_length=200, trim_whitespace=False,
-                            help_text="Model name; required by the openai provider.")
-    tools = serializers.ListField(child=serializers.ChoiceField(choices=[]), required=False,
-                                  help_text="Tools the agent may call; default from settings.")
+    provider = serializers.ChoiceField(
+        choices=[], required=False, help_text="Model provider; default from settings (scripted)."
+    )
+    model = StrictCharField(
+        required=False,
+        allow_blank=True,
+        max_length=200,
+        trim_whitespace=False,
+        help_text="Model name; required by the openai provider.",
+    )
+    tools = serializers.ListField(
+        child=serializers.ChoiceField(choices=[]),
+        required=False,
+        help_text="Tools the agent may call; default from settings.",
+    )
     max_iterations = StrictIntegerField(required=False, min_value=1)
-    script = ScriptTurnSerializer(many=True, required=False, allow_empty=False,
-                                  help_text="Turns for the scripted provider (offline, deterministic).")
+    script = ScriptTurnSerializer(
+        many=True,
+        required=False,
+        allow_empty=False,
+        help_text="Turns for the scripted provider (offline, deterministic).",
+    )
     system = StrictCharField(required=False, allow_blank=True, max_length=MAX_PROMPT_CHARS, trim_whitespace=False)
-    on_deny = serializers.ChoiceField(["continue", "stop"], required=False,
-                                      help_text="After a denied approval: let the model go on, or end the run.")
-    mode = serializers.ChoiceField(["queued", "sync"], required=False, default="queued",
-                                   help_text="queued (default): a worker runs it, answer 202. "
-                                             "sync: run it now, answer 201 with its outcome.")
-    deadline_seconds = StrictIntegerField(required=False, min_value=1,
-                                          help_text="Cancel the run (deadline_exceeded) once it has taken this many "
-                                                    "seconds, not counting approval waits; default from settings.")
-    max_total_tokens = StrictIntegerField(required=False, min_value=1,
-                                          help_text="Cancel the run (budget_exceeded) after the model call that "
-                                                    "takes its total spend above this; default from settings.")
+    on_deny = serializers.ChoiceField(
+        ["continue", "stop"], required=False, help_text="After a denied approval: let the model go on, or end the run."
+    )
+    mode = serializers.ChoiceField(
+        ["queued", "sync"],
+        required=False,
+        default="queued",
+        help_text="queued (default): a worker runs it, answer 202. sync: run it now, answer 201 with its outcome.",
+    )
+    deadline_seconds = StrictIntegerField(
+        required=False,
+        min_value=1,
+        help_text="Cancel the run (deadline_exceeded) once it has taken this many "
+        "seconds, not counting approval waits; default from settings.",
+    )
+    max_total_tokens = StrictIntegerField(
+        required=False,
+        min_value=1,
+        help_text="Cancel the run (budget_exceeded) after the model call that "
+        "takes its total spend above this; default from settings.",
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # The choices and bounds are settings: read them when used, not at import.
         self.fields["provider"].choices = sorted(app_settings.PROVIDERS)
         self.fields["tools"].child.choices = sorted(app_settings.TOOLS)
-        for name, setting in (("max_iterations", "MAX_ITERATIONS_LIMIT"), ("deadline_seconds", "DEADLINE_SECONDS_LIMIT"),
-                              ("max_total_tokens", "MAX_TOTAL_TOKENS_LIMIT")):
+        for name, setting in (
+            ("max_iterations", "MAX_ITERATIONS_LIMIT"),
+            ("deadline_seconds", "DEADLINE_SECONDS_LIMIT"),
+            ("max_total_tokens", "MAX_TOTAL_TOKENS_LIMIT"),
+        ):
             limit = int(getattr(app_settings, setting))
             self.fields[name].max_value = limit
             self.fields[name].validators.append(MaxValueValidator(limit))
@@ -198,9 +280,13 @@ class ForkRequestSerializer(CreateRunSerializer):
     prompt = None  # type: ignore[assignment]
     system = None  # type: ignore[assignment]
     on_deny = None  # type: ignore[assignment]
-    from_sequence = StrictIntegerField(required=False, min_value=0, max_value=MAX_SEQUENCE,
-                                       help_text="Continue from this step (its sequence), included; default: the "
-                                                 "last step before the parent's `cancelled` step, else its last.")
+    from_sequence = StrictIntegerField(
+        required=False,
+        min_value=0,
+        max_value=MAX_SEQUENCE,
+        help_text="Continue from this step (its sequence), included; default: the "
+        "last step before the parent's `cancelled` step, else its last.",
+    )
 
 
 # --- output ---------------------------------------------------------------------------------
@@ -228,8 +314,9 @@ class LimitDetailSerializer(serializers.Serializer):
 class LimitsSerializer(serializers.Serializer):
     deadline_seconds = serializers.IntegerField(allow_null=True, help_text="null: no deadline.")
     max_total_tokens = serializers.IntegerField(allow_null=True, help_text="null: no token budget.")
-    deadline_at = serializers.DateTimeField(allow_null=True, help_text="When the deadline passes (approval waits "
-                                                                         "so far added back); null: no deadline.")
+    deadline_at = serializers.DateTimeField(
+        allow_null=True, help_text="When the deadline passes (approval waits so far added back); null: no deadline."
+    )
 
 
 class ParentSerializer(serializers.Serializer):
@@ -243,7 +330,8 @@ class CancelRecordSerializer(serializers.Serializer):
     source = serializers.ChoiceField(CancelSource.choices, allow_null=True)
     reason = serializers.CharField(allow_null=True)
     stopped_at = serializers.DateTimeField(
-        allow_null=True, help_text="When execution stopped; null while an executing run reaches its next boundary.")
+        allow_null=True, help_text="When execution stopped; null while an executing run reaches its next boundary."
+    )
     limit = LimitDetailSerializer(allow_null=True, help_text="Set when a limit cancelled the run (source system).")
 
 
@@ -254,10 +342,15 @@ class RunRequestEchoSerializer(serializers.Serializer):
     tools = serializers.ListField(child=serializers.CharField())
     max_iterations = serializers.IntegerField(allow_null=True)
     on_deny = serializers.CharField(allow_null=True)
-    script = serializers.ListField(child=serializers.DictField(), allow_null=True, required=False,
-                                   help_text="Left out of lists unless `expand=request`.")
-    system = serializers.CharField(allow_null=True, required=False,
-                                   help_text="Left out of lists unless `expand=request`.")
+    script = serializers.ListField(
+        child=serializers.DictField(),
+        allow_null=True,
+        required=False,
+        help_text="Left out of lists unless `expand=request`.",
+    )
+    system = serializers.CharField(
+        allow_null=True, required=False, help_text="Left out of lists unless `expand=request`."
+    )
 
 
 class RunSerializer(serializers.Serializer):
@@ -315,8 +408,10 @@ class CancelResponseSerializer(serializers.Serializer):
     outcome = serializers.ChoiceField([o.value for o in CancelOutcome if o != CancelOutcome.NOT_FOUND])
     previous_status = serializers.ChoiceField(RunStatus.choices, help_text="The status the cancel found.")
     status = serializers.ChoiceField(RunStatus.choices, help_text="The status now.")
-    stopping = serializers.BooleanField(help_text="The run was executing: its step in flight is interrupted and "
-                                                  "recorded, then it stops (cancel.stopped_at fills in then).")
+    stopping = serializers.BooleanField(
+        help_text="The run was executing: its step in flight is interrupted and "
+        "recorded, then it stops (cancel.stopped_at fills in then)."
+    )
     detail = serializers.CharField()
     run = RunSerializer()
 
@@ -331,8 +426,9 @@ class BulkCancelResponseSerializer(serializers.Serializer):
     cancelled = _CountsField(help_text="Previous status -> runs cancelled (in a dry run: that would be).")
     unchanged = _CountsField(help_text="Terminal status -> runs left as they were.")
     cancelled_total = serializers.IntegerField()
-    not_found = serializers.IntegerField(allow_null=True,
-                                         help_text="With ids: ids that match no run the caller may see.")
+    not_found = serializers.IntegerField(
+        allow_null=True, help_text="With ids: ids that match no run the caller may see."
+    )
 
 
 class ErrorSerializer(serializers.Serializer):

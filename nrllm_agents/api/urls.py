@@ -6,9 +6,9 @@
 from __future__ import annotations
 
 from django.urls import path
-from rest_framework.permissions import IsAuthenticated
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.permissions import IsAuthenticated
 
 from . import forks, views
 from .schema import SCHEMA_SETTINGS
@@ -26,8 +26,18 @@ urlpatterns = [
     path("runs/<str:id>/events/", views.RunEventsView.as_view(), name="run-events"),
     path("runs/<str:id>/fork/", forks.RunForkView.as_view(), name="run-fork"),
     # Token first, as on every endpoint: an anonymous caller gets 401 with a challenge, not 403.
-    path("schema/", SpectacularAPIView.as_view(custom_settings=SCHEMA_SETTINGS, authentication_classes=AUTH,
-                                               permission_classes=[IsAuthenticated]), name="schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="nrllm_api:schema", authentication_classes=AUTH,
-                                                 permission_classes=[IsAuthenticated]), name="docs"),
+    path(
+        "schema/",
+        SpectacularAPIView.as_view(
+            custom_settings=SCHEMA_SETTINGS, authentication_classes=AUTH, permission_classes=[IsAuthenticated]
+        ),
+        name="schema",
+    ),
+    path(
+        "docs/",
+        SpectacularSwaggerView.as_view(
+            url_name="nrllm_api:schema", authentication_classes=AUTH, permission_classes=[IsAuthenticated]
+        ),
+        name="docs",
+    ),
 ]

@@ -22,10 +22,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ..dispatch import EnqueueError
-from ..outcomes import EXECUTING_STOPS
 from .. import policy
+from ..dispatch import EnqueueError
 from ..models import AgentRun, CancelSource, RunStatus
+from ..outcomes import EXECUTING_STOPS
 from ..presenters import event_dict, stream_finished
 from ..requests import UNSTORABLE, InvalidRequest, RunRequest, unstorable
 from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, InvalidRunId, RunNotFound, parse_run_id
@@ -37,8 +37,7 @@ from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, RUN_ID,
 from .throttling import CANCEL_SCOPE, CREATE_SCOPE, RunRateThrottle
 
 NOT_FOUND_DETAIL = "Run not found."
-ENQUEUE_FAILED_DETAIL = ("The queue did not accept the run; it was marked failed (enqueue_failed). "
-                         "Try again later.")
+ENQUEUE_FAILED_DETAIL = "The queue did not accept the run; it was marked failed (enqueue_failed). Try again later."
 
 
 def with_children(runs: QuerySet[AgentRun], user: Any) -> QuerySet[AgentRun]:
@@ -53,8 +52,11 @@ def rejectunstorable(data: dict[str, Any]) -> None:
     PostgreSQL cannot store either (jsonb and text refuse NUL; UTF-8 cannot encode a lone
     surrogate), so they are input errors here rather than server errors later.
     """
-    errors = {("non_field_errors" if unstorable(key) else key): [UNSTORABLE]
-              for key, value in data.items() if unstorable(key) or unstorable(value)}
+    errors = {
+        ("non_field_errors" if unstorable(key) else key): [UNSTORABLE]
+        for key, value in data.items()
+        if unstorable(key) or unstorable(value)
+    }
     if errors:
         raise ValidationError(errors)
 
@@ -109,8 +111,9 @@ class RunAPIView(APIView):
 
     def fresh(self, run_id: Any) -> dict[str, Any]:
         """The run as it is now (after the runtime acted on it)."""
-        return s.run_representation(with_children(policy.visible_runs(self.request.user), self.request.user)
-                                    .get(pk=run_id))
+        return s.run_representation(
+            with_children(policy.visible_runs(self.request.user), self.request.user).get(pk=run_id)
+        )
 
 
 class RunPagination(PageNumberPagination):
@@ -150,8 +153,9 @@ class RunListCreateView(generics.ListAPIView, RunAPIView):
         return {**super().get_serializer_context(), "expand_request": self.expand_request}
 
     def get_queryset(self) -> QuerySet[AgentRun]:
-        filters = s.RunFilterSerializer(data=query_data(self.request.query_params,
-                                                         lists=("status", "termination_reason")))
+        filters = s.RunFilterSerializer(
+            data=query_data(self.request.query_params, lists=("status", "termination_reason"))
+        )
         filters.is_valid(raise_exception=True)
         f = filters.validated_data
         self.expand_request = f.get("expand") == "request"
@@ -167,22 +171,35 @@ class RunListCreateView(generics.ListAPIView, RunAPIView):
         return runs
 
     @extend_schema(
-        operation_id="runs_list", summary="List runs", parameters=[s.RunFilterSerializer],
+        operation_id="runs_list",
+        summary="List runs",
+        parameters=[s.RunFilterSerializer],
         description="The caller's runs (staff: all runs), newest first. Repeat `status` or "
-                    "`termination_reason` to match any of several values.",
-        responses={200: s.RunSerializer(many=True), **BAD_REQUEST, **AUTH_ERRORS,
-                   404: OpenApiResponse(s.ErrorSerializer, "No such page.")},
+        "`termination_reason` to match any of several values.",
+        responses={
+            200: s.RunSerializer(many=True),
+            **BAD_REQUEST,
+            **AUTH_ERRORS,
+            404: OpenApiResponse(s.ErrorSerializer, "No such page."),
+        },
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
 
     @extend_schema(
-        operation_id="runs_create", summary="Start a run", request=s.CreateRunSerializer,
+        operation_id="runs_create",
+        summary="Start a run",
+        request=s.CreateRunSerializer,
         description="Validate the request, then queue it for a worker (`mode` queued, the default: 202) "
-                    "or execute it in this request (`mode` sync: 201 with the settled run and its outcome).",
-        responses={202: OpenApiResponse(s.RunSerializer, "Queued: a worker will run it."),
-                   201: OpenApiResponse(s.RunOutcomeSerializer, "Executed here: the run and its outcome."),
-                   **BAD_REQUEST, **AUTH_ERRORS, **THROTTLED, **ENQUEUE_FAILED},
+        "or execute it in this request (`mode` sync: 201 with the settled run and its outcome).",
+        responses={
+            202: OpenApiResponse(s.RunSerializer, "Queued: a worker will run it."),
+            201: OpenApiResponse(s.RunOutcomeSerializer, "Executed here: the run and its outcome."),
+            **BAD_REQUEST,
+            **AUTH_ERRORS,
+            **THROTTLED,
+            **ENQUEUE_FAILED,
+        },
     )
     def post(self, request: Request) -> Response:
         fields = checked_body(request, s.CreateRunSerializer)
@@ -193,13 +210,17 @@ class RunListCreateView(generics.ListAPIView, RunAPIView):
             raise ValidationError({field: [message] for field, message in exc.errors.items()}) from None
         if mode == "sync":
             result = self.runtime.run(run_request, owner=request.user)
-            return Response({**self.fresh(result.run_id), "outcome": result.outcome.value},
-                            status=status.HTTP_201_CREATED, headers=self._location(result.run_id))
+            return Response(
+                {**self.fresh(result.run_id), "outcome": result.outcome.value},
+                status=status.HTTP_201_CREATED,
+                headers=self._location(result.run_id),
+            )
         try:
             run_id = self.runtime.enqueue(run_request, owner=request.user)
         except EnqueueError as exc:
-            return Response({"detail": ENQUEUE_FAILED_DETAIL, "run_id": str(exc.run_id)},
-                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
+            return Response(
+                {"detail": ENQUEUE_FAILED_DETAIL, "run_id": str(exc.run_id)}, status=status.HTTP_503_SERVICE_UNAVAILABLE
+            )
         return Response(self.fresh(run_id), status=status.HTTP_202_ACCEPTED, headers=self._location(run_id))
 
     @staticmethod
@@ -209,9 +230,11 @@ class RunListCreateView(generics.ListAPIView, RunAPIView):
 
 class RunDetailView(RunAPIView):
     @extend_schema(
-        operation_id="runs_retrieve", summary="Show a run", parameters=[RUN_ID],
+        operation_id="runs_retrieve",
+        summary="Show a run",
+        parameters=[RUN_ID],
         description="Status, termination reason, request, timestamps, usage, the calls awaiting approval "
-                    "if any, and the cancel record.",
+        "if any, and the cancel record.",
         responses={200: s.RunSerializer, **AUTH_ERRORS, **NOT_FOUND},
     )
     def get(self, request: Request, id: str) -> Response:
@@ -229,22 +252,37 @@ class RunCancelView(RunAPIView):
     post_throttle_scope = CANCEL_SCOPE
 
     @extend_schema(
-        operation_id="runs_cancel", summary="Cancel a run", parameters=[RUN_ID], request=s.CancelRequestSerializer,
+        operation_id="runs_cancel",
+        summary="Cancel a run",
+        parameters=[RUN_ID],
+        request=s.CancelRequestSerializer,
         description="Cancel a queued, running or waiting run. A running run is interrupted: its model call or "
-                    "tool in flight is cut short and recorded as an interrupted step, then a `cancelled` step.",
-        responses={202: OpenApiResponse(s.CancelResponseSerializer, "It was executing: its step in flight is "
-                                        "interrupted, and `run.cancel.stopped_at` fills in when it has stopped."),
-                   200: OpenApiResponse(s.CancelResponseSerializer, "It was queued or waiting (now cancelled, "
-                                        "nothing executing), or already cancelled (`outcome` says so)."),
-                   409: OpenApiResponse(s.CancelResponseSerializer, "It had completed or failed; nothing changed."),
-                   **BAD_REQUEST, **AUTH_ERRORS, **NOT_FOUND, **THROTTLED},
+        "tool in flight is cut short and recorded as an interrupted step, then a `cancelled` step.",
+        responses={
+            202: OpenApiResponse(
+                s.CancelResponseSerializer,
+                "It was executing: its step in flight is "
+                "interrupted, and `run.cancel.stopped_at` fills in when it has stopped.",
+            ),
+            200: OpenApiResponse(
+                s.CancelResponseSerializer,
+                "It was queued or waiting (now cancelled, "
+                "nothing executing), or already cancelled (`outcome` says so).",
+            ),
+            409: OpenApiResponse(s.CancelResponseSerializer, "It had completed or failed; nothing changed."),
+            **BAD_REQUEST,
+            **AUTH_ERRORS,
+            **NOT_FOUND,
+            **THROTTLED,
+        },
     )
     def post(self, request: Request, id: str) -> Response:
         run = self.get_run(id, policy.Action.CANCEL)
         body = s.CancelRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        result = self.runtime.cancel(run.pk, by=request.user, source=CancelSource.API,
-                                     reason=body.validated_data["reason"])
+        result = self.runtime.cancel(
+            run.pk, by=request.user, source=CancelSource.API, reason=body.validated_data["reason"]
+        )
         if result.outcome == CancelOutcome.NOT_FOUND:  # deleted in between
             raise NotFound(NOT_FOUND_DETAIL)
         if result.outcome == CancelOutcome.CANCELLED:
@@ -254,23 +292,36 @@ class RunCancelView(RunAPIView):
             detail, code = "Already cancelled; nothing changed.", status.HTTP_200_OK
         else:
             detail, code = f"The run is {result.status}; nothing to cancel.", status.HTTP_409_CONFLICT
-        return Response({
-            "run_id": str(run.pk), "outcome": result.outcome.value, "previous_status": result.previous_status,
-            "status": result.status, "stopping": result.was_executing, "detail": detail,
-            "run": self.fresh(run.pk),
-        }, status=code)
+        return Response(
+            {
+                "run_id": str(run.pk),
+                "outcome": result.outcome.value,
+                "previous_status": result.previous_status,
+                "status": result.status,
+                "stopping": result.was_executing,
+                "detail": detail,
+                "run": self.fresh(run.pk),
+            },
+            status=code,
+        )
 
 
 class RunApproveView(RunAPIView):
     @extend_schema(
-        operation_id="runs_approve", summary="Approve or deny a waiting run", parameters=[RUN_ID],
+        operation_id="runs_approve",
+        summary="Approve or deny a waiting run",
+        parameters=[RUN_ID],
         request=s.ApproveRequestSerializer,
-        description="Decide on the calls a waiting run holds, then resume it here, or (`queued`) hand it "
-                    "to a worker.",
-        responses={200: OpenApiResponse(s.RunOutcomeSerializer, "Resumed here: the run and its outcome."),
-                   202: OpenApiResponse(s.RunOutcomeSerializer, "Decision stored: a worker resumes the run."),
-                   409: OpenApiResponse(s.ConflictSerializer, "The run is not waiting for approval."),
-                   **BAD_REQUEST, **AUTH_ERRORS, **NOT_FOUND, **ENQUEUE_FAILED},
+        description="Decide on the calls a waiting run holds, then resume it here, or (`queued`) hand it to a worker.",
+        responses={
+            200: OpenApiResponse(s.RunOutcomeSerializer, "Resumed here: the run and its outcome."),
+            202: OpenApiResponse(s.RunOutcomeSerializer, "Decision stored: a worker resumes the run."),
+            409: OpenApiResponse(s.ConflictSerializer, "The run is not waiting for approval."),
+            **BAD_REQUEST,
+            **AUTH_ERRORS,
+            **NOT_FOUND,
+            **ENQUEUE_FAILED,
+        },
     )
     def post(self, request: Request, id: str) -> Response:
         run = self.get_run(id, policy.Action.APPROVE)
@@ -282,20 +333,31 @@ class RunApproveView(RunAPIView):
         except RunNotFound:
             raise NotFound(NOT_FOUND_DETAIL) from None
         except ApprovalNotPending as exc:
-            return Response({"detail": f"The run is {exc.status}, not waiting for approval.",
-                             "run_id": str(run.pk), "status": exc.status}, status=status.HTTP_409_CONFLICT)
+            return Response(
+                {
+                    "detail": f"The run is {exc.status}, not waiting for approval.",
+                    "run_id": str(run.pk),
+                    "status": exc.status,
+                },
+                status=status.HTTP_409_CONFLICT,
+            )
         except EnqueueError:
-            return Response({"detail": ENQUEUE_FAILED_DETAIL, "run_id": str(run.pk)},
-                            status=status.HTTP_503_SERVICE_UNAVAILABLE)
-        return Response({**self.fresh(run.pk), "outcome": result.outcome.value},
-                        status=status.HTTP_202_ACCEPTED if queued else status.HTTP_200_OK)
+            return Response(
+                {"detail": ENQUEUE_FAILED_DETAIL, "run_id": str(run.pk)}, status=status.HTTP_503_SERVICE_UNAVAILABLE
+            )
+        return Response(
+            {**self.fresh(run.pk), "outcome": result.outcome.value},
+            status=status.HTTP_202_ACCEPTED if queued else status.HTTP_200_OK,
+        )
 
 
 class RunEventsView(RunAPIView):
     @extend_schema(
-        operation_id="runs_events", summary="Read a run's step stream", parameters=[RUN_ID, s.EventsQuerySerializer],
+        operation_id="runs_events",
+        summary="Read a run's step stream",
+        parameters=[RUN_ID, s.EventsQuerySerializer],
         description="Recorded steps with a sequence greater than `after`, in order. Poll with "
-                    "`after=next_after` until `finished`.",
+        "`after=next_after` until `finished`.",
         responses={200: s.EventPageSerializer, **BAD_REQUEST, **AUTH_ERRORS, **NOT_FOUND},
     )
     def get(self, request: Request, id: str) -> Response:
@@ -305,21 +367,28 @@ class RunEventsView(RunAPIView):
         after, limit = query.validated_data["after"], query.validated_data["limit"]
         events = self.runtime.events(run.pk, after=after, limit=limit + 1)
         page = events[:limit]
-        return Response({
-            "run_id": str(run.pk), "status": run.status, "finished": stream_finished(run),
-            "results": [event_dict(e) for e in page],
-            "next_after": page[-1].sequence if page else after, "has_more": len(events) > limit,
-        })
+        return Response(
+            {
+                "run_id": str(run.pk),
+                "status": run.status,
+                "finished": stream_finished(run),
+                "results": [event_dict(e) for e in page],
+                "next_after": page[-1].sequence if page else after,
+                "has_more": len(events) > limit,
+            }
+        )
 
 
 class BulkCancelView(RunAPIView):
     post_throttle_scope = CANCEL_SCOPE
 
     @extend_schema(
-        operation_id="runs_bulk_cancel", summary="Cancel many runs", request=s.BulkCancelRequestSerializer,
+        operation_id="runs_bulk_cancel",
+        summary="Cancel many runs",
+        request=s.BulkCancelRequestSerializer,
         description="Cancel the selected runs the caller may cancel (their own; every run for staff holding "
-                    "`cancel_agentrun`), in a constant number of statements: by "
-                    "`ids`, or by `status` (and `created_before`). `dry_run` only counts.",
+        "`cancel_agentrun`), in a constant number of statements: by "
+        "`ids`, or by `status` (and `created_before`). `dry_run` only counts.",
         responses={200: s.BulkCancelResponseSerializer, **BAD_REQUEST, **AUTH_ERRORS, **THROTTLED},
     )
     def post(self, request: Request) -> Response:
@@ -333,11 +402,17 @@ class BulkCancelView(RunAPIView):
             selection = selection.filter(status__in=v["status"])
             if "created_before" in v:
                 selection = selection.filter(created_at__lt=v["created_before"])
-        result = self.runtime.cancel_many(selection, by=request.user, source=CancelSource.API,
-                                          reason=v["reason"], dry_run=v["dry_run"])
+        result = self.runtime.cancel_many(
+            selection, by=request.user, source=CancelSource.API, reason=v["reason"], dry_run=v["dry_run"]
+        )
         matched = result.cancelled_total + sum(result.unchanged.values())
-        return Response({
-            "dry_run": result.dry_run, "matched": matched, "cancelled": result.cancelled,
-            "unchanged": result.unchanged, "cancelled_total": result.cancelled_total,
-            "not_found": max(len(set(v["ids"])) - matched, 0) if "ids" in v else None,
-        })
+        return Response(
+            {
+                "dry_run": result.dry_run,
+                "matched": matched,
+                "cancelled": result.cancelled,
+                "unchanged": result.unchanged,
+                "cancelled_total": result.cancelled_total,
+                "not_found": max(len(set(v["ids"])) - matched, 0) if "ids" in v else None,
+            }
+        )

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .steps import ModelResponse
 
@@ -31,8 +32,14 @@ class StepInterrupted(BaseException):
     produced so far (content, tool-call fragments, usage), when there is any.
     """
 
-    def __init__(self, message: str | None = None, *, partial: ModelResponse | None = None,
-                 usage_estimated: bool = False, partial_tool_calls: list[dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        partial: ModelResponse | None = None,
+        usage_estimated: bool = False,
+        partial_tool_calls: list[dict[str, Any]] | None = None,
+    ) -> None:
         super().__init__(message or "the step in flight was interrupted by a cancel")
         self.partial = partial
         self.usage_estimated = usage_estimated

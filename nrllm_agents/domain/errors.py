@@ -35,8 +35,7 @@ class SegmentInterrupted(BaseException):
 class ProviderError(Exception):
     """The model provider failed to answer."""
 
-    def __init__(self, message: str | None = None, *, retryable: bool = False,
-                 status_code: int | None = None) -> None:
+    def __init__(self, message: str | None = None, *, retryable: bool = False, status_code: int | None = None) -> None:
         super().__init__(message or self.__doc__)
         self.retryable = retryable
         self.status_code = status_code

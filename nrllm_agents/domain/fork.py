@@ -8,7 +8,8 @@ explicit one instead of executing it. No Django here: plain step dicts in, messa
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .replay import rebuild_state
 
@@ -21,8 +22,12 @@ def _why(call_id: str, answered_later: set[str], parent_status: str) -> str:
     return {"cancelled": "cancelled", "failed": "stopped by a failure"}.get(parent_status, "forked")
 
 
-def repair(messages: list[dict[str, Any]], *, answered_later: set[str] = frozenset(),  # type: ignore[assignment]
-           parent_status: str = "cancelled") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def repair(
+    messages: list[dict[str, Any]],
+    *,
+    answered_later: set[str] = frozenset(),  # type: ignore[assignment]
+    parent_status: str = "cancelled",
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The messages with an answer added for every unanswered tool call, and those answers.
 
     Each answer goes right after the answers its turn already has, before the next
@@ -36,8 +41,11 @@ def repair(messages: list[dict[str, Any]], *, answered_later: set[str] = frozens
         answered = {m.get("tool_call_id") for m in out if m.get("role") == "tool"}
         for call in open_calls:
             if call["id"] not in answered:
-                answer = {"role": "tool", "tool_call_id": call["id"],
-                          "content": NOT_EXECUTED.format(why=_why(call["id"], answered_later, parent_status))}
+                answer = {
+                    "role": "tool",
+                    "tool_call_id": call["id"],
+                    "content": NOT_EXECUTED.format(why=_why(call["id"], answered_later, parent_status)),
+                }
                 out.append(answer)
                 added.append({"call_id": call["id"], "name": call.get("name"), "content": answer["content"]})
         open_calls.clear()
@@ -52,8 +60,9 @@ def repair(messages: list[dict[str, Any]], *, answered_later: set[str] = frozens
     return out, added
 
 
-def fork_payload(steps: Iterable[Mapping[str, Any]], *, from_sequence: int, parent_id: str,
-                 parent_status: str) -> tuple[dict[str, Any], int]:
+def fork_payload(
+    steps: Iterable[Mapping[str, Any]], *, from_sequence: int, parent_id: str, parent_status: str
+) -> tuple[dict[str, Any], int]:
     """The ``forked`` step's payload and round for a fork of ``steps`` at ``from_sequence``.
 
     ``steps`` is the parent's whole stream (dicts with ``sequence``, ``kind``, ``round``,
@@ -61,10 +70,19 @@ def fork_payload(steps: Iterable[Mapping[str, Any]], *, from_sequence: int, pare
     """
     steps = list(steps)
     copied = [s for s in steps if s["sequence"] <= from_sequence]
-    later = {str((s.get("payload") or {}).get("call_id")) for s in steps
-             if s["sequence"] > from_sequence and s["kind"] == "tool"}
+    later = {
+        str((s.get("payload") or {}).get("call_id"))
+        for s in steps
+        if s["sequence"] > from_sequence and s["kind"] == "tool"
+    }
     state = rebuild_state(copied)
     messages, repaired = repair(state.messages, answered_later=later, parent_status=parent_status)
-    payload = {"parent_id": parent_id, "from_sequence": from_sequence, "parent_status": parent_status,
-               "copied_steps": len(copied), "messages": messages, "repaired": repaired}
+    payload = {
+        "parent_id": parent_id,
+        "from_sequence": from_sequence,
+        "parent_status": parent_status,
+        "copied_steps": len(copied),
+        "messages": messages,
+        "repaired": repaired,
+    }
     return payload, state.round

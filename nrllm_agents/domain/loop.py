@@ -15,7 +15,8 @@ from __future__ import annotations
 import inspect
 import json
 import time
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from .cancel import NEVER, CallContext, CancelToken, StepInterrupted
 from .errors import RunCancellationRequested, ToolError
@@ -77,11 +78,19 @@ class ToolLoop:
     on_delta: receives ``(round, text)`` as a streaming model call produces its answer.
     """
 
-    def __init__(self, provider: Provider, tools: Mapping[str, Tool], *, trace: Trace,
-                 max_iterations: int = 10, on_deny: str = "continue",
-                 before_effect: Callable[[ToolCall], None] | None = None,
-                 token: CancelToken = NEVER, before_start: Callable[[], None] | None = None,
-                 on_delta: Callable[[int, str], None] | None = None) -> None:
+    def __init__(
+        self,
+        provider: Provider,
+        tools: Mapping[str, Tool],
+        *,
+        trace: Trace,
+        max_iterations: int = 10,
+        on_deny: str = "continue",
+        before_effect: Callable[[ToolCall], None] | None = None,
+        token: CancelToken = NEVER,
+        before_start: Callable[[], None] | None = None,
+        on_delta: Callable[[int, str], None] | None = None,
+    ) -> None:
         self.provider = provider
         self.tools = dict(tools)
         self.trace = trace
@@ -103,8 +112,7 @@ class ToolLoop:
         messages.append({"role": "user", "content": prompt})
         return self._drive(LoopState(messages=messages))
 
-    def resume(self, state: LoopState, *, approved: bool,
-               decision: Mapping[str, Any] | None = None) -> LoopResult:
+    def resume(self, state: LoopState, *, approved: bool, decision: Mapping[str, Any] | None = None) -> LoopResult:
         """Continue a suspended loop after a human decision on its pending calls.
 
         The decision is recorded as an ``approval`` step first. Approved: every call of
@@ -112,11 +120,17 @@ class ToolLoop:
         and (``on_deny="continue"``) the model is asked again.
         """
         calls, state.pending_calls = list(state.pending_calls), []
-        self.trace(Step(StepKind.APPROVAL, state.round, {
-            "approved": approved,
-            "calls": [c.as_dict() for c in calls],
-            **dict(decision or {}),
-        }))
+        self.trace(
+            Step(
+                StepKind.APPROVAL,
+                state.round,
+                {
+                    "approved": approved,
+                    "calls": [c.as_dict() for c in calls],
+                    **dict(decision or {}),
+                },
+            )
+        )
         if approved:
             failed = self._run_calls(state, calls)
             if failed is not None:
@@ -162,15 +176,21 @@ class ToolLoop:
                 return LoopResult(LoopOutcome.MAX_ITERATIONS, state)
             self._gate()  # the request step opens the model call: nothing opens once stopped
             state.round += 1
-            new_messages = state.messages[state.sent:]
+            new_messages = state.messages[state.sent :]
             state.sent = len(state.messages)
-            self.trace(Step(StepKind.REQUEST, state.round, {
-                "provider": self.provider.name,
-                "model": self.provider.model,
-                "messages": new_messages,
-                "message_count": len(state.messages),
-                "tools": tool_names,
-            }))
+            self.trace(
+                Step(
+                    StepKind.REQUEST,
+                    state.round,
+                    {
+                        "provider": self.provider.name,
+                        "model": self.provider.model,
+                        "messages": new_messages,
+                        "message_count": len(state.messages),
+                        "tools": tool_names,
+                    },
+                )
+            )
             self._gate()
             t0 = time.perf_counter()
             try:
@@ -189,12 +209,19 @@ class ToolLoop:
                 assistant["tool_calls"] = [c.as_dict() for c in calls]
             state.messages.append(assistant)
             state.sent = len(state.messages)
-            self.trace(Step(StepKind.LLM, state.round, {
-                "content": response.content,
-                "tool_calls": [c.as_dict() for c in calls],
-                "usage": response.usage.as_dict(),
-                "finish_reason": response.finish_reason,
-            }, duration_ms=_elapsed_ms(t0)))
+            self.trace(
+                Step(
+                    StepKind.LLM,
+                    state.round,
+                    {
+                        "content": response.content,
+                        "tool_calls": [c.as_dict() for c in calls],
+                        "usage": response.usage.as_dict(),
+                        "finish_reason": response.finish_reason,
+                    },
+                    duration_ms=_elapsed_ms(t0),
+                )
+            )
             if not calls:
                 return LoopResult(LoopOutcome.COMPLETED, state, final_text=response.content or "")
             gated = [c.name for c in calls if (t := self.tools.get(c.name)) and t.requires_approval]
@@ -236,15 +263,22 @@ class ToolLoop:
         usage = partial.usage if partial is not None else Usage()
         state.iterations += 1
         state.usage = state.usage + usage
-        self.trace(Step(StepKind.LLM, state.round, {
-            "content": partial.content if partial is not None else None,
-            "tool_calls": [],
-            "partial_tool_calls": stop.partial_tool_calls,
-            "usage": usage.as_dict(),
-            "usage_estimated": stop.usage_estimated,
-            "finish_reason": "interrupted",
-            "interrupted": True,
-        }, duration_ms=_elapsed_ms(t0)))
+        self.trace(
+            Step(
+                StepKind.LLM,
+                state.round,
+                {
+                    "content": partial.content if partial is not None else None,
+                    "tool_calls": [],
+                    "partial_tool_calls": stop.partial_tool_calls,
+                    "usage": usage.as_dict(),
+                    "usage_estimated": stop.usage_estimated,
+                    "finish_reason": "interrupted",
+                    "interrupted": True,
+                },
+                duration_ms=_elapsed_ms(t0),
+            )
+        )
         raise RunCancellationRequested()  # when the boundary probe could not confirm it
 
     def _run_calls(self, state: LoopState, calls: Sequence[ToolCall]) -> LoopResult | None:
@@ -286,8 +320,16 @@ class ToolLoop:
                 return LoopResult(LoopOutcome.TOOL_FAILED, state, error=fatal)
         return None
 
-    def _record_tool(self, state: LoopState, call: ToolCall, result: Any, error: str | None,
-                     duration_ms: float, *, interrupted: bool = False) -> None:
+    def _record_tool(
+        self,
+        state: LoopState,
+        call: ToolCall,
+        result: Any,
+        error: str | None,
+        duration_ms: float,
+        *,
+        interrupted: bool = False,
+    ) -> None:
         state.messages.append({"role": "tool", "tool_call_id": call.id, "content": tool_content(result, error)})
         state.sent = len(state.messages)
         payload: dict[str, Any] = {

@@ -7,7 +7,8 @@ calls of the last model turn that have no recorded result yet.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .loop import tool_content
 from .steps import LoopState, ToolCall, Usage
@@ -50,8 +51,20 @@ def rebuild_state(steps: Iterable[Mapping[str, Any]]) -> LoopState:
             decision = bool(payload.get("approved"))
         elif kind == "tool":
             done.add(str(payload.get("call_id")))
-            messages.append({"role": "tool", "tool_call_id": payload.get("call_id"),
-                             "content": tool_content(payload.get("result"), payload.get("error"))})
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": payload.get("call_id"),
+                    "content": tool_content(payload.get("result"), payload.get("error")),
+                }
+            )
     pending = [c for c in turn if c.id not in done]
-    return LoopState(messages=messages, pending_calls=pending, round=round_, iterations=iterations,
-                     usage=usage, sent=len(messages), decision=decision)
+    return LoopState(
+        messages=messages,
+        pending_calls=pending,
+        round=round_,
+        iterations=iterations,
+        usage=usage,
+        sent=len(messages),
+        decision=decision,
+    )

@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -33,8 +34,12 @@ def run_state() -> dict[str, Any]:
     from ..models import ACTIVE, AgentRun, RunStatus
 
     counts = {s.value: 0 for s in ACTIVE}
-    counts.update(AgentRun.objects.filter(status__in=[s.value for s in ACTIVE]).order_by()
-                  .values_list("status").annotate(n=Count("pk")))
+    counts.update(
+        AgentRun.objects.filter(status__in=[s.value for s in ACTIVE])
+        .order_by()
+        .values_list("status")
+        .annotate(n=Count("pk"))
+    )
     expired = AgentRun.objects.filter(status=RunStatus.RUNNING, lease_expires__lt=timezone.now()).count()
     try:
         queue = queue_depth()
@@ -54,8 +59,11 @@ def queue_depth() -> dict[str, int] | None:
     import django_rq
 
     queue = django_rq.get_queue(app_settings.QUEUE_NAME)
-    return {"waiting": queue.count, "scheduled": queue.scheduled_job_registry.count,
-            "started": queue.started_job_registry.count}
+    return {
+        "waiting": queue.count,
+        "scheduled": queue.scheduled_job_registry.count,
+        "started": queue.started_job_registry.count,
+    }
 
 
 def cached_run_state() -> dict[str, Any]:
@@ -79,13 +87,15 @@ class RunStateCollector(Collector):
         except Exception as exc:  # a scrape never fails because the database hiccups
             logger.warning("metrics: reading the run state failed (%s)", type(exc).__name__)
             return
-        active = GaugeMetricFamily("nrllm_runs_active", "Runs queued, running or waiting for approval.",
-                                   labels=["status"])
+        active = GaugeMetricFamily(
+            "nrllm_runs_active", "Runs queued, running or waiting for approval.", labels=["status"]
+        )
         for status, n in sorted(data["status"].items()):
             active.add_metric([status], n)
         yield active
-        yield GaugeMetricFamily("nrllm_runs_lease_expired", "Running runs whose lease expired (reaper work).",
-                                value=data["lease_expired"])
+        yield GaugeMetricFamily(
+            "nrllm_runs_lease_expired", "Running runs whose lease expired (reaper work).", value=data["lease_expired"]
+        )
         if data["queue"] is not None:
             jobs = GaugeMetricFamily("nrllm_queue_jobs", "Jobs in the RQ queue by state.", labels=["state"])
             for state, n in sorted(data["queue"].items()):

@@ -12,9 +12,10 @@ A bar is at least ``MIN_BAR`` pixels wide, so a 2 ms tool call in a 10 minute ru
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Iterable
+from typing import Any
 
 from django.utils import timezone
 
@@ -119,8 +120,9 @@ def build(run: Any, events: Iterable[Any], now: datetime | None = None) -> Pictu
     events = list(events)
     now = now or timezone.now()
     start = run.created_at
-    moments = [e.created_at for e in events] + [m for m in (run.started_at, run.finished_at, run.stopped_at,
-                                                             run.cancel_requested_at) if m]
+    moments = [e.created_at for e in events] + [
+        m for m in (run.started_at, run.finished_at, run.stopped_at, run.cancel_requested_at) if m
+    ]
     end = max(moments) if moments else start
     if run.status in ("queued", "running", "waiting_for_approval"):
         end = max(end, now)
@@ -141,8 +143,9 @@ def build(run: Any, events: Iterable[Any], now: datetime | None = None) -> Pictu
         lane_names.append("other tools")
     lane_names.append("approval")
     lane_y = {name: TOP + i * LANE_HEIGHT for i, name in enumerate(lane_names)}
-    picture = Picture(width=WIDTH, height=0, lanes=[(n, lane_y[n]) for n in lane_names], steps=len(events),
-                      span_seconds=span)
+    picture = Picture(
+        width=WIDTH, height=0, lanes=[(n, lane_y[n]) for n in lane_names], steps=len(events), span_seconds=span
+    )
 
     def bar(lane: str, begin: datetime, finish: datetime, kind: str, title: str, sequence: int | None = None) -> None:
         x0, x1 = x_of(begin), x_of(finish)
@@ -166,35 +169,75 @@ def build(run: Any, events: Iterable[Any], now: datetime | None = None) -> Pictu
             usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
             calls = [str(c.get("name")) for c in payload.get("tool_calls") or [] if isinstance(c, dict)]
             what = f"asks for {', '.join(calls)}" if calls else "answers"
-            bar("model", began, e.created_at, "interrupted" if interrupted else "llm",
+            bar(
+                "model",
+                began,
+                e.created_at,
+                "interrupted" if interrupted else "llm",
                 f"#{e.sequence} model call, round {e.round}{interrupted}: {_seconds(seconds)}, {what}; "
-                f"{usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens; {when}", e.sequence)
+                f"{usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens; {when}",
+                e.sequence,
+            )
         elif e.kind == "tool":
             name = str(payload.get("name") or "?")
             lane = f"tool {name}" if name in named else "other tools"
             outcome = f"error: {str(payload.get('error'))[:80]}" if payload.get("error") else "ok"
-            bar(lane, began, e.created_at, "interrupted" if interrupted else "tool",
-                f"#{e.sequence} tool {name}{interrupted}: {_seconds(seconds)}, {outcome}; {when}", e.sequence)
+            bar(
+                lane,
+                began,
+                e.created_at,
+                "interrupted" if interrupted else "tool",
+                f"#{e.sequence} tool {name}{interrupted}: {_seconds(seconds)}, {outcome}; {when}",
+                e.sequence,
+            )
         elif e.kind == "approval" and previous is not None:
             decision = "approved" if payload.get("approved") else "denied"
             by = f" by {payload['by']}" if payload.get("by") else ""
-            bar("approval", previous.created_at, e.created_at, "approval",
+            bar(
+                "approval",
+                previous.created_at,
+                e.created_at,
+                "approval",
                 f"#{e.sequence} waited for approval {_seconds((e.created_at - previous.created_at).total_seconds())}, "
-                f"{decision}{by}", e.sequence)
+                f"{decision}{by}",
+                e.sequence,
+            )
         previous = e if e.kind != "cancelled" else previous
     if run.status == "waiting_for_approval" and previous is not None:
-        bar("approval", previous.created_at, end, "approval",
-            f"waiting for approval for {_seconds((end - previous.created_at).total_seconds())}")
-    elif (run.status == "cancelled" and run.cancel_requested_at and previous is not None and previous.kind == "llm"
-          and (previous.payload or {}).get("tool_calls") and run.cancel_requested_at > previous.created_at):
+        bar(
+            "approval",
+            previous.created_at,
+            end,
+            "approval",
+            f"waiting for approval for {_seconds((end - previous.created_at).total_seconds())}",
+        )
+    elif (
+        run.status == "cancelled"
+        and run.cancel_requested_at
+        and previous is not None
+        and previous.kind == "llm"
+        and (previous.payload or {}).get("tool_calls")
+        and run.cancel_requested_at > previous.created_at
+    ):
         # The model asked for calls that never ran and the run was cancelled later: it was waiting.
         waited = _seconds((run.cancel_requested_at - previous.created_at).total_seconds())
-        bar("approval", previous.created_at, run.cancel_requested_at, "approval",
-            f"waited for approval {waited}, then cancelled")
+        bar(
+            "approval",
+            previous.created_at,
+            run.cancel_requested_at,
+            "approval",
+            f"waited for approval {waited}, then cancelled",
+        )
     if run.cancel_requested_at:
         who = run.cancel_source or "unknown source"
-        picture.markers.append(Marker(round(x_of(run.cancel_requested_at), 2), "cancel", "cancel requested",
-                                      f"cancel requested via {who} at {_clock(run.cancel_requested_at)}"))
+        picture.markers.append(
+            Marker(
+                round(x_of(run.cancel_requested_at), 2),
+                "cancel",
+                "cancel requested",
+                f"cancel requested via {who} at {_clock(run.cancel_requested_at)}",
+            )
+        )
     stop = run.stopped_at or (run.finished_at if run.status in ("completed", "failed") else None)
     if stop:
         label = "stopped" if run.status == "cancelled" else run.status
@@ -233,8 +276,18 @@ def spend(events: Iterable[Any]) -> Spend | None:
     for i, (number, (prompt, completion)) in enumerate(sorted(by_round.items())):
         hp, hc = inner * prompt / peak, inner * completion / peak
         x = LABEL_WIDTH + i * slot + (slot - width) / 2
-        rounds.append({"round": number, "prompt": prompt, "completion": completion, "total": prompt + completion,
-                       "x": round(x, 2), "width": round(width, 2),
-                       "prompt_y": round(SPEND_HEIGHT - 4 - hp, 2), "prompt_h": round(hp, 2),
-                       "completion_y": round(SPEND_HEIGHT - 4 - hp - hc, 2), "completion_h": round(hc, 2)})
+        rounds.append(
+            {
+                "round": number,
+                "prompt": prompt,
+                "completion": completion,
+                "total": prompt + completion,
+                "x": round(x, 2),
+                "width": round(width, 2),
+                "prompt_y": round(SPEND_HEIGHT - 4 - hp, 2),
+                "prompt_h": round(hp, 2),
+                "completion_y": round(SPEND_HEIGHT - 4 - hp - hc, 2),
+                "completion_h": round(hc, 2),
+            }
+        )
     return Spend(rounds, sum(r["prompt"] for r in rounds), sum(r["completion"] for r in rounds))

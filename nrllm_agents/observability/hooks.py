@@ -10,8 +10,9 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from ..models import ACTIVE, TERMINAL, AgentRun, RunStatus
 from . import metrics
@@ -32,6 +33,7 @@ def _guarded(hook: F) -> F:
         except Exception:
             logger.exception("observability hook %s failed; ignored", hook.__name__)
             return None
+
     return wrapper  # type: ignore[return-value]
 
 
@@ -62,8 +64,15 @@ def _finished(status: str, reason: str, provider: str) -> None:
 def started(run: AgentRun, mode: str) -> None:
     """A run was created: ``interactive`` (executes here) or ``queued``."""
     metrics.RUNS_STARTED.labels(mode, _provider_label(run.provider)).inc()
-    run_event("start" if mode == "interactive" else "enqueue", run.pk, "created (%s, %s)", mode, run.provider,
-              segment=run.claimed_by or None, provider=run.provider)
+    run_event(
+        "start" if mode == "interactive" else "enqueue",
+        run.pk,
+        "created (%s, %s)",
+        mode,
+        run.provider,
+        segment=run.claimed_by or None,
+        provider=run.provider,
+    )
 
 
 @_guarded
@@ -72,8 +81,9 @@ def claimed(run_id: uuid.UUID, segment: str, claim: Any) -> None:
     if claim.applied:
         run_event("claim", run_id, "claimed by %s", segment, segment=segment)
     else:
-        run_event("claim_lost", run_id, "claim lost (the run is %s)", claim.status, segment=segment,
-                  status=claim.status)
+        run_event(
+            "claim_lost", run_id, "claim lost (the run is %s)", claim.status, segment=segment, status=claim.status
+        )
 
 
 @_guarded
@@ -93,8 +103,18 @@ def step(trace: Any, step: Any, sequence: int) -> None:
             labels = (_provider_label(provider), metrics.model_label(model))
             metrics.TOKENS.labels(*labels, "prompt").inc(prompt)
             metrics.TOKENS.labels(*labels, "completion").inc(completion)
-    run_event("boundary", trace.run_id, "step %d %s recorded", sequence, kind, level=logging.DEBUG,
-              segment=trace.owner, sequence=sequence, kind=kind, duration_ms=step.duration_ms)
+    run_event(
+        "boundary",
+        trace.run_id,
+        "step %d %s recorded",
+        sequence,
+        kind,
+        level=logging.DEBUG,
+        segment=trace.owner,
+        sequence=sequence,
+        kind=kind,
+        duration_ms=step.duration_ms,
+    )
 
 
 @_guarded
@@ -102,9 +122,20 @@ def closed(run: AgentRun, fence: Any, outcome: Any) -> None:
     """A segment's settle or suspend fence: count a terminal write it made, log ``settle``."""
     if fence.applied and run.status in TERMINAL:
         _finished(run.status, run.termination_reason, _provider_label(run.provider))
-    run_event("settle", run.pk, "%s (status %s, reason %s, applied %s)", outcome, run.status,
-              run.termination_reason or "-", fence.applied, level=logging.INFO if fence.applied else logging.WARNING,
-              status=run.status, reason=run.termination_reason, outcome=str(outcome), applied=fence.applied)
+    run_event(
+        "settle",
+        run.pk,
+        "%s (status %s, reason %s, applied %s)",
+        outcome,
+        run.status,
+        run.termination_reason or "-",
+        fence.applied,
+        level=logging.INFO if fence.applied else logging.WARNING,
+        status=run.status,
+        reason=run.termination_reason,
+        outcome=str(outcome),
+        applied=fence.applied,
+    )
 
 
 @_guarded
@@ -112,9 +143,18 @@ def requeued(run_id: uuid.UUID, trace: Any, count_attempt: bool, delay: float, e
     """A segment handed its run back to the queue: a retry (counts an attempt) or a hand-off."""
     kind = "retry" if count_attempt else "handoff"
     metrics.RETRIES.labels(kind).inc()
-    run_event("requeue", run_id, "handed back to the queue (%s, in %.1f s)%s", kind, delay,
-              f": {type(error).__name__}" if error else "", level=logging.WARNING, segment=trace.owner,
-              sequence=trace.last_sequence, kind=kind)
+    run_event(
+        "requeue",
+        run_id,
+        "handed back to the queue (%s, in %.1f s)%s",
+        kind,
+        delay,
+        f": {type(error).__name__}" if error else "",
+        level=logging.WARNING,
+        segment=trace.owner,
+        sequence=trace.last_sequence,
+        kind=kind,
+    )
 
 
 @_guarded
@@ -129,6 +169,7 @@ def enqueue_failed(run_id: uuid.UUID, exc: BaseException) -> None:
 
 def segment(execute: F) -> F:
     """Decorator of the runtime's ladder: bind the segment to log records, count its outcome."""
+
     @functools.wraps(execute)
     def wrapper(self: Any, run_id: uuid.UUID, request: Any, trace: Any, drive: Any) -> Any:
         token = bind_segment(trace)
@@ -138,6 +179,7 @@ def segment(execute: F) -> F:
             unbind_segment(token)
         _segment_done(trace, result)
         return result
+
     return wrapper  # type: ignore[return-value]
 
 
@@ -147,18 +189,26 @@ def _segment_done(trace: Any, result: Any) -> None:
     metrics.SEGMENTS.labels(trace.owner.split(":", 1)[0], outcome).inc()
     if outcome == "lease_lost":
         metrics.LEASE_LOSSES.inc()
-        run_event("lease_lost", trace.run_id, "lease lost; this segment stopped without writing",
-                  level=logging.WARNING, segment=trace.owner, sequence=trace.last_sequence)
+        run_event(
+            "lease_lost",
+            trace.run_id,
+            "lease lost; this segment stopped without writing",
+            level=logging.WARNING,
+            segment=trace.owner,
+            sequence=trace.last_sequence,
+        )
 
 
 # --- cancels -------------------------------------------------------------------------------
 def cancel(method: F) -> F:
     """Decorator of ``AgentRuntime.cancel``: count and log what the cancel did."""
+
     @functools.wraps(method)
     def wrapper(self: Any, run_id: Any, *args: Any, source: str, **kwargs: Any) -> Any:
         result = method(self, run_id, *args, source=source, **kwargs)
         _cancel_done(result, source)
         return result
+
     return wrapper  # type: ignore[return-value]
 
 
@@ -169,12 +219,22 @@ def _cancel_done(result: Any, source: str) -> None:
         provider = _provider_of(result.run_id)
         metrics.RUNS_CANCELLED.labels(metrics.bounded(source), result.previous_status, provider).inc()
         _finished(RunStatus.CANCELLED, "cancelled", provider)
-    run_event("cancel", result.run_id, "cancel from %s: %s (was %s)", source, outcome, result.previous_status,
-              source=source, outcome=outcome, previous_status=result.previous_status)
+    run_event(
+        "cancel",
+        result.run_id,
+        "cancel from %s: %s (was %s)",
+        source,
+        outcome,
+        result.previous_status,
+        source=source,
+        outcome=outcome,
+        previous_status=result.previous_status,
+    )
 
 
 def cancel_many(method: F) -> F:
     """Decorator of ``AgentRuntime.cancel_many``: count by previous status and provider."""
+
     @functools.wraps(method)
     def wrapper(self: Any, selection: Any, *args: Any, source: str, dry_run: bool = False, **kwargs: Any) -> Any:
         before = None if dry_run else _active_by_provider(selection)
@@ -182,6 +242,7 @@ def cancel_many(method: F) -> F:
         if before is not None:
             _bulk_done(result, before, source)
         return result
+
     return wrapper  # type: ignore[return-value]
 
 
@@ -190,8 +251,12 @@ def _active_by_provider(selection: Any) -> dict[str, list[tuple[str, int]]]:
     from django.db.models import Count
 
     found: dict[str, list[tuple[str, int]]] = {}
-    rows = (selection.filter(status__in=[s.value for s in ACTIVE]).order_by()
-            .values_list("status", "provider").annotate(n=Count("pk")))
+    rows = (
+        selection.filter(status__in=[s.value for s in ACTIVE])
+        .order_by()
+        .values_list("status", "provider")
+        .annotate(n=Count("pk"))
+    )
     for status, provider, n in rows:
         found.setdefault(status, []).append((_provider_label(provider), n))
     return found
@@ -208,8 +273,11 @@ def _bulk_done(result: Any, before: dict[str, list[tuple[str, int]]], source: st
                 metrics.RUNS_FINISHED.labels(RunStatus.CANCELLED, "cancelled", provider).inc(take)
             left -= take
     logging.getLogger("nrllm_agents.runs").info(
-        "bulk cancel from %s: %s", source, result.cancelled,
-        extra={"event": "bulk_cancel", "source": source, "cancelled": result.cancelled_total})
+        "bulk cancel from %s: %s",
+        source,
+        result.cancelled,
+        extra={"event": "bulk_cancel", "source": source, "cancelled": result.cancelled_total},
+    )
 
 
 @_guarded
@@ -219,9 +287,15 @@ def cancel_acknowledged(trace: Any, event: Any) -> None:
     if requested:
         latency = (event.created_at - datetime.fromisoformat(requested)).total_seconds()
         metrics.CANCEL_STOP_SECONDS.observe(max(0.0, latency))
-    run_event("acknowledge", trace.run_id, "stopped for a cancel after step %s", event.payload.get("boundary_sequence"),
-              segment=trace.owner, sequence=event.sequence,
-              boundary_sequence=(event.payload or {}).get("boundary_sequence"))
+    run_event(
+        "acknowledge",
+        trace.run_id,
+        "stopped for a cancel after step %s",
+        event.payload.get("boundary_sequence"),
+        segment=trace.owner,
+        sequence=event.sequence,
+        boundary_sequence=(event.payload or {}).get("boundary_sequence"),
+    )
 
 
 # --- the reaper ----------------------------------------------------------------------------
@@ -241,6 +315,7 @@ def reaped_run(verdict: str, row: dict[str, Any], applied: bool) -> None:
 
 def reap(method: F) -> F:
     """Decorator of ``AgentRuntime.reap``: count the pass, remember it for the operations page."""
+
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         started_at = datetime.now().astimezone()
@@ -248,6 +323,7 @@ def reap(method: F) -> F:
         if not report.dry_run:
             _reap_done(report, started_at)
         return report
+
     return wrapper  # type: ignore[return-value]
 
 
@@ -259,6 +335,14 @@ def _reap_done(report: Any, started_at: datetime) -> None:
     if report.acknowledged:
         metrics.REAPER_ACTIONS.labels("acknowledged", "cancelled").inc(report.acknowledged)
     ReaperPass.record(report, started_at)
-    logging.getLogger("nrllm_agents.runs").info("reaper pass: %s", report.summary(), extra={
-        "event": "reap_pass", "requeued": len(report.requeued), "acknowledged": report.acknowledged,
-        "dead_lettered": sum(report.dead_lettered.values()), "skipped": report.skipped})
+    logging.getLogger("nrllm_agents.runs").info(
+        "reaper pass: %s",
+        report.summary(),
+        extra={
+            "event": "reap_pass",
+            "requeued": len(report.requeued),
+            "acknowledged": report.acknowledged,
+            "dead_lettered": sum(report.dead_lettered.values()),
+            "skipped": report.skipped,
+        },
+    )

@@ -58,8 +58,16 @@ class TextFormatter(logging.Formatter):
         return f"{head} [{' '.join(pairs)}]{sep}{tail}"
 
 
-def run_event(event: str, run_id: uuid.UUID | str, message: str, *args: Any, level: int = logging.INFO,
-              segment: str | None = None, sequence: int | None = None, **fields: Any) -> None:
+def run_event(
+    event: str,
+    run_id: uuid.UUID | str,
+    message: str,
+    *args: Any,
+    level: int = logging.INFO,
+    segment: str | None = None,
+    sequence: int | None = None,
+    **fields: Any,
+) -> None:
     """Log one event about a run with its fields (cheap when the level is disabled)."""
     if not RUN_LOGGER.isEnabledFor(level):
         return
@@ -81,11 +89,12 @@ def logging_config(fmt: str = "text", level: str = "WARNING") -> dict[str, Any]:
         "filters": {"run_context": {"()": "nrllm_agents.observability.logs.RunContextFilter"}},
         "formatters": {
             "text": {"()": "nrllm_agents.observability.logs.TextFormatter"},
-            "json": {"()": "pythonjsonlogger.json.JsonFormatter",
-                     "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s %(process)d",
-                     "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"}},
+            "json": {
+                "()": "pythonjsonlogger.json.JsonFormatter",
+                "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s %(process)d",
+                "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+            },
         },
-        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": formatter,
-                                 "filters": ["run_context"]}},
+        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": formatter, "filters": ["run_context"]}},
         "loggers": {"nrllm_agents": handler},
     }

@@ -68,28 +68,39 @@ if MULTIPROC_DIR:
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
 _WRITE_SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)
 
-RUNS_STARTED = Counter("nrllm_runs_started", "Runs created, by how they execute and provider.",
-                       ["mode", "provider"])
-RUNS_FINISHED = Counter("nrllm_runs_finished", "Runs that reached a terminal status.",
-                        ["status", "reason", "provider"])
-RUNS_CANCELLED = Counter("nrllm_runs_cancelled", "Runs cancelled, by cancel source, the status they had, provider.",
-                         ["source", "previous_status", "provider"])
-RUNS_FAILED = Counter("nrllm_runs_failed", "Runs that ended failed, by termination reason and provider.",
-                      ["reason", "provider"])
-SEGMENTS = Counter("nrllm_segments", "Segments (executions of a run by one process) by role and outcome.",
-                   ["role", "outcome"])
-STEP_SECONDS = Histogram("nrllm_step_duration_seconds", "Duration of model calls and tool executions.",
-                         ["kind", "tool"], buckets=_SECONDS)
-CANCEL_STOP_SECONDS = Histogram("nrllm_cancel_stop_seconds",
-                                "From a cancel request to the executing segment's stop (queued and waiting "
-                                "runs stop at once and are not observed).", buckets=_SECONDS)
-BOUNDARY_WRITE_SECONDS = Histogram("nrllm_boundary_write_seconds",
-                                   "One step boundary write (lease renewal, cancel probe, append).",
-                                   buckets=_WRITE_SECONDS)
-TOKENS = Counter("nrllm_tokens", "Tokens spent, by provider, model and kind (prompt, completion).",
-                 ["provider", "model", "kind"])
-REAPER_ACTIONS = Counter("nrllm_reaper_actions", "What the reaper did to runs whose lease expired.",
-                         ["action", "reason"])
+RUNS_STARTED = Counter("nrllm_runs_started", "Runs created, by how they execute and provider.", ["mode", "provider"])
+RUNS_FINISHED = Counter("nrllm_runs_finished", "Runs that reached a terminal status.", ["status", "reason", "provider"])
+RUNS_CANCELLED = Counter(
+    "nrllm_runs_cancelled",
+    "Runs cancelled, by cancel source, the status they had, provider.",
+    ["source", "previous_status", "provider"],
+)
+RUNS_FAILED = Counter(
+    "nrllm_runs_failed", "Runs that ended failed, by termination reason and provider.", ["reason", "provider"]
+)
+SEGMENTS = Counter(
+    "nrllm_segments", "Segments (executions of a run by one process) by role and outcome.", ["role", "outcome"]
+)
+STEP_SECONDS = Histogram(
+    "nrllm_step_duration_seconds", "Duration of model calls and tool executions.", ["kind", "tool"], buckets=_SECONDS
+)
+CANCEL_STOP_SECONDS = Histogram(
+    "nrllm_cancel_stop_seconds",
+    "From a cancel request to the executing segment's stop (queued and waiting "
+    "runs stop at once and are not observed).",
+    buckets=_SECONDS,
+)
+BOUNDARY_WRITE_SECONDS = Histogram(
+    "nrllm_boundary_write_seconds",
+    "One step boundary write (lease renewal, cancel probe, append).",
+    buckets=_WRITE_SECONDS,
+)
+TOKENS = Counter(
+    "nrllm_tokens", "Tokens spent, by provider, model and kind (prompt, completion).", ["provider", "model", "kind"]
+)
+REAPER_ACTIONS = Counter(
+    "nrllm_reaper_actions", "What the reaper did to runs whose lease expired.", ["action", "reason"]
+)
 REAPER_PASSES = Counter("nrllm_reaper_passes", "Reaper passes (dry runs excluded).")
 ENQUEUE_FAILURES = Counter("nrllm_enqueue_failures", "Runs the queue refused (settled failed, enqueue_failed).")
 LEASE_LOSSES = Counter("nrllm_lease_losses", "Segments that found their run reaped or owned by another segment.")

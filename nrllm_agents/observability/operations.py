@@ -50,8 +50,9 @@ def lease_expired(now: datetime | None = None) -> QuerySet[AgentRun]:
 
 
 def unacknowledged_cancel(now: datetime | None = None) -> QuerySet[AgentRun]:
-    return AgentRun.objects.filter(status=RunStatus.CANCELLED, stopped_at__isnull=True,
-                                   lease_expires__lt=now or timezone.now())
+    return AgentRun.objects.filter(
+        status=RunStatus.CANCELLED, stopped_at__isnull=True, lease_expires__lt=now or timezone.now()
+    )
 
 
 def queued_without_job(limit: int = QUEUED_CHECK_LIMIT) -> tuple[list[Any], int]:
@@ -59,18 +60,19 @@ def queued_without_job(limit: int = QUEUED_CHECK_LIMIT) -> tuple[list[Any], int]
 
     Raises what Redis raises when it cannot be reached; callers decide how to show that.
     """
-    from rq.job import Job
-
     import django_rq
+    from rq.job import Job
 
     from ..conf import app_settings
 
-    ids = list(AgentRun.objects.filter(status=RunStatus.QUEUED).order_by("created_at")
-               .values_list("pk", flat=True)[:limit])
+    ids = list(
+        AgentRun.objects.filter(status=RunStatus.QUEUED).order_by("created_at").values_list("pk", flat=True)[:limit]
+    )
     if not ids:
         return [], 0
-    last = dict(AgentRunEvent.objects.filter(run_id__in=ids).order_by().values_list("run_id")
-                .annotate(m=Max("sequence")))
+    last = dict(
+        AgentRunEvent.objects.filter(run_id__in=ids).order_by().values_list("run_id").annotate(m=Max("sequence"))
+    )
     job_ids = [dispatch.job_id(pk, 0 if last.get(pk) is None else last[pk] + 1) for pk in ids]
     connection = django_rq.get_queue(app_settings.QUEUE_NAME).connection
     jobs = Job.fetch_many(job_ids, connection=connection)
@@ -102,7 +104,16 @@ def overview() -> Overview:
         except Exception as exc:  # Redis down: say so on the page, never a server error
             error = f"{type(exc).__name__}: {str(exc)[:200]}"
     passes = list(ReaperPass.objects.all()[:10])
-    return Overview(by_status=by_status, total=sum(counts.values()), lease_expired=lease_expired(now).count(),
-                    unacknowledged_cancel=unacknowledged_cancel(now).count(), queued_without_job=missing,
-                    queued_checked=checked, queue=queue, queue_error=error,
-                    last_pass=passes[0] if passes else None, recent_passes=passes, now=now)
+    return Overview(
+        by_status=by_status,
+        total=sum(counts.values()),
+        lease_expired=lease_expired(now).count(),
+        unacknowledged_cancel=unacknowledged_cancel(now).count(),
+        queued_without_job=missing,
+        queued_checked=checked,
+        queue=queue,
+        queue_error=error,
+        last_pass=passes[0] if passes else None,
+        recent_passes=passes,
+        now=now,
+    )

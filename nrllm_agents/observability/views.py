@@ -40,7 +40,7 @@ def _bearer_ok(request: HttpRequest) -> bool:
     header = request.headers.get("Authorization", "")
     if not token or not header.startswith("Bearer "):
         return False
-    return hmac.compare_digest(header[len("Bearer "):].strip().encode(), token.encode())
+    return hmac.compare_digest(header[len("Bearer ") :].strip().encode(), token.encode())
 
 
 def _from_loopback(request: HttpRequest) -> bool:
@@ -64,7 +64,10 @@ def allowed(request: HttpRequest) -> bool:
 @require_GET
 def metrics_view(request: HttpRequest) -> HttpResponse:
     if not allowed(request):
-        return HttpResponse("403 forbidden: sign in as staff, send the bearer token (NRLLM_METRICS_TOKEN), "
-                            "or allow localhost (NRLLM_METRICS_ALLOW_LOCALHOST=1)\n",
-                            status=403, content_type="text/plain; charset=utf-8")
+        return HttpResponse(
+            "403 forbidden: sign in as staff, send the bearer token (NRLLM_METRICS_TOKEN), "
+            "or allow localhost (NRLLM_METRICS_ALLOW_LOCALHOST=1)\n",
+            status=403,
+            content_type="text/plain; charset=utf-8",
+        )
     return HttpResponse(exposition(), content_type=CONTENT_TYPE_LATEST)

@@ -11,6 +11,8 @@ from django.utils import timezone
 
 from ..domain import StepKind
 from ..models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus, TerminationReason
+
+
 @dataclass(frozen=True)
 class BulkCancel:
     """What a set-based cancel found and did, by the status each selected run had."""
@@ -24,8 +26,7 @@ class BulkCancel:
         return sum(self.cancelled.values())
 
 
-def cancel_many(selection: Any, *, by: Any = None, source: str, reason: str = "",
-                dry_run: bool = False) -> BulkCancel:
+def cancel_many(selection: Any, *, by: Any = None, source: str, reason: str = "", dry_run: bool = False) -> BulkCancel:
     """Cancel every active run a queryset selects, with a constant number of statements.
 
     On PostgreSQL the active rows are locked first and stamped with the time after that.
@@ -41,9 +42,17 @@ def cancel_many(selection: Any, *, by: Any = None, source: str, reason: str = ""
         if dry_run:
             return BulkCancel({s: n for s, n in found.items() if s not in TERMINAL}, unchanged, True)
         now = _lock_active(selection) or timezone.now()
-        common = dict(status=RunStatus.CANCELLED, termination_reason=TerminationReason.CANCELLED,
-                      cancel_requested_at=now, cancelled_by=by, cancel_source=source, cancel_reason=reason or "",
-                      finished_at=now, request_payload=None, suspended_state=None)
+        common = dict(
+            status=RunStatus.CANCELLED,
+            termination_reason=TerminationReason.CANCELLED,
+            cancel_requested_at=now,
+            cancelled_by=by,
+            cancel_source=source,
+            cancel_reason=reason or "",
+            finished_at=now,
+            request_payload=None,
+            suspended_state=None,
+        )
         cancelled: dict[str, int] = {}
         for status in (RunStatus.QUEUED, RunStatus.WAITING_FOR_APPROVAL, RunStatus.RUNNING):
             # Running runs keep their lease: their segment (or the reaper) acknowledges.
@@ -69,8 +78,11 @@ def _lock_active(selection: Any) -> datetime | None:
         return None
     # By primary key through a subquery: the selection may be DISTINCT (an admin search),
     # which FOR UPDATE does not allow.
-    active = AgentRun.objects.filter(pk__in=selection.order_by().values("pk"),
-                                     status__in=[s.value for s in ACTIVE]).order_by().select_for_update()
+    active = (
+        AgentRun.objects.filter(pk__in=selection.order_by().values("pk"), status__in=[s.value for s in ACTIVE])
+        .order_by()
+        .select_for_update()
+    )
     sql, params = active.values("pk").query.sql_with_params()
     with connection.cursor() as cur:
         # The aggregate consumes (locks) every row before clock_timestamp() is evaluated.
@@ -98,5 +110,18 @@ def _append_cancelled_bulk(now: datetime, by: Any, source: str, reason: str) -> 
         f"WHERE r.status = %s AND r.cancel_requested_at = %s AND r.stopped_at = %s"
     )
     with connection.cursor() as cur:
-        cur.execute(sql, [StepKind.CANCELLED.value, RunStatus.CANCELLED.value, username, source, reason,
-                          now.isoformat(), ts, RunStatus.CANCELLED.value, ts, ts])
+        cur.execute(
+            sql,
+            [
+                StepKind.CANCELLED.value,
+                RunStatus.CANCELLED.value,
+                username,
+                source,
+                reason,
+                now.isoformat(),
+                ts,
+                RunStatus.CANCELLED.value,
+                ts,
+                ts,
+            ],
+        )

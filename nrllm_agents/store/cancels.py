@@ -62,8 +62,15 @@ SELECT l.status, l.fresh, (SELECT count(*) FROM changed) FROM locked l
 """
 
 
-def cancel_one_trip(run_id: uuid.UUID, *, by: Any, source: str, reason: str,
-                    termination_reason: str, detail: dict[str, Any] | None = None) -> Transition | None:
+def cancel_one_trip(
+    run_id: uuid.UUID,
+    *,
+    by: Any,
+    source: str,
+    reason: str,
+    termination_reason: str,
+    detail: dict[str, Any] | None = None,
+) -> Transition | None:
     """The cancel fence as one statement (PostgreSQL).
 
     Returns the ``Transition`` (applied, or why not), or ``None`` when the caller must run
@@ -71,9 +78,20 @@ def cancel_one_trip(run_id: uuid.UUID, *, by: Any, source: str, reason: str,
     """
     username = by.get_username() if by is not None else None
     by_id = by.pk if by is not None else None
-    _, rows = prepared.execute(_CANCEL_SQL, [run_id, run_id, str(termination_reason), by_id, str(source),
-                                             reason or "", None if detail is None else json.dumps(detail),
-                                             username], fetch=True)
+    _, rows = prepared.execute(
+        _CANCEL_SQL,
+        [
+            run_id,
+            run_id,
+            str(termination_reason),
+            by_id,
+            str(source),
+            reason or "",
+            None if detail is None else json.dumps(detail),
+            username,
+        ],
+        fetch=True,
+    )
     if not rows:
         return NOT_FOUND
     previous, fresh, changed = rows[0]

@@ -37,15 +37,15 @@ FROM locked l
 """
 
 
-def claim_one_trip(run_id: uuid.UUID, *, started_at: datetime, claimed_by: str,
-                   lease_expires: datetime | None) -> Transition | None:
+def claim_one_trip(
+    run_id: uuid.UUID, *, started_at: datetime, claimed_by: str, lease_expires: datetime | None
+) -> Transition | None:
     """``queued → running`` as one statement (PostgreSQL).
 
     On success ``data`` holds ``request_payload`` and ``next_sequence``. ``None``: the row
     changed while the lock was awaited; run the fence instead.
     """
-    _, rows = prepared.execute(_CLAIM_SQL, [run_id, run_id, started_at, claimed_by, lease_expires, run_id],
-                               fetch=True)
+    _, rows = prepared.execute(_CLAIM_SQL, [run_id, run_id, started_at, claimed_by, lease_expires, run_id], fetch=True)
     if not rows:
         return NOT_FOUND
     status, fresh, changed, payload, last = rows[0]

@@ -10,19 +10,20 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Callable
+from typing import Any
 
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
 from ..conf import app_settings
-from ..models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
 from ..domain import Step
-from . import prepared
+from ..models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
 from ..observability import hooks as observe
+from . import prepared
 from .runs import NOT_FOUND, Transition, _append_cancelled, _owned, append_event
 
 logger = logging.getLogger(__name__)
@@ -43,8 +44,9 @@ def lease_until(now: datetime | None = None) -> datetime:
     return (now or timezone.now()) + timedelta(seconds=float(app_settings.LEASE_SECONDS))
 
 
-def renew(run_id: uuid.UUID, owner: str, *, effect: dict[str, Any] | None = None,
-          clear_effect: bool = False) -> bool | None:
+def renew(
+    run_id: uuid.UUID, owner: str, *, effect: dict[str, Any] | None = None, clear_effect: bool = False
+) -> bool | None:
     """Extend this segment's lease with one guarded UPDATE.
 
     ``True``: still running and ours. ``False``: not any more (cancelled, reaped, finished).
@@ -77,8 +79,18 @@ def record_step(run_id: uuid.UUID, owner: str, sequence: int, step: Step, create
     until = lease_until()
     try:
         if prepared.enabled():
-            params = [until, run_id, RunStatus.RUNNING.value, owner, sequence, step.kind.value, step.round,
-                      step.duration_ms, json.dumps(step.payload, default=str), created_at]
+            params = [
+                until,
+                run_id,
+                RunStatus.RUNNING.value,
+                owner,
+                sequence,
+                step.kind.value,
+                step.round,
+                step.duration_ms,
+                json.dumps(step.payload, default=str),
+                created_at,
+            ]
             rowcount, _ = _isolated(lambda: prepared.execute(_RECORD_SQL, params))
             return bool(rowcount == 1)
         with transaction.atomic():
@@ -116,16 +128,23 @@ def lost_or_cancelled(run_id: uuid.UUID, owner: str) -> str | None:
     return "lost"
 
 
-def requeue(run_id: uuid.UUID, owner: str, *, count_attempt: bool, error_class: str = "",
-            error_message: str = "") -> Transition:
+def requeue(
+    run_id: uuid.UUID, owner: str, *, count_attempt: bool, error_class: str = "", error_message: str = ""
+) -> Transition:
     """``running → queued`` by the owning segment (a transient failure, a graceful shutdown).
 
     The run continues later from its recorded stream.
     """
     n = _owned(run_id, owner).update(
-        status=RunStatus.QUEUED, claimed_by="", lease_expires=None, pending_effect=None,
-        request_payload=RECOVER, attempts=F("attempts") + (1 if count_attempt else 0),
-        error_class=error_class, error_message=error_message[:2000])
+        status=RunStatus.QUEUED,
+        claimed_by="",
+        lease_expires=None,
+        pending_effect=None,
+        request_payload=RECOVER,
+        attempts=F("attempts") + (1 if count_attempt else 0),
+        error_class=error_class,
+        error_message=error_message[:2000],
+    )
     if n:
         return Transition(True, RunStatus.QUEUED, RunStatus.RUNNING)
     status = AgentRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
@@ -162,8 +181,11 @@ def reap(*, limit: int = 100, dry_run: bool = False, now: datetime | None = None
     now = now or timezone.now()
     report = ReapReport(dry_run=dry_run)
     budget = int(app_settings.MAX_ATTEMPTS)
-    stale = list(AgentRun.objects.filter(status=RunStatus.RUNNING, lease_expires__lt=now)
-                 .order_by("lease_expires").values("id", "attempts", "pending_effect", "provider")[:limit])
+    stale = list(
+        AgentRun.objects.filter(status=RunStatus.RUNNING, lease_expires__lt=now)
+        .order_by("lease_expires")
+        .values("id", "attempts", "pending_effect", "provider")[:limit]
+    )
     for row in stale:
         if row["pending_effect"]:
             verdict = TerminationReason.NOT_RETRYABLE.value
@@ -176,14 +198,30 @@ def reap(*, limit: int = 100, dry_run: bool = False, now: datetime | None = None
             continue
         still_stale = AgentRun.objects.filter(pk=row["id"], status=RunStatus.RUNNING, lease_expires__lt=now)
         if verdict == "requeue":
-            n = still_stale.update(status=RunStatus.QUEUED, attempts=F("attempts") + 1, claimed_by="",
-                                   lease_expires=None, request_payload=RECOVER)
+            n = still_stale.update(
+                status=RunStatus.QUEUED,
+                attempts=F("attempts") + 1,
+                claimed_by="",
+                lease_expires=None,
+                request_payload=RECOVER,
+            )
         else:
-            message = ("the worker was lost during a non-idempotent tool call; not retried"
-                       if row["pending_effect"] else f"the worker was lost and the budget of {budget} requeues is used")
-            n = still_stale.update(status=RunStatus.FAILED, termination_reason=verdict, finished_at=now,
-                                   stopped_at=now, error_class="LeaseExpired", error_message=message,
-                                   request_payload=None, suspended_state=None, lease_expires=None)
+            message = (
+                "the worker was lost during a non-idempotent tool call; not retried"
+                if row["pending_effect"]
+                else f"the worker was lost and the budget of {budget} requeues is used"
+            )
+            n = still_stale.update(
+                status=RunStatus.FAILED,
+                termination_reason=verdict,
+                finished_at=now,
+                stopped_at=now,
+                error_class="LeaseExpired",
+                error_message=message,
+                request_payload=None,
+                suspended_state=None,
+                lease_expires=None,
+            )
         if n:
             _count(report, verdict, row["id"])
         else:
@@ -202,8 +240,11 @@ def _count(report: ReapReport, verdict: str, run_id: uuid.UUID) -> None:
 
 def _acknowledge_orphaned_cancels(now: datetime, limit: int, dry_run: bool) -> int:
     """Cancelled while running, and the segment died before its boundary: acknowledge for it."""
-    orphans = list(AgentRun.objects.filter(status=RunStatus.CANCELLED, stopped_at__isnull=True,
-                                           lease_expires__lt=now).values_list("id", flat=True)[:limit])
+    orphans = list(
+        AgentRun.objects.filter(status=RunStatus.CANCELLED, stopped_at__isnull=True, lease_expires__lt=now).values_list(
+            "id", flat=True
+        )[:limit]
+    )
     if dry_run:
         return len(orphans)
     done = 0
@@ -211,7 +252,8 @@ def _acknowledge_orphaned_cancels(now: datetime, limit: int, dry_run: bool) -> i
         try:
             with transaction.atomic():
                 n = AgentRun.objects.filter(pk=run_id, stopped_at__isnull=True, lease_expires__lt=now).update(
-                    stopped_at=now, claimed_by="", lease_expires=None, pending_effect=None)
+                    stopped_at=now, claimed_by="", lease_expires=None, pending_effect=None
+                )
                 if n:
                     last = AgentRunEvent.objects.filter(run_id=run_id).aggregate(m=Max("sequence"))["m"]
                     _append_cancelled(run_id, 0 if last is None else last + 1, last, now)
@@ -232,13 +274,23 @@ def append_owned(run_id: uuid.UUID, owner: str, sequence: int, step: Step, creat
     """
     run_table, event_table = AgentRun._meta.db_table, AgentRunEvent._meta.db_table
     cast = "::jsonb" if connection.vendor == "postgresql" else ""
-    sql = (f"INSERT INTO {event_table} (run_id, sequence, kind, round, duration_ms, payload, created_at) "
-           f"SELECT id, %s, %s, %s, %s, %s{cast}, %s FROM {run_table} "
-           f"WHERE id = %s AND claimed_by = %s AND status IN (%s, %s) AND stopped_at IS NULL")
-    params = [sequence, step.kind.value, step.round, step.duration_ms, json.dumps(step.payload, default=str),
-              _field(AgentRunEvent, "created_at").get_db_prep_value(created_at, connection),
-              _field(AgentRun, "id").get_db_prep_value(run_id, connection), owner,
-              RunStatus.RUNNING.value, RunStatus.CANCELLED.value]
+    sql = (
+        f"INSERT INTO {event_table} (run_id, sequence, kind, round, duration_ms, payload, created_at) "
+        f"SELECT id, %s, %s, %s, %s, %s{cast}, %s FROM {run_table} "
+        f"WHERE id = %s AND claimed_by = %s AND status IN (%s, %s) AND stopped_at IS NULL"
+    )
+    params = [
+        sequence,
+        step.kind.value,
+        step.round,
+        step.duration_ms,
+        json.dumps(step.payload, default=str),
+        _field(AgentRunEvent, "created_at").get_db_prep_value(created_at, connection),
+        _field(AgentRun, "id").get_db_prep_value(run_id, connection),
+        owner,
+        RunStatus.RUNNING.value,
+        RunStatus.CANCELLED.value,
+    ]
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql, params)
         return bool(cursor.rowcount == 1)

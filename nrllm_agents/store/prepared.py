@@ -22,7 +22,8 @@ statements are server-side bound without being prepared (see ``bench/README.md``
 from __future__ import annotations
 
 import functools
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from django.db import connection
 

@@ -1,14 +1,13 @@
-"""Run transitions: begin, claim, suspend, resume, settle, cancel, and the step stream.
-
-"""
+"""Run transitions: begin, claim, suspend, resume, settle, cancel, and the step stream."""
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any
 
 from django.db import transaction
 from django.db.models import F, Max
@@ -49,8 +48,9 @@ def _active() -> list[str]:
 def begin(fields: dict[str, Any], *, claimed_by: str = "", lease_expires: datetime | None = None) -> AgentRun:
     """Insert a run that is executing from birth (``— → running``), owned by ``claimed_by``."""
     now = timezone.now()
-    return AgentRun.objects.create(status=RunStatus.RUNNING, started_at=now, claimed_by=claimed_by,
-                                   lease_expires=lease_expires, **fields)
+    return AgentRun.objects.create(
+        status=RunStatus.RUNNING, started_at=now, claimed_by=claimed_by, lease_expires=lease_expires, **fields
+    )
 
 
 def create_queued(fields: dict[str, Any], request_payload: dict[str, Any]) -> AgentRun:
@@ -85,20 +85,39 @@ def claim_queued(run_id: uuid.UUID, *, claimed_by: str, lease_expires: datetime 
         done = claim_one_trip(run_id, started_at=timezone.now(), claimed_by=claimed_by, lease_expires=lease_expires)
         if done is not None:
             return done
-    return _move(run_id, RunStatus.QUEUED, RunStatus.RUNNING, read="request_payload",
-                 started_at=timezone.now(), claimed_by=claimed_by, lease_expires=lease_expires)
+    return _move(
+        run_id,
+        RunStatus.QUEUED,
+        RunStatus.RUNNING,
+        read="request_payload",
+        started_at=timezone.now(),
+        claimed_by=claimed_by,
+        lease_expires=lease_expires,
+    )
 
 
 def claim_for_resume(run_id: uuid.UUID, *, claimed_by: str = "", lease_expires: datetime | None = None) -> Transition:
     """``waiting_for_approval → running``; a second concurrent approve loses."""
-    return _move(run_id, RunStatus.WAITING_FOR_APPROVAL, RunStatus.RUNNING, read="suspended_state",
-                 claimed_by=claimed_by, lease_expires=lease_expires, **_deadline_after_wait(run_id))
+    return _move(
+        run_id,
+        RunStatus.WAITING_FOR_APPROVAL,
+        RunStatus.RUNNING,
+        read="suspended_state",
+        claimed_by=claimed_by,
+        lease_expires=lease_expires,
+        **_deadline_after_wait(run_id),
+    )
 
 
 def requeue_for_resume(run_id: uuid.UUID, payload: dict[str, Any]) -> Transition:
     """``waiting_for_approval → queued`` with the decision stored for the worker that resumes it."""
-    return _move(run_id, RunStatus.WAITING_FOR_APPROVAL, RunStatus.QUEUED, request_payload=payload,
-                 **_deadline_after_wait(run_id))
+    return _move(
+        run_id,
+        RunStatus.WAITING_FOR_APPROVAL,
+        RunStatus.QUEUED,
+        request_payload=payload,
+        **_deadline_after_wait(run_id),
+    )
 
 
 def _deadline_after_wait(run_id: uuid.UUID) -> dict[str, Any]:
@@ -123,19 +142,34 @@ def _owned(run_id: uuid.UUID, owner: str | None) -> Any:
     return qs.filter(claimed_by=owner) if owner is not None else qs
 
 
-def suspend(run_id: uuid.UUID, *, state: dict[str, Any], iterations: int, usage: Usage,
-            owner: str | None = None) -> Transition:
+def suspend(
+    run_id: uuid.UUID, *, state: dict[str, Any], iterations: int, usage: Usage, owner: str | None = None
+) -> Transition:
     """``running → waiting_for_approval`` (by the owning segment), storing the resumable state."""
     n = _owned(run_id, owner).update(
-        status=RunStatus.WAITING_FOR_APPROVAL, suspended_state=state, iterations=iterations,
-        prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
-        claimed_by="", lease_expires=None)
+        status=RunStatus.WAITING_FOR_APPROVAL,
+        suspended_state=state,
+        iterations=iterations,
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        claimed_by="",
+        lease_expires=None,
+    )
     return Transition(True, RunStatus.WAITING_FOR_APPROVAL, RunStatus.RUNNING) if n else _refused(run_id)
 
 
-def settle(run_id: uuid.UUID, *, status: str, reason: str, iterations: int = 0, usage: Usage = Usage(),
-           final_text: str = "", error_class: str = "", error_message: str = "",
-           owner: str | None = None) -> Transition:
+def settle(
+    run_id: uuid.UUID,
+    *,
+    status: str,
+    reason: str,
+    iterations: int = 0,
+    usage: Usage = Usage(),
+    final_text: str = "",
+    error_class: str = "",
+    error_message: str = "",
+    owner: str | None = None,
+) -> Transition:
     """A terminal write (``→ completed / failed``).
 
     With ``owner`` (a segment settling its own run) the row must be running and claimed by
@@ -146,15 +180,33 @@ def settle(run_id: uuid.UUID, *, status: str, reason: str, iterations: int = 0, 
     now = timezone.now()
     rows = _owned(run_id, owner) if owner is not None else AgentRun.objects.filter(pk=run_id, status__in=_active())
     n = rows.update(
-        status=status, termination_reason=reason, finished_at=now, stopped_at=now,
-        iterations=iterations, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
-        final_text=final_text or "", error_class=error_class, error_message=error_message[:2000],
-        request_payload=None, suspended_state=None, lease_expires=None, pending_effect=None)
+        status=status,
+        termination_reason=reason,
+        finished_at=now,
+        stopped_at=now,
+        iterations=iterations,
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        final_text=final_text or "",
+        error_class=error_class,
+        error_message=error_message[:2000],
+        request_payload=None,
+        suspended_state=None,
+        lease_expires=None,
+        pending_effect=None,
+    )
     return Transition(True, status, None) if n else _refused(run_id)
 
 
-def cancel(run_id: uuid.UUID, *, by: Any = None, source: str, reason: str = "",
-           termination_reason: str = TerminationReason.CANCELLED, detail: dict[str, Any] | None = None) -> Transition:
+def cancel(
+    run_id: uuid.UUID,
+    *,
+    by: Any = None,
+    source: str,
+    reason: str = "",
+    termination_reason: str = TerminationReason.CANCELLED,
+    detail: dict[str, Any] | None = None,
+) -> Transition:
     """``queued / running / waiting_for_approval → cancelled``; exactly one of two cancels wins.
 
     ``termination_reason`` says why (a limit's cancel: ``deadline_exceeded``,
@@ -168,8 +220,9 @@ def cancel(run_id: uuid.UUID, *, by: Any = None, source: str, reason: str = "",
     if prepared.enabled():
         from .cancels import cancel_one_trip
 
-        done = cancel_one_trip(run_id, by=by, source=source, reason=reason, termination_reason=termination_reason,
-                               detail=detail)
+        done = cancel_one_trip(
+            run_id, by=by, source=source, reason=reason, termination_reason=termination_reason, detail=detail
+        )
         if done is not None:
             return done
     with transaction.atomic():
@@ -185,9 +238,18 @@ def cancel(run_id: uuid.UUID, *, by: Any = None, source: str, reason: str = "",
         # boundary, or the reaper does once that lease expires (the segment died).
         quiescent_fields = {"stopped_at": now, "lease_expires": None} if quiescent else {}
         AgentRun.objects.filter(pk=run_id, status=previous).update(
-            status=RunStatus.CANCELLED, termination_reason=termination_reason, cancel_detail=detail,
-            cancel_requested_at=now, cancelled_by=by, cancel_source=source, cancel_reason=reason or "",
-            finished_at=now, request_payload=None, suspended_state=None, **quiescent_fields)
+            status=RunStatus.CANCELLED,
+            termination_reason=termination_reason,
+            cancel_detail=detail,
+            cancel_requested_at=now,
+            cancelled_by=by,
+            cancel_source=source,
+            cancel_reason=reason or "",
+            finished_at=now,
+            request_payload=None,
+            suspended_state=None,
+            **quiescent_fields,
+        )
         if quiescent:
             last = AgentRunEvent.objects.filter(run_id=run_id).aggregate(m=Max("sequence"))["m"]
             _append_cancelled(run_id, (last + 1) if last is not None else 0, last, now)
@@ -209,19 +271,39 @@ def _cancel_payload(run: dict[str, Any], boundary: int | None) -> dict[str, Any]
     return payload
 
 
-_CANCEL_FIELDS = ("cancelled_by__username", "cancel_source", "cancel_reason", "cancel_requested_at",
-                  "termination_reason", "cancel_detail")
+_CANCEL_FIELDS = (
+    "cancelled_by__username",
+    "cancel_source",
+    "cancel_reason",
+    "cancel_requested_at",
+    "termination_reason",
+    "cancel_detail",
+)
 
 
 def _append_cancelled(run_id: uuid.UUID, sequence: int, boundary: int | None, now: datetime) -> AgentRunEvent:
     run = AgentRun.objects.filter(pk=run_id).values(*_CANCEL_FIELDS).get()
-    return AgentRunEvent.objects.create(run_id=run_id, sequence=sequence, kind=StepKind.CANCELLED,
-                                        round=0, payload=_cancel_payload(run, boundary), created_at=now)
+    return AgentRunEvent.objects.create(
+        run_id=run_id,
+        sequence=sequence,
+        kind=StepKind.CANCELLED,
+        round=0,
+        payload=_cancel_payload(run, boundary),
+        created_at=now,
+    )
 
 
-def acknowledge_cancel(run_id: uuid.UUID, *, sequence: int, boundary: int | None, round: int,
-                       iterations: int, usage: Usage, owner: str | None = None,
-                       interrupted_sequence: int | None = None) -> AgentRunEvent | None:
+def acknowledge_cancel(
+    run_id: uuid.UUID,
+    *,
+    sequence: int,
+    boundary: int | None,
+    round: int,
+    iterations: int,
+    usage: Usage,
+    owner: str | None = None,
+    interrupted_sequence: int | None = None,
+) -> AgentRunEvent | None:
     """A segment stopped by a cancel: stamp when it stopped and its spend, append ``cancelled``.
 
     Happens at most once per run (guarded on ``stopped_at IS NULL``); returns the appended
@@ -233,8 +315,14 @@ def acknowledge_cancel(run_id: uuid.UUID, *, sequence: int, boundary: int | None
         rows = AgentRun.objects.filter(pk=run_id, status=RunStatus.CANCELLED, stopped_at__isnull=True)
         if owner is not None:
             rows = rows.filter(claimed_by=owner)  # a segment that lost the run never writes to it
-        n = rows.update(stopped_at=now, iterations=iterations, prompt_tokens=usage.prompt_tokens,
-                        completion_tokens=usage.completion_tokens, claimed_by="", pending_effect=None)
+        n = rows.update(
+            stopped_at=now,
+            iterations=iterations,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            claimed_by="",
+            pending_effect=None,
+        )
         if not n:
             return None
         event = _append_cancelled(run_id, sequence, boundary, now)
@@ -251,8 +339,15 @@ def acknowledge_cancel(run_id: uuid.UUID, *, sequence: int, boundary: int | None
 
 def append_event(run_id: uuid.UUID, sequence: int, step: Step, created_at: datetime) -> None:
     """Record one step (append-only; ``(run, sequence)`` is unique)."""
-    AgentRunEvent.objects.create(run_id=run_id, sequence=sequence, kind=step.kind.value, round=step.round,
-                                 duration_ms=step.duration_ms, payload=step.payload, created_at=created_at)
+    AgentRunEvent.objects.create(
+        run_id=run_id,
+        sequence=sequence,
+        kind=step.kind.value,
+        round=step.round,
+        duration_ms=step.duration_ms,
+        payload=step.payload,
+        created_at=created_at,
+    )
 
 
 def probe_status(run_id: uuid.UUID, *, fail_soft: bool = True) -> str | None:
@@ -267,8 +362,7 @@ def probe_status(run_id: uuid.UUID, *, fail_soft: bool = True) -> str | None:
     except Exception as exc:
         if not fail_soft:
             raise
-        logger.warning("status probe for run %s failed (%s); treating as not cancelled",
-                       run_id, type(exc).__name__)
+        logger.warning("status probe for run %s failed (%s); treating as not cancelled", run_id, type(exc).__name__)
         return None
 
 
@@ -282,4 +376,3 @@ def events(run_id: uuid.UUID, *, after: int = -1, limit: int | None = None) -> I
     """The stream of a run from ``after`` (exclusive), in sequence order."""
     qs = AgentRunEvent.objects.filter(run_id=run_id, sequence__gt=after).order_by("sequence")
     return qs[:limit] if limit else qs
-

@@ -39,9 +39,10 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterable
+from typing import Any
 
 COMPLETIONS_PATH = "/v1/chat/completions"
 _ENTRY_KEYS = frozenset({"content", "tool_calls", "usage", "status", "error", "raw", "delay", "chunk_delay"})
@@ -98,8 +99,10 @@ def transcript_problem(messages: Any) -> str | None:
         if message.get("role") == "tool":
             call_id = message.get("tool_call_id")
             if call_id not in known:
-                return (f"Invalid parameter: messages[{i}]: messages with role 'tool' must be a response to a "
-                        f"preceding message with 'tool_calls' (unknown tool_call_id {call_id!r}).")
+                return (
+                    f"Invalid parameter: messages[{i}]: messages with role 'tool' must be a response to a "
+                    f"preceding message with 'tool_calls' (unknown tool_call_id {call_id!r})."
+                )
             pending = [p for p in pending if p != call_id]
             continue
         if pending:
@@ -108,14 +111,17 @@ def transcript_problem(messages: Any) -> str | None:
         pending = [str(c.get("id")) for c in calls if isinstance(c, dict)]
         known = set(pending)
     if pending:
-        return ("An assistant message with 'tool_calls' must be followed by tool messages responding to each "
-                f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(pending)}")
+        return (
+            "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+            f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(pending)}"
+        )
     return None
 
 
 def _error_body(message: str, status: int) -> dict[str, Any]:
-    kind = {401: "invalid_request_error", 404: "invalid_request_error",
-            429: "rate_limit_error"}.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    kind = {401: "invalid_request_error", 404: "invalid_request_error", 429: "rate_limit_error"}.get(
+        status, "server_error" if status >= 500 else "invalid_request_error"
+    )
     code = {401: "invalid_api_key", 429: "rate_limit_exceeded"}.get(status)
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
@@ -129,9 +135,16 @@ class ChatCompletionServer:
     without ``Authorization: Bearer <api_key>`` is answered 401 and consumes no entry.
     """
 
-    def __init__(self, script: Iterable[dict[str, Any]] | None = None, *, api_key: str | None = None,
-                 by_turn: bool = False, host: str = "127.0.0.1", port: int = 0,
-                 verbose: bool = False) -> None:
+    def __init__(
+        self,
+        script: Iterable[dict[str, Any]] | None = None,
+        *,
+        api_key: str | None = None,
+        by_turn: bool = False,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        verbose: bool = False,
+    ) -> None:
         self.api_key = api_key
         self.by_turn = by_turn
         self.verbose = verbose
@@ -170,8 +183,9 @@ class ChatCompletionServer:
         self._stopping.clear()
         handler = type("_BoundHandler", (_Handler,), {"owner": self})
         self._httpd = ThreadingHTTPServer(self._address, handler)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="chat-completion-server", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="chat-completion-server", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -218,32 +232,46 @@ class ChatCompletionServer:
         message: dict[str, Any] = {"role": "assistant", "content": entry.get("content")}
         finish_reason = "stop"
         if entry.get("tool_calls"):
-            message["tool_calls"] = [{
-                "id": str(call.get("id") or f"call_{n}_{i + 1}"),
-                "type": "function",
-                "function": {"name": call["name"], "arguments": call["arguments"]
-                             if isinstance(call.get("arguments"), str)
-                             else json.dumps(call.get("arguments") or {})},
-            } for i, call in enumerate(entry["tool_calls"])]
+            message["tool_calls"] = [
+                {
+                    "id": str(call.get("id") or f"call_{n}_{i + 1}"),
+                    "type": "function",
+                    "function": {
+                        "name": call["name"],
+                        "arguments": call["arguments"]
+                        if isinstance(call.get("arguments"), str)
+                        else json.dumps(call.get("arguments") or {}),
+                    },
+                }
+                for i, call in enumerate(entry["tool_calls"])
+            ]
             finish_reason = "tool_calls"
         completion: dict[str, Any] = {
-            "id": f"chatcmpl-{n}", "object": "chat.completion", "created": int(time.time()),
+            "id": f"chatcmpl-{n}",
+            "object": "chat.completion",
+            "created": int(time.time()),
             "model": str(body.get("model") or "scripted"),
             "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
         }
         if "usage" in entry:
             prompt = int(entry["usage"].get("prompt_tokens", 0))
             completion_tokens = int(entry["usage"].get("completion_tokens", 0))
-            completion["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
-                                   "total_tokens": prompt + completion_tokens}
+            completion["usage"] = {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt + completion_tokens,
+            }
         return completion
-
 
     def _chunks(self, entry: dict[str, Any], body: dict[str, Any]) -> list[dict[str, Any]]:
         """The ``chat.completion.chunk`` events of a streamed answer, in order."""
         whole = self._completion(entry, body)
-        base = {"id": whole["id"], "object": "chat.completion.chunk", "created": whole["created"],
-                "model": whole["model"]}
+        base = {
+            "id": whole["id"],
+            "object": "chat.completion.chunk",
+            "created": whole["created"],
+            "model": whole["model"],
+        }
         message, finish = whole["choices"][0]["message"], whole["choices"][0]["finish_reason"]
 
         def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
@@ -254,8 +282,20 @@ class ChatCompletionServer:
         out += [chunk({"content": w + (" " if i < len(words) - 1 else "")}) for i, w in enumerate(words) if w]
         for i, call in enumerate(message.get("tool_calls") or []):
             function = call["function"]
-            out.append(chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
-                                              "function": {"name": function["name"], "arguments": ""}}]}))
+            out.append(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": i,
+                                "id": call["id"],
+                                "type": "function",
+                                "function": {"name": function["name"], "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+            )
             out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": function["arguments"]}}]}))
         out.append(chunk({}, finish))
         if "usage" in whole and (body.get("stream_options") or {}).get("include_usage"):
@@ -368,27 +408,33 @@ class _Handler(BaseHTTPRequestHandler):
 
 def main(argv: list[str] | None = None) -> None:
     """Serve a script until interrupted."""
-    parser = argparse.ArgumentParser(prog="python -m nrllm_agents.testing.chat_server",
-                                     description="A scripted OpenAI-compatible chat-completions server.")
+    parser = argparse.ArgumentParser(
+        prog="python -m nrllm_agents.testing.chat_server",
+        description="A scripted OpenAI-compatible chat-completions server.",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback)")
     parser.add_argument("--port", type=int, default=8765, help="port to listen on (0: any free port)")
-    parser.add_argument("--script", help="JSON file holding a list of script entries "
-                                         "(default: the scripted provider's demo turns)")
+    parser.add_argument(
+        "--script", help="JSON file holding a list of script entries (default: the scripted provider's demo turns)"
+    )
     parser.add_argument("--api-key", help="require 'Authorization: Bearer <key>'")
-    parser.add_argument("--queue", action="store_true",
-                        help="consume entries in order across requests instead of by assistant turn")
+    parser.add_argument(
+        "--queue", action="store_true", help="consume entries in order across requests instead of by assistant turn"
+    )
     args = parser.parse_args(argv)
     if args.script:
         with open(args.script, encoding="utf-8") as fh:
             script = json.load(fh)
     else:
         from nrllm_agents.domain.providers.scripted import DEMO_SCRIPT
+
         script = DEMO_SCRIPT
     if not isinstance(script, list):
         parser.error("the script file must hold a JSON list")
     try:
-        server = ChatCompletionServer(script, api_key=args.api_key, by_turn=not args.queue,
-                                      host=args.host, port=args.port, verbose=True)
+        server = ChatCompletionServer(
+            script, api_key=args.api_key, by_turn=not args.queue, host=args.host, port=args.port, verbose=True
+        )
     except ValueError as exc:
         parser.error(str(exc))
     with server:

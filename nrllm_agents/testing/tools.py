@@ -42,8 +42,12 @@ class SlowNote:
         title, seconds = arguments.get("title"), arguments.get("seconds", 0)
         if not isinstance(title, str) or not title:
             raise ToolError("title must be a non-empty string")
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
-                or not 0 <= seconds <= 30:
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not math.isfinite(seconds)
+            or not 0 <= seconds <= 30
+        ):
             raise ToolError("seconds must be a number from 0 to 30")
         note = Note.objects.create(run_id=self.run_id, title=title, body="written by slow_note")
         time.sleep(seconds)
@@ -59,8 +63,11 @@ class StubbornWait:
 
     name = "stubborn"
     description = "Wait the given seconds, ignoring any cancel (a tool that predates the cancel token)."
-    parameters = {"type": "object", "properties": {"seconds": {"type": "number", "minimum": 0, "maximum": 30}},
-                  "required": ["seconds"]}
+    parameters = {
+        "type": "object",
+        "properties": {"seconds": {"type": "number", "minimum": 0, "maximum": 30}},
+        "required": ["seconds"],
+    }
     requires_approval = False
     started: Any = None
 

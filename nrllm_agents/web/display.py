@@ -61,8 +61,13 @@ def step_details(step: dict[str, Any]) -> list[tuple[str, str]]:
             lines.append(("tool call", call_text(call)))
         usage = p.get("usage") or {}
         estimated = " (estimated)" if p.get("usage_estimated") else ""
-        lines.append(("tokens", f"{usage.get('prompt_tokens', 0)} prompt + {usage.get('completion_tokens', 0)} "
-                                f"completion = {usage.get('total_tokens', 0)}{estimated}"))
+        lines.append(
+            (
+                "tokens",
+                f"{usage.get('prompt_tokens', 0)} prompt + {usage.get('completion_tokens', 0)} "
+                f"completion = {usage.get('total_tokens', 0)}{estimated}",
+            )
+        )
     elif kind == "tool":
         lines.append(("call", call_text(p)))
         if p.get("interrupted"):
@@ -84,8 +89,12 @@ def step_details(step: dict[str, Any]) -> list[tuple[str, str]]:
             lines.append(("reason", p["reason"]))
         limit = p.get("limit")
         if limit:
-            lines.append(("limit", f"{limit.get('limit')} {limit.get('value')}: measured {limit.get('measured')} "
-                                   f"{limit.get('unit')}"))
+            lines.append(
+                (
+                    "limit",
+                    f"{limit.get('limit')} {limit.get('value')}: measured {limit.get('measured')} {limit.get('unit')}",
+                )
+            )
         boundary = p.get("boundary_sequence")
         if p.get("interrupted"):
             lines.append(("stopped", f"interrupting step #{p.get('interrupted_sequence')} in flight"))
@@ -111,5 +120,9 @@ def elapsed(started_at: datetime | None, finished_at: datetime | None) -> str:
 
 def for_page(step: dict[str, Any]) -> dict[str, Any]:
     """A ``presenters.step_dict`` with what the template shows."""
-    return {**step, "details": step_details(step), "time": time_of(step.get("created_at")),
-            "interrupted": bool((step.get("payload") or {}).get("interrupted"))}
+    return {
+        **step,
+        "details": step_details(step),
+        "time": time_of(step.get("created_at")),
+        "interrupted": bool((step.get("payload") or {}).get("interrupted")),
+    }

@@ -12,9 +12,11 @@ from ..conf import app_settings
 from ..jsonlimits import DEPTH_ERROR, text_too_deep
 from ..requests import MAX_PROMPT_CHARS, InvalidRequest, RunRequest
 
-SCRIPT_HELP = ('Optional, scripted provider only. A JSON list of turns, e.g. '
-               '[{"delay": 0.5, "tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}}]}, '
-               '{"content": "42"}]')
+SCRIPT_HELP = (
+    "Optional, scripted provider only. A JSON list of turns, e.g. "
+    '[{"delay": 0.5, "tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}}]}, '
+    '{"content": "42"}]'
+)
 
 
 class RunForm(forms.Form):
@@ -24,22 +26,28 @@ class RunForm(forms.Form):
     what every other surface accepts; its per-field errors land on the matching fields.
     """
 
-    MODES = [("interactive", "Interactive (executes in this web process)"),
-             ("queued", "Queued (a worker executes it)")]
+    MODES = [("interactive", "Interactive (executes in this web process)"), ("queued", "Queued (a worker executes it)")]
 
     prompt = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=MAX_PROMPT_CHARS)
     provider = forms.ChoiceField()
     model = forms.CharField(required=False, max_length=200)
     tools = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
     max_iterations = forms.IntegerField(min_value=1)
-    deadline_seconds = forms.IntegerField(required=False, min_value=1, label="Deadline (s)",
-                                          help_text="Cancel the run after this many seconds (approval waits "
-                                                    "excluded). Empty: the default.")
-    max_total_tokens = forms.IntegerField(required=False, min_value=1, label="Token budget",
-                                          help_text="Cancel the run after the model call that spends more. "
-                                                    "Empty: the default.")
-    script = forms.CharField(required=False, help_text=SCRIPT_HELP,
-                             widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}))
+    deadline_seconds = forms.IntegerField(
+        required=False,
+        min_value=1,
+        label="Deadline (s)",
+        help_text="Cancel the run after this many seconds (approval waits excluded). Empty: the default.",
+    )
+    max_total_tokens = forms.IntegerField(
+        required=False,
+        min_value=1,
+        label="Token budget",
+        help_text="Cancel the run after the model call that spends more. Empty: the default.",
+    )
+    script = forms.CharField(
+        required=False, help_text=SCRIPT_HELP, widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"})
+    )
     mode = forms.ChoiceField(choices=MODES, initial="interactive", widget=forms.RadioSelect)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -61,7 +69,7 @@ class RunForm(forms.Form):
         try:
             return json.loads(text)
         except json.JSONDecodeError as exc:
-            raise forms.ValidationError(f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})")
+            raise forms.ValidationError(f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()

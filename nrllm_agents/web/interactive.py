@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from django.db import connections
 
@@ -37,8 +38,10 @@ class AtCapacity(RuntimeError):
     """Every interactive slot of this process is taken; nothing was started."""
 
     def __init__(self, slots: int) -> None:
-        super().__init__(f"{slots} interactive runs are already executing in this web process; "
-                         "try again in a moment, or queue the run for a worker.")
+        super().__init__(
+            f"{slots} interactive runs are already executing in this web process; "
+            "try again in a moment, or queue the run for a worker."
+        )
 
 
 def _take_slot() -> None:

@@ -55,8 +55,7 @@ def acquire(user_key: Any) -> StreamSlot | StreamRefused:
     with _lock:
         mine = _open_by_user.get(user_key, 0)
         if per_user > 0 and mine >= per_user:
-            return StreamRefused(f"Too many open streams for this user ({per_user} at most); "
-                                 f"close one and retry.")
+            return StreamRefused(f"Too many open streams for this user ({per_user} at most); close one and retry.")
         if total > 0 and _open_total >= total:
             return StreamRefused(f"Too many open streams on this server ({total} at most); retry later.")
         _open_total += 1

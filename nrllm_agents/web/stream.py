@@ -50,9 +50,9 @@ from django.views.decorators.http import require_GET
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
-from ..conf import app_settings
 from .. import policy
 from ..api.serializers import MAX_SEQUENCE, EventsQuerySerializer
+from ..conf import app_settings
 from ..push import StepData
 from ..watch import Update, Watch, release_connection
 from . import limits
@@ -91,9 +91,11 @@ class Pace:
 
     @classmethod
     def from_settings(cls) -> Pace:
-        return cls(poll=float(app_settings.STREAM_POLL_SECONDS),
-                   heartbeat=float(app_settings.STREAM_HEARTBEAT_SECONDS),
-                   max_seconds=float(app_settings.STREAM_MAX_SECONDS))
+        return cls(
+            poll=float(app_settings.STREAM_POLL_SECONDS),
+            heartbeat=float(app_settings.STREAM_HEARTBEAT_SECONDS),
+            max_seconds=float(app_settings.STREAM_MAX_SECONDS),
+        )
 
 
 class _Clock:
@@ -195,8 +197,7 @@ def run_stream(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     """Stream a run's steps as Server-Sent Events (see the module docstring)."""
     user, refused = _user(request)
     if refused or not getattr(user, "is_authenticated", False):
-        response = JsonResponse({"detail": refused or "Authentication credentials were not provided."},
-                                status=401)
+        response = JsonResponse({"detail": refused or "Authentication credentials were not provided."}, status=401)
         response["WWW-Authenticate"] = "Token"
         return response
     run = policy.visible_runs(user).filter(pk=run_id).first()
@@ -204,9 +205,10 @@ def run_stream(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         return JsonResponse({"detail": "Not found."}, status=404)
     after = _resume_after(request)
     if after is None:
-        return JsonResponse({"detail": f"Last-Event-ID / after must be a step sequence (an integer from -1 to "
-                                       f"{MAX_SEQUENCE})."},
-                            status=400)
+        return JsonResponse(
+            {"detail": f"Last-Event-ID / after must be a step sequence (an integer from -1 to {MAX_SEQUENCE})."},
+            status=400,
+        )
     slot = limits.acquire(user.pk)
     if isinstance(slot, limits.StreamRefused):
         response = JsonResponse({"detail": slot.detail}, status=429)

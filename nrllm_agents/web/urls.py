@@ -21,8 +21,10 @@ urlpatterns = [
     path("playground/runs/<uuid:run_id>/approve/", views.approve_run, name="approve"),
     path("playground/runs/<uuid:run_id>/fork/", views.fork_run, name="fork"),
     path("api/runs/<uuid:run_id>/stream/", stream.run_stream, name="run-stream"),
-    path("accounts/login/", auth_views.LoginView.as_view(
-        redirect_authenticated_user=True, next_page=reverse_lazy("nrllm_web:playground")), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(next_page=reverse_lazy("nrllm_web:login")),
-         name="logout"),
+    path(
+        "accounts/login/",
+        auth_views.LoginView.as_view(redirect_authenticated_user=True, next_page=reverse_lazy("nrllm_web:playground")),
+        name="login",
+    ),
+    path("accounts/logout/", auth_views.LogoutView.as_view(next_page=reverse_lazy("nrllm_web:login")), name="logout"),
 ]

@@ -22,12 +22,11 @@ from django.views.decorators.http import require_GET, require_POST
 
 from .. import dispatch, policy
 from ..api.throttling import CANCEL_SCOPE, CREATE_SCOPE, RunRateThrottle
-from ..models import ACTIVE, AgentRun, CancelSource, RunStatus
-from ..outcomes import EXECUTING_STOPS
-from ..observability import gantt
-from ..presenters import event_dict, run_status_dict, stream_finished
 from ..forks import ParentStillActive
-from ..models import TERMINAL
+from ..models import ACTIVE, TERMINAL, AgentRun, CancelSource, RunStatus
+from ..observability import gantt
+from ..outcomes import EXECUTING_STOPS
+from ..presenters import event_dict, run_status_dict, stream_finished
 from ..requests import InvalidRequest
 from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, CancelResult, RunNotFound
 from . import interactive
@@ -40,14 +39,15 @@ MAX_REASON_CHARS = 500
 
 
 def _urls(run_id: uuid.UUID) -> dict[str, str]:
-    return {"url": reverse("nrllm_web:run", args=[run_id]),
-            "stream_url": reverse("nrllm_web:run-stream", args=[run_id])}
+    return {
+        "url": reverse("nrllm_web:run", args=[run_id]),
+        "stream_url": reverse("nrllm_web:run-stream", args=[run_id]),
+    }
 
 
 def _run_json(run_id: uuid.UUID, status: int, **extra: Any) -> JsonResponse:
     run = AgentRuntime().status(run_id)
-    return JsonResponse({"run_id": str(run_id), **_urls(run_id), **extra, "run": run_status_dict(run)},
-                        status=status)
+    return JsonResponse({"run_id": str(run_id), **_urls(run_id), **extra, "run": run_status_dict(run)}, status=status)
 
 
 def _visible(request: HttpRequest, run_id: uuid.UUID, action: policy.Action) -> AgentRun | HttpResponse:
@@ -67,8 +67,9 @@ def _visible(request: HttpRequest, run_id: uuid.UUID, action: policy.Action) -> 
         return redirect("nrllm_web:run", run_id=run_id)
 
 
-def _page(request: HttpRequest, *, form: RunForm | None = None, run: AgentRun | None = None,
-          status: int = 200) -> HttpResponse:
+def _page(
+    request: HttpRequest, *, form: RunForm | None = None, run: AgentRun | None = None, status: int = 200
+) -> HttpResponse:
     context: dict[str, Any] = {
         "form": form or RunForm(),
         "recent": AgentRun.objects.filter(owner=request.user).order_by("-created_at")[:RECENT_RUNS],
@@ -78,23 +79,25 @@ def _page(request: HttpRequest, *, form: RunForm | None = None, run: AgentRun | 
         events = AgentRuntime().events(run.pk)
         steps = [for_page(event_dict(e)) for e in events]
         status_dict = run_status_dict(run)
-        context.update({
-            "status": status_dict,
-            "pending": [call_text(c) for c in status_dict["pending_approval"]],
-            "elapsed": elapsed(run.started_at, run.finished_at),
-            "steps": steps,
-            "picture": gantt.build(run, events),
-            "last_sequence": steps[-1]["sequence"] if steps else -1,
-            "live": not stream_finished(run),
-            "can_cancel": run.status in ACTIVE,
-            "can_fork": run.status in TERMINAL,
-            "fork_url": reverse("nrllm_web:fork", args=[run.pk]),
-            "children": policy.visible_runs(request.user).filter(parent=run).order_by("created_at"),
-            "waiting": run.status == RunStatus.WAITING_FOR_APPROVAL,
-            "may_cancel": policy.may(request.user, policy.Action.CANCEL, run),
-            "may_approve": policy.may(request.user, policy.Action.APPROVE, run),
-            **_urls(run.pk),
-        })
+        context.update(
+            {
+                "status": status_dict,
+                "pending": [call_text(c) for c in status_dict["pending_approval"]],
+                "elapsed": elapsed(run.started_at, run.finished_at),
+                "steps": steps,
+                "picture": gantt.build(run, events),
+                "last_sequence": steps[-1]["sequence"] if steps else -1,
+                "live": not stream_finished(run),
+                "can_cancel": run.status in ACTIVE,
+                "can_fork": run.status in TERMINAL,
+                "fork_url": reverse("nrllm_web:fork", args=[run.pk]),
+                "children": policy.visible_runs(request.user).filter(parent=run).order_by("created_at"),
+                "waiting": run.status == RunStatus.WAITING_FOR_APPROVAL,
+                "may_cancel": policy.may(request.user, policy.Action.CANCEL, run),
+                "may_approve": policy.may(request.user, policy.Action.APPROVE, run),
+                **_urls(run.pk),
+            }
+        )
     return render(request, "nrllm_agents/playground.html", context, status=status)
 
 
@@ -162,8 +165,9 @@ def start_run(request: HttpRequest) -> HttpResponse:
     return _answer(request, run_id, 201, messages.SUCCESS, "Run started.")
 
 
-def _answer(request: HttpRequest, run_id: uuid.UUID, status: int, level: int, message: str,
-            **extra: Any) -> HttpResponse:
+def _answer(
+    request: HttpRequest, run_id: uuid.UUID, status: int, level: int, message: str, **extra: Any
+) -> HttpResponse:
     """JSON for scripts; for forms, a message and a redirect to the run page."""
     if wants_json(request):
         return _run_json(run_id, status, message=message, **extra)
@@ -201,8 +205,9 @@ def cancel_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     if result.outcome == CancelOutcome.NOT_FOUND:  # deleted between the lookup and the cancel
         raise Http404("no such run")
     status, level, message = _cancel_answer(result)
-    return _answer(request, run.pk, status, level, message, outcome=result.outcome.value,
-                   previous_status=result.previous_status)
+    return _answer(
+        request, run.pk, status, level, message, outcome=result.outcome.value, previous_status=result.previous_status
+    )
 
 
 @require_POST
@@ -230,8 +235,13 @@ def approve_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
             return _answer(request, run.pk, 202, messages.SUCCESS, f"{verb}; a worker resumes the run.")
         interactive.launch(lambda on_step: runtime.approve(run.pk, approved, by=user, on_step=on_step))
     except ApprovalNotPending as exc:
-        return _answer(request, run.pk, 409, messages.WARNING,
-                       f"The run is {exc.status}, no longer waiting for approval; nothing changed.")
+        return _answer(
+            request,
+            run.pk,
+            409,
+            messages.WARNING,
+            f"The run is {exc.status}, no longer waiting for approval; nothing changed.",
+        )
     except RunNotFound:
         raise Http404("no such run") from None
     except dispatch.EnqueueError as exc:
@@ -244,7 +254,7 @@ def approve_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
 @require_POST
 @login_required
 def fork_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
-    """"Continue from here": a new run from step ``from_sequence`` of a stopped run, executed in
+    """ "Continue from here": a new run from step ``from_sequence`` of a stopped run, executed in
     a background thread of this process like an interactive run; the parent is not changed."""
     run = _visible(request, run_id, policy.Action.SEE)
     if isinstance(run, JsonResponse):
@@ -254,8 +264,11 @@ def fork_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         return _answer(request, run.pk, 400, messages.ERROR, "Choose a step to continue from.")
     runtime, user = AgentRuntime(), request.user
     try:
-        fork_id = interactive.launch(lambda on_step: runtime.fork(run.pk, from_sequence=int(raw) if raw else None,
-                                                                  owner=user, queued=False, on_step=on_step))
+        fork_id = interactive.launch(
+            lambda on_step: runtime.fork(
+                run.pk, from_sequence=int(raw) if raw else None, owner=user, queued=False, on_step=on_step
+            )
+        )
     except InvalidRequest as exc:
         return _answer(request, run.pk, 400, messages.ERROR, f"Cannot continue from there: {exc}")
     except ParentStillActive as exc:

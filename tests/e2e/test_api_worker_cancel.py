@@ -13,8 +13,9 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from rest_framework.authtoken.models import Token
@@ -57,15 +58,19 @@ def worker(child_env, redis_url):
 # transaction=True: the worker is another process; it only sees committed rows.
 @pytest.mark.django_db(transaction=True)
 def test_cancel_through_the_api_stops_a_worker_executing_the_run_within_one_step(
-        settings, redis_url, child_env, worker, django_user_model):
+    settings, redis_url, child_env, worker, django_user_model
+):
     settings.REDIS_URL = redis_url
     settings.RQ_QUEUES = {"default": {"URL": redis_url}}
     alice = django_user_model.objects.create_user(username="alice")
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=alice).key}")
 
-    created = api.post("/api/runs/", {"prompt": "wait a lot", "tools": ["sleep"], "script": SCRIPT,
-                                      "max_iterations": ROUNDS + 5}, format="json")
+    created = api.post(
+        "/api/runs/",
+        {"prompt": "wait a lot", "tools": ["sleep"], "script": SCRIPT, "max_iterations": ROUNDS + 5},
+        format="json",
+    )
     assert created.status_code == 202, created.json()
     run_url = f"/api/runs/{created.json()['run_id']}/"
 
@@ -78,7 +83,10 @@ def test_cancel_through_the_api_stops_a_worker_executing_the_run_within_one_step
     cancelled_by = time.time()  # the cancel is committed by now
     assert cancel.status_code == 202, cancel.json()
     assert (cancel.json()["outcome"], cancel.json()["previous_status"], cancel.json()["stopping"]) == (
-        "cancelled", "running", True)
+        "cancelled",
+        "running",
+        True,
+    )
 
     def stopped() -> dict[str, Any] | None:
         body = api.get(run_url).json()

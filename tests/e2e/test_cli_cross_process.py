@@ -13,9 +13,10 @@ import queue
 import signal
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -69,8 +70,7 @@ class Child:
 
     def wait_stderr(self, text: str) -> None:
         with self._err_seen:
-            assert self._err_seen.wait_for(lambda: any(text in line for line in self.stderr), timeout=WAIT), \
-                self.stderr
+            assert self._err_seen.wait_for(lambda: any(text in line for line in self.stderr), timeout=WAIT), self.stderr
 
     def finish_text(self) -> tuple[int, list[str]]:
         """Wait for the exit; returns the exit code and every stdout line."""
@@ -129,8 +129,10 @@ def assert_stopped_at_boundary(child: Child, lines: list[dict[str, Any]], env: d
     run_id = lines[0]["run_id"]
     assert lines[0] == {"event": "started", "run_id": run_id}
     steps = [line["step"] for line in lines[1:-1]]
-    stored = [json.loads(json.dumps(presenters.event_dict(e)))
-              for e in AgentRunEvent.objects.filter(run_id=run_id).order_by("sequence")]
+    stored = [
+        json.loads(json.dumps(presenters.event_dict(e)))
+        for e in AgentRunEvent.objects.filter(run_id=run_id).order_by("sequence")
+    ]
     assert steps == stored and [s["sequence"] for s in steps] == list(range(len(steps)))
     boundary, ack = steps[-2], steps[-1]
     assert ack["kind"] == "cancelled" and ack["payload"]["boundary_sequence"] == boundary["sequence"]
@@ -160,8 +162,19 @@ SCRIPTS = {
 @pytest.mark.parametrize("moment", sorted(SCRIPTS))
 def test_agent_cancel_from_another_process_stops_agent_run_at_the_next_boundary(child_env, children, moment):
     script, ready = SCRIPTS[moment]
-    runner = start(children, "agent_run", "slow work", "--tool", "sleep", "--script", json.dumps(script),
-                   "--max-iterations", str(len(script)), "--json", env=child_env)
+    runner = start(
+        children,
+        "agent_run",
+        "slow work",
+        "--tool",
+        "sleep",
+        "--script",
+        json.dumps(script),
+        "--max-iterations",
+        str(len(script)),
+        "--json",
+        env=child_env,
+    )
     run_id = runner.read_until(lambda o: o["event"] == "started")["run_id"]
     runner.wait_stderr(f"python manage.py agent_cancel {run_id}")
     runner.read_until(lambda o: o["event"] == "step" and ready(o["step"]))
@@ -169,7 +182,9 @@ def test_agent_cancel_from_another_process_stops_agent_run_at_the_next_boundary(
     canceller = start(children, "agent_cancel", run_id, "--reason", f"e2e {moment}", env=child_env)
     cancel_code, cancel_out = canceller.finish_text()
     assert cancel_code == 0, canceller.stderr
-    assert cancel_out == [f"{run_id} cancelled (it was executing: the step in flight is interrupted and recorded, then it stops)"]
+    assert cancel_out == [
+        f"{run_id} cancelled (it was executing: the step in flight is interrupted and recorded, then it stops)"
+    ]
 
     code, lines = runner.finish()
     assert code == 3, runner.stderr
@@ -179,8 +194,19 @@ def test_agent_cancel_from_another_process_stops_agent_run_at_the_next_boundary(
 
 @pytest.mark.django_db(transaction=True)
 def test_ctrl_c_cancels_agent_run_through_the_runtime(child_env, children):
-    runner = start(children, "agent_run", "slow work", "--tool", "sleep", "--script",
-                   json.dumps(sleeps(30, delay=0.3, seconds=0.3)), "--max-iterations", "31", "--json", env=child_env)
+    runner = start(
+        children,
+        "agent_run",
+        "slow work",
+        "--tool",
+        "sleep",
+        "--script",
+        json.dumps(sleeps(30, delay=0.3, seconds=0.3)),
+        "--max-iterations",
+        "31",
+        "--json",
+        env=child_env,
+    )
     runner.read_until(lambda o: o["event"] == "step" and o["step"]["kind"] == "tool")
     runner.proc.send_signal(signal.SIGINT)
     code, lines = runner.finish()
@@ -193,8 +219,17 @@ def test_ctrl_c_cancels_agent_run_through_the_runtime(child_env, children):
 @pytest.mark.django_db(transaction=True)
 def test_second_ctrl_c_exits_at_once_without_waiting_for_the_step_in_flight(child_env, children):
     # The model call in flight takes 30 s; the process must be gone long before it returns.
-    runner = start(children, "agent_run", "very slow", "--tool", "sleep", "--script",
-                   json.dumps([{"delay": 30, "content": "never"}]), "--json", env=child_env)
+    runner = start(
+        children,
+        "agent_run",
+        "very slow",
+        "--tool",
+        "sleep",
+        "--script",
+        json.dumps([{"delay": 30, "content": "never"}]),
+        "--json",
+        env=child_env,
+    )
     run_id = runner.read_until(lambda o: o["event"] == "step" and o["step"]["kind"] == "request")["step"]["run_id"]
     # A step is printed before it is stored: wait until the model call (after the store) began.
     wait_for(lambda: journal(child_env, runner.proc.pid))
@@ -212,15 +247,31 @@ def test_second_ctrl_c_exits_at_once_without_waiting_for_the_step_in_flight(chil
 def test_agent_run_queued_follow_without_redis_end_to_end(child_env, children):
     script = [{"delay": 0.05, "tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.05}}]}, {"content": "q"}]
     assert "REDIS_URL" not in child_env
-    runner = start(children, "agent_run", "queued", "--tool", "sleep", "--script", json.dumps(script),
-                   "--queued", "--follow", "--json", env=child_env)
+    runner = start(
+        children,
+        "agent_run",
+        "queued",
+        "--tool",
+        "sleep",
+        "--script",
+        json.dumps(script),
+        "--queued",
+        "--follow",
+        "--json",
+        env=child_env,
+    )
     code, lines = runner.finish()
     assert code == 0, runner.stderr
     run_id = lines[0]["run_id"]
     assert lines[0] == {"event": "started", "run_id": run_id}
     # (the model's words may come as delta lines too: they are live, not steps)
     assert [line["step"]["kind"] for line in lines[1:-1] if line["event"] == "step"] == [
-        "request", "llm", "tool", "request", "llm"]
+        "request",
+        "llm",
+        "tool",
+        "request",
+        "llm",
+    ]
     assert {line["event"] for line in lines[1:-1]} <= {"step", "delta"}
     assert lines[-1]["event"] == "done" and AgentRun.objects.get(pk=run_id).status == RunStatus.COMPLETED
 
@@ -229,8 +280,19 @@ def test_agent_run_queued_follow_without_redis_end_to_end(child_env, children):
 def test_agent_run_queued_follow_on_redis_is_executed_by_an_rqworker(child_env, children, redis_url):
     env = {**child_env, "REDIS_URL": redis_url}
     script = [{"delay": 0.05, "tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.05}}]}, {"content": "w"}]
-    runner = start(children, "agent_run", "queued", "--tool", "sleep", "--script", json.dumps(script),
-                   "--queued", "--follow", "--json", env=env)
+    runner = start(
+        children,
+        "agent_run",
+        "queued",
+        "--tool",
+        "sleep",
+        "--script",
+        json.dumps(script),
+        "--queued",
+        "--follow",
+        "--json",
+        env=env,
+    )
     runner.read_until(lambda o: o["event"] == "started")
     worker = start(children, "rqworker", "default", "--burst", env=env)
     code, lines = runner.finish()

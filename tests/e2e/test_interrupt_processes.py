@@ -24,8 +24,11 @@ from tests.e2e.workers import Workers
 # transaction=True everywhere: the executing processes only see committed rows, and we theirs.
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SLOW_ANSWER = {"content": " ".join(f"token{i}" for i in range(400)), "chunk_delay": 0.05,
-               "usage": {"prompt_tokens": 12, "completion_tokens": 400}}
+SLOW_ANSWER = {
+    "content": " ".join(f"token{i}" for i in range(400)),
+    "chunk_delay": 0.05,
+    "usage": {"prompt_tokens": 12, "completion_tokens": 400},
+}
 
 
 def journal(path: Path) -> list[dict]:
@@ -36,10 +39,24 @@ def test_agent_run_with_the_openai_provider_is_cut_off_mid_stream(child_env):
     """The cancel closes the HTTP connection: the server sees the disconnect at once, the
     partial answer is recorded as an interrupted step, and ``agent_run`` exits 3."""
     with ChatCompletionServer([SLOW_ANSWER], by_turn=True) as server:
-        env = {**child_env, "OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "sk-test",
-               "NRLLM_CANCEL_POLL_SECONDS": "0.2"}
-        proc = manage("agent_run", "say many tokens", "--provider", "openai", "--model", "slow",
-                      "--tool", "calculator", "--json", env=env)
+        env = {
+            **child_env,
+            "OPENAI_BASE_URL": server.base_url,
+            "OPENAI_API_KEY": "sk-test",
+            "NRLLM_CANCEL_POLL_SECONDS": "0.2",
+        }
+        proc = manage(
+            "agent_run",
+            "say many tokens",
+            "--provider",
+            "openai",
+            "--model",
+            "slow",
+            "--tool",
+            "calculator",
+            "--json",
+            env=env,
+        )
         try:
             first = json.loads(proc.stdout.readline())
             assert first["event"] == "started", first
@@ -97,8 +114,11 @@ def test_queued_runs_cancelled_at_random_moments_stop_within_milliseconds(child_
             time.sleep(rng.uniform(0.1, 4.0))  # a random moment inside a 5 s step
             runtime.cancel(run_id, source=CancelSource.SYSTEM, reason="random moment")
         for run_id in run_ids:
-            wait_for("the run to stop", lambda: AgentRun.objects.filter(pk=run_id, stopped_at__isnull=False).exists(),
-                     timeout=30)
+            wait_for(
+                "the run to stop",
+                lambda: AgentRun.objects.filter(pk=run_id, stopped_at__isnull=False).exists(),
+                timeout=30,
+            )
     entries = journal(Path(child_env["NRLLM_CALL_JOURNAL"]))
     for run_id in run_ids:
         run = AgentRun.objects.get(pk=run_id)
@@ -108,6 +128,7 @@ def test_queued_runs_cancelled_at_random_moments_stop_within_milliseconds(child_
         assert kinds[-1][0] == "cancelled"
         assert kinds[-1][1].get("interrupted") is True, kinds
         assert kinds[-2][1].get("interrupted") is True
-        started_late = [e for e in entries if e.get("run_id") == str(run_id)
-                        and e["t"] > run.cancel_requested_at.timestamp()]
+        started_late = [
+            e for e in entries if e.get("run_id") == str(run_id) and e["t"] > run.cancel_requested_at.timestamp()
+        ]
         assert started_late == [], f"run {run_id}: {started_late} started after the cancel"

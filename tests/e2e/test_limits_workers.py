@@ -12,8 +12,7 @@ from django.utils import timezone
 from nrllm_agents import dispatch
 from nrllm_agents.models import AgentRun, CancelSource, RunStatus
 from tests.conftest import manage
-from tests.e2e.test_workers import (assert_starts_match_steps, events, finished, journal, results_of,  # noqa: F401
-                                    start_workers)
+from tests.e2e.test_workers import assert_starts_match_steps, events, finished, journal, results_of, start_workers  # noqa: F401
 from tests.e2e.workers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -23,7 +22,8 @@ LONG = [{"delay": 0.4, "tool_calls": [CALC]} for _ in range(9)] + [{"content": "
 
 
 def test_a_queued_run_overdue_before_any_worker_is_cancelled_by_the_reaper_and_never_executes(
-        runtime, queue, start_workers, worker_env):
+    runtime, queue, start_workers, worker_env
+):
     run_id = runtime.enqueue({"prompt": "p", "tools": ["calculator"], "script": LONG, "deadline_seconds": 1})
     job_id = dispatch.job_id(run_id)
     assert queue.job_ids == [job_id]  # waits in Redis: no worker yet

@@ -16,8 +16,9 @@ import os
 import re
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import redis
@@ -57,15 +58,18 @@ def queue(settings, redis_url):
 
     settings.REDIS_URL = redis_url
     settings.RQ_QUEUES = {"default": {"URL": redis_url}}
-    settings.NRLLM_AGENTS = {**settings.NRLLM_AGENTS, "TOOLS": {**settings.NRLLM_AGENTS.get("TOOLS", {}),
-                                                               **SLOW_NOTE}}
+    settings.NRLLM_AGENTS = {**settings.NRLLM_AGENTS, "TOOLS": {**settings.NRLLM_AGENTS.get("TOOLS", {}), **SLOW_NOTE}}
     return django_rq.get_queue("default")
 
 
 @pytest.fixture
 def worker_env(child_env, redis_url) -> dict[str, str]:
-    return {**child_env, "REDIS_URL": redis_url, "NRLLM_LEASE_SECONDS": LEASE_SECONDS,
-            "NRLLM_EXTRA_TOOLS": ",".join(f"{k}={v}" for k, v in SLOW_NOTE.items())}
+    return {
+        **child_env,
+        "REDIS_URL": redis_url,
+        "NRLLM_LEASE_SECONDS": LEASE_SECONDS,
+        "NRLLM_EXTRA_TOOLS": ",".join(f"{k}={v}" for k, v in SLOW_NOTE.items()),
+    }
 
 
 @pytest.fixture
@@ -162,7 +166,8 @@ KILLED = [
 
 
 def test_a_killed_worker_s_run_is_reaped_and_finished_by_another_worker_without_gap_or_duplicate(
-        runtime, queue, start_workers, worker_env):
+    runtime, queue, start_workers, worker_env
+):
     workers = start_workers(2)
     run_id = runtime.enqueue(scripted(*KILLED))
     wait_for(lambda: sleeping(worker_env, run_id), what="the sleep of the second turn to start")
@@ -179,17 +184,24 @@ def test_a_killed_worker_s_run_is_reaped_and_finished_by_another_worker_without_
     run = AgentRun.objects.get(pk=run_id)
     assert (run.status, run.final_text, run.attempts) == (RunStatus.COMPLETED, "all done", 1)
     stream = assert_continued_once(run_id, KILLED)
-    assert frozen(run_id)[0][:len(before)] == before  # the dead segment's steps, untouched
+    assert frozen(run_id)[0][: len(before)] == before  # the dead segment's steps, untouched
     assert stream[len(before)].sequence == len(before) and stream[len(before)].kind == "tool"  # the next one
     assert stream[len(before)].payload["call_id"] == "call_2_1"  # the interrupted sleep, now recorded once
     # Only the sleep in flight started twice (once in each horse); nothing recorded ran again.
     starts = [(s["pid"], s["what"], s["name"]) for s in journal(worker_env, run_id)]
     first, second = {pid for pid, *_ in starts[:4]}, {pid for pid, *_ in starts[4:]}
     assert len(first) == len(second) == 1 and first != second
-    assert [s[1:] for s in starts] == [("model", "scripted-demo"), ("tool", "calculator"), ("model", "scripted-demo"),
-                                       ("tool", "sleep"),  # killed here
-                                       ("tool", "sleep"), ("tool", "calculator"), ("model", "scripted-demo"),
-                                       ("tool", "calculator"), ("model", "scripted-demo")]
+    assert [s[1:] for s in starts] == [
+        ("model", "scripted-demo"),
+        ("tool", "calculator"),
+        ("model", "scripted-demo"),
+        ("tool", "sleep"),  # killed here
+        ("tool", "sleep"),
+        ("tool", "calculator"),
+        ("model", "scripted-demo"),
+        ("tool", "calculator"),
+        ("model", "scripted-demo"),
+    ]
     continued = queue.fetch_job(dispatch.job_id(run_id, len(before)))  # the job the reaper dispatched
     assert results_of(queue, continued.id) == ["completed"]
     assert continued.worker_name == workers.names[1 - victim]
@@ -209,8 +221,7 @@ def is_stopped(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] in "Tt"
 
 
-def test_a_zombie_worker_that_lost_its_lease_writes_nothing_when_it_wakes_up(runtime, queue, start_workers,
-                                                                             worker_env):
+def test_a_zombie_worker_that_lost_its_lease_writes_nothing_when_it_wakes_up(runtime, queue, start_workers, worker_env):
     workers = start_workers(2)
     run_id = runtime.enqueue(scripted(*FROZEN))
     wait_for(lambda: sleeping(worker_env, run_id), what="the sleep of the second turn to start")
@@ -239,30 +250,36 @@ def test_a_zombie_worker_that_lost_its_lease_writes_nothing_when_it_wakes_up(run
 
 
 # --- a worker killed during a non-idempotent tool --------------------------------------------
-def test_a_run_killed_during_a_non_idempotent_tool_is_dead_lettered_never_repeated(runtime, queue, start_workers,
-                                                                                   worker_env):
+def test_a_run_killed_during_a_non_idempotent_tool_is_dead_lettered_never_repeated(
+    runtime, queue, start_workers, worker_env
+):
     workers = start_workers(2)
-    run_id = runtime.enqueue(scripted({"tool_calls": [{"name": "slow_note",
-                                                       "arguments": {"title": "exactly once", "seconds": 10}}]},
-                                      {"content": "never"}))
+    run_id = runtime.enqueue(
+        scripted(
+            {"tool_calls": [{"name": "slow_note", "arguments": {"title": "exactly once", "seconds": 10}}]},
+            {"content": "never"},
+        )
+    )
     wait_for(lambda: Note.objects.filter(run_id=run_id).exists(), what="the note to be written")
     workers.kill(workers.index_of_horse(horse_of(worker_env, run_id)))  # the effect done, its step not recorded
 
     stamped = AgentRun.objects.get(pk=run_id)
     assert stamped.status == RunStatus.RUNNING and stamped.pending_effect["call"]["name"] == "slow_note"
     wait_for(lambda: lease_expired(run_id), timeout=30, what="the dead worker's lease to expire")
-    assert agent_reap(worker_env) == ("0 requeued, 1 dead-lettered (not_retryable), 0 cancel acknowledged, "
-                                      "0 skipped (alive)")
+    assert agent_reap(worker_env) == (
+        "0 requeued, 1 dead-lettered (not_retryable), 0 cancel acknowledged, 0 skipped (alive)"
+    )
     run = AgentRun.objects.get(pk=run_id)
-    assert (run.status, run.termination_reason, run.error_class) == (RunStatus.FAILED, "not_retryable",
-                                                                      "LeaseExpired")
+    assert (run.status, run.termination_reason, run.error_class) == (RunStatus.FAILED, "not_retryable", "LeaseExpired")
     # Another worker is available: even a stray job for the run executes nothing.
     stray = queue.enqueue(dispatch.JOB_FUNCTION, str(run_id), job_id=f"stray-{run_id}").id
     assert wait_for(lambda: results_of(queue, stray), what="the stray job") == [None]
     assert agent_reap(worker_env) == "0 requeued, 0 cancel acknowledged, 0 skipped (alive)"
     assert Note.objects.filter(run_id=run_id).count() == 1
-    assert [(s["what"], s["name"]) for s in journal(worker_env, run_id)] == [("model", "scripted-demo"),
-                                                                             ("tool", "slow_note")]
+    assert [(s["what"], s["name"]) for s in journal(worker_env, run_id)] == [
+        ("model", "scripted-demo"),
+        ("tool", "slow_note"),
+    ]
     assert [e.kind for e in events(run_id)] == ["request", "llm"]
 
 
@@ -280,8 +297,7 @@ FINAL_ANSWER = [
 
 
 @pytest.mark.parametrize("script", [MID_RUN, FINAL_ANSWER], ids=["mid-run", "during-the-final-answer"])
-def test_sigterm_hands_the_run_back_and_another_worker_completes_it(runtime, queue, start_workers, worker_env,
-                                                                    script):
+def test_sigterm_hands_the_run_back_and_another_worker_completes_it(runtime, queue, start_workers, worker_env, script):
     first = start_workers(1)
     run_id = runtime.enqueue(scripted(*script))
     wait_for(lambda: recorded(run_id, "request", 2), what="the second model call to start")
@@ -352,8 +368,13 @@ class ScheduledTap:
 
 @pytest.fixture
 def model_env(worker_env) -> dict[str, str]:
-    return {**worker_env, "OPENAI_API_KEY": API_KEY, "NRLLM_MAX_ATTEMPTS": "2",
-            "NRLLM_RETRY_BASE_SECONDS": str(BASE_DELAY), "NRLLM_LOG_LEVEL": "DEBUG"}
+    return {
+        **worker_env,
+        "OPENAI_API_KEY": API_KEY,
+        "NRLLM_MAX_ATTEMPTS": "2",
+        "NRLLM_RETRY_BASE_SECONDS": str(BASE_DELAY),
+        "NRLLM_LOG_LEVEL": "DEBUG",
+    }
 
 
 def assert_secret_kept(run_id: Any, workers: Workers) -> None:
@@ -364,14 +385,16 @@ def assert_secret_kept(run_id: Any, workers: Workers) -> None:
     assert log and API_KEY not in log
 
 
-def test_transient_model_failures_retry_with_growing_delays_until_the_budget(runtime, queue, start_workers,
-                                                                             model_env, redis_url):
+def test_transient_model_failures_retry_with_growing_delays_until_the_budget(
+    runtime, queue, start_workers, model_env, redis_url
+):
     from rq.job import Job
 
     with ChatCompletionServer() as server:
         server.queue(*[{"status": 503, "error": "overloaded, try later"}] * 3)
-        workers = start_workers(1, env={**model_env, "OPENAI_BASE_URL": server.base_url},
-                                extra_args=("--with-scheduler",))
+        workers = start_workers(
+            1, env={**model_env, "OPENAI_BASE_URL": server.base_url}, extra_args=("--with-scheduler",)
+        )
         with ScheduledTap(redis_url, queue.scheduled_job_registry.key) as tap:
             run_id = runtime.enqueue(OPENAI)
             wait_for(lambda: finished(run_id), timeout=60, what="the retries to end")
@@ -389,7 +412,7 @@ def test_transient_model_failures_retry_with_growing_delays_until_the_budget(run
     assert sorted(tap.scores) == jobs[1:]
     for attempt, job_id in enumerate(jobs[1:]):
         job = Job.fetch(job_id, connection=queue.connection)
-        delay = BASE_DELAY * 2 ** attempt  # what the runtime asked RQ for
+        delay = BASE_DELAY * 2**attempt  # what the runtime asked RQ for
         # RQ stores floor(dispatch time + delay), and the job is created right after the dispatch
         # time: the stored second lies at most one second (plus that instant) below created_at + delay.
         offset = tap.scores[job_id] - job.created_at.timestamp()

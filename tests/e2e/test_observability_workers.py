@@ -25,20 +25,35 @@ from tests.e2e.workers import ROOT, Workers, wait_for
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TOKEN = "worker-scrape-token"
-SHORT = {"prompt": "short", "tools": ["calculator", "sleep"], "script": [
-    {"delay": 0.05, "usage": {"prompt_tokens": 11, "completion_tokens": 4},
-     "tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.05}}]},
-    {"delay": 0.05, "usage": {"prompt_tokens": 19, "completion_tokens": 2}, "content": "ok"},
-]}
-LONG = {"prompt": "long", "tools": ["sleep"], "max_iterations": 100, "script": [  # ~45 s unless cancelled
-    *[{"delay": 0.05, "tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.4}}]} for _ in range(99)],
-    {"content": "never reached"},
-]}
+SHORT = {
+    "prompt": "short",
+    "tools": ["calculator", "sleep"],
+    "script": [
+        {
+            "delay": 0.05,
+            "usage": {"prompt_tokens": 11, "completion_tokens": 4},
+            "tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.05}}],
+        },
+        {"delay": 0.05, "usage": {"prompt_tokens": 19, "completion_tokens": 2}, "content": "ok"},
+    ],
+}
+LONG = {
+    "prompt": "long",
+    "tools": ["sleep"],
+    "max_iterations": 100,
+    "script": [  # ~45 s unless cancelled
+        *[{"delay": 0.05, "tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.4}}]} for _ in range(99)],
+        {"content": "never reached"},
+    ],
+}
 
 
 def samples(text: str) -> dict[tuple[str, tuple], float]:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def json_lines(text: str) -> list[dict]:
@@ -62,35 +77,60 @@ def queue(settings, redis_url):
 def test_worker_metrics_and_json_logs(queue, child_env, redis_url, tmp_path):
     prom_dir = tmp_path / "prometheus"
     prom_dir.mkdir()
-    env = {**child_env, "REDIS_URL": redis_url, "PROMETHEUS_MULTIPROC_DIR": str(prom_dir),
-           "NRLLM_METRICS_TOKEN": TOKEN, "NRLLM_LOG_FORMAT": "json", "NRLLM_LOG_LEVEL": "DEBUG"}
+    env = {
+        **child_env,
+        "REDIS_URL": redis_url,
+        "PROMETHEUS_MULTIPROC_DIR": str(prom_dir),
+        "NRLLM_METRICS_TOKEN": TOKEN,
+        "NRLLM_LOG_FORMAT": "json",
+        "NRLLM_LOG_LEVEL": "DEBUG",
+    }
     runtime = AgentRuntime()
     with Workers(env, count=1, log_dir=tmp_path / "logs") as workers, serve("runserver", env, tmp_path) as base:
         done = [runtime.enqueue(SHORT) for _ in range(2)]
         long_id = runtime.enqueue(LONG)
-        wait_for(lambda: AgentRunEvent.objects.filter(run_id=long_id, kind="tool").exists(), timeout=120,
-                 what="the long run's first tool step")
-        cancel = subprocess.run([sys.executable, str(ROOT / "manage.py"), "agent_cancel", str(long_id),
-                                 "--reason", "log test"], env=env, cwd=ROOT, capture_output=True, text=True,
-                                timeout=120)
+        wait_for(
+            lambda: AgentRunEvent.objects.filter(run_id=long_id, kind="tool").exists(),
+            timeout=120,
+            what="the long run's first tool step",
+        )
+        cancel = subprocess.run(
+            [sys.executable, str(ROOT / "manage.py"), "agent_cancel", str(long_id), "--reason", "log test"],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert cancel.returncode == 0, cancel.stderr
-        wait_for(lambda: AgentRun.objects.filter(pk=long_id, stopped_at__isnull=False).exists(), timeout=60,
-                 what="the stop of the cancelled run")
-        wait_for(lambda: AgentRun.objects.filter(pk__in=done, status=RunStatus.COMPLETED).count() == 2,
-                 timeout=120, what="the two short runs")
+        wait_for(
+            lambda: AgentRun.objects.filter(pk=long_id, stopped_at__isnull=False).exists(),
+            timeout=60,
+            what="the stop of the cancelled run",
+        )
+        wait_for(
+            lambda: AgentRun.objects.filter(pk__in=done, status=RunStatus.COMPLETED).count() == 2,
+            timeout=120,
+            what="the two short runs",
+        )
         request = urllib.request.Request(f"{base}/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
         with urllib.request.urlopen(request, timeout=30) as response:
             scraped = samples(response.read().decode())
         log = workers.log_text(workers.names[0])
 
     # What the work horses counted, read by the web server from the shared directory.
-    assert scraped[("nrllm_runs_finished_total", (("provider", "scripted"), ("reason", "completed"),
-                                                  ("status", "completed")))] == 2
+    assert (
+        scraped[
+            ("nrllm_runs_finished_total", (("provider", "scripted"), ("reason", "completed"), ("status", "completed")))
+        ]
+        == 2
+    )
     assert scraped[("nrllm_segments_total", (("outcome", "completed"), ("role", "worker")))] == 2
     assert scraped[("nrllm_segments_total", (("outcome", "cancelled"), ("role", "worker")))] == 1
     assert scraped[("nrllm_step_duration_seconds_count", (("kind", "tool"), ("tool", "sleep")))] >= 3
-    assert scraped[("nrllm_tokens_total", (("kind", "prompt"), ("model", "scripted-demo"),
-                                           ("provider", "scripted")))] == 2 * (11 + 19)
+    assert scraped[
+        ("nrllm_tokens_total", (("kind", "prompt"), ("model", "scripted-demo"), ("provider", "scripted")))
+    ] == 2 * (11 + 19)
     assert scraped[("nrllm_cancel_stop_seconds_count", ())] == 1
     assert scraped[("nrllm_runs_active", (("status", "running"),))] == 0
     # Three jobs and a command, yet one set of files per process alive at once (worker, its
@@ -101,8 +141,14 @@ def test_worker_metrics_and_json_logs(queue, child_env, redis_url, tmp_path):
 
     # A host without a web server serves the same files with agent_metrics.
     port = free_port()
-    exporter = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "agent_metrics", "--port", str(port)],
-                                env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    exporter = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "agent_metrics", "--port", str(port)],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         assert "serving" in exporter.stdout.readline()
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
@@ -112,9 +158,14 @@ def test_worker_metrics_and_json_logs(queue, child_env, redis_url, tmp_path):
         exporter.wait(10)
     assert exported[("nrllm_segments_total", (("outcome", "completed"), ("role", "worker")))] == 2
     assert not any(name == "nrllm_runs_active" for name, _ in exported)  # database gauges: the web's job
-    no_dir = subprocess.run([sys.executable, str(ROOT / "manage.py"), "agent_metrics"], cwd=ROOT, text=True,
-                            env={k: v for k, v in env.items() if k != "PROMETHEUS_MULTIPROC_DIR"},
-                            capture_output=True, timeout=120)
+    no_dir = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "agent_metrics"],
+        cwd=ROOT,
+        text=True,
+        env={k: v for k, v in env.items() if k != "PROMETHEUS_MULTIPROC_DIR"},
+        capture_output=True,
+        timeout=120,
+    )
     assert no_dir.returncode == 2 and "PROMETHEUS_MULTIPROC_DIR" in no_dir.stderr
 
     # JSON lines with the run id: claim, boundary and acknowledgement from the worker ...

@@ -18,8 +18,9 @@ from __future__ import annotations
 import json
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import redis
@@ -66,15 +67,20 @@ def calls_per_run(env: dict[str, str]) -> dict[str, list[str]]:
 
 
 def assert_each_ran_exactly_once(env: dict[str, str], run_ids: list[Any]) -> None:
-    wait_for(lambda: AgentRun.objects.filter(pk__in=run_ids, status=RunStatus.COMPLETED).count() == len(run_ids),
-             timeout=120, what="every run to complete")
+    wait_for(
+        lambda: AgentRun.objects.filter(pk__in=run_ids, status=RunStatus.COMPLETED).count() == len(run_ids),
+        timeout=120,
+        what="every run to complete",
+    )
     calls = calls_per_run(env)
     assert {str(r): sorted(calls.get(str(r), [])) for r in run_ids} == {
-        str(r): ["model", "model", "tool"] for r in run_ids}
+        str(r): ["model", "model", "tool"] for r in run_ids
+    }
 
 
-def test_runs_whose_jobs_vanished_are_recovered_by_the_reaper_and_run_once(runtime, queue, worker_env,
-                                                                           start_workers, redis_url):
+def test_runs_whose_jobs_vanished_are_recovered_by_the_reaper_and_run_once(
+    runtime, queue, worker_env, start_workers, redis_url
+):
     run_ids = [runtime.enqueue(REQUEST) for _ in range(12)]
     assert len(queue) == 12
 
@@ -163,13 +169,16 @@ class Proxy:
 
 
 @pytest.mark.postgres_only  # a PostgreSQL outage through a TCP proxy; SQLite is a file, not a server
-def test_jobs_claimed_while_the_database_is_away_are_retried_and_run_once(runtime, queue, worker_env,
-                                                                          start_workers, settings):
+def test_jobs_claimed_while_the_database_is_away_are_retried_and_run_once(
+    runtime, queue, worker_env, start_workers, settings
+):
     db = settings.DATABASES["default"]
     proxy = Proxy((db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432)))
     try:
-        env = {**worker_env, "DATABASE_URL": f"postgres://{db['USER'] or 'postgres'}@127.0.0.1:{proxy.port}/"
-                                             f"{db['NAME']}"}
+        env = {
+            **worker_env,
+            "DATABASE_URL": f"postgres://{db['USER'] or 'postgres'}@127.0.0.1:{proxy.port}/{db['NAME']}",
+        }
         run_ids = [runtime.enqueue(REQUEST) for _ in range(8)]
         jobs = [dispatch.job_id(r) for r in run_ids]
         proxy.cut()
@@ -178,8 +187,9 @@ def test_jobs_claimed_while_the_database_is_away_are_retried_and_run_once(runtim
         from rq.job import Job
 
         def tried_once() -> bool:  # every job failed its claim at least once and was kept for a retry
-            return all(Job.fetch(j, connection=queue.connection).retries_left < len(dispatch.CLAIM_RETRY_DELAYS)
-                       for j in jobs)
+            return all(
+                Job.fetch(j, connection=queue.connection).retries_left < len(dispatch.CLAIM_RETRY_DELAYS) for j in jobs
+            )
 
         wait_for(tried_once, timeout=120, interval=0.2, what="every job to meet the outage")
         assert AgentRun.objects.filter(pk__in=run_ids, status=RunStatus.QUEUED).count() == len(run_ids)

@@ -75,15 +75,21 @@ class Client:
 @pytest.mark.postgres_only
 @pytest.mark.django_db(transaction=True)
 def test_200_open_streams_hold_a_fixed_number_of_connections_and_one_more_gets_429(
-        alice, child_env, tmp_path, monkeypatch):
+    alice, child_env, tmp_path, monkeypatch
+):
     from rest_framework.authtoken.models import Token
 
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # ORM calls below run beside the event loop
     token = Token.objects.create(user=alice).key
-    run = store.begin({"prompt": "p", "provider": "scripted", "owner": alice}, claimed_by="me",
-                      lease_expires=store.lease_until())
-    env = {**child_env, "NRLLM_STREAM_MAX_OPEN": str(STREAMS), "NRLLM_STREAM_MAX_PER_USER": "0",
-           "NRLLM_STREAM_HEARTBEAT_SECONDS": "30"}
+    run = store.begin(
+        {"prompt": "p", "provider": "scripted", "owner": alice}, claimed_by="me", lease_expires=store.lease_until()
+    )
+    env = {
+        **child_env,
+        "NRLLM_STREAM_MAX_OPEN": str(STREAMS),
+        "NRLLM_STREAM_MAX_PER_USER": "0",
+        "NRLLM_STREAM_HEARTBEAT_SECONDS": "30",
+    }
     path = f"/api/runs/{run.pk}/stream/"
     try:
         with serve("uvicorn", env, tmp_path) as base:

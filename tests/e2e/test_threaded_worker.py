@@ -15,14 +15,15 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from django.db import connection, connections
 
-from nrllm_agents.models import TERMINAL, AgentRun, AgentRunEvent, CancelSource, RunStatus
+from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, RunStatus
 from nrllm_agents.presenters import stream_finished
 from tests.conftest import manage
 from tests.e2e.workers import Workers, wait_for
@@ -34,9 +35,13 @@ POOL_MAX = 6
 
 def script(rng: random.Random, rounds: int, low: float, high: float) -> list[dict[str, Any]]:
     """``rounds`` model turns of ``low``–``high`` s that each ask for a ``sleep`` as long, then an answer."""
-    turns = [{"delay": round(rng.uniform(low, high), 2),
-              "tool_calls": [{"name": "sleep", "arguments": {"seconds": round(rng.uniform(low, high), 2)}}]}
-             for _ in range(rounds)]
+    turns = [
+        {
+            "delay": round(rng.uniform(low, high), 2),
+            "tool_calls": [{"name": "sleep", "arguments": {"seconds": round(rng.uniform(low, high), 2)}}],
+        }
+        for _ in range(rounds)
+    ]
     return turns + [{"delay": round(rng.uniform(low, high), 2), "content": "done"}]
 
 
@@ -47,8 +52,13 @@ def app_name() -> str:
 
 @pytest.fixture
 def worker_env(child_env, redis_url, app_name) -> dict[str, str]:
-    return {**child_env, "REDIS_URL": redis_url, "PGAPPNAME": app_name, "NRLLM_DB_POOL_MAX": str(POOL_MAX),
-            "NRLLM_LEASE_SECONDS": "20"}
+    return {
+        **child_env,
+        "REDIS_URL": redis_url,
+        "PGAPPNAME": app_name,
+        "NRLLM_DB_POOL_MAX": str(POOL_MAX),
+        "NRLLM_LEASE_SECONDS": "20",
+    }
 
 
 @pytest.fixture
@@ -57,8 +67,13 @@ def start_worker(worker_env, tmp_path) -> Callable[..., Workers]:
     started: list[Workers] = []
 
     def start(concurrency: int, *, env: dict[str, str] | None = None) -> Workers:
-        workers = Workers(env or worker_env, count=1, log_dir=tmp_path / f"logs-{len(started)}",
-                          command="agent_worker", extra_args=("--concurrency", str(concurrency)))
+        workers = Workers(
+            env or worker_env,
+            count=1,
+            log_dir=tmp_path / f"logs-{len(started)}",
+            command="agent_worker",
+            extra_args=("--concurrency", str(concurrency)),
+        )
         started.append(workers)
         return workers.start()
 
@@ -69,6 +84,7 @@ def start_worker(worker_env, tmp_path) -> Callable[..., Workers]:
 
 def enqueue_many(runtime: Any, requests: list[dict[str, Any]]) -> list[str]:
     """Enqueue from 8 threads (each enqueue is a commit and a Redis round trip)."""
+
     def one(request: dict[str, Any]) -> str:
         try:
             return str(runtime.enqueue(request))
@@ -101,8 +117,7 @@ class ConnectionSampler:
         try:
             while not self._stop.is_set():
                 with connection.cursor() as cursor:
-                    cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
-                                   [self.app_name])
+                    cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [self.app_name])
                     self.peak = max(self.peak, cursor.fetchone()[0])
                     self.samples += 1
                 self._stop.wait(0.02)
@@ -138,18 +153,27 @@ def assert_gap_free(run_id: str) -> list[AgentRunEvent]:
 
 
 def test_hundreds_of_runs_on_one_worker_process_with_cancels_at_random_moments(
-        runtime, queue, start_worker, worker_env, app_name):
+    runtime, queue, start_worker, worker_env, app_name
+):
     """300 runs (2–4 s model calls and tools) on one agent_worker: all at once, on at most
     POOL_MAX connections; a random fifth is cancelled mid-run and stops within one step with
     nothing started after its boundary; the others complete; no step runs twice."""
     rng = random.Random()
     runs = 300
-    ids = enqueue_many(runtime, [{"prompt": "many", "tools": ["sleep"], "script": script(rng, 2, 2, 4),
-                                  "max_iterations": 5} for _ in range(runs)])
+    ids = enqueue_many(
+        runtime,
+        [
+            {"prompt": "many", "tools": ["sleep"], "script": script(rng, 2, 2, 4), "max_iterations": 5}
+            for _ in range(runs)
+        ],
+    )
     with ConnectionSampler(app_name) as sampler:
         workers = start_worker(runs)
-        peak_running = wait_for(lambda: (n := running_count(ids)) >= runs * 0.9 and n, timeout=60,
-                                what="nine in ten runs to execute at once")
+        peak_running = wait_for(
+            lambda: (n := running_count(ids)) >= runs * 0.9 and n,
+            timeout=60,
+            what="nine in ten runs to execute at once",
+        )
         targets = rng.sample(ids, runs // 5)
         cancelled_at: dict[str, float] = {}
         for run_id in targets:  # at random moments while the load runs
@@ -185,27 +209,38 @@ def test_hundreds_of_runs_on_one_worker_process_with_cancels_at_random_moments(
     assert "Traceback" not in workers.log_text(workers.names[0])
 
 
-def test_sigkill_of_the_worker_loses_nothing_the_reaper_requeues_every_run(
-        runtime, queue, start_worker, worker_env):
+def test_sigkill_of_the_worker_loses_nothing_the_reaper_requeues_every_run(runtime, queue, start_worker, worker_env):
     """SIGKILL of the whole worker with 200 runs in flight: once their leases lapse, the reaper
     requeues every one, and a second worker completes them, gap-free."""
     env = {**worker_env, "NRLLM_LEASE_SECONDS": "4"}
     rng = random.Random()
     runs = 200
-    ids = enqueue_many(runtime, [{"prompt": "kill", "tools": ["sleep"], "script": script(rng, 4, 1, 2),
-                                  "max_iterations": 6} for _ in range(runs)])
+    ids = enqueue_many(
+        runtime,
+        [
+            {"prompt": "kill", "tools": ["sleep"], "script": script(rng, 4, 1, 2), "max_iterations": 6}
+            for _ in range(runs)
+        ],
+    )
     victim = start_worker(runs, env=env)
     wait_for(lambda: running_count(ids) >= runs * 0.9, timeout=60, what="the runs to execute")
-    wait_for(lambda: AgentRunEvent.objects.filter(run_id__in=ids, kind="tool").count() >= runs // 2,
-             timeout=60, what="runs to be mid-way")
+    wait_for(
+        lambda: AgentRunEvent.objects.filter(run_id__in=ids, kind="tool").count() >= runs // 2,
+        timeout=60,
+        what="runs to be mid-way",
+    )
     victim.kill(0)
     stranded = running_count(ids)
     assert stranded >= runs * 0.9  # the kill left them mid-way; nobody settles for the dead
     before = {str(r): [e.sequence for e in stream(str(r))] for r in ids}
 
-    wait_for(lambda: not AgentRun.objects.filter(pk__in=ids, status=RunStatus.RUNNING,
-                                                 lease_expires__gt=time_now()).exists(),
-             timeout=30, what="every lease to lapse")
+    wait_for(
+        lambda: (
+            not AgentRun.objects.filter(pk__in=ids, status=RunStatus.RUNNING, lease_expires__gt=time_now()).exists()
+        ),
+        timeout=30,
+        what="every lease to lapse",
+    )
     proc = manage("agent_reap", "--limit", "1000", env=env)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and out.startswith(f"{stranded} requeued"), (out, err)
@@ -214,23 +249,30 @@ def test_sigkill_of_the_worker_loses_nothing_the_reaper_requeues_every_run(
     for run in AgentRun.objects.filter(pk__in=ids):
         assert run.status == RunStatus.COMPLETED, (run.pk, run.status, run.error_message)
         events = assert_gap_free(str(run.pk))
-        assert [e.sequence for e in events][:len(before[str(run.pk)])] == before[str(run.pk)]
+        assert [e.sequence for e in events][: len(before[str(run.pk)])] == before[str(run.pk)]
         kinds = [e.kind for e in events]
         # A run killed inside a model call recorded its request step twice (once per segment).
-        assert [k for i, k in enumerate(kinds) if not (k == "request" and kinds[i + 1:i + 2] == ["request"])] \
-            == ["request", "llm", "tool"] * 4 + ["request", "llm"], kinds
+        assert [k for i, k in enumerate(kinds) if not (k == "request" and kinds[i + 1 : i + 2] == ["request"])] == [
+            "request",
+            "llm",
+            "tool",
+        ] * 4 + ["request", "llm"], kinds
     assert AgentRun.objects.filter(pk__in=ids, attempts=1).count() == stranded
 
 
-def test_sigterm_hands_every_run_in_flight_back_and_they_complete_elsewhere(
-        runtime, queue, start_worker, worker_env):
+def test_sigterm_hands_every_run_in_flight_back_and_they_complete_elsewhere(runtime, queue, start_worker, worker_env):
     """SIGTERM during 5 s model calls and tools: the worker hands all 150 runs back at once (the
     waits end; nothing interrupted is recorded, nothing is cancelled or failed) and exits; a
     second worker completes them, gap-free."""
     runs = 150
     turn = {"delay": 5, "tool_calls": [{"name": "sleep", "arguments": {"seconds": 5}}]}
-    ids = enqueue_many(runtime, [{"prompt": "term", "tools": ["sleep"], "script": [turn, turn, {"content": "ok"}],
-                                  "max_iterations": 5} for _ in range(runs)])
+    ids = enqueue_many(
+        runtime,
+        [
+            {"prompt": "term", "tools": ["sleep"], "script": [turn, turn, {"content": "ok"}], "max_iterations": 5}
+            for _ in range(runs)
+        ],
+    )
     first = start_worker(runs)
     wait_for(lambda: running_count(ids) == runs, timeout=60, what="every run to execute")
     time.sleep(1)  # every run is inside its first 5 s model call
@@ -244,8 +286,17 @@ def test_sigterm_hands_every_run_in_flight_back_and_they_complete_elsewhere(
     for run in AgentRun.objects.filter(pk__in=ids):
         assert (run.status, run.attempts) == (RunStatus.COMPLETED, 0), (run.pk, run.status)
         events = assert_gap_free(str(run.pk))
-        assert [e.kind for e in events] == ["request", "request", "llm", "tool", "request", "llm", "tool",
-                                            "request", "llm"]
+        assert [e.kind for e in events] == [
+            "request",
+            "request",
+            "llm",
+            "tool",
+            "request",
+            "llm",
+            "tool",
+            "request",
+            "llm",
+        ]
         assert not any(e.payload.get("interrupted") for e in events)
 
 

@@ -35,9 +35,23 @@ def free_port() -> int:
 
 
 def start_redis(port: int, tmp_path: Path) -> subprocess.Popen:
-    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", str(tmp_path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     client = redis.Redis(port=port)
     wait_for(lambda: _pings(client), timeout=30, what="the test's own redis-server")
     return proc
@@ -71,23 +85,32 @@ def test_the_worker_loop_brings_a_worker_back(child_env, settings, runtime, tmp_
     url = f"redis://127.0.0.1:{port}/0"
     server = start_redis(port, tmp_path)
     log = open(tmp_path / "worker.log", "wb")
-    loop = subprocess.Popen(["bash", str(ROOT / "scripts" / "worker.sh"), "default"], cwd=ROOT, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True,
-                            env={**child_env, "REDIS_URL": url, "PYTHON": sys.executable})
+    loop = subprocess.Popen(
+        ["bash", str(ROOT / "scripts" / "worker.sh"), "default"],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**child_env, "REDIS_URL": url, "PYTHON": sys.executable},
+    )
     settings.REDIS_URL = url
     settings.RQ_QUEUES = {"default": {"URL": url}}
 
     def executes(prompt: str) -> None:
         run_id = runtime.enqueue({"prompt": prompt, "script": [{"content": "ok"}], "tools": []})
         try:
-            wait_for(lambda: AgentRun.objects.get(pk=run_id).status == RunStatus.COMPLETED, timeout=120,
-                     what=f"the run {prompt!r} to complete")
+            wait_for(
+                lambda: AgentRun.objects.get(pk=run_id).status == RunStatus.COMPLETED,
+                timeout=120,
+                what=f"the run {prompt!r} to complete",
+            )
         except AssertionError:
             import django_rq
 
             queue = django_rq.get_queue("default")
             job = queue.fetch_job(f"nrllm-run-{run_id}-0")
-            state = f"queue length {len(queue)}, job {job and job.get_status()}, run {AgentRun.objects.get(pk=run_id).status}"
+            run_status = AgentRun.objects.get(pk=run_id).status
+            state = f"queue length {len(queue)}, job {job and job.get_status()}, run {run_status}"
             tail = (tmp_path / "worker.log").read_text(errors="replace")[-3000:]
             raise AssertionError(f"{prompt!r} did not complete ({state}); worker log:\n{tail}") from None
 

@@ -12,8 +12,9 @@ import json
 import random
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -36,20 +37,32 @@ def calc(expr: str) -> dict[str, Any]:
 SLEEP = {"name": "sleep", "arguments": {"seconds": D}}
 NOW = {"name": "current_time", "arguments": {}}
 TOOLS = ["calculator", "sleep", "current_time"]
-LONG = {"prompt": "long", "tools": TOOLS, "script": [
-    {"delay": D, "tool_calls": [calc("1 + 1")]},
-    {"delay": D, "tool_calls": [SLEEP]},
-    {"delay": D, "tool_calls": [NOW, calc("2 * 3")]},
-    {"delay": D, "content": "done"},
-]}
-SHORT = {"prompt": "short", "tools": TOOLS, "script": [
-    {"delay": D, "tool_calls": [SLEEP, calc("7 - 2")]},
-    {"delay": D, "content": "ok"},
-]}
-NOTE = {"prompt": "note", "tools": ["write_note"], "script": [
-    {"tool_calls": [{"name": "write_note", "arguments": {"title": "from a worker", "body": "b"}}]},
-    {"content": "saved"},
-]}
+LONG = {
+    "prompt": "long",
+    "tools": TOOLS,
+    "script": [
+        {"delay": D, "tool_calls": [calc("1 + 1")]},
+        {"delay": D, "tool_calls": [SLEEP]},
+        {"delay": D, "tool_calls": [NOW, calc("2 * 3")]},
+        {"delay": D, "content": "done"},
+    ],
+}
+SHORT = {
+    "prompt": "short",
+    "tools": TOOLS,
+    "script": [
+        {"delay": D, "tool_calls": [SLEEP, calc("7 - 2")]},
+        {"delay": D, "content": "ok"},
+    ],
+}
+NOTE = {
+    "prompt": "note",
+    "tools": ["write_note"],
+    "script": [
+        {"tool_calls": [{"name": "write_note", "arguments": {"title": "from a worker", "body": "b"}}]},
+        {"content": "saved"},
+    ],
+}
 
 
 # --- fixtures and helpers --------------------------------------------------------------------
@@ -103,8 +116,7 @@ def assert_starts_match_steps(env: dict[str, str], run_id: Any) -> list[AgentRun
     steps = [e for e in events(run_id) if e.kind in ("llm", "tool")]
     starts = journal(env, run_id)
     assert [s["what"] for s in starts] == ["model" if e.kind == "llm" else "tool" for e in steps], run_id
-    assert [s["name"] for s in starts if s["what"] == "tool"] == [e.payload["name"] for e in steps
-                                                                   if e.kind == "tool"]
+    assert [s["name"] for s in starts if s["what"] == "tool"] == [e.payload["name"] for e in steps if e.kind == "tool"]
     return steps
 
 
@@ -124,16 +136,16 @@ def test_a_run_cancelled_while_queued_never_executes(runtime, queue, start_worke
 
 
 # --- duplicate deliveries and racing workers -------------------------------------------------
-def test_the_same_job_delivered_twice_to_racing_workers_executes_once(runtime, queue, start_workers,
-                                                                      worker_env):
+def test_the_same_job_delivered_twice_to_racing_workers_executes_once(runtime, queue, start_workers, worker_env):
     start_workers(2)
     run_id = runtime.enqueue(SHORT)
     job_id = dispatch.job_id(run_id)
     queue.push_job_id(job_id)  # the same job delivered a second time
     other = queue.enqueue(dispatch.JOB_FUNCTION, str(run_id), job_id=f"another-{run_id}").id  # a stray job
 
-    wait_for(lambda: len(results_of(queue, job_id)) == 2 and results_of(queue, other),
-             what="three deliveries to finish")
+    wait_for(
+        lambda: len(results_of(queue, job_id)) == 2 and results_of(queue, other), what="three deliveries to finish"
+    )
     outcomes = results_of(queue, job_id) + results_of(queue, other)
     assert sorted(outcomes, key=str) == [None, None, "completed"]
     reference = runtime.run(SHORT)
@@ -160,11 +172,15 @@ class Cancels:
     def record(self, answer: dict[str, Any], after: float) -> None:
         with self.lock:
             for line in answer["results"]:
-                self.by_run[line["run_id"]] = {"outcome": line["outcome"], "previous": line["previous_status"],
-                                               "after": after}
+                self.by_run[line["run_id"]] = {
+                    "outcome": line["outcome"],
+                    "previous": line["previous_status"],
+                    "after": after,
+                }
 
     def fresh(self, run_id: str, env: dict[str, str]) -> None:
         """Cancel from a new ``manage.py agent_cancel`` process; returns at once."""
+
         def wait() -> None:
             proc = manage("agent_cancel", "--json", run_id, env=env)
             out, err = proc.communicate(timeout=120)
@@ -187,8 +203,7 @@ class Cancels:
             self.record({"results": lines}, after)
 
 
-def test_fifty_queued_runs_cancelled_from_other_processes_at_random_moments(runtime, queue, start_workers,
-                                                                             worker_env):
+def test_fifty_queued_runs_cancelled_from_other_processes_at_random_moments(runtime, queue, start_workers, worker_env):
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     print(f"random seed {seed}")
@@ -262,7 +277,7 @@ def test_fifty_queued_runs_cancelled_from_other_processes_at_random_moments(runt
         assert cancel["previous"] == RunStatus.RUNNING, cancel
         hit["running"] += 1
         # The audit stream is complete up to the abort point: a prefix of the full run's stream.
-        assert [(e.kind, e.round) for e in done] == references[request["prompt"]][:len(done)]
+        assert [(e.kind, e.round) for e in done] == references[request["prompt"]][: len(done)]
         # Nothing started after the boundary: every start has its step, and none came later.
         assert_starts_match_steps(worker_env, run_id)
         boundary = done[-1].created_at.timestamp()
@@ -280,8 +295,10 @@ def test_a_queued_run_waiting_for_approval_resumes_in_a_worker(runtime, queue, s
     start_workers(1)
     approved, cancelled = runtime.enqueue(NOTE), runtime.enqueue(NOTE)
     for run_id in (approved, cancelled):
-        wait_for(lambda: AgentRun.objects.get(pk=run_id).status == RunStatus.WAITING_FOR_APPROVAL,
-                 what="the run to wait for approval")
+        wait_for(
+            lambda: AgentRun.objects.get(pk=run_id).status == RunStatus.WAITING_FOR_APPROVAL,
+            what="the run to wait for approval",
+        )
 
     result = runtime.approve(approved, True, queued=True)
     assert (result.outcome, result.status) == (Outcome.QUEUED, RunStatus.QUEUED)
@@ -304,12 +321,16 @@ def test_a_queued_run_waiting_for_approval_resumes_in_a_worker(runtime, queue, s
 
 
 # --- RQ's job timeout ------------------------------------------------------------------------
-def test_a_job_killed_by_its_timeout_leaves_the_run_failed_not_running(runtime, queue, start_workers,
-                                                                        settings):
+def test_a_job_killed_by_its_timeout_leaves_the_run_failed_not_running(runtime, queue, start_workers, settings):
     settings.NRLLM_AGENTS = {"JOB_TIMEOUT": 1}  # stored on the job at enqueue
     start_workers(1)
-    run_id = runtime.enqueue({"prompt": "slow", "tools": ["sleep"], "script": [
-        {"tool_calls": [{"name": "sleep", "arguments": {"seconds": 5}}]}, {"content": "never"}]})
+    run_id = runtime.enqueue(
+        {
+            "prompt": "slow",
+            "tools": ["sleep"],
+            "script": [{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 5}}]}, {"content": "never"}],
+        }
+    )
     assert wait_for(lambda: results_of(queue, dispatch.job_id(run_id)), what="the job to end") == ["failed"]
     run = AgentRun.objects.get(pk=run_id)
     assert (run.status, run.termination_reason) == (RunStatus.FAILED, "tool_failed")

@@ -30,8 +30,16 @@ class Workers:
     ``env`` must carry ``DATABASE_URL`` and ``REDIS_URL`` (the Redis the test enqueues to).
     """
 
-    def __init__(self, env: dict[str, str], *, count: int = 2, queue: str = "default",
-                 log_dir: Path | str, extra_args: tuple[str, ...] = (), command: str = "rqworker") -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        *,
+        count: int = 2,
+        queue: str = "default",
+        log_dir: Path | str,
+        extra_args: tuple[str, ...] = (),
+        command: str = "rqworker",
+    ) -> None:
         if not env.get("REDIS_URL"):
             raise ValueError("workers need REDIS_URL in their environment")
         self.env = dict(env)
@@ -55,10 +63,24 @@ class Workers:
             for name in self.names:
                 log = open(self.log_dir / f"{name}.log", "wb")
                 self._logs.append(log)
-                self.processes.append(subprocess.Popen(
-                    [sys.executable, str(ROOT / "manage.py"), self.command, self.queue, "--name", name,
-                     *self.extra_args],
-                    env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+                self.processes.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            str(ROOT / "manage.py"),
+                            self.command,
+                            self.queue,
+                            "--name",
+                            name,
+                            *self.extra_args,
+                        ],
+                        env=self.env,
+                        cwd=ROOT,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
             self._wait_registered(timeout)
         except BaseException:
             self.stop()
@@ -222,8 +244,15 @@ class Canceller:
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self, timeout: float = 60.0) -> Canceller:
-        self.proc = subprocess.Popen([sys.executable, "-c", _CANCELLER], env=self.env, cwd=ROOT, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _CANCELLER],
+            env=self.env,
+            cwd=ROOT,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
         line = self._read(timeout)
         if not line.get("ready"):
             raise WorkerStartError(f"canceller did not start: {line}")

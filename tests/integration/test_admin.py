@@ -15,8 +15,8 @@ import pytest
 from django.contrib import messages
 from django.contrib.auth.models import Permission
 from django.contrib.staticfiles import finders
-from django.templatetags.static import static
 from django.db import connection, connections
+from django.templatetags.static import static
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -30,12 +30,13 @@ CHANGELIST = reverse("admin:nrllm_agents_agentrun_changelist")
 CONFIRMATION = "admin/nrllm_agents/agentrun/cancel_confirmation.html"
 ANSWER = [{"content": "42"}]
 CALCULATE = [
-    {"usage": {"prompt_tokens": 42, "completion_tokens": 18},
-     "tool_calls": [{"name": "calculator", "arguments": {"expression": "(17 + 25) * 3"}}]},
+    {
+        "usage": {"prompt_tokens": 42, "completion_tokens": 18},
+        "tool_calls": [{"name": "calculator", "arguments": {"expression": "(17 + 25) * 3"}}],
+    },
     {"content": "126", "usage": {"prompt_tokens": 60, "completion_tokens": 4}},
 ]
-NOTE = [{"tool_calls": [{"name": "write_note", "arguments": {"title": "Result", "body": "126"}}]},
-        {"content": "noted"}]
+NOTE = [{"tool_calls": [{"name": "write_note", "arguments": {"title": "Result", "body": "126"}}]}, {"content": "noted"}]
 SLOW = [{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.1}}]}] * 20 + [{"content": "too late"}]
 
 
@@ -55,8 +56,7 @@ def completed(runtime, prompt: str = "add the numbers", script=CALCULATE, **kw) 
 
 
 def failed(runtime) -> uuid.UUID:
-    result = runtime.run({"prompt": "loop forever", "tools": ["calculator"], "script": CALCULATE,
-                          "max_iterations": 1})
+    result = runtime.run({"prompt": "loop forever", "tools": ["calculator"], "script": CALCULATE, "max_iterations": 1})
     assert (result.status, result.termination_reason) == (RunStatus.FAILED, TerminationReason.MAX_ITERATIONS)
     return result.run_id
 
@@ -82,9 +82,20 @@ def row(run_id) -> AgentRun:
 
 
 def snapshot(run_id) -> tuple:
-    return tuple(AgentRun.objects.filter(pk=run_id).values_list(
-        "status", "termination_reason", "finished_at", "stopped_at", "cancel_requested_at", "cancel_source",
-        "cancel_reason", "cancelled_by").get())
+    return tuple(
+        AgentRun.objects.filter(pk=run_id)
+        .values_list(
+            "status",
+            "termination_reason",
+            "finished_at",
+            "stopped_at",
+            "cancel_requested_at",
+            "cancel_source",
+            "cancel_reason",
+            "cancelled_by",
+        )
+        .get()
+    )
 
 
 def shown(response) -> list[tuple[int, str]]:
@@ -133,8 +144,10 @@ class InThread:
 
     def _work(self, runtime, script) -> None:
         try:
-            self.result = runtime.run({"prompt": "sleep a lot", "tools": ["sleep"], "script": script,
-                                       "max_iterations": len(script)}, on_step=self._observe)
+            self.result = runtime.run(
+                {"prompt": "sleep a lot", "tools": ["sleep"], "script": script, "max_iterations": len(script)},
+                on_step=self._observe,
+            )
         finally:
             connections.close_all()
 
@@ -209,8 +222,11 @@ def test_runs_are_read_only(op_client, runtime):
 def test_non_staff_never_reach_the_admin(client, django_user_model, runtime):
     run_id = queued(runtime)
     client.force_login(django_user_model.objects.create_user("plain"))
-    for response in (client.get(CHANGELIST), client.get(change_url(run_id)),
-                     client.post(CHANGELIST, bulk([run_id], post="yes"))):
+    for response in (
+        client.get(CHANGELIST),
+        client.get(change_url(run_id)),
+        client.post(CHANGELIST, bulk([run_id], post="yes")),
+    ):
         assert response.status_code == 302 and response["Location"].startswith(reverse("admin:login"))
     assert row(run_id).status == RunStatus.QUEUED
 
@@ -223,10 +239,12 @@ def test_confirmation_page_lists_each_run_and_what_will_happen(op_client, runtim
     assert response.status_code == 200
     assert CONFIRMATION in [t.name for t in response.templates]
     plans = {run.pk: plan for run, plan in response.context["rows"]}
-    assert plans == {q: "cancel: it is not executing and stops at once",
-                     w: "cancel: it is not executing and stops at once",
-                     done: "nothing: already finished (completed)",
-                     gone: "nothing: already cancelled"}
+    assert plans == {
+        q: "cancel: it is not executing and stops at once",
+        w: "cancel: it is not executing and stops at once",
+        done: "nothing: already finished (completed)",
+        gone: "nothing: already cancelled",
+    }
     summary = "2 runs will be cancelled, 1 run already finished, 1 run already cancelled."
     assert response.context["summary"] == summary
     html = response.content.decode()
@@ -242,8 +260,9 @@ def test_confirming_cancels_active_runs_and_summarises_each_outcome(op_client, o
     q, w, done = queued(runtime), waiting(runtime), completed(runtime)
     bad, gone = failed(runtime), cancelled_earlier(runtime)
     untouched = {i: snapshot(i) for i in (done, bad, gone)}
-    response = op_client.post(CHANGELIST, bulk([q, w, done, bad, gone], post="yes", reason="  wrong prompt "),
-                              follow=True)
+    response = op_client.post(
+        CHANGELIST, bulk([q, w, done, bad, gone], post="yes", reason="  wrong prompt "), follow=True
+    )
     summary = "2 runs cancelled, 2 runs already finished, 1 run already cancelled."
     assert shown(response) == [(messages.SUCCESS, summary)]
     for run_id in (q, w):
@@ -308,8 +327,13 @@ def test_bulk_cancel_stops_an_executing_run_and_its_page_shows_the_record(client
     live = InThread(runtime, SLOW)
     response = client.post(CHANGELIST, bulk([live.run_id, done], post="yes", reason="runaway"), follow=True)
     result = live.join()
-    assert shown(response) == [(messages.SUCCESS, "1 run cancelled, 1 run already finished. "
-                                                  "1 of them was executing: the step in flight is interrupted and recorded, then it stops.")]
+    assert shown(response) == [
+        (
+            messages.SUCCESS,
+            "1 run cancelled, 1 run already finished. "
+            "1 of them was executing: the step in flight is interrupted and recorded, then it stops.",
+        )
+    ]
     assert result.outcome == Outcome.CANCELLED
     run = row(live.run_id)
     assert run.status == RunStatus.CANCELLED and run.stopped_at is not None and run.cancelled_by == operator
@@ -343,7 +367,8 @@ def test_cancel_from_a_runs_page(op_client, operator, runtime):
         assert confirm.status_code == 200
         assert CONFIRMATION in [t.name for t in confirm.templates]
         assert [(run.pk, plan) for run, plan in confirm.context["rows"]] == [
-            (w, "cancel: it is not executing and stops at once")]
+            (w, "cancel: it is not executing and stops at once")
+        ]
         assert confirm.context["summary"] == "1 run will be cancelled."
         body = confirm.content.decode()
         assert 'name="post" value="yes"' in body and 'name="reason"' in body and 'value="Yes, cancel"' in body
@@ -356,7 +381,11 @@ def test_cancel_from_a_runs_page(op_client, operator, runtime):
     assert shown(response) == [(messages.SUCCESS, f"Run {w} cancelled.")]
     run = row(w)
     assert (run.status, run.cancel_source, run.cancelled_by, run.cancel_reason) == (
-        RunStatus.CANCELLED, CancelSource.ADMIN, operator, "no notes today")
+        RunStatus.CANCELLED,
+        CancelSource.ADMIN,
+        operator,
+        "no notes today",
+    )
     html = response.content.decode()
     assert "no notes today" in html and 'id="cancel-run-form"' not in html
 
@@ -408,8 +437,13 @@ def test_cancel_from_the_page_of_an_executing_run(client, django_user_model, run
     live = InThread(runtime, SLOW)
     response = client.post(cancel_url(live.run_id), {"post": "yes"}, follow=True)
     assert live.join().outcome == Outcome.CANCELLED
-    assert shown(response) == [(messages.SUCCESS, f"Run {live.run_id} cancelled; it was executing: the step in flight "
-                                                  "is interrupted and recorded, then it stops.")]
+    assert shown(response) == [
+        (
+            messages.SUCCESS,
+            f"Run {live.run_id} cancelled; it was executing: the step in flight "
+            "is interrupted and recorded, then it stops.",
+        )
+    ]
     assert row(live.run_id).stopped_at is not None
 
 
@@ -423,14 +457,19 @@ def test_staff_without_the_cancel_permission_cannot_cancel(client, viewer, runti
     page = client.get(CHANGELIST)
     assert page.status_code == 200 and listed(page) == {q, w}
     response = client.post(CHANGELIST, bulk([q, w], post="yes"), follow=True)
-    assert (messages.WARNING, "2 selected runs were left alone: they are not yours and you lack the cancel "
-                              "permission.") in shown(response)
+    assert (
+        messages.WARNING,
+        "2 selected runs were left alone: they are not yours and you lack the cancel permission.",
+    ) in shown(response)
     run_page = client.get(change_url(w))
     assert run_page.status_code == 200
     html = run_page.content.decode()
     assert 'id="cancel-run-form"' not in html and cancel_url(w) not in html
-    for response in (client.get(cancel_url(w)), client.post(cancel_url(w)),
-                     client.post(cancel_url(w), {"post": "yes"})):
+    for response in (
+        client.get(cancel_url(w)),
+        client.post(cancel_url(w)),
+        client.post(cancel_url(w), {"post": "yes"}),
+    ):
         assert response.status_code == 403
     assert {i: snapshot(i) for i in before} == before
 
@@ -462,8 +501,9 @@ def test_csrf_is_enforced_on_the_confirmation_forms(operator, runtime):
     assert row(q).status == RunStatus.CANCELLED
 
     run_page = csrf_client.get(change_url(w)).content.decode()
-    page_token = re.search(r'id="cancel-run-form">\s*<input type="hidden" name="csrfmiddlewaretoken" value="([^"]+)"',
-                           run_page).group(1)
+    page_token = re.search(
+        r'id="cancel-run-form">\s*<input type="hidden" name="csrfmiddlewaretoken" value="([^"]+)"', run_page
+    ).group(1)
     confirm = csrf_client.post(cancel_url(w), {"csrfmiddlewaretoken": page_token})
     assert confirm.status_code == 200 and CONFIRMATION in [t.name for t in confirm.templates]
     confirm_token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', confirm.content.decode()).group(1)
@@ -474,8 +514,12 @@ def test_csrf_is_enforced_on_the_confirmation_forms(operator, runtime):
 
 # --- a run's page: fields and timeline ---------------------------------------------------------
 def test_run_page_shows_the_step_stream_as_a_timeline(op_client, operator, runtime):
-    script = [CALCULATE[0], {"tool_calls": [{"name": "calculator", "arguments": {"expression": "1/0"}}]},
-              NOTE[0], {"content": "The answer is 126.", "usage": {"prompt_tokens": 90, "completion_tokens": 6}}]
+    script = [
+        CALCULATE[0],
+        {"tool_calls": [{"name": "calculator", "arguments": {"expression": "1/0"}}]},
+        NOTE[0],
+        {"content": "The answer is 126.", "usage": {"prompt_tokens": 90, "completion_tokens": 6}},
+    ]
     first = runtime.run({"prompt": "what is (17 + 25) * 3?", "tools": ["calculator", "write_note"], "script": script})
     assert first.status == RunStatus.WAITING_FOR_APPROVAL
     assert runtime.approve(first.run_id, True, by=operator).status == RunStatus.COMPLETED
@@ -510,8 +554,9 @@ def test_run_page_shows_the_step_stream_as_a_timeline(op_client, operator, runti
 
 
 # --- the queue dashboard and notes -----------------------------------------------------------
-def test_queue_dashboard_is_linked_and_shows_the_apps_queue(op_client, runtime, redis_url, settings,
-                                                             django_capture_on_commit_callbacks):
+def test_queue_dashboard_is_linked_and_shows_the_apps_queue(
+    op_client, runtime, redis_url, settings, django_capture_on_commit_callbacks
+):
     settings.REDIS_URL = redis_url
     settings.RQ_QUEUES = {"default": {"URL": redis_url, "DEFAULT_TIMEOUT": 360}}
     with django_capture_on_commit_callbacks(execute=True):
@@ -535,6 +580,10 @@ def test_notes_are_listed_read_only(op_client, operator, runtime):
     assert page.status_code == 200 and list(page.context["cl"].result_list) == [note]
     assert "Result" in page.content.decode()
     assert op_client.get(reverse("admin:nrllm_agents_note_add")).status_code == 403
-    assert op_client.post(reverse("admin:nrllm_agents_note_change", args=[note.pk]),
-                          {"title": "edited", "body": "x"}).status_code == 403
+    assert (
+        op_client.post(
+            reverse("admin:nrllm_agents_note_change", args=[note.pk]), {"title": "edited", "body": "x"}
+        ).status_code
+        == 403
+    )
     assert Note.objects.get(pk=note.pk).title == "Result"

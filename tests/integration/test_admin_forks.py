@@ -6,24 +6,31 @@ import pytest
 from django.contrib import messages
 from django.urls import reverse
 
-from nrllm_agents.models import AgentRun, CancelSource, RunStatus
+from nrllm_agents.models import AgentRun, RunStatus
 
-from .test_admin import change_url, completed, operator, op_client, shown, viewer, waiting  # noqa: F401
+from .test_admin import change_url, completed, op_client, operator, shown, viewer, waiting  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 
 CHANGELIST = reverse("admin:nrllm_agents_agentrun_changelist")
-BUDGET = [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "1"}}],
-           "usage": {"prompt_tokens": 30, "completion_tokens": 20}}, {"content": "x"}]
+BUDGET = [
+    {
+        "tool_calls": [{"name": "calculator", "arguments": {"expression": "1"}}],
+        "usage": {"prompt_tokens": 30, "completion_tokens": 20},
+    },
+    {"content": "x"},
+]
 
 
-def test_fork_action_queues_forks_of_stopped_runs_and_refuses_active_ones(op_client, operator, runtime, settings,
-                                                                         redis_url):
+def test_fork_action_queues_forks_of_stopped_runs_and_refuses_active_ones(
+    op_client, operator, runtime, settings, redis_url
+):
     settings.REDIS_URL = redis_url  # no worker reads it: the forks stay queued
     settings.RQ_QUEUES = {"default": {"URL": redis_url}}
     done, pending = completed(runtime), waiting(runtime)
-    response = op_client.post(CHANGELIST, {"action": "fork_selected", "_selected_action": [str(done), str(pending)]},
-                              follow=True)
+    response = op_client.post(
+        CHANGELIST, {"action": "fork_selected", "_selected_action": [str(done), str(pending)]}, follow=True
+    )
     fork = AgentRun.objects.get(parent_id=done)
     assert fork.status == RunStatus.QUEUED and fork.owner == operator
     said = shown(response)

@@ -38,11 +38,10 @@ SCRIPT = [*SCRIPT, {"content": "done"}]
 
 
 @pytest.mark.parametrize("attempt", range(5))
-def test_a_boundary_that_keeps_failing_after_a_cancel_writes_guarded_and_starts_nothing(
-        attempt, tmp_path, monkeypatch):
+def test_a_boundary_that_keeps_failing_after_a_cancel_writes_guarded_and_starts_nothing(attempt, tmp_path, monkeypatch):
     journal_path = tmp_path / "journal.jsonl"
     monkeypatch.setenv("NRLLM_CALL_JOURNAL", str(journal_path))
-    monkeypatch.setattr(interrupts.watcher, "watch", lambda run_id, token, **kw: (lambda: None))  # no signal
+    monkeypatch.setattr(interrupts.watcher, "watch", lambda run_id, token, **kw: lambda: None)  # no signal
     runtime = AgentRuntime()
     cancel_at_step = 3 + attempt  # request, llm, tool, request, ... : every kind of boundary
     state = {"seen": 0, "faults": 0, "cancelled_at": None}
@@ -56,15 +55,17 @@ def test_a_boundary_that_keeps_failing_after_a_cancel_writes_guarded_and_starts_
 
     def failing_boundary(execute, sql, params, many, context):
         statement = sql.replace('"', "")
-        if state["faults"] and statement.startswith(("WITH renewed AS (UPDATE nrllm_agents_agentrun",
-                                                     "UPDATE nrllm_agents_agentrun SET lease_expires")):
+        if state["faults"] and statement.startswith(
+            ("WITH renewed AS (UPDATE nrllm_agents_agentrun", "UPDATE nrllm_agents_agentrun SET lease_expires")
+        ):
             state["faults"] -= 1
             raise OperationalError("canceling statement due to statement timeout")
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(failing_boundary):
-        result = runtime.run({"prompt": "p", "tools": ["calculator"], "script": SCRIPT, "max_iterations": 80},
-                             on_step=on_step)
+        result = runtime.run(
+            {"prompt": "p", "tools": ["calculator"], "script": SCRIPT, "max_iterations": 80}, on_step=on_step
+        )
     assert state["faults"] == 0, "the boundary was not retried as often as expected"
     assert result.outcome.value == "cancelled"
     journal = [json.loads(line) for line in journal_path.read_text().splitlines()]
@@ -96,8 +97,9 @@ def test_a_storm_of_cancelled_statements_never_lets_work_start_after_a_boundary(
             ready.set()
 
         try:
-            AgentRuntime().run({"prompt": "p", "tools": ["calculator"], "script": SCRIPT, "max_iterations": 80},
-                               on_step=on_step)
+            AgentRuntime().run(
+                {"prompt": "p", "tools": ["calculator"], "script": SCRIPT, "max_iterations": 80}, on_step=on_step
+            )
         except BaseException as exc:  # a fault outside the boundary (e.g. the claim) ends the run: not our claim
             errors.append(exc)
         finally:
@@ -127,7 +129,7 @@ def test_a_storm_of_cancelled_statements_never_lets_work_start_after_a_boundary(
             thread = threading.Thread(target=segment, args=(ids, ready))
             thread.start()
             segments.append((thread, ids, ready))
-        for thread, ids, ready in segments:
+        for _, ids, ready in segments:
             assert ready.wait(10)
             time.sleep(rng.uniform(0.0, 0.15))  # a random moment in the run
             run_id = ids[0]
@@ -150,15 +152,23 @@ def test_a_storm_of_cancelled_statements_never_lets_work_start_after_a_boundary(
         late = [e["t"] for e in journal if e["run_id"] == run_id and e["t"] > at]
         # A call may start right after the last boundary before the cancel (the token then
         # interrupts it), never after a boundary that came after the cancel had committed.
-        boundaries_after = [c.timestamp() for c in AgentRunEvent.objects.filter(run_id=run_id)
-                            .exclude(kind="cancelled").values_list("created_at", flat=True) if c.timestamp() > at]
+        boundaries_after = [
+            c.timestamp()
+            for c in AgentRunEvent.objects.filter(run_id=run_id)
+            .exclude(kind="cancelled")
+            .values_list("created_at", flat=True)
+            if c.timestamp() > at
+        ]
         violations = [t for t in late if any(b < t for b in boundaries_after)]
-        assert not violations, f"run {run_id}: {len(violations)} calls started after a boundary that followed the cancel"
+        assert not violations, (
+            f"run {run_id}: {len(violations)} calls started after a boundary that followed the cancel"
+        )
         steps = list(AgentRunEvent.objects.filter(run_id=run_id).order_by("sequence").values_list("kind", flat=True))
         assert steps.count("cancelled") <= 1
         if run.stopped_at is not None:
             assert steps[-1] == "cancelled"
         # Gap-free: every boundary's step is there exactly once.
-        sequences = list(AgentRunEvent.objects.filter(run_id=run_id).order_by("sequence")
-                         .values_list("sequence", flat=True))
+        sequences = list(
+            AgentRunEvent.objects.filter(run_id=run_id).order_by("sequence").values_list("sequence", flat=True)
+        )
         assert sequences == list(range(len(sequences)))

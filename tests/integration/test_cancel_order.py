@@ -36,8 +36,9 @@ CANCELS_PER_RUN = 3
 
 
 def _script(rounds: int) -> list[dict[str, Any]]:
-    return [{"tool_calls": [{"name": "calculator", "arguments": {"expression": f"{i} + 1"}}]}
-            for i in range(rounds)] + [{"content": "done"}]
+    return [
+        {"tool_calls": [{"name": "calculator", "arguments": {"expression": f"{i} + 1"}}]} for i in range(rounds)
+    ] + [{"content": "done"}]
 
 
 def test_no_step_committed_before_a_cancel_looks_later_than_it(runtime):
@@ -61,9 +62,12 @@ def test_no_step_committed_before_a_cancel_looks_later_than_it(runtime):
     def segments(count: int) -> None:
         try:
             for _ in range(count):
-                runtime.run(RunRequest.from_mapping({"prompt": "storm", "tools": ["calculator"],
-                                                     "script": _script(30), "max_iterations": 40}),
-                            on_step=on_step)
+                runtime.run(
+                    RunRequest.from_mapping(
+                        {"prompt": "storm", "tools": ["calculator"], "script": _script(30), "max_iterations": 40}
+                    ),
+                    on_step=on_step,
+                )
         except BaseException as exc:
             errors.append(exc)
         finally:
@@ -124,8 +128,11 @@ def test_no_step_committed_before_a_cancel_looks_later_than_it(runtime):
         assert ack.kind == StepKind.CANCELLED and run.stopped_at >= run.cancel_requested_at
         boundary = ack.payload["boundary_sequence"]
         before = [e for e in events if boundary is not None and e.sequence < boundary]
-        late = [(e.sequence, (e.created_at - run.cancel_requested_at).total_seconds() * 1000)
-                for e in before if e.created_at > run.cancel_requested_at]
+        late = [
+            (e.sequence, (e.created_at - run.cancel_requested_at).total_seconds() * 1000)
+            for e in before
+            if e.created_at > run.cancel_requested_at
+        ]
         assert not late, f"run {run.pk}: steps committed before the cancel stamped after it (seq, ms): {late}"
         checked += len(before)
     assert checked > 0
@@ -145,8 +152,11 @@ def _behind_a_lock(action: Any, holder_work: Any = _record_and_requeue) -> Any:
     ``action`` waits for it, so its statement's snapshot predates the segment's commit.
     Returns ``(run_id, action's result)``.
     """
-    run = store.begin(RunRequest.from_mapping({"prompt": "p", "tools": []}).row_fields(), claimed_by="seg",
-                      lease_expires=store.lease_until())
+    run = store.begin(
+        RunRequest.from_mapping({"prompt": "p", "tools": []}).row_fields(),
+        claimed_by="seg",
+        lease_expires=store.lease_until(),
+    )
     holder_locked, release = threading.Event(), threading.Event()
     box: dict[str, Any] = {}
 
@@ -203,7 +213,8 @@ def test_one_statement_claim_falls_back_when_the_row_changes_under_its_lock():
     """Same for the claim: the sequence the next segment starts at counts every step."""
     for _ in range(race_rounds(20)):
         run_id, claim = _behind_a_lock(
-            lambda pk: store.claim_queued(pk, claimed_by="next", lease_expires=store.lease_until()))
+            lambda pk: store.claim_queued(pk, claimed_by="next", lease_expires=store.lease_until())
+        )
         assert claim.applied and claim.data["request_payload"] == store.RECOVER
         assert claim.data.get("next_sequence", store.next_sequence(run_id)) == 3
 
@@ -211,12 +222,14 @@ def test_one_statement_claim_falls_back_when_the_row_changes_under_its_lock():
 @ONLY_POSTGRES
 def test_bulk_cancel_stamps_after_its_locks(runtime):
     """A step committed while a bulk cancel waited for the run's row carries an earlier time."""
+
     def record_step(run_id: uuid.UUID) -> None:
         store.append_event(run_id, 0, Step(kind=StepKind.TOOL, round=1, payload={}), timezone.now())
 
     for _ in range(race_rounds(20)):
-        run_id, report = _behind_a_lock(lambda pk: runtime.cancel_many(AgentRun.objects.filter(pk=pk), source="cli"),
-                                        record_step)
+        run_id, report = _behind_a_lock(
+            lambda pk: runtime.cancel_many(AgentRun.objects.filter(pk=pk), source="cli"), record_step
+        )
         assert report.cancelled == {"running": 1}
         step = AgentRunEvent.objects.get(run_id=run_id, sequence=0)
         assert step.created_at < AgentRun.objects.get(pk=run_id).cancel_requested_at

@@ -90,8 +90,10 @@ def queued() -> uuid.UUID:
 
 
 def stored_steps(run_id: Any) -> list[dict[str, Any]]:
-    return [json.loads(json.dumps(presenters.event_dict(e)))
-            for e in AgentRunEvent.objects.filter(run_id=run_id).order_by("sequence")]
+    return [
+        json.loads(json.dumps(presenters.event_dict(e)))
+        for e in AgentRunEvent.objects.filter(run_id=run_id).order_by("sequence")
+    ]
 
 
 # --- agent_run ---------------------------------------------------------------------------------
@@ -132,21 +134,25 @@ def test_agent_run_awaiting_approval_exits_4_and_failure_exits_1():
     assert ran.lines[-1]["event"] == "awaiting_approval"
     assert ran.lines[-1]["pending_approval"][0]["name"] == "write_note"
     script = [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "1"}}]}]
-    ran = run("agent_run", "loop", "--tool", "calculator", "--script", json.dumps(script),
-              "--max-iterations", "1", "--json")
+    ran = run(
+        "agent_run", "loop", "--tool", "calculator", "--script", json.dumps(script), "--max-iterations", "1", "--json"
+    )
     assert ran.code == 1
     assert (ran.lines[-1]["event"], ran.lines[-1]["termination_reason"]) == ("failed", "max_iterations")
 
 
-@pytest.mark.parametrize("args, names", [
-    (["--script", "[{not json"], "--script: not valid JSON"),
-    (["--script", "@/nonexistent/script.json"], "--script: cannot read"),
-    (["--script", '[{"contnt": "x"}]'], "--script:"),
-    (["--tool", "calculator", "--tool", "nope"], "--tool: unknown tools: nope"),
-    (["--provider", "nope"], "--provider: unknown provider"),
-    (["--max-iterations", "0"], "--max-iterations:"),
-    (["--follow"], "--follow goes with --queued"),
-])
+@pytest.mark.parametrize(
+    "args, names",
+    [
+        (["--script", "[{not json"], "--script: not valid JSON"),
+        (["--script", "@/nonexistent/script.json"], "--script: cannot read"),
+        (["--script", '[{"contnt": "x"}]'], "--script:"),
+        (["--tool", "calculator", "--tool", "nope"], "--tool: unknown tools: nope"),
+        (["--provider", "nope"], "--provider: unknown provider"),
+        (["--max-iterations", "0"], "--max-iterations:"),
+        (["--follow"], "--follow goes with --queued"),
+    ],
+)
 @pytest.mark.django_db
 def test_agent_run_usage_errors_exit_2_name_the_flag_and_store_nothing(args, names):
     ran = run("agent_run", "p", *args)
@@ -169,6 +175,7 @@ def test_agent_run_cancelled_by_agent_cancel_exits_3():
                 time.sleep(0.02)
         finally:
             from django.db import connections
+
             connections.close_all()
 
     helper = threading.Thread(target=cancel_when_running)
@@ -189,8 +196,9 @@ def test_agent_run_cancelled_by_agent_cancel_exits_3():
 @pytest.mark.django_db(transaction=True)
 def test_agent_run_queued_follow_without_redis_completes():
     script = [{"delay": 0.05, "tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.05}}]}, {"content": "q"}]
-    ran = run("agent_run", "queued", "--tool", "sleep", "--script", json.dumps(script),
-              "--queued", "--follow", "--json")
+    ran = run(
+        "agent_run", "queued", "--tool", "sleep", "--script", json.dumps(script), "--queued", "--follow", "--json"
+    )
     assert dispatch.wait_local_idle()
     run_id = ran.lines[0]["run_id"]
     assert ran.code == 0 and ran.lines[0] == {"event": "started", "run_id": run_id}
@@ -211,8 +219,8 @@ def test_agent_run_queued_without_follow_prints_the_id_at_once():
 # transaction=True: the job is sent to Redis only once the row is committed.
 @pytest.mark.django_db(transaction=True)
 def test_agent_run_queued_on_redis_sends_a_job_carrying_only_the_id(redis_url):
-    from rq.job import Job
     import redis
+    from rq.job import Job
 
     with override_settings(REDIS_URL=redis_url, RQ_QUEUES={"default": {"URL": redis_url}}):
         ran = run("agent_run", "for a worker", "--queued", "--json")
@@ -288,13 +296,16 @@ def test_agent_cancel_malformed_id_exits_2_and_changes_nothing_even_beside_valid
     assert snapshot() == before and AgentRun.objects.get(pk=good).status == RunStatus.QUEUED
 
 
-@pytest.mark.parametrize("args, message", [
-    ([], "give at least one run id"),
-    (["--dry-run"], "--dry-run needs a selection"),
-    (["--reason", "a\x00b", str(uuid.uuid4())], "--reason:"),
-    (["--status", "bogus"], "--status: unknown bogus"),
-    (["--older-than", "soon"], "--older-than: expected a duration"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "give at least one run id"),
+        (["--dry-run"], "--dry-run needs a selection"),
+        (["--reason", "a\x00b", str(uuid.uuid4())], "--reason:"),
+        (["--status", "bogus"], "--status: unknown bogus"),
+        (["--older-than", "soon"], "--older-than: expected a duration"),
+    ],
+)
 @pytest.mark.django_db
 def test_agent_cancel_usage_errors_exit_2(args, message):
     queued()
@@ -319,8 +330,10 @@ def test_agent_cancel_mixed_ids_one_line_each_in_order_and_json(runtime):
     ran = run("agent_cancel", str(q), str(done), str(unknown), str(q), "--json")
     assert ran.code == 1 and "2 of 3 runs not cancelled (1 not found, 1 already finished)" == ran.err
     assert [(line["event"], line["run_id"], line["outcome"]) for line in ran.lines] == [
-        ("cancel", str(q), "cancelled"), ("cancel", str(done), "already_finished"),
-        ("cancel", str(unknown), "not_found")]
+        ("cancel", str(q), "cancelled"),
+        ("cancel", str(done), "already_finished"),
+        ("cancel", str(unknown), "not_found"),
+    ]
     assert ran.lines[0]["previous_status"] == "queued" and ran.lines[0]["stops_at_next_boundary"] is False
     assert AgentRun.objects.get(pk=q).status == RunStatus.CANCELLED
 
@@ -329,18 +342,37 @@ def test_agent_cancel_mixed_ids_one_line_each_in_order_and_json(runtime):
 def test_agent_cancel_running_run_says_it_stops_at_the_next_boundary():
     row = store.begin(RunRequest.from_mapping({"prompt": "p"}).row_fields())
     ran = run("agent_cancel", str(row.pk))
-    assert ran.code == 0 and ran.out.strip() == f"{row.pk} cancelled (it was executing: the step in flight is interrupted and recorded, then it stops)"
+    assert (
+        ran.code == 0
+        and ran.out.strip()
+        == f"{row.pk} cancelled (it was executing: the step in flight is interrupted and recorded, then it stops)"
+    )
 
 
 @pytest.mark.django_db
 def test_agent_cancel_bulk_by_status_dry_run_then_for_real(runtime):
     q1, q2, w, done = queued(), queued(), waiting(runtime), completed(runtime)
     before = snapshot()
-    ran = run("agent_cancel", "--status", "queued", "--status", "waiting_for_approval",
-              "--status", "completed", "--dry-run", "--json")
-    assert ran.code == 0 and ran.lines == [{"event": "bulk_cancel", "dry_run": True, "cancelled_total": 3,
-                                            "cancelled": {"queued": 2, "waiting_for_approval": 1},
-                                            "unchanged": {"completed": 1}}]
+    ran = run(
+        "agent_cancel",
+        "--status",
+        "queued",
+        "--status",
+        "waiting_for_approval",
+        "--status",
+        "completed",
+        "--dry-run",
+        "--json",
+    )
+    assert ran.code == 0 and ran.lines == [
+        {
+            "event": "bulk_cancel",
+            "dry_run": True,
+            "cancelled_total": 3,
+            "cancelled": {"queued": 2, "waiting_for_approval": 1},
+            "unchanged": {"completed": 1},
+        }
+    ]
     assert snapshot() == before
     ran = run("agent_cancel", "--status", "queued", "--status", "waiting_for_approval", "--reason", "sweep")
     assert ran.code == 0
@@ -357,8 +389,7 @@ def test_agent_cancel_bulk_older_than_selects_by_creation_time(runtime):
     old_q, old_done, new_q = queued(), completed(runtime), queued()
     AgentRun.objects.filter(pk__in=[old_q, old_done]).update(created_at=timezone.now() - timedelta(hours=3))
     ran = run("agent_cancel", "--older-than", "2h", "--dry-run")
-    assert ran.out.splitlines() == ["would cancel 1 runs (queued: 1)",
-                                    "left unchanged: 1 finished runs (completed: 1)"]
+    assert ran.out.splitlines() == ["would cancel 1 runs (queued: 1)", "left unchanged: 1 finished runs (completed: 1)"]
     ran = run("agent_cancel", "--older-than", "2h")
     assert ran.code == 0
     statuses = dict(AgentRun.objects.values_list("pk", "status"))
@@ -433,11 +464,14 @@ def test_agent_events_prints_the_stream_after_n(runtime):
     assert human[0] == f"run {run_id} (failed)" and len(human) == 2 + len(stored_steps(run_id))
 
 
-@pytest.mark.parametrize("args, code, message", [
-    (["nope"], 2, "not a run id: 'nope'"),
-    ([str(uuid.UUID(int=7)), "--after", "-2"], 2, "--after: a sequence number, -1 or more"),
-    ([str(uuid.UUID(int=7))], 1, f"run {uuid.UUID(int=7)} not found"),
-])
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["nope"], 2, "not a run id: 'nope'"),
+        ([str(uuid.UUID(int=7)), "--after", "-2"], 2, "--after: a sequence number, -1 or more"),
+        ([str(uuid.UUID(int=7))], 1, f"run {uuid.UUID(int=7)} not found"),
+    ],
+)
 @pytest.mark.django_db
 def test_agent_events_errors(args, code, message):
     ran = run("agent_events", *args)
@@ -466,9 +500,11 @@ def test_agent_events_follow_tails_a_live_run_to_its_end(runtime, cancel):
             started.set()
             if cancel and step["kind"] == "tool":
                 runtime.cancel(step["run_id"], source="api")
+
         try:
-            holder["result"] = runtime.run({"prompt": "p", "tools": ["sleep"], "script": SLOW[:3] + SLOW[-1:]},
-                                           on_step=on_step)
+            holder["result"] = runtime.run(
+                {"prompt": "p", "tools": ["sleep"], "script": SLOW[:3] + SLOW[-1:]}, on_step=on_step
+            )
         finally:
             connections.close_all()
 
@@ -495,6 +531,7 @@ def test_agent_events_follow_ends_on_a_cancel_no_process_ever_acknowledged(runti
 
     def follow() -> None:
         from django.db import connections
+
         try:
             ran.append(run("agent_events", str(row.pk), "--follow", "--json"))
         finally:

@@ -12,14 +12,27 @@ from .test_commands import run, snapshot
 
 pytestmark = pytest.mark.django_db
 
-TWO_CALLS = {"tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}},
-                            {"name": "calculator", "arguments": {"expression": "2+2"}}],
-             "usage": {"prompt_tokens": 60, "completion_tokens": 10}}
+TWO_CALLS = {
+    "tool_calls": [
+        {"name": "calculator", "arguments": {"expression": "1+1"}},
+        {"name": "calculator", "arguments": {"expression": "2+2"}},
+    ],
+    "usage": {"prompt_tokens": 60, "completion_tokens": 10},
+}
 
 
 def test_agent_run_budget_flag_cancels_with_exit_3_naming_the_limit():
-    ran = run("agent_run", "p", "--tool", "calculator", "--max-total-tokens", "50", "--json",
-              "--script", json.dumps([TWO_CALLS, {"content": "4"}]))
+    ran = run(
+        "agent_run",
+        "p",
+        "--tool",
+        "calculator",
+        "--max-total-tokens",
+        "50",
+        "--json",
+        "--script",
+        json.dumps([TWO_CALLS, {"content": "4"}]),
+    )
     assert ran.code == 3
     last = ran.lines[-1]
     assert last["termination_reason"] == "budget_exceeded" and last["cancel"]["limit"]["measured"] == 70
@@ -36,8 +49,10 @@ def cancelled_parent(runtime):
     def observe(step):
         if step["kind"] == "llm":
             runtime.cancel(step["run_id"], source=CancelSource.CLI)
-    return runtime.run({"prompt": "add", "tools": ["calculator"], "script": [TWO_CALLS, {"content": "4"}]},
-                       on_step=observe).run_id
+
+    return runtime.run(
+        {"prompt": "add", "tools": ["calculator"], "script": [TWO_CALLS, {"content": "4"}]}, on_step=observe
+    ).run_id
 
 
 def test_agent_fork_continues_a_cancelled_run_and_leaves_it_unchanged(runtime):
@@ -53,11 +68,14 @@ def test_agent_fork_continues_a_cancelled_run_and_leaves_it_unchanged(runtime):
     assert [e for e in events if e[0] == parent] == [e for e in before[1] if e[0] == parent]
 
 
-@pytest.mark.parametrize("args, code, text", [
-    (["--from", "7"], 2, "--from: no step 7"),
-    (["--from", "-1"], 2, "--from"),
-    (["--max-total-tokens", "0"], 2, "--max-total-tokens"),
-])
+@pytest.mark.parametrize(
+    "args, code, text",
+    [
+        (["--from", "7"], 2, "--from: no step 7"),
+        (["--from", "-1"], 2, "--from"),
+        (["--max-total-tokens", "0"], 2, "--max-total-tokens"),
+    ],
+)
 def test_agent_fork_usage_errors(runtime, args, code, text):
     parent = cancelled_parent(runtime)
     ran = run("agent_fork", str(parent), *args)

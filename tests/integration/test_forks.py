@@ -16,16 +16,26 @@ from nrllm_agents.requests import InvalidRequest
 from nrllm_agents.runtime import Outcome, RunNotFound
 from nrllm_agents.testing.chat_server import ChatCompletionServer, transcript_problem
 
-TWO_CALLS = {"tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}},
-                            {"name": "calculator", "arguments": {"expression": "2+2"}}]}
+TWO_CALLS = {
+    "tool_calls": [
+        {"name": "calculator", "arguments": {"expression": "1+1"}},
+        {"name": "calculator", "arguments": {"expression": "2+2"}},
+    ]
+}
 CANCELLED_ANSWER = NOT_EXECUTED.format(why="cancelled")
-REPAIRED = [{"role": "user", "content": "add"},
-            {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1_1", "name": "calculator",
-                                                  "arguments": {"expression": "1+1"}},
-                                                 {"id": "call_1_2", "name": "calculator",
-                                                  "arguments": {"expression": "2+2"}}]},
-            {"role": "tool", "tool_call_id": "call_1_1", "content": CANCELLED_ANSWER},
-            {"role": "tool", "tool_call_id": "call_1_2", "content": CANCELLED_ANSWER}]
+REPAIRED = [
+    {"role": "user", "content": "add"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_1_1", "name": "calculator", "arguments": {"expression": "1+1"}},
+            {"id": "call_1_2", "name": "calculator", "arguments": {"expression": "2+2"}},
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1_1", "content": CANCELLED_ANSWER},
+    {"role": "tool", "tool_call_id": "call_1_2", "content": CANCELLED_ANSWER},
+]
 
 
 def cancel_at(runtime, n: int):
@@ -49,8 +59,10 @@ def snapshot(run_id) -> str:
 
 def cancelled_parent(runtime, script=None, **extra):
     """A run cancelled at the boundary after its first model turn asked for two tool calls."""
-    result = runtime.run({"prompt": "add", "tools": ["calculator"], "script": script or [TWO_CALLS, {"content": "4"}],
-                          **extra}, on_step=cancel_at(runtime, 1))
+    result = runtime.run(
+        {"prompt": "add", "tools": ["calculator"], "script": script or [TWO_CALLS, {"content": "4"}], **extra},
+        on_step=cancel_at(runtime, 1),
+    )
     assert [e.kind for e in runtime.events(result.run_id)] == ["request", "llm", "cancelled"]
     return result.run_id
 
@@ -100,10 +112,18 @@ def test_fork_of_a_completed_run_mid_stream_answers_calls_the_fork_did_not_run(r
     assert result.outcome == Outcome.COMPLETED
     # Step 2 is the first tool's result: the second call ran in the parent, not in the fork.
     ran = tool_content(runtime.events(result.run_id)[2].payload["result"], None)  # as stored (key order varies)
-    script = [{"content": "unused"}, {"content": "again",
-                                      "expect": [{}, {}, {"tool_call_id": "call_1_1", "content": ran},
-                                                 {"tool_call_id": "call_1_2",
-                                                  "content": NOT_EXECUTED.format(why="forked")}]}]
+    script = [
+        {"content": "unused"},
+        {
+            "content": "again",
+            "expect": [
+                {},
+                {},
+                {"tool_call_id": "call_1_1", "content": ran},
+                {"tool_call_id": "call_1_2", "content": NOT_EXECUTED.format(why="forked")},
+            ],
+        },
+    ]
     fork = runtime.fork(result.run_id, from_sequence=2, overrides={"script": script}, queued=False)
     assert fork.outcome == Outcome.COMPLETED, fork.error
 
@@ -148,8 +168,13 @@ def test_a_fork_point_outside_the_stream_is_refused(runtime):
 
 
 def test_only_stopped_runs_of_existing_parents_fork(runtime):
-    result = runtime.run({"prompt": "p", "tools": ["write_note"],
-                          "script": [{"tool_calls": [{"name": "write_note", "arguments": {"title": "t", "body": "b"}}]}]})
+    result = runtime.run(
+        {
+            "prompt": "p",
+            "tools": ["write_note"],
+            "script": [{"tool_calls": [{"name": "write_note", "arguments": {"title": "t", "body": "b"}}]}],
+        }
+    )
     assert result.status == RunStatus.WAITING_FOR_APPROVAL
     with pytest.raises(forks.ParentStillActive):
         runtime.fork(result.run_id)
@@ -161,10 +186,12 @@ def test_only_stopped_runs_of_existing_parents_fork(runtime):
 
 
 def test_repair_answers_each_unanswered_call_in_its_turn():
-    messages = [{"role": "user", "content": "u"},
-                {"role": "assistant", "tool_calls": [{"id": "a"}, {"id": "b"}]},
-                {"role": "tool", "tool_call_id": "b", "content": "B"},
-                {"role": "assistant", "content": None, "tool_calls": [{"id": "c"}]}]
+    messages = [
+        {"role": "user", "content": "u"},
+        {"role": "assistant", "tool_calls": [{"id": "a"}, {"id": "b"}]},
+        {"role": "tool", "tool_call_id": "b", "content": "B"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c"}]},
+    ]
     repaired, added = repair(messages)
     assert [m.get("tool_call_id") for m in repaired] == [None, None, "b", "a", None, "c"]
     assert [a["call_id"] for a in added] == ["a", "c"]
@@ -173,13 +200,24 @@ def test_repair_answers_each_unanswered_call_in_its_turn():
 
 def test_the_repaired_transcript_satisfies_the_chat_server_with_the_openai_provider(runtime, monkeypatch):
     """The parent uses the openai provider against the shipped chat server; the fork does too."""
-    with ChatCompletionServer([{"tool_calls": [{"id": "c1", "name": "calculator", "arguments": {"expression": "1+1"}},
-                                               {"id": "c2", "name": "calculator", "arguments": {"expression": "2+2"}}]},
-                               {"content": "4"}], by_turn=True) as server:
+    with ChatCompletionServer(
+        [
+            {
+                "tool_calls": [
+                    {"id": "c1", "name": "calculator", "arguments": {"expression": "1+1"}},
+                    {"id": "c2", "name": "calculator", "arguments": {"expression": "2+2"}},
+                ]
+            },
+            {"content": "4"},
+        ],
+        by_turn=True,
+    ) as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-        parent = runtime.run({"prompt": "add", "provider": "openai", "model": "m", "tools": ["calculator"]},
-                             on_step=cancel_at(runtime, 1))
+        parent = runtime.run(
+            {"prompt": "add", "provider": "openai", "model": "m", "tools": ["calculator"]},
+            on_step=cancel_at(runtime, 1),
+        )
         assert [e.kind for e in runtime.events(parent.run_id)] == ["request", "llm", "cancelled"]
         unrepaired = rebuild_state(event_dict(e) for e in runtime.events(parent.run_id)).messages
         # The check can fail: the server refuses the parent's transcript as it was stored.
@@ -189,5 +227,9 @@ def test_the_repaired_transcript_satisfies_the_chat_server_with_the_openai_provi
         assert runtime.status(fork.run_id).final_text == "4"
         sent = server.requests[-1]["messages"]
         assert [(m["role"], m.get("tool_call_id")) for m in sent] == [
-            ("user", None), ("assistant", None), ("tool", "c1"), ("tool", "c2")]
+            ("user", None),
+            ("assistant", None),
+            ("tool", "c1"),
+            ("tool", "c2"),
+        ]
         assert sent[2]["content"] == CANCELLED_ANSWER and transcript_problem(sent) is None

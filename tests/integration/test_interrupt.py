@@ -27,8 +27,11 @@ from tests.conftest import is_postgres
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-LONG_ANSWER = {"delay": 30, "content": " ".join(f"word{i}" for i in range(48)),
-               "usage": {"prompt_tokens": 40, "completion_tokens": 48}}
+LONG_ANSWER = {
+    "delay": 30,
+    "content": " ".join(f"word{i}" for i in range(48)),
+    "usage": {"prompt_tokens": 40, "completion_tokens": 48},
+}
 LONG_SLEEP = [{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 30}}]}, {"content": "never"}]
 
 
@@ -127,8 +130,9 @@ def test_a_cancel_during_a_30s_model_call_stops_the_run_within_a_second(via):
     streamed = "".join(d["text"] for d in segment.deltas)
     assert llm["content"] and LONG_ANSWER["content"].startswith(llm["content"])
     assert streamed.startswith(llm["content"])
-    assert [d["offset"] for d in segment.deltas] == [sum(len(x["text"]) for x in segment.deltas[:i])
-                                                     for i in range(len(segment.deltas))]
+    assert [d["offset"] for d in segment.deltas] == [
+        sum(len(x["text"]) for x in segment.deltas[:i]) for i in range(len(segment.deltas))
+    ]
     assert llm["usage_estimated"] is True and llm["usage"]["prompt_tokens"] == 40
     assert cancelled["interrupted"] is True and cancelled["interrupted_sequence"] == 1
     # The spend of the partial call is on the run.
@@ -154,6 +158,7 @@ def test_a_cancel_during_a_30s_sleep_tool_stops_the_run_within_a_second(via, mon
     assert events[3]["payload"]["interrupted_sequence"] == 2
     # The stored transcript stays valid: the interrupted call has its answer.
     from nrllm_agents.domain import rebuild_state
+
     state = rebuild_state(events)
     answered = {m["tool_call_id"] for m in state.messages if m["role"] == "tool"}
     asked = {c["id"] for m in state.messages if m["role"] == "assistant" for c in m.get("tool_calls") or []}
@@ -162,10 +167,10 @@ def test_a_cancel_during_a_30s_sleep_tool_stops_the_run_within_a_second(via, mon
 
 def test_a_tool_that_ignores_the_token_runs_to_its_boundary(settings):
     """A tool written before the token existed is not interrupted: the boundary stops the run."""
-    settings.NRLLM_AGENTS = {**settings.NRLLM_AGENTS,
-                             "TOOLS": {"stubborn": "nrllm_agents.testing.tools.StubbornWait"}}
+    settings.NRLLM_AGENTS = {**settings.NRLLM_AGENTS, "TOOLS": {"stubborn": "nrllm_agents.testing.tools.StubbornWait"}}
     started = threading.Event()
     from nrllm_agents.testing import tools as fixture_tools
+
     fixture_tools.StubbornWait.started = started
     try:
         script = [{"tool_calls": [{"name": "stubborn", "arguments": {"seconds": 0.6}}]}, {"content": "never"}]
@@ -198,8 +203,7 @@ def test_a_bulk_cancel_in_this_process_interrupts_its_segments():
     segments = [Segment({"prompt": "p", "tools": [], "script": [LONG_ANSWER]}).start() for _ in range(3)]
     for segment in segments:
         assert segment.streaming.wait(10)
-    AgentRuntime().cancel_many(AgentRun.objects.filter(pk__in=[s.run_id for s in segments]),
-                               source=CancelSource.SYSTEM)
+    AgentRuntime().cancel_many(AgentRun.objects.filter(pk__in=[s.run_id for s in segments]), source=CancelSource.SYSTEM)
     committed = time.monotonic()
     for segment in segments:
         assert segment.join().outcome == Outcome.CANCELLED

@@ -60,8 +60,9 @@ def test_deadline_stops_a_long_run_within_one_step(runtime, tmp_path, monkeypatc
 
 def test_budget_stops_after_the_crossing_call_and_nothing_starts_after(runtime, tmp_path, monkeypatch):
     monkeypatch.setenv("NRLLM_CALL_JOURNAL", str(tmp_path / "j.jsonl"))
-    result = runtime.run({"prompt": "p", "tools": ["calculator"], "script": long_script(delay=0, tokens=100),
-                          "max_total_tokens": 250})
+    result = runtime.run(
+        {"prompt": "p", "tools": ["calculator"], "script": long_script(delay=0, tokens=100), "max_total_tokens": 250}
+    )
     run = runtime.status(result.run_id)
     assert (run.status, run.termination_reason, run.cancel_source) == ("cancelled", "budget_exceeded", "system")
     assert kinds(run.pk) == ["request", "llm", "tool", "request", "llm", "tool", "request", "llm", "cancelled"]
@@ -74,18 +75,27 @@ def test_budget_stops_after_the_crossing_call_and_nothing_starts_after(runtime, 
 
 
 def test_a_run_within_its_limits_completes(runtime):
-    result = runtime.run({"prompt": "p", "tools": ["calculator"], "script": long_script(turns=2, delay=0, tokens=100),
-                          "max_total_tokens": 200, "deadline_seconds": 600})
+    result = runtime.run(
+        {
+            "prompt": "p",
+            "tools": ["calculator"],
+            "script": long_script(turns=2, delay=0, tokens=100),
+            "max_total_tokens": 200,
+            "deadline_seconds": 600,
+        }
+    )
     run = runtime.status(result.run_id)
     assert run.status == RunStatus.COMPLETED and run.total_tokens == 200  # reaching the budget is not exceeding it
     assert abs((run.deadline_at - run.created_at).total_seconds() - 600) < 1
 
 
 def test_queued_run_overdue_before_any_worker_is_cancelled_by_the_sweep_and_never_executes(
-        runtime, tmp_path, monkeypatch):
+    runtime, tmp_path, monkeypatch
+):
     monkeypatch.setenv("NRLLM_CALL_JOURNAL", str(tmp_path / "j.jsonl"))
-    request = RunRequest.from_mapping({"prompt": "p", "tools": ["calculator"], "script": long_script(turns=1),
-                                       "deadline_seconds": 1})
+    request = RunRequest.from_mapping(
+        {"prompt": "p", "tools": ["calculator"], "script": long_script(turns=1), "deadline_seconds": 1}
+    )
     run = store.create_queued(request.row_fields(), request.as_dict())  # no worker has it yet
     assert limits.sweep().cancelled == []  # not overdue yet
     later = timezone.now() + timedelta(seconds=5)
@@ -141,8 +151,16 @@ def test_an_operator_cancel_that_won_first_is_kept(runtime):
     assert (run.termination_reason, run.cancel_source, run.cancel_reason) == ("cancelled", "api", "by hand")
 
 
-@pytest.mark.parametrize("field, bad", [("deadline_seconds", 0), ("deadline_seconds", "5"), ("deadline_seconds", True),
-                                        ("max_total_tokens", -1), ("max_total_tokens", 10**12)])
+@pytest.mark.parametrize(
+    "field, bad",
+    [
+        ("deadline_seconds", 0),
+        ("deadline_seconds", "5"),
+        ("deadline_seconds", True),
+        ("max_total_tokens", -1),
+        ("max_total_tokens", 10**12),
+    ],
+)
 def test_limits_are_validated(field, bad):
     with pytest.raises(InvalidRequest) as info:
         RunRequest.from_mapping({"prompt": "p", field: bad})
@@ -150,8 +168,11 @@ def test_limits_are_validated(field, bad):
 
 
 def test_defaults_come_from_settings(settings):
-    settings.NRLLM_AGENTS = {"DEFAULT_DEADLINE_SECONDS": 30, "DEFAULT_MAX_TOTAL_TOKENS": 1000,
-                             "DEADLINE_SECONDS_LIMIT": 60}
+    settings.NRLLM_AGENTS = {
+        "DEFAULT_DEADLINE_SECONDS": 30,
+        "DEFAULT_MAX_TOTAL_TOKENS": 1000,
+        "DEADLINE_SECONDS_LIMIT": 60,
+    }
     request = RunRequest.from_mapping({"prompt": "p"})
     assert (request.deadline_seconds, request.max_total_tokens) == (30, 1000)
     assert RunRequest.from_mapping({"prompt": "p", "deadline_seconds": None}).deadline_seconds is None

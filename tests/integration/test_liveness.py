@@ -20,8 +20,9 @@ from nrllm_agents.testing.chat_server import ChatCompletionServer
 from tests.conftest import race_rounds
 
 SLOW_NOTE = {"slow_note": "nrllm_agents.testing.tools.SlowNote"}
-STEPS = [{"tool_calls": [{"name": "calculator", "arguments": {"expression": f"{i}+1"}}]} for i in range(3)] \
-    + [{"content": "done"}]
+STEPS = [{"tool_calls": [{"name": "calculator", "arguments": {"expression": f"{i}+1"}}]} for i in range(3)] + [
+    {"content": "done"}
+]
 
 
 def request(script: list[dict[str, Any]], tools: tuple[str, ...] = ("calculator",), **extra: Any) -> dict[str, Any]:
@@ -68,8 +69,7 @@ def test_zombie_that_lost_its_lease_writes_nothing(runtime):
         if step["sequence"] == 2:
             expire(step["run_id"])
             assert [str(i) for i in store.reap().requeued] == [step["run_id"]]
-            assert store.claim_queued(step["run_id"], claimed_by=new_owner,
-                                      lease_expires=store.lease_until()).applied
+            assert store.claim_queued(step["run_id"], claimed_by=new_owner, lease_expires=store.lease_until()).applied
 
     result = runtime.run(request(STEPS), on_step=reap_under_it)
     assert result.outcome == Outcome.LEASE_LOST
@@ -100,14 +100,22 @@ def test_reaper_requeues_and_another_worker_continues_without_gap_or_duplicate(r
     first = identity("worker")
     assert store.claim_queued(run_id, claimed_by=first, lease_expires=store.lease_until()).applied
     # The first worker recorded two steps of round 1, then died (no more renewals).
-    from nrllm_agents.segment import SegmentTrace
     from nrllm_agents.domain import Step, StepKind
+    from nrllm_agents.segment import SegmentTrace
 
     dead = SegmentTrace(run_id, owner=first, next_sequence=0)
     dead(Step(StepKind.REQUEST, 1, {"messages": [{"role": "user", "content": "liveness"}]}))
-    dead(Step(StepKind.LLM, 1, {"content": None, "usage": {},
-                                "tool_calls": [{"id": "call_1_1", "name": "calculator",
-                                                "arguments": {"expression": "0+1"}}]}))
+    dead(
+        Step(
+            StepKind.LLM,
+            1,
+            {
+                "content": None,
+                "usage": {},
+                "tool_calls": [{"id": "call_1_1", "name": "calculator", "arguments": {"expression": "0+1"}}],
+            },
+        )
+    )
     assert store.reap().requeued == []  # lease still valid: a slow-but-alive worker is left alone
     expire(run_id)
     assert store.reap(dry_run=True).requeued == [run_id]
@@ -125,8 +133,9 @@ def test_reaper_requeues_and_another_worker_continues_without_gap_or_duplicate(r
 
 def test_reaper_dead_letters_when_budget_is_used(runtime, settings):
     settings.NRLLM_AGENTS = {**settings.NRLLM_AGENTS, "MAX_ATTEMPTS": 1}
-    run = store.begin(RunRequest.from_mapping(request(STEPS)).row_fields(), claimed_by="worker:x:1:a",
-                      lease_expires=timezone.now())
+    run = store.begin(
+        RunRequest.from_mapping(request(STEPS)).row_fields(), claimed_by="worker:x:1:a", lease_expires=timezone.now()
+    )
     AgentRun.objects.filter(pk=run.pk).update(attempts=1)
     expire(run.pk)
     report = store.reap()
@@ -136,8 +145,11 @@ def test_reaper_dead_letters_when_budget_is_used(runtime, settings):
 
 
 def test_orphaned_cancel_is_acknowledged_by_the_reaper(runtime):
-    run = store.begin(RunRequest.from_mapping(request(STEPS)).row_fields(), claimed_by="worker:x:1:a",
-                      lease_expires=store.lease_until())
+    run = store.begin(
+        RunRequest.from_mapping(request(STEPS)).row_fields(),
+        claimed_by="worker:x:1:a",
+        lease_expires=store.lease_until(),
+    )
     runtime.cancel(run.pk, source=CancelSource.CLI)
     assert AgentRun.objects.get(pk=run.pk).stopped_at is None  # waiting for its segment to acknowledge
     expire(run.pk)
@@ -155,8 +167,12 @@ def test_write_fence_dead_letters_a_run_lost_during_a_non_idempotent_tool(runtim
         raise SystemExit("worker killed")  # not an Exception: nothing in the runtime handles it
 
     monkeypatch.setattr(SlowNote, "execute", die_after_effect)
-    run_id = runtime.enqueue(request([{"tool_calls": [{"name": "slow_note", "arguments": {"title": "t"}}]},
-                                      {"content": "ok"}], tools=("slow_note",)))
+    run_id = runtime.enqueue(
+        request(
+            [{"tool_calls": [{"name": "slow_note", "arguments": {"title": "t"}}]}, {"content": "ok"}],
+            tools=("slow_note",),
+        )
+    )
     with pytest.raises(SystemExit):
         runtime.run_queued(run_id)
     stamped = AgentRun.objects.get(pk=run_id)
@@ -172,8 +188,12 @@ def test_write_fence_dead_letters_a_run_lost_during_a_non_idempotent_tool(runtim
 
 @override_settings(NRLLM_AGENTS={"TOOLS": SLOW_NOTE})
 def test_write_fence_is_cleared_once_the_step_is_recorded(runtime):
-    result = runtime.run(request([{"tool_calls": [{"name": "slow_note", "arguments": {"title": "t"}}]},
-                                  {"content": "ok"}], tools=("slow_note",)))
+    result = runtime.run(
+        request(
+            [{"tool_calls": [{"name": "slow_note", "arguments": {"title": "t"}}]}, {"content": "ok"}],
+            tools=("slow_note",),
+        )
+    )
     assert result.outcome == Outcome.COMPLETED
     assert AgentRun.objects.get(pk=result.run_id).pending_effect is None
     assert Note.objects.filter(run_id=result.run_id).count() == 1
@@ -231,8 +251,11 @@ def test_heartbeat_racing_the_reaper_keeps_the_live_worker(runtime):
     kept = reaped = 0
     for _ in range(rounds):
         owner = identity("worker")
-        run = store.begin(RunRequest.from_mapping(request(STEPS)).row_fields(), claimed_by=owner,
-                          lease_expires=timezone.now() - dt.timedelta(milliseconds=1))
+        run = store.begin(
+            RunRequest.from_mapping(request(STEPS)).row_fields(),
+            claimed_by=owner,
+            lease_expires=timezone.now() - dt.timedelta(milliseconds=1),
+        )
         barrier = threading.Barrier(2)
         out: dict[str, Any] = {}
 

@@ -22,8 +22,11 @@ from tests.integration.test_queue import no_redis, rq_queue  # noqa: F401  (fixt
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-LONG = {"prompt": "long", "tools": ["sleep"],
-        "script": [{"delay": 30, "tool_calls": [{"name": "sleep", "arguments": {"seconds": 30}}]}, {"content": "ok"}]}
+LONG = {
+    "prompt": "long",
+    "tools": ["sleep"],
+    "script": [{"delay": 30, "tool_calls": [{"name": "sleep", "arguments": {"seconds": 30}}]}, {"content": "ok"}],
+}
 
 
 @pytest.fixture
@@ -39,8 +42,11 @@ def test_a_shutdown_ends_a_30_s_model_call_at_once_and_hands_the_run_back(runtim
     results = []
     thread = threading.Thread(target=lambda: (results.append(runtime.run_queued(run_id)), connections.close_all()))
     thread.start()
-    wait_for(lambda: AgentRunEvent.objects.filter(run_id=run_id, kind="request").exists(), timeout=10,
-             what="the model call to start")
+    wait_for(
+        lambda: AgentRunEvent.objects.filter(run_id=run_id, kind="request").exists(),
+        timeout=10,
+        what="the model call to start",
+    )
     started = time.monotonic()
     assert shutdown() == 1  # one step cut short
     thread.join(10)
@@ -87,8 +93,12 @@ def test_the_in_process_executor_holds_many_runs_at_once(runtime, no_redis, sett
     request = {"prompt": "many", "tools": ["sleep"], "script": [{"delay": 5, "content": "ok"}]}
     with transaction.atomic():  # dispatched together, at the commit
         ids = [runtime.enqueue(request) for _ in range(60)]
-    peak = wait_for(lambda: (n := AgentRun.objects.filter(pk__in=ids, status=RunStatus.RUNNING).count()) >= 50 and n,
-                    timeout=30, interval=0.02, what="the runs to execute at once")
+    peak = wait_for(
+        lambda: (n := AgentRun.objects.filter(pk__in=ids, status=RunStatus.RUNNING).count()) >= 50 and n,
+        timeout=30,
+        interval=0.02,
+        what="the runs to execute at once",
+    )
     assert peak >= 50
     assert dispatch.wait_local_idle(60)
     assert set(AgentRun.objects.filter(pk__in=ids).values_list("status", flat=True)) == {RunStatus.COMPLETED}

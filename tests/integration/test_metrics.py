@@ -62,23 +62,47 @@ def test_staff_token_and_opt_in_localhost_may_read(client, settings, django_user
 
 def test_completed_cancelled_and_failed_runs_are_counted(client, runtime, token_settings):
     before = scrape(client)
-    completed = runtime.run({"prompt": "ok", "tools": ["calculator"], "script": [
-        {"tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}}],
-         "usage": {"prompt_tokens": 10, "completion_tokens": 5}},
-        {"content": "2", "usage": {"prompt_tokens": 20, "completion_tokens": 2}}]})
+    completed = runtime.run(
+        {
+            "prompt": "ok",
+            "tools": ["calculator"],
+            "script": [
+                {
+                    "tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}}],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+                },
+                {"content": "2", "usage": {"prompt_tokens": 20, "completion_tokens": 2}},
+            ],
+        }
+    )
     assert completed.status == RunStatus.COMPLETED
 
     def cancel_on_tool(step):
         if step["kind"] == "tool":
             runtime.cancel(step["run_id"], source=CancelSource.API, reason="metrics test")
 
-    cancelled = runtime.run({"prompt": "stop", "tools": ["calculator"], "script": [
-        {"tool_calls": [{"name": "calculator", "arguments": {"expression": "2+2"}}],
-         "usage": {"prompt_tokens": 7, "completion_tokens": 3}},
-        {"content": "never"}]}, on_step=cancel_on_tool)
+    cancelled = runtime.run(
+        {
+            "prompt": "stop",
+            "tools": ["calculator"],
+            "script": [
+                {
+                    "tool_calls": [{"name": "calculator", "arguments": {"expression": "2+2"}}],
+                    "usage": {"prompt_tokens": 7, "completion_tokens": 3},
+                },
+                {"content": "never"},
+            ],
+        },
+        on_step=cancel_on_tool,
+    )
     assert cancelled.status == RunStatus.CANCELLED
-    failed = runtime.run({"prompt": "fail", "tools": ["calculator"], "script": [
-        {"tool_calls": [{"name": "calculator", "arguments": {"expression": "3"}}]}]})  # then the script runs dry
+    failed = runtime.run(
+        {
+            "prompt": "fail",
+            "tools": ["calculator"],
+            "script": [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "3"}}]}],
+        }
+    )  # then the script runs dry
     assert (failed.status, failed.termination_reason) == (RunStatus.FAILED, "provider_failed")
     # Queued runs stay queued here: the test's transaction never commits, so no job is sent.
     queued = [runtime.enqueue({"prompt": f"q{i}", "script": [{"content": "x"}]}) for i in range(2)]
@@ -87,24 +111,40 @@ def test_completed_cancelled_and_failed_runs_are_counted(client, runtime, token_
 
     assert delta(after, before, "nrllm_runs_started_total", mode="interactive", provider="scripted") == 3
     assert delta(after, before, "nrllm_runs_started_total", mode="queued", provider="scripted") == 2
-    assert delta(after, before, "nrllm_runs_finished_total", status="completed", reason="completed",
-                 provider="scripted") == 1
-    assert delta(after, before, "nrllm_runs_finished_total", status="failed", reason="provider_failed",
-                 provider="scripted") == 1
+    assert (
+        delta(after, before, "nrllm_runs_finished_total", status="completed", reason="completed", provider="scripted")
+        == 1
+    )
+    assert (
+        delta(
+            after, before, "nrllm_runs_finished_total", status="failed", reason="provider_failed", provider="scripted"
+        )
+        == 1
+    )
     assert delta(after, before, "nrllm_runs_failed_total", reason="provider_failed", provider="scripted") == 1
-    assert delta(after, before, "nrllm_runs_cancelled_total", source="api", previous_status="running",
-                 provider="scripted") == 1
-    assert delta(after, before, "nrllm_runs_cancelled_total", source="cli", previous_status="queued",
-                 provider="scripted") == 1
-    assert delta(after, before, "nrllm_runs_finished_total", status="cancelled", reason="cancelled",
-                 provider="scripted") == 2
+    assert (
+        delta(after, before, "nrllm_runs_cancelled_total", source="api", previous_status="running", provider="scripted")
+        == 1
+    )
+    assert (
+        delta(after, before, "nrllm_runs_cancelled_total", source="cli", previous_status="queued", provider="scripted")
+        == 1
+    )
+    assert (
+        delta(after, before, "nrllm_runs_finished_total", status="cancelled", reason="cancelled", provider="scripted")
+        == 2
+    )
     # Steps: four model answers (2 + 1 + 1) and three tool calls (one per run), by registered names.
     assert delta(after, before, "nrllm_step_duration_seconds_count", kind="tool", tool="calculator") == 3
     assert delta(after, before, "nrllm_step_duration_seconds_count", kind="llm", tool="") == 4
-    assert delta(after, before, "nrllm_tokens_total", provider="scripted", model="scripted-demo",
-                 kind="prompt") == 10 + 20 + 7
-    assert delta(after, before, "nrllm_tokens_total", provider="scripted", model="scripted-demo",
-                 kind="completion") == 5 + 2 + 3
+    assert (
+        delta(after, before, "nrllm_tokens_total", provider="scripted", model="scripted-demo", kind="prompt")
+        == 10 + 20 + 7
+    )
+    assert (
+        delta(after, before, "nrllm_tokens_total", provider="scripted", model="scripted-demo", kind="completion")
+        == 5 + 2 + 3
+    )
     assert delta(after, before, "nrllm_cancel_stop_seconds_count") == 1
     assert delta(after, before, "nrllm_boundary_write_seconds_count") >= 3 + 4 + 3
     assert delta(after, before, "nrllm_segments_total", role="interactive", outcome="cancelled") == 1
@@ -121,16 +161,18 @@ def test_reaper_actions_and_lease_expired_gauge(client, runtime, token_settings,
 
     from django.utils import timezone
 
-    run = store.begin({"prompt": "lost", "provider": "scripted", "tools": []}, claimed_by="worker:gone:1:x",
-                      lease_expires=timezone.now() - timedelta(seconds=5))
+    run = store.begin(
+        {"prompt": "lost", "provider": "scripted", "tools": []},
+        claimed_by="worker:gone:1:x",
+        lease_expires=timezone.now() - timedelta(seconds=5),
+    )
     AgentRun.objects.filter(pk=run.pk).update(attempts=99)  # its budget is used: dead-lettered
     before = scrape(client)
     assert before[("nrllm_runs_lease_expired", ())] == 1
     report = runtime.reap()
     after = scrape(client)
     assert sum(report.dead_lettered.values()) == 1
-    assert delta(after, before, "nrllm_reaper_actions_total", action="dead_lettered",
-                 reason="retries_exhausted") == 1
+    assert delta(after, before, "nrllm_reaper_actions_total", action="dead_lettered", reason="retries_exhausted") == 1
     assert delta(after, before, "nrllm_runs_failed_total", reason="retries_exhausted", provider="scripted") == 1
     assert delta(after, before, "nrllm_reaper_passes_total") == 1
     assert after[("nrllm_runs_lease_expired", ())] == 0

@@ -56,8 +56,13 @@ def make_runs(runtime) -> dict[str, list]:
     runtime.cancel(orphan.pk, source=CancelSource.SYSTEM)  # cancelled while running; nobody acknowledged
     made["orphan"].append(orphan.pk)
     runtime.run({"prompt": "done", "script": [{"content": "ok"}]})
-    runtime.run({"prompt": "bad", "tools": ["calculator"],
-                 "script": [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "1"}}]}]})
+    runtime.run(
+        {
+            "prompt": "bad",
+            "tools": ["calculator"],
+            "script": [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "1"}}]}],
+        }
+    )
     return made
 
 

@@ -24,8 +24,15 @@ QUICK = '[{"content": "42"}]'
 
 
 def form(script: str = QUICK, tools: tuple[str, ...] = ()) -> dict:
-    return {"prompt": "p", "provider": "scripted", "model": "", "tools": list(tools), "max_iterations": "50",
-            "script": script, "mode": "queued"}
+    return {
+        "prompt": "p",
+        "provider": "scripted",
+        "model": "",
+        "tools": list(tools),
+        "max_iterations": "50",
+        "script": script,
+        "mode": "queued",
+    }
 
 
 @pytest.fixture
@@ -34,6 +41,7 @@ def rates(settings):
         rest = copy.deepcopy(settings.REST_FRAMEWORK)
         rest["DEFAULT_THROTTLE_RATES"][scope] = rate
         settings.REST_FRAMEWORK = rest
+
     cache.clear()
     yield set_rate
     cache.clear()
@@ -67,15 +75,17 @@ def test_the_playground_and_the_api_draw_on_one_limit(alice, rates, web, setting
 def test_limits_are_counted_in_a_cache_every_process_shares(alice, rates, child_env):
     rates("run_create", "2/min")
     # Another process (its own memory) spends alice's two starts.
-    script = ("import django; django.setup()\n"
-              "from django.contrib.auth import get_user_model\n"
-              "from rest_framework.test import APIClient\n"
-              "c = APIClient(); c.force_authenticate(get_user_model().objects.get(username='alice'))\n"
-              "from django.test import override_settings\n"
-              "import copy; from django.conf import settings\n"
-              "r = copy.deepcopy(settings.REST_FRAMEWORK); r['DEFAULT_THROTTLE_RATES']['run_create'] = '2/min'\n"
-              "with override_settings(REST_FRAMEWORK=r, ALLOWED_HOSTS=['testserver']):\n"
-              "    print([c.post('/api/runs/', {'prompt': ''}, format='json').status_code for _ in range(2)])\n")
+    script = (
+        "import django; django.setup()\n"
+        "from django.contrib.auth import get_user_model\n"
+        "from rest_framework.test import APIClient\n"
+        "c = APIClient(); c.force_authenticate(get_user_model().objects.get(username='alice'))\n"
+        "from django.test import override_settings\n"
+        "import copy; from django.conf import settings\n"
+        "r = copy.deepcopy(settings.REST_FRAMEWORK); r['DEFAULT_THROTTLE_RATES']['run_create'] = '2/min'\n"
+        "with override_settings(REST_FRAMEWORK=r, ALLOWED_HOSTS=['testserver']):\n"
+        "    print([c.post('/api/runs/', {'prompt': ''}, format='json').status_code for _ in range(2)])\n"
+    )
     proc = manage("shell", "-c", script, env=child_env)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and out.strip().splitlines()[-1] == "[400, 400]", (out, err)  # bad bodies count

@@ -92,20 +92,25 @@ def attempt(surface: str, action: policy.Action, user, finished: AgentRun, queue
         ("api", A.CANCEL): lambda: c.post(f"/api/runs/{fid}/cancel/", {}, content_type="application/json"),
         ("playground", A.CANCEL): lambda: c.post(f"/playground/runs/{fid}/cancel/", headers=JSON),
         ("admin", A.CANCEL): lambda: c.get(f"{admin_run}cancel/"),
-        ("api", A.APPROVE): lambda: c.post(f"/api/runs/{fid}/approve/", {"approved": True},
-                                           content_type="application/json"),
-        ("playground", A.APPROVE): lambda: c.post(f"/playground/runs/{fid}/approve/", {"decision": "approve"},
-                                                  headers=JSON),
+        ("api", A.APPROVE): lambda: c.post(
+            f"/api/runs/{fid}/approve/", {"approved": True}, content_type="application/json"
+        ),
+        ("playground", A.APPROVE): lambda: c.post(
+            f"/playground/runs/{fid}/approve/", {"decision": "approve"}, headers=JSON
+        ),
         ("api", A.START): lambda: c.post("/api/runs/", {}, content_type="application/json"),
         ("playground", A.START): lambda: c.post("/playground/runs/", {}, headers=JSON),
     }
     if (surface, action) == ("api", A.BULK_CANCEL):
-        response = c.post("/api/runs/cancel/", {"ids": [str(queued.pk)], "dry_run": True},
-                          content_type="application/json")
+        response = c.post(
+            "/api/runs/cancel/", {"ids": [str(queued.pk)], "dry_run": True}, content_type="application/json"
+        )
         return response.status_code == 200 and response.json()["matched"] == 1
     if (surface, action) == ("admin", A.BULK_CANCEL):
-        response = c.post("/admin/nrllm_agents/agentrun/", {"action": "cancel_selected", "_selected_action":
-                                                            [str(queued.pk)], "select_across": "0"})
+        response = c.post(
+            "/admin/nrllm_agents/agentrun/",
+            {"action": "cancel_selected", "_selected_action": [str(queued.pk)], "select_across": "0"},
+        )
         return response.status_code == 200 and bool(response.context["actionable"])
     response = requests[(surface, action)]()
     if getattr(response, "streaming", False):
@@ -115,8 +120,9 @@ def attempt(surface: str, action: policy.Action, user, finished: AgentRun, queue
 
 @pytest.mark.django_db
 def test_every_surface_gives_the_policys_answer_and_the_policy_is_the_table(actors, alice):
-    finished = AgentRun.objects.create(owner=alice, prompt="p", provider="scripted", status=RunStatus.COMPLETED,
-                                       request_payload={"prompt": "p"})
+    finished = AgentRun.objects.create(
+        owner=alice, prompt="p", provider="scripted", status=RunStatus.COMPLETED, request_payload={"prompt": "p"}
+    )
     queued = AgentRun.objects.create(owner=alice, prompt="p", provider="scripted", status=RunStatus.QUEUED)
     mismatches = []
     for name, user in actors.items():
@@ -139,20 +145,34 @@ def test_every_surface_gives_the_policys_answer_and_the_policy_is_the_table(acto
 
 
 # --- the README's table is the code's --------------------------------------------------------
-README_ROWS = {"start a run": A.START, "see, stream": A.SEE, "cancel": A.CANCEL, "approve / deny": A.APPROVE,
-               "bulk cancel (API, admin action)": A.BULK_CANCEL}
-README_COLUMNS = {"anonymous": "anonymous", "owner (own run)": "owner", "other user": "other_user",
-                  "staff": "staff", "staff + `cancel_agentrun`": "staff_cancel",
-                  "staff + `approve_agentrun`": "staff_approve"}
-CELLS = {"yes": policy.Verdict.ALLOWED, "404": policy.Verdict.NOT_FOUND, "403": policy.Verdict.FORBIDDEN,
-         "401 / sign-in": policy.Verdict.UNAUTHENTICATED}
+README_ROWS = {
+    "start a run": A.START,
+    "see, stream": A.SEE,
+    "cancel": A.CANCEL,
+    "approve / deny": A.APPROVE,
+    "bulk cancel (API, admin action)": A.BULK_CANCEL,
+}
+README_COLUMNS = {
+    "anonymous": "anonymous",
+    "owner (own run)": "owner",
+    "other user": "other_user",
+    "staff": "staff",
+    "staff + `cancel_agentrun`": "staff_cancel",
+    "staff + `approve_agentrun`": "staff_approve",
+}
+CELLS = {
+    "yes": policy.Verdict.ALLOWED,
+    "404": policy.Verdict.NOT_FOUND,
+    "403": policy.Verdict.FORBIDDEN,
+    "401 / sign-in": policy.Verdict.UNAUTHENTICATED,
+}
 
 
 def readme_table() -> dict[tuple[str, policy.Action], str]:
     from tests.conftest import ROOT
 
     text = (ROOT / "README.md").read_text()
-    lines = [line for line in text[text.index("### Who may do what"):].splitlines() if line.startswith("|")]
+    lines = [line for line in text[text.index("### Who may do what") :].splitlines() if line.startswith("|")]
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     table = {}
     for line in lines[2:]:
@@ -175,8 +195,9 @@ def test_the_readme_permission_table_is_what_the_policy_decides(actors, alice, b
                 assert cell == "401 / sign-in" and not policy.authenticated(user)
                 continue
             own = AgentRun.objects.create(owner=user, prompt="p", provider="scripted", status=RunStatus.QUEUED)
-            reach = set(policy.actionable_runs(user, action).filter(pk__in=[own.pk, alices.pk])
-                        .values_list("pk", flat=True))
+            reach = set(
+                policy.actionable_runs(user, action).filter(pk__in=[own.pk, alices.pk]).values_list("pk", flat=True)
+            )
             expected = {"own runs": {own.pk}, "every run": {own.pk, alices.pk}}[cell]
             if name == "owner":  # alice's run is her own too
                 expected = {own.pk, alices.pk}

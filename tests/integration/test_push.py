@@ -57,7 +57,7 @@ def text_of(deltas: list[dict[str, Any]]) -> str:
     for delta in deltas:
         assert delta["offset"] == start + len(text), "a piece is missing or repeated"
         text += delta["text"]
-    assert ANSWER[start:start + len(text)] == text
+    assert ANSWER[start : start + len(text)] == text
     return text
 
 
@@ -75,14 +75,16 @@ def wait_listening() -> None:
 
 # --- deltas --------------------------------------------------------------------------------
 @pytest.mark.django_db(transaction=True)
-def test_the_stream_delivers_the_answer_in_pieces_before_its_step_and_never_stores_them(runtime, alice,
-                                                                                     live_settings):
+def test_the_stream_delivers_the_answer_in_pieces_before_its_step_and_never_stores_them(runtime, alice, live_settings):
     box: dict[str, Any] = {}
     started = threading.Event()
 
     def run() -> None:
-        box["result"] = runtime.run({"prompt": "write", "script": WRITING, "tools": []}, owner=alice,
-                                    on_step=lambda step: (box.setdefault("id", step["run_id"]), started.set()))
+        box["result"] = runtime.run(
+            {"prompt": "write", "script": WRITING, "tools": []},
+            owner=alice,
+            on_step=lambda step: (box.setdefault("id", step["run_id"]), started.set()),
+        )
 
     thread = in_thread(run)
     assert started.wait(10)
@@ -112,8 +114,11 @@ def test_agent_events_follow_json_prints_delta_lines_live(runtime, alice, live_s
     started = threading.Event()
 
     def run() -> None:
-        runtime.run({"prompt": "write", "script": WRITING, "tools": []}, owner=alice,
-                    on_step=lambda step: (box.setdefault("id", step["run_id"]), started.set()))
+        runtime.run(
+            {"prompt": "write", "script": WRITING, "tools": []},
+            owner=alice,
+            on_step=lambda step: (box.setdefault("id", step["run_id"]), started.set()),
+        )
 
     thread = in_thread(run)
     assert started.wait(10)
@@ -128,18 +133,26 @@ def test_agent_events_follow_json_prints_delta_lines_live(runtime, alice, live_s
 
 
 def test_contiguous_pieces_merge_and_a_gap_stays_visible():
-    pieces = [{"run_id": "r", "round": 1, "text": "ab", "offset": 0}, {"run_id": "r", "round": 1, "text": "c", "offset": 2},
-              {"run_id": "r", "round": 1, "text": "x", "offset": 9}, {"run_id": "r", "round": 2, "text": "y", "offset": 0}]
+    pieces = [
+        {"run_id": "r", "round": 1, "text": "ab", "offset": 0},
+        {"run_id": "r", "round": 1, "text": "c", "offset": 2},
+        {"run_id": "r", "round": 1, "text": "x", "offset": 9},
+        {"run_id": "r", "round": 2, "text": "y", "offset": 0},
+    ]
     assert [(d["text"], d["offset"], d["round"]) for d in merge_deltas(pieces)] == [
-        ("abc", 0, 1), ("x", 9, 1), ("y", 0, 2)]
+        ("abc", 0, 1),
+        ("x", 9, 1),
+        ("y", 0, 2),
+    ]
 
 
 # --- push: no query and no connection while idle ----------------------------------------------------
 @pytest.mark.postgres_only
 @pytest.mark.django_db(transaction=True)
 def test_idle_watchers_read_nothing_hold_no_connection_and_wake_on_a_commit(runtime, alice, live_settings):
-    run = store.begin({"prompt": "p", "provider": "scripted", "owner": alice}, claimed_by="me",
-                      lease_expires=store.lease_until())
+    run = store.begin(
+        {"prompt": "p", "provider": "scripted", "owner": alice}, claimed_by="me", lease_expires=store.lease_until()
+    )
     watchers = [Watch(run.pk) for _ in range(50)]
     wait_listening()
     got: dict[int, list[int]] = {i: [] for i in range(len(watchers))}
@@ -163,6 +176,7 @@ def test_idle_watchers_read_nothing_hold_no_connection_and_wake_on_a_commit(runt
         assert held <= 5, held
 
         from nrllm_agents.domain import Step, StepKind
+
         assert store.record_step(run.pk, "me", 0, Step(StepKind.REQUEST, 0, {"x": 1}), run.created_at)
         wait_for(lambda: all(got[i] == [0] for i in got), timeout=5)
         assert sum(w.reads for w in watchers) == reads  # they took it from the one shared read
@@ -181,8 +195,9 @@ def test_idle_watchers_read_nothing_hold_no_connection_and_wake_on_a_commit(runt
 @pytest.mark.postgres_only
 @pytest.mark.django_db(transaction=True)
 def test_a_lost_listener_falls_back_to_polling_then_reconnects(runtime, alice, live_settings):
-    run = store.begin({"prompt": "p", "provider": "scripted", "owner": alice}, claimed_by="me",
-                      lease_expires=store.lease_until())
+    run = store.begin(
+        {"prompt": "p", "provider": "scripted", "owner": alice}, claimed_by="me", lease_expires=store.lease_until()
+    )
     watch = Watch(run.pk)
     try:
         wait_listening()
@@ -192,6 +207,7 @@ def test_a_lost_listener_falls_back_to_polling_then_reconnects(runtime, alice, l
             cursor.execute("SELECT pg_terminate_backend(%s)", [hub.listener_pid])
         wait_for(lambda: not hub.listening.is_set() or hub.counts["connects"] > connects)
         from nrllm_agents.domain import Step, StepKind
+
         assert store.record_step(run.pk, "me", 0, Step(StepKind.REQUEST, 0, {}), run.created_at)
         seen: list[int] = []
         wait_for(lambda: seen.extend(s["sequence"] for s in watch.update().steps) or seen == [0])
@@ -219,12 +235,17 @@ def test_a_watcher_over_the_per_user_cap_gets_429_until_one_closes(runtime, alic
     # (user ids are reused between tests, so alice may inherit some)
     total, by_user = limits.open_streams()
     cap = by_user.get(alice.pk, 0) + 2
-    live_settings.NRLLM_AGENTS = {**live_settings.NRLLM_AGENTS, "STREAM_MAX_PER_USER": cap,
-                                  "STREAM_MAX_OPEN": total + 3}
-    run = store.begin({"prompt": "p", "provider": "scripted", "owner": alice}, claimed_by="me",
-                      lease_expires=store.lease_until())
-    bobs = store.begin({"prompt": "p", "provider": "scripted", "owner": bob}, claimed_by="me",
-                       lease_expires=store.lease_until())
+    live_settings.NRLLM_AGENTS = {
+        **live_settings.NRLLM_AGENTS,
+        "STREAM_MAX_PER_USER": cap,
+        "STREAM_MAX_OPEN": total + 3,
+    }
+    run = store.begin(
+        {"prompt": "p", "provider": "scripted", "owner": alice}, claimed_by="me", lease_expires=store.lease_until()
+    )
+    bobs = store.begin(
+        {"prompt": "p", "provider": "scripted", "owner": bob}, claimed_by="me", lease_expires=store.lease_until()
+    )
     a, b = Client(), Client()
     a.force_login(alice)
     b.force_login(bob)

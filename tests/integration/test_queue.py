@@ -29,9 +29,12 @@ SCRIPT = [
 ]
 REQUEST = {"prompt": "what is 6 * 7?", "tools": ["calculator"], "script": SCRIPT}
 NOTE_REQUEST = {
-    "prompt": "save a note", "tools": ["write_note"],
-    "script": [{"tool_calls": [{"name": "write_note", "arguments": {"title": "t", "body": "b"}}]},
-               {"content": "saved"}],
+    "prompt": "save a note",
+    "tools": ["write_note"],
+    "script": [
+        {"tool_calls": [{"name": "write_note", "arguments": {"title": "t", "body": "b"}}]},
+        {"content": "saved"},
+    ],
 }
 
 
@@ -91,8 +94,9 @@ def closed_port() -> int:
 
 # --- enqueue ---------------------------------------------------------------------------------
 @pytest.mark.django_db
-def test_enqueue_stores_the_request_and_the_job_carries_only_the_run_id(runtime, rq_queue,
-                                                                       django_capture_on_commit_callbacks):
+def test_enqueue_stores_the_request_and_the_job_carries_only_the_run_id(
+    runtime, rq_queue, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks(execute=True) as hooks:
         run_id = runtime.enqueue(REQUEST)
     assert len(hooks) == 1
@@ -110,8 +114,9 @@ def test_enqueue_stores_the_request_and_the_job_carries_only_the_run_id(runtime,
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("configured, expected", [(7200, 7200), ("900", 900), (-1, -1)])
-def test_the_job_timeout_is_configurable(runtime, rq_queue, settings, django_capture_on_commit_callbacks,
-                                         configured, expected):
+def test_the_job_timeout_is_configurable(
+    runtime, rq_queue, settings, django_capture_on_commit_callbacks, configured, expected
+):
     settings.NRLLM_AGENTS = {"JOB_TIMEOUT": configured}
     with django_capture_on_commit_callbacks(execute=True):
         run_id = runtime.enqueue(REQUEST)
@@ -120,8 +125,7 @@ def test_the_job_timeout_is_configurable(runtime, rq_queue, settings, django_cap
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("configured", [0, -5, 1.5, "soon", True, None])
-def test_a_bad_job_timeout_fails_closed(runtime, rq_queue, settings, django_capture_on_commit_callbacks,
-                                        configured):
+def test_a_bad_job_timeout_fails_closed(runtime, rq_queue, settings, django_capture_on_commit_callbacks, configured):
     settings.NRLLM_AGENTS = {"JOB_TIMEOUT": configured}
     with django_capture_on_commit_callbacks(execute=True):
         run_id = runtime.enqueue(REQUEST)
@@ -133,8 +137,12 @@ def test_a_bad_job_timeout_fails_closed(runtime, rq_queue, settings, django_capt
 
 def test_the_job_timeout_comes_from_the_environment(child_env):
     """``NRLLM_JOB_TIMEOUT`` configures a deployment without touching settings."""
-    proc = manage("shell", "-c", "from nrllm_agents.dispatch import job_timeout; print(job_timeout())",
-                  env={**child_env, "NRLLM_JOB_TIMEOUT": "5400"})
+    proc = manage(
+        "shell",
+        "-c",
+        "from nrllm_agents.dispatch import job_timeout; print(job_timeout())",
+        env={**child_env, "NRLLM_JOB_TIMEOUT": "5400"},
+    )
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert out.strip().splitlines()[-1] == "5400"
@@ -150,7 +158,7 @@ def test_enqueue_inside_atomic_dispatches_only_after_commit(runtime, rq_queue):
 
     with pytest.raises(ZeroDivisionError), transaction.atomic():
         rolled_back = runtime.enqueue(REQUEST)
-        1 / 0
+        raise ZeroDivisionError  # anything that rolls the transaction back
     assert not AgentRun.objects.filter(pk=rolled_back).exists()
     assert rq_queue.fetch_job(dispatch.job_id(rolled_back)) is None and rq_queue.count == 1
 

@@ -11,8 +11,16 @@ import pytest
 from django.test import Client
 
 DASHBOARD = "/admin/django-rq/"
-PAGES = ["", "queues/0/", "queues/0/empty/", "queues/0/requeue-all/", "queues/0/failed/clear/",
-         "queues/0/some-job/delete/", "queues/actions/0/", "workers/0/"]
+PAGES = [
+    "",
+    "queues/0/",
+    "queues/0/empty/",
+    "queues/0/requeue-all/",
+    "queues/0/failed/clear/",
+    "queues/0/some-job/delete/",
+    "queues/actions/0/",
+    "workers/0/",
+]
 
 
 @pytest.mark.django_db

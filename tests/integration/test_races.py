@@ -8,7 +8,8 @@ must see each other's committed rows. On PostgreSQL the fences rely on row locks
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -72,8 +73,7 @@ def test_cancel_versus_settle_exactly_one_wins(runtime):
 
 def test_segment_outcome_tells_the_truth_when_racing_a_cancel(runtime):
     """A whole run races a cancel issued as soon as its first step shows up."""
-    request = RunRequest.from_mapping({"prompt": "race", "tools": [],
-                                       "script": [{"content": "answer"}]})
+    request = RunRequest.from_mapping({"prompt": "race", "tools": [], "script": [{"content": "answer"}]})
     for _ in range(ROUNDS):
         started = threading.Event()
         box: dict[str, Any] = {}
@@ -94,8 +94,9 @@ def test_segment_outcome_tells_the_truth_when_racing_a_cancel(runtime):
         final = AgentRun.objects.get(pk=result.run_id)
         assert final.status in TERMINAL
         assert result.status == final.status
-        kinds = list(AgentRunEvent.objects.filter(run_id=result.run_id).order_by("sequence")
-                     .values_list("kind", flat=True))
+        kinds = list(
+            AgentRunEvent.objects.filter(run_id=result.run_id).order_by("sequence").values_list("kind", flat=True)
+        )
         if cancel.outcome == CancelOutcome.CANCELLED:
             assert result.outcome == Outcome.CANCELLED and final.status == RunStatus.CANCELLED
             assert kinds[-1] == "cancelled" and kinds.count("cancelled") == 1
@@ -112,8 +113,10 @@ def test_two_cancels_exactly_one_reports_cancelled(runtime, initial):
         run = new_running_run()
         if initial == RunStatus.QUEUED:
             AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.QUEUED)  # test setup only
-        first, second = race(lambda: runtime.cancel(run.pk, source=CancelSource.CLI),
-                             lambda: runtime.cancel(run.pk, source=CancelSource.API))
+        first, second = race(
+            lambda: runtime.cancel(run.pk, source=CancelSource.CLI),
+            lambda: runtime.cancel(run.pk, source=CancelSource.API),
+        )
         outcomes = sorted([first.outcome, second.outcome])
         assert outcomes == sorted([CancelOutcome.CANCELLED, CancelOutcome.ALREADY_CANCELLED])
         # A quiescent run gets exactly one acknowledgement, from the winner.
@@ -122,9 +125,14 @@ def test_two_cancels_exactly_one_reports_cancelled(runtime, initial):
 
 
 def test_two_approves_exactly_one_resumes(runtime):
-    request = {"prompt": "gate", "tools": ["write_note"],
-               "script": [{"tool_calls": [{"name": "write_note", "arguments": {"title": "t", "body": "b"}}]},
-                          {"content": "ok"}]}
+    request = {
+        "prompt": "gate",
+        "tools": ["write_note"],
+        "script": [
+            {"tool_calls": [{"name": "write_note", "arguments": {"title": "t", "body": "b"}}]},
+            {"content": "ok"},
+        ],
+    }
     from nrllm_agents.models import Note
 
     for _ in range(race_rounds(ROUNDS // 4)):
@@ -146,8 +154,10 @@ def test_two_claims_exactly_one_wins():
     """Two deliveries of one job claim at once: one runs it, the other does nothing."""
     for _ in range(ROUNDS):
         run = new_queued_run()
-        a, b = race(lambda: store.claim_queued(run.pk, claimed_by="a", lease_expires=store.lease_until()),
-                    lambda: store.claim_queued(run.pk, claimed_by="b", lease_expires=store.lease_until()))
+        a, b = race(
+            lambda: store.claim_queued(run.pk, claimed_by="a", lease_expires=store.lease_until()),
+            lambda: store.claim_queued(run.pk, claimed_by="b", lease_expires=store.lease_until()),
+        )
         assert not isinstance(a, BaseException) and not isinstance(b, BaseException), (a, b)
         assert sorted([a.applied, b.applied]) == [False, True]
         winner, loser = (a, b) if a.applied else (b, a)
@@ -160,8 +170,10 @@ def test_claim_versus_cancel_exactly_one_wins(runtime):
     running, or it never runs and the stream ends with the cancel's step."""
     for _ in range(ROUNDS):
         run = new_queued_run()
-        claim, cancel = race(lambda: store.claim_queued(run.pk, claimed_by="w", lease_expires=store.lease_until()),
-                             lambda: runtime.cancel(run.pk, source=CancelSource.API))
+        claim, cancel = race(
+            lambda: store.claim_queued(run.pk, claimed_by="w", lease_expires=store.lease_until()),
+            lambda: runtime.cancel(run.pk, source=CancelSource.API),
+        )
         assert not isinstance(claim, BaseException) and not isinstance(cancel, BaseException), (claim, cancel)
         assert cancel.outcome == CancelOutcome.CANCELLED
         kinds = list(AgentRunEvent.objects.filter(run_id=run.pk).values_list("kind", flat=True))
@@ -180,8 +192,10 @@ def test_a_limits_cancel_versus_an_operators_cancel_exactly_one_wins_and_its_rec
     for _ in range(ROUNDS):
         request = RunRequest.from_mapping({"prompt": "race", "script": [{"content": "x"}], "max_total_tokens": 1})
         run = store.begin(request.row_fields(), claimed_by="segment")
-        by_limit, by_operator = race(lambda: limits.enforce(run.pk, usage=Usage(5, 5)),
-                                     lambda: runtime.cancel(run.pk, source=CancelSource.API, reason="by hand"))
+        by_limit, by_operator = race(
+            lambda: limits.enforce(run.pk, usage=Usage(5, 5)),
+            lambda: runtime.cancel(run.pk, source=CancelSource.API, reason="by hand"),
+        )
         assert by_limit is not None and by_limit.applied != (by_operator.outcome == CancelOutcome.CANCELLED)
         final = AgentRun.objects.get(pk=run.pk)
         expected = ("budget_exceeded", "system") if by_limit.applied else ("cancelled", "api")

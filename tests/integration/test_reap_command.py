@@ -63,8 +63,11 @@ def died_running(steps: list[Step], *, script: list[dict[str, Any]] = SCRIPT) ->
 
 def begun(*, expired: bool = True, **fields: Any) -> AgentRun:
     """A running run whose segment never recorded a step; its lease expired unless told otherwise."""
-    run = store.begin(RunRequest.from_mapping(request()).row_fields(), claimed_by=identity("worker"),
-                      lease_expires=store.lease_until())
+    run = store.begin(
+        RunRequest.from_mapping(request()).row_fields(),
+        claimed_by=identity("worker"),
+        lease_expires=store.lease_until(),
+    )
     if fields:
         AgentRun.objects.filter(pk=run.pk).update(**fields)
     if expired:
@@ -107,8 +110,10 @@ def test_summary_counts_each_verdict_and_requeued_runs_finish_before_the_command
 
     summary = reap()
 
-    assert summary == ("1 requeued, 1 dead-lettered (not_retryable), 1 dead-lettered (retries_exhausted), "
-                       "0 cancel acknowledged, 0 skipped (alive)")
+    assert summary == (
+        "1 requeued, 1 dead-lettered (not_retryable), 1 dead-lettered (retries_exhausted), "
+        "0 cancel acknowledged, 0 skipped (alive)"
+    )
     done = AgentRun.objects.get(pk=lost.pk)  # no waiting here: the command already did
     assert (done.status, done.final_text, done.attempts) == (RunStatus.COMPLETED, "done", 1)
     assert sequences(lost.pk) == list(range(len(sequences(lost.pk))))
@@ -124,8 +129,7 @@ def test_summary_counts_each_verdict_and_requeued_runs_finish_before_the_command
 
 def test_a_reaped_run_whose_final_answer_was_recorded_completes_without_asking_the_model_again():
     """The worker died after recording the final answer and before settling the run."""
-    lost = died_running([request_step(), llm_step(1, content="the answer")],
-                        script=[{"content": "the answer"}])
+    lost = died_running([request_step(), llm_step(1, content="the answer")], script=[{"content": "the answer"}])
 
     assert reap() == "1 requeued, 0 cancel acknowledged, 0 skipped (alive)"
 
@@ -143,8 +147,9 @@ def test_dry_run_reports_and_changes_nothing():
 
     summary = reap("--dry-run")
 
-    assert summary == ("would have: 1 requeued, 1 dead-lettered (retries_exhausted), "
-                       "0 cancel acknowledged, 0 skipped (alive)")
+    assert summary == (
+        "would have: 1 requeued, 1 dead-lettered (retries_exhausted), 0 cancel acknowledged, 0 skipped (alive)"
+    )
     assert snapshot(lost, spent) == before and sequences(lost.pk) == events_before
     assert reap().startswith("1 requeued, 1 dead-lettered (retries_exhausted)")  # the real pass still finds both
 
@@ -152,8 +157,10 @@ def test_dry_run_reports_and_changes_nothing():
 def test_limit_bounds_one_pass():
     runs = [begun(attempts=2), begun(attempts=2)]
     assert reap("--limit", "1").startswith("0 requeued, 1 dead-lettered (retries_exhausted)")
-    assert sorted(AgentRun.objects.filter(pk__in=[r.pk for r in runs]).values_list("status", flat=True)) == \
-        [RunStatus.FAILED, RunStatus.RUNNING]
+    assert sorted(AgentRun.objects.filter(pk__in=[r.pk for r in runs]).values_list("status", flat=True)) == [
+        RunStatus.FAILED,
+        RunStatus.RUNNING,
+    ]
     assert reap("--limit", "1").startswith("0 requeued, 1 dead-lettered (retries_exhausted)")
 
 

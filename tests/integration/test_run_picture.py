@@ -11,16 +11,27 @@ from nrllm_agents.observability import gantt
 
 pytestmark = pytest.mark.django_db
 
-GATED = [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}}],
-          "usage": {"prompt_tokens": 10, "completion_tokens": 4}},
-         {"tool_calls": [{"name": "write_note", "arguments": {"title": "t", "body": "b"}}],
-          "usage": {"prompt_tokens": 30, "completion_tokens": 6}},
-         {"content": "noted"}]
+GATED = [
+    {
+        "tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 4},
+    },
+    {
+        "tool_calls": [{"name": "write_note", "arguments": {"title": "t", "body": "b"}}],
+        "usage": {"prompt_tokens": 30, "completion_tokens": 6},
+    },
+    {"content": "noted"},
+]
 
 
 def long_script(rounds: int) -> list[dict]:
-    turns = [{"tool_calls": [{"name": "calculator", "arguments": {"expression": f"{i}+1"}}],
-              "usage": {"prompt_tokens": 10 + i, "completion_tokens": 2}} for i in range(rounds)]
+    turns = [
+        {
+            "tool_calls": [{"name": "calculator", "arguments": {"expression": f"{i}+1"}}],
+            "usage": {"prompt_tokens": 10 + i, "completion_tokens": 2},
+        }
+        for i in range(rounds)
+    ]
     return turns + [{"content": "done", "usage": {"prompt_tokens": 99, "completion_tokens": 1}}]
 
 
@@ -43,8 +54,9 @@ def test_cancelled_waiting_run_has_its_markers_after_the_last_step(runtime, alic
 
 
 def test_long_run_stays_readable(runtime, alice):
-    result = runtime.run({"prompt": "long", "tools": ["calculator"], "script": long_script(45),
-                          "max_iterations": 60}, owner=alice)
+    result = runtime.run(
+        {"prompt": "long", "tools": ["calculator"], "script": long_script(45), "max_iterations": 60}, owner=alice
+    )
     run = AgentRun.objects.get(pk=result.run_id)
     events = runtime.events(run.pk)
     assert len(events) > 100
@@ -66,8 +78,9 @@ def test_pages_embed_the_svg_with_hover_titles(client, runtime, alice, django_us
     page = client.get(f"/playground/runs/{result.run_id}/").content.decode()
     assert '<svg class="gantt"' in page and "timeline.css" in page
     assert re.search(r'<rect class="bar bar-tool"[^>]*data-sequence="\d+"[^>]*><title>#\d+ tool calculator', page)
-    assert 'id="spend-total">' in page and "http" not in page.split('<svg class="gantt"')[1].split("</svg>")[0] \
-        .replace("http://www.w3.org/2000/svg", "")
+    assert 'id="spend-total">' in page and "http" not in page.split('<svg class="gantt"')[1].split("</svg>")[0].replace(
+        "http://www.w3.org/2000/svg", ""
+    )
     staff = django_user_model.objects.create_superuser("root", password="pw")
     client.force_login(staff)
     admin_page = client.get(f"/admin/nrllm_agents/agentrun/{result.run_id}/change/").content.decode()

@@ -11,19 +11,26 @@ from django.db import OperationalError, connection
 
 from nrllm_agents import store
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, RunStatus
-from nrllm_agents.runtime import (ApprovalNotPending, CancelOutcome, InvalidRunId, Outcome, RunNotFound,
-                                  parse_run_id)
 from nrllm_agents.requests import InvalidRequest
+from nrllm_agents.runtime import ApprovalNotPending, CancelOutcome, InvalidRunId, Outcome, RunNotFound, parse_run_id
 
 TWO_TOOLS = [
-    {"tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}},
-                    {"name": "calculator", "arguments": {"expression": "2+2"}}],
-     "usage": {"prompt_tokens": 10, "completion_tokens": 5}},
+    {
+        "tool_calls": [
+            {"name": "calculator", "arguments": {"expression": "1+1"}},
+            {"name": "calculator", "arguments": {"expression": "2+2"}},
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+    },
     {"content": "4", "usage": {"prompt_tokens": 20, "completion_tokens": 2}},
 ]
 GATED = [
-    {"tool_calls": [{"name": "calculator", "arguments": {"expression": "3*3"}},
-                    {"name": "write_note", "arguments": {"title": "t", "body": "b"}}]},
+    {
+        "tool_calls": [
+            {"name": "calculator", "arguments": {"expression": "3*3"}},
+            {"name": "write_note", "arguments": {"title": "t", "body": "b"}},
+        ]
+    },
     {"content": "noted"},
 ]
 
@@ -99,8 +106,12 @@ def test_failing_probe_never_fabricates_a_cancellation(runtime):
     def fail_probe(execute, sql, params, many, context):
         statement = sql.replace('"', "")
         # The probe is the boundary's lease renewal (on PostgreSQL one statement with the append).
-        if statement.startswith(("UPDATE nrllm_agents_agentrun SET lease_expires = ",
-                                 "WITH renewed AS (UPDATE nrllm_agents_agentrun SET lease_expires = ")):
+        if statement.startswith(
+            (
+                "UPDATE nrllm_agents_agentrun SET lease_expires = ",
+                "WITH renewed AS (UPDATE nrllm_agents_agentrun SET lease_expires = ",
+            )
+        ):
             failures.append(sql)
             raise OperationalError("simulated store hiccup")
         return execute(sql, params, many, context)
@@ -153,6 +164,7 @@ def test_approve_shares_the_hook(runtime):
     assert result.outcome == Outcome.CANCELLED
     assert kinds(runtime, first.run_id) == ["request", "llm", "approval", "tool", "cancelled"]
     from nrllm_agents.models import Note
+
     assert not Note.objects.filter(run_id=first.run_id).exists()
 
 
@@ -240,8 +252,9 @@ def test_invalid_requests_store_nothing(runtime):
 
 
 def test_failures_are_recorded_with_reasons(runtime):
-    capped = runtime.run(request([{"tool_calls": [{"name": "calculator", "arguments": {"expression": "1"}}]}] * 3,
-                                 max_iterations=2))
+    capped = runtime.run(
+        request([{"tool_calls": [{"name": "calculator", "arguments": {"expression": "1"}}]}] * 3, max_iterations=2)
+    )
     assert capped.outcome == Outcome.FAILED and capped.termination_reason == "max_iterations"
     exhausted = runtime.run(request([{"tool_calls": [{"name": "calculator", "arguments": {"expression": "1"}}]}]))
     assert exhausted.termination_reason == "provider_failed" and "exhausted" in exhausted.error

@@ -22,11 +22,18 @@ from tests.e2e.browser.servers import serve
 FINAL = {"done", "cancelled", "awaiting_approval", "failed"}
 FAST = {"STREAM_POLL_SECONDS": 0.02, "STREAM_HEARTBEAT_SECONDS": 30, "STREAM_MAX_SECONDS": 60}
 # A run that takes ~8 s unless cancelled: 40 rounds of a 0.2 s sleep tool.
-SLOW_SCRIPT = [{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.2}}],
-                "usage": {"prompt_tokens": 5, "completion_tokens": 2}} for _ in range(40)] + [{"content": "done"}]
+SLOW_SCRIPT = [
+    {
+        "tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.2}}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2},
+    }
+    for _ in range(40)
+] + [{"content": "done"}]
 QUICK_SCRIPT = [
-    {"tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}}],
-     "usage": {"prompt_tokens": 10, "completion_tokens": 3}},
+    {
+        "tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 3},
+    },
     {"content": "42", "usage": {"prompt_tokens": 12, "completion_tokens": 1}},
 ]
 
@@ -110,12 +117,23 @@ def test_frames_carry_each_step_with_its_sequence_then_the_final_event(runtime, 
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("script, tools, event, status", [
-    ([{"tool_calls": [{"name": "write_note", "arguments": {"title": "t", "body": "b"}}]}],
-     ["write_note"], "awaiting_approval", "waiting_for_approval"),
-    ([{"tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}}]}],  # then the script runs out
-     ["calculator"], "failed", "failed"),
-])
+@pytest.mark.parametrize(
+    "script, tools, event, status",
+    [
+        (
+            [{"tool_calls": [{"name": "write_note", "arguments": {"title": "t", "body": "b"}}]}],
+            ["write_note"],
+            "awaiting_approval",
+            "waiting_for_approval",
+        ),
+        (
+            [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}}]}],  # then the script runs out
+            ["calculator"],
+            "failed",
+            "failed",
+        ),
+    ],
+)
 def test_final_event_names_the_state_the_run_rests_in(runtime, alice, fast_stream, script, tools, event, status):
     run = quick_run(runtime, alice, script, tools)
     frames = read_all(session(alice).get(stream_url(run.pk)))
@@ -166,8 +184,9 @@ def test_a_malformed_resume_point_is_refused_clearly(runtime, alice, fast_stream
 # A thread executes the run while this thread reads the stream: both need committed data.
 @pytest.mark.django_db(transaction=True)
 def test_live_stream_resumed_mid_run_misses_and_repeats_nothing_and_ends_cancelled(runtime, alice, fast_stream):
-    run_id = runtime.enqueue({"prompt": "slow", "script": SLOW_SCRIPT, "tools": ["sleep"], "max_iterations": 50},
-                             owner=alice)
+    run_id = runtime.enqueue(
+        {"prompt": "slow", "script": SLOW_SCRIPT, "tools": ["sleep"], "max_iterations": 50}, owner=alice
+    )
     client = session(alice)
     try:
         first = client.get(stream_url(run_id))
@@ -202,11 +221,15 @@ def test_live_stream_resumed_mid_run_misses_and_repeats_nothing_and_ends_cancell
 # --- heartbeat -----------------------------------------------------------------------------
 @pytest.mark.django_db
 @pytest.mark.parametrize("heartbeat, expected", [(0.05, True), (30, False)])
-def test_an_idle_stream_sends_keepalive_comments_and_closes_at_its_time_limit(runtime, alice, settings,
-                                                                              heartbeat, expected):
+def test_an_idle_stream_sends_keepalive_comments_and_closes_at_its_time_limit(
+    runtime, alice, settings, heartbeat, expected
+):
     # A queued run nobody executes: the stream stays idle until its time limit.
-    settings.NRLLM_AGENTS = {"STREAM_POLL_SECONDS": 0.02, "STREAM_HEARTBEAT_SECONDS": heartbeat,
-                             "STREAM_MAX_SECONDS": 0.4}
+    settings.NRLLM_AGENTS = {
+        "STREAM_POLL_SECONDS": 0.02,
+        "STREAM_HEARTBEAT_SECONDS": heartbeat,
+        "STREAM_MAX_SECONDS": 0.4,
+    }
     run = store.create_queued({"prompt": "idle", "provider": "scripted", "owner": alice}, {"prompt": "idle"})
     frames = read_all(session(alice).get(stream_url(run.pk)))
     comments = [c for f in frames for c in f["comments"]]
@@ -216,8 +239,7 @@ def test_an_idle_stream_sends_keepalive_comments_and_closes_at_its_time_limit(ru
 
 # --- authentication and visibility ----------------------------------------------------------
 @pytest.mark.django_db
-def test_token_and_session_auth_see_own_runs_and_404_for_others(runtime, alice, bob, fast_stream,
-                                                               django_user_model):
+def test_token_and_session_auth_see_own_runs_and_404_for_others(runtime, alice, bob, fast_stream, django_user_model):
     from rest_framework.authtoken.models import Token
 
     run = quick_run(runtime, alice)
@@ -278,16 +300,21 @@ def _session_cookie(user) -> str:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("server", ["uvicorn", "gunicorn"])
 def test_a_real_server_streams_steps_as_they_happen_and_ends_with_cancelled(
-        server, runtime, alice, child_env, fast_stream, tmp_path):
+    server, runtime, alice, child_env, fast_stream, tmp_path
+):
     from rest_framework.authtoken.models import Token
 
     env = {**child_env, "NRLLM_STREAM_POLL_SECONDS": "0.05", "NRLLM_STREAM_HEARTBEAT_SECONDS": "1"}
     # uvicorn reads with a token, gunicorn with the session cookie: both auth paths over HTTP
-    auth = ({"Authorization": f"Token {Token.objects.create(user=alice).key}"} if server == "uvicorn"
-            else {"Cookie": _session_cookie(alice)})
+    auth = (
+        {"Authorization": f"Token {Token.objects.create(user=alice).key}"}
+        if server == "uvicorn"
+        else {"Cookie": _session_cookie(alice)}
+    )
     with serve(server, env, tmp_path) as base:
-        run_id = runtime.enqueue({"prompt": "slow", "script": SLOW_SCRIPT, "tools": ["sleep"],
-                                  "max_iterations": 50}, owner=alice)
+        run_id = runtime.enqueue(
+            {"prompt": "slow", "script": SLOW_SCRIPT, "tools": ["sleep"], "max_iterations": 50}, owner=alice
+        )
         try:
             response = _open_stream(base, stream_url(run_id), auth)
             assert response.getheader("Content-Type").startswith("text/event-stream")

@@ -16,16 +16,30 @@ from nrllm_agents.web import interactive
 
 JSON = {"Accept": "application/json"}
 QUICK = '[{"tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}}]}, {"content": "42"}]'
-NOTE = ('[{"tool_calls": [{"name": "write_note", "arguments": {"title": "hello", "body": "from the playground"}}]},'
-        ' {"content": "finished"}]')
-SLOW = ('[' + ', '.join(['{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.2}}]}'] * 40)
-        + ', {"content": "done"}]')
+NOTE = (
+    '[{"tool_calls": [{"name": "write_note", "arguments": {"title": "hello", "body": "from the playground"}}]},'
+    ' {"content": "finished"}]'
+)
+SLOW = (
+    "["
+    + ", ".join(['{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.2}}]}'] * 40)
+    + ', {"content": "done"}]'
+)
 
 
-def form(script: str = QUICK, tools: tuple[str, ...] = ("calculator",), mode: str = "interactive",
-         **extra: str) -> dict:
-    return {"prompt": "six times seven", "provider": "scripted", "model": "", "tools": list(tools),
-            "max_iterations": "50", "script": script, "mode": mode, **extra}
+def form(
+    script: str = QUICK, tools: tuple[str, ...] = ("calculator",), mode: str = "interactive", **extra: str
+) -> dict:
+    return {
+        "prompt": "six times seven",
+        "provider": "scripted",
+        "model": "",
+        "tools": list(tools),
+        "max_iterations": "50",
+        "script": script,
+        "mode": mode,
+        **extra,
+    }
 
 
 @pytest.fixture
@@ -85,8 +99,7 @@ def test_recent_runs_list_only_the_users_own(runtime, alice, bob, web):
 
 
 @pytest.mark.django_db
-def test_another_users_run_is_404_for_every_action_but_staff_may_act(runtime, alice, bob, web,
-                                                                     django_user_model):
+def test_another_users_run_is_404_for_every_action_but_staff_may_act(runtime, alice, bob, web, django_user_model):
     run = waiting_run(runtime, alice)
     url = f"/playground/runs/{run.pk}/"
     intruder = signed_in(bob)
@@ -155,8 +168,9 @@ def test_without_javascript_the_form_starts_a_run_and_the_page_shows_its_stored_
 
 @pytest.mark.django_db
 def test_the_page_of_an_active_run_offers_a_refresh_link_without_javascript(alice, web):
-    run = store.create_queued({"prompt": "waiting for a worker", "provider": "scripted", "owner": alice},
-                              {"prompt": "waiting for a worker"})
+    run = store.create_queued(
+        {"prompt": "waiting for a worker", "provider": "scripted", "owner": alice}, {"prompt": "waiting for a worker"}
+    )
     page = signed_in(alice).get(f"/playground/runs/{run.pk}/").content.decode()
     assert 'id="refresh-link"' in page and 'data-live="true"' in page
     assert 'id="cancel-form"' in page and 'id="cancel-form" hidden' not in page
@@ -185,14 +199,17 @@ def test_a_queued_run_is_executed_by_the_executor_not_the_web_thread(alice, web)
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("changes, field", [
-    ({"script": "[{"}, "script"),
-    ({"script": '[{"bogus": 1}]'}, "script"),
-    ({"tools": ["no_such_tool"]}, "tools"),
-    ({"prompt": "   "}, "prompt"),
-    ({"max_iterations": "0"}, "max_iterations"),
-    ({"mode": "later"}, "mode"),
-])
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        ({"script": "[{"}, "script"),
+        ({"script": '[{"bogus": 1}]'}, "script"),
+        ({"tools": ["no_such_tool"]}, "tools"),
+        ({"prompt": "   "}, "prompt"),
+        ({"max_iterations": "0"}, "max_iterations"),
+        ({"mode": "later"}, "mode"),
+    ],
+)
 def test_bad_input_is_refused_per_field_and_nothing_is_created(alice, web, changes, field):
     client = signed_in(alice)
     response = client.post("/playground/runs/", form(**changes), headers=JSON)
@@ -265,8 +282,7 @@ def test_a_queued_run_waiting_for_approval_is_resumed_through_the_queue(runtime,
     run_id = runtime.enqueue({"prompt": "note", "script": NOTE, "tools": ["write_note"]}, owner=alice)
     assert dispatch.wait_local_idle(30)
     assert AgentRun.objects.get(pk=run_id).status == RunStatus.WAITING_FOR_APPROVAL
-    response = signed_in(alice).post(f"/playground/runs/{run_id}/approve/", {"decision": "approve"},
-                                     headers=JSON)
+    response = signed_in(alice).post(f"/playground/runs/{run_id}/approve/", {"decision": "approve"}, headers=JSON)
     assert response.status_code == 202 and "worker" in response.json()["message"]
     assert dispatch.wait_local_idle(30)
     run = AgentRun.objects.get(pk=run_id)
@@ -293,8 +309,9 @@ def test_bootstrap_creates_a_superuser_once_and_prints_its_password_once(django_
     call_command("agent_bootstrap", stdout=first)
     admin = django_user_model.objects.get(username="admin")
     assert admin.is_superuser and admin.is_staff
-    [password] = [line.split("password:")[1].split()[0] for line in first.getvalue().splitlines()
-                  if "password:" in line]
+    [password] = [
+        line.split("password:")[1].split()[0] for line in first.getvalue().splitlines() if "password:" in line
+    ]
     assert admin.check_password(password)
     assert "/playground/" in first.getvalue()
 

@@ -12,17 +12,25 @@ from nrllm_agents.web import interactive
 
 from .test_web import JSON, form, signed_in, web  # noqa: F401
 
-TWO_CALLS = {"tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}},
-                            {"name": "calculator", "arguments": {"expression": "2+2"}}],
-             "usage": {"prompt_tokens": 30, "completion_tokens": 30}}
+TWO_CALLS = {
+    "tool_calls": [
+        {"name": "calculator", "arguments": {"expression": "1+1"}},
+        {"name": "calculator", "arguments": {"expression": "2+2"}},
+    ],
+    "usage": {"prompt_tokens": 30, "completion_tokens": 30},
+}
 
 
 def cancelled_run(runtime, owner) -> AgentRun:
     def observe(step):
         if step["kind"] == "llm":
             runtime.cancel(step["run_id"], source=CancelSource.PLAYGROUND)
-    result = runtime.run({"prompt": "add", "tools": ["calculator"], "script": [TWO_CALLS, {"content": "4"}]},
-                         owner=owner, on_step=observe)
+
+    result = runtime.run(
+        {"prompt": "add", "tools": ["calculator"], "script": [TWO_CALLS, {"content": "4"}]},
+        owner=owner,
+        on_step=observe,
+    )
     return AgentRun.objects.get(pk=result.run_id)
 
 
@@ -31,8 +39,9 @@ def cancelled_run(runtime, owner) -> AgentRun:
 def test_the_form_takes_limits_and_the_page_shows_the_limit_that_stopped_the_run(web, alice):
     client = signed_in(alice)
     script = json.dumps([TWO_CALLS, {"content": "4"}])
-    response = client.post(reverse("nrllm_web:start"), form(script, max_total_tokens="50", deadline_seconds="600"),
-                           headers=JSON)
+    response = client.post(
+        reverse("nrllm_web:start"), form(script, max_total_tokens="50", deadline_seconds="600"), headers=JSON
+    )
     assert response.status_code == 201, response.content
     assert interactive.wait_idle(30)
     run = AgentRun.objects.get()

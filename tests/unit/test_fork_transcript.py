@@ -13,15 +13,21 @@ from nrllm_agents.domain import ConfigurationError, ProviderError
 from nrllm_agents.domain.providers.scripted import ScriptedProvider
 from nrllm_agents.testing.chat_server import ChatCompletionServer
 
-UNANSWERED = [{"role": "user", "content": "u"},
-              {"role": "assistant", "content": None,
-               "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]
+UNANSWERED = [
+    {"role": "user", "content": "u"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+    },
+]
 
 
 def post(server: ChatCompletionServer, messages: list[dict]) -> tuple[int, dict]:
     body = json.dumps({"model": "m", "messages": messages}).encode()
-    request = urllib.request.Request(f"{server.base_url}/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{server.base_url}/chat/completions", data=body, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, json.load(response)

@@ -7,8 +7,17 @@ from typing import Any
 
 import pytest
 
-from nrllm_agents.domain import (DENIED_RESULT, LoopOutcome, LoopState, ProviderError, RunCancellationRequested,
-                                 Step, StepKind, ToolError, ToolLoop)
+from nrllm_agents.domain import (
+    DENIED_RESULT,
+    LoopOutcome,
+    LoopState,
+    ProviderError,
+    RunCancellationRequested,
+    Step,
+    StepKind,
+    ToolError,
+    ToolLoop,
+)
 from nrllm_agents.domain.providers import ScriptedProvider
 from nrllm_agents.domain.tools import Calculator
 
@@ -67,7 +76,9 @@ class Recorder:
         return [s.kind.value for s in self.steps]
 
 
-def make_loop(script: list[dict[str, Any]], tools: list[Any], trace: Recorder, **kw: Any) -> tuple[ToolLoop, ScriptedProvider]:
+def make_loop(
+    script: list[dict[str, Any]], tools: list[Any], trace: Recorder, **kw: Any
+) -> tuple[ToolLoop, ScriptedProvider]:
     provider = ScriptedProvider(script)
     return ToolLoop(provider, {t.name: t for t in tools}, trace=trace, **kw), provider
 
@@ -75,8 +86,14 @@ def make_loop(script: list[dict[str, Any]], tools: list[Any], trace: Recorder, *
 def test_completes_with_answer_and_records_every_step():
     a = CountingTool("a")
     trace = Recorder()
-    loop, provider = make_loop([{"tool_calls": [call("a", x=1)], "usage": {"prompt_tokens": 3, "completion_tokens": 2}},
-                                {"content": "done", "usage": {"prompt_tokens": 5, "completion_tokens": 1}}], [a], trace)
+    loop, provider = make_loop(
+        [
+            {"tool_calls": [call("a", x=1)], "usage": {"prompt_tokens": 3, "completion_tokens": 2}},
+            {"content": "done", "usage": {"prompt_tokens": 5, "completion_tokens": 1}},
+        ],
+        [a],
+        trace,
+    )
     result = loop.start("go")
     assert result.outcome == LoopOutcome.COMPLETED
     assert result.final_text == "done"
@@ -90,12 +107,15 @@ def test_completes_with_answer_and_records_every_step():
     assert trace.steps[3].payload["messages"] == []
 
 
-@pytest.mark.parametrize("stop_at, model_calls, a_calls, b_calls", [
-    (0, 0, 0, 0),  # stopped at the request boundary: the model is never called
-    (1, 1, 0, 0),  # after the model's answer: no tool of the turn starts
-    (2, 1, 1, 0),  # after the first tool: the second tool of the same turn never starts
-    (3, 1, 1, 1),  # after the last tool: no next round
-])
+@pytest.mark.parametrize(
+    "stop_at, model_calls, a_calls, b_calls",
+    [
+        (0, 0, 0, 0),  # stopped at the request boundary: the model is never called
+        (1, 1, 0, 0),  # after the model's answer: no tool of the turn starts
+        (2, 1, 1, 0),  # after the first tool: the second tool of the same turn never starts
+        (3, 1, 1, 1),  # after the last tool: no next round
+    ],
+)
 def test_cancellation_stops_exactly_at_the_boundary(stop_at, model_calls, a_calls, b_calls):
     a, b = CountingTool("a"), CountingTool("b")
     trace = Recorder(stop_at=stop_at)
@@ -115,8 +135,9 @@ def test_a_tool_catching_exception_cannot_swallow_a_cancellation():
     tool = SwallowingTool("greedy", RunCancellationRequested())
     after = CountingTool("after")
     trace = Recorder()
-    loop, provider = make_loop([{"tool_calls": [call("greedy"), call("after")]}, {"content": "never"}],
-                               [tool, after], trace)
+    loop, provider = make_loop(
+        [{"tool_calls": [call("greedy"), call("after")]}, {"content": "never"}], [tool, after], trace
+    )
     with pytest.raises(RunCancellationRequested):
         loop.start("go")
     assert len(tool.calls) == 1 and after.calls == [] and provider.calls == 1
@@ -217,8 +238,9 @@ def test_unexpected_tool_crash_is_recorded_then_fails_the_run():
 
 def test_calculator_in_a_loop():
     trace = Recorder()
-    loop, _ = make_loop([{"tool_calls": [call("calculator", expression="(17 + 25) * 3")]}, {"content": "126"}],
-                        [Calculator()], trace)
+    loop, _ = make_loop(
+        [{"tool_calls": [call("calculator", expression="(17 + 25) * 3")]}, {"content": "126"}], [Calculator()], trace
+    )
     loop.start("go")
     assert trace.steps[2].payload["result"] == {"expression": "(17 + 25) * 3", "value": 126}
 
@@ -227,8 +249,11 @@ def test_a_rebuilt_stream_continues_exactly_where_it_stopped():
     """The stream is the checkpoint: rebuild it at each cut and continue; the result matches."""
     from nrllm_agents.domain import rebuild_state
 
-    script = [{"tool_calls": [call("a", n=1), call("b", n=2)]}, {"tool_calls": [call("a", n=3)]},
-              {"content": "finished"}]
+    script = [
+        {"tool_calls": [call("a", n=1), call("b", n=2)]},
+        {"tool_calls": [call("a", n=3)]},
+        {"content": "finished"},
+    ]
     full = Recorder()
     make_loop(script, [CountingTool("a"), CountingTool("b")], full)[0].start("go")
     as_dicts = [{"kind": s.kind.value, "round": s.round, "payload": s.payload} for s in full.steps]
@@ -251,7 +276,8 @@ def test_a_rebuilt_denial_with_stop_ends_the_run_without_asking_again():
     loop, _ = make_loop([{"tool_calls": [call("gated")]}, {"content": "x"}], [gated], trace, on_deny="stop")
     loop.resume(loop.start("go").state, approved=False)
     steps = [{"kind": s.kind.value, "round": s.round, "payload": s.payload} for s in trace.steps]
-    again, provider = make_loop([{"tool_calls": [call("gated")]}, {"content": "x"}], [gated], Recorder(),
-                                on_deny="stop")
+    again, provider = make_loop(
+        [{"tool_calls": [call("gated")]}, {"content": "x"}], [gated], Recorder(), on_deny="stop"
+    )
     result = again.proceed(rebuild_state(steps))
     assert result.outcome == LoopOutcome.APPROVAL_DENIED and provider.calls == 0 and gated.calls == []

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -108,8 +109,14 @@ def test_env_defaults_and_keyless_placeholder(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_tool_call_turn_is_parsed(server: ChatCompletionServer) -> None:
-    server.queue({"tool_calls": [{"id": "call_a", "name": "add", "arguments": {"a": 1, "b": 2}},
-                                 {"name": "add", "arguments": {"a": 3, "b": 4}}]})
+    server.queue(
+        {
+            "tool_calls": [
+                {"id": "call_a", "name": "add", "arguments": {"a": 1, "b": 2}},
+                {"name": "add", "arguments": {"a": 3, "b": 4}},
+            ]
+        }
+    )
     response = provider_for(server).complete(USER, [schema(Adder())])
     assert response.finish_reason == "tool_calls"
     assert response.content is None
@@ -120,8 +127,10 @@ def test_tool_call_turn_is_parsed(server: ChatCompletionServer) -> None:
 
 def test_two_turn_conversation_through_the_tool_loop(server: ChatCompletionServer) -> None:
     server.queue(
-        {"tool_calls": [{"name": "add", "arguments": {"a": 2, "b": 3}}],
-         "usage": {"prompt_tokens": 20, "completion_tokens": 5}},
+        {
+            "tool_calls": [{"name": "add", "arguments": {"a": 2, "b": 3}}],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 5},
+        },
         {"content": "2 + 3 = 5", "usage": {"prompt_tokens": 30, "completion_tokens": 6}},
     )
     steps: list[Step] = []
@@ -132,13 +141,16 @@ def test_two_turn_conversation_through_the_tool_loop(server: ChatCompletionServe
     assert result.outcome == LoopOutcome.COMPLETED
     assert result.final_text == "2 + 3 = 5"
     assert result.usage == Usage(50, 11)
-    assert [s.kind for s in steps] == [StepKind.REQUEST, StepKind.LLM, StepKind.TOOL,
-                                       StepKind.REQUEST, StepKind.LLM]
+    assert [s.kind for s in steps] == [StepKind.REQUEST, StepKind.LLM, StepKind.TOOL, StepKind.REQUEST, StepKind.LLM]
     assert steps[2].payload["result"] == 5
 
     first, second = server.requests
-    assert first["tools"] == [{"type": "function", "function": {
-        "name": "add", "description": Adder.description, "parameters": Adder.parameters}}]
+    assert first["tools"] == [
+        {
+            "type": "function",
+            "function": {"name": "add", "description": Adder.description, "parameters": Adder.parameters},
+        }
+    ]
     assert second["tools"] == first["tools"]
     system, user, assistant, tool = second["messages"]
     assert system == {"role": "system", "content": "be brief"}
@@ -213,12 +225,15 @@ def test_timeout_is_retryable(server: ChatCompletionServer) -> None:
     assert "Timeout" in str(info.value)
 
 
-@pytest.mark.parametrize("raw", [
-    "{this is not json",
-    '{"id": "x", "object": "chat.completion", "choices": []}',
-    '{"id": "x", "object": "chat.completion"}',
-    '"just a string"',
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "{this is not json",
+        '{"id": "x", "object": "chat.completion", "choices": []}',
+        '{"id": "x", "object": "chat.completion"}',
+        '"just a string"',
+    ],
+)
 def test_malformed_bodies_are_provider_errors(server: ChatCompletionServer, raw: str) -> None:
     server.queue({"raw": raw})
     with pytest.raises(ProviderError) as info:
@@ -228,9 +243,15 @@ def test_malformed_bodies_are_provider_errors(server: ChatCompletionServer, raw:
 
 
 def test_malformed_tool_arguments_become_raw(server: ChatCompletionServer) -> None:
-    server.queue({"tool_calls": [{"name": "add", "arguments": "{a: 1,"},
-                                 {"name": "add", "arguments": "[1, 2]"},
-                                 {"name": "add", "arguments": ""}]})
+    server.queue(
+        {
+            "tool_calls": [
+                {"name": "add", "arguments": "{a: 1,"},
+                {"name": "add", "arguments": "[1, 2]"},
+                {"name": "add", "arguments": ""},
+            ]
+        }
+    )
     calls = provider_for(server).complete(USER, []).tool_calls
     assert [c.arguments for c in calls] == [{"_raw": "{a: 1,"}, {"_raw": "[1, 2]"}, {}]
 
@@ -257,16 +278,16 @@ def test_tool_loop_with_a_failing_server_reports_provider_failed(server: ChatCom
 def test_wire_conversion_is_pure() -> None:
     ours = [
         {"role": "user", "content": "x"},
-        {"role": "assistant", "content": None,
-         "tool_calls": [{"id": "c1", "name": "add", "arguments": {"a": 1}}]},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "name": "add", "arguments": {"a": 1}}]},
         {"role": "tool", "tool_call_id": "c1", "content": "1"},
         {"role": "assistant", "content": "done", "tool_calls": []},
     ]
     snapshot = json.dumps(ours)
     wire = to_wire_messages(ours)
     assert json.dumps(ours) == snapshot  # input untouched
-    assert wire[1]["tool_calls"] == [{"id": "c1", "type": "function",
-                                      "function": {"name": "add", "arguments": '{"a": 1}'}}]
+    assert wire[1]["tool_calls"] == [
+        {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1}'}}
+    ]
     assert wire[2] == ours[2]
     assert wire[3] == {"role": "assistant", "content": "done"}
     assert to_wire_messages(wire) == wire  # already-wire calls pass through

@@ -15,9 +15,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "k" * 10 + "0123456789abcdefghijklmnopqrstuvwxyz!@#$%^&*(-_=+)"  # 60 chars, varied
 PRODUCTION = {
-    "DJANGO_SECRET_KEY": KEY, "DJANGO_ALLOWED_HOSTS": "agents.example.com",
-    "DJANGO_SECURE_SSL_REDIRECT": "1", "DJANGO_SECURE_HSTS_SECONDS": "31536000",
-    "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS": "1", "DJANGO_SECURE_HSTS_PRELOAD": "1", "DJANGO_SECURE_COOKIES": "1",
+    "DJANGO_SECRET_KEY": KEY,
+    "DJANGO_ALLOWED_HOSTS": "agents.example.com",
+    "DJANGO_SECURE_SSL_REDIRECT": "1",
+    "DJANGO_SECURE_HSTS_SECONDS": "31536000",
+    "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS": "1",
+    "DJANGO_SECURE_HSTS_PRELOAD": "1",
+    "DJANGO_SECURE_COOKIES": "1",
 }
 
 

@@ -26,11 +26,22 @@ def test_the_defaults_pass():
     assert ids() == []
 
 
-@pytest.mark.parametrize("name, value", [
-    ("LEASE_SECONDS", 0), ("LEASE_SECONDS", "300"), ("JOB_TIMEOUT", 0), ("JOB_TIMEOUT", 1.5),
-    ("MAX_ATTEMPTS", -1), ("LOCAL_WORKERS", True), ("CANCEL_POLL_SECONDS", -1), ("OPENAI_STREAM", "yes"),
-    ("DEFAULT_DEADLINE_SECONDS", 0), ("QUEUE_NAME", " "), ("TOOLS", ["calculator"]),
-])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("LEASE_SECONDS", 0),
+        ("LEASE_SECONDS", "300"),
+        ("JOB_TIMEOUT", 0),
+        ("JOB_TIMEOUT", 1.5),
+        ("MAX_ATTEMPTS", -1),
+        ("LOCAL_WORKERS", True),
+        ("CANCEL_POLL_SECONDS", -1),
+        ("OPENAI_STREAM", "yes"),
+        ("DEFAULT_DEADLINE_SECONDS", 0),
+        ("QUEUE_NAME", " "),
+        ("TOOLS", ["calculator"]),
+    ],
+)
 def test_a_bad_value_is_named(name, value):
     with override_settings(NRLLM_AGENTS={name: value}):
         messages = check_settings()
@@ -54,9 +65,19 @@ def test_a_bad_environment_variable_is_named(monkeypatch):
 
 
 def test_manage_py_check_refuses_to_start_and_names_the_value():
-    env = {"PATH": "/usr/bin:/bin", "DJANGO_DEBUG": "1", "NRLLM_JOB_TIMEOUT": "soon",
-           "DATABASE_URL": "sqlite:///:memory:"}
-    ran = subprocess.run([sys.executable, str(ROOT / "manage.py"), "check"], env=env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "DJANGO_DEBUG": "1",
+        "NRLLM_JOB_TIMEOUT": "soon",
+        "DATABASE_URL": "sqlite:///:memory:",
+    }
+    ran = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "check"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ran.returncode == 1, ran.stdout + ran.stderr
     assert "NRLLM_JOB_TIMEOUT='soon'" in ran.stderr and "nrllm_agents.E002" in ran.stderr

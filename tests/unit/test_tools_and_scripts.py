@@ -13,18 +13,44 @@ from nrllm_agents.domain.providers import DEMO_SCRIPT, ScriptedProvider, validat
 from nrllm_agents.domain.tools import Calculator, CurrentTime, Sleep
 
 
-@pytest.mark.parametrize("expression, value", [
-    ("1 + 2 * 3", 7), ("(1 + 2) * 3", 9), ("-4 ** 2", -16), ("7 // 2", 3), ("7 % 4", 3), ("1 / 4", 0.25),
-    ("2 ** 10", 1024), ("+5", 5), ("1.5 * 2", 3.0),
-])
+@pytest.mark.parametrize(
+    "expression, value",
+    [
+        ("1 + 2 * 3", 7),
+        ("(1 + 2) * 3", 9),
+        ("-4 ** 2", -16),
+        ("7 // 2", 3),
+        ("7 % 4", 3),
+        ("1 / 4", 0.25),
+        ("2 ** 10", 1024),
+        ("+5", 5),
+        ("1.5 * 2", 3.0),
+    ],
+)
 def test_calculator_values(expression, value):
     assert Calculator().execute({"expression": expression})["value"] == value
 
 
-@pytest.mark.parametrize("expression", [
-    "__import__('os').system('true')", "open('/etc/passwd')", "x + 1", "[1, 2]", "lambda: 1", "1 if 1 else 2",
-    "9 ** 9 ** 9", "10 ** 1000", "1 / 0", "'a' * 3", "True + 1", "", "   ", "1" * 500, "(-1) ** 0.5",
-])
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "__import__('os').system('true')",
+        "open('/etc/passwd')",
+        "x + 1",
+        "[1, 2]",
+        "lambda: 1",
+        "1 if 1 else 2",
+        "9 ** 9 ** 9",
+        "10 ** 1000",
+        "1 / 0",
+        "'a' * 3",
+        "True + 1",
+        "",
+        "   ",
+        "1" * 500,
+        "(-1) ** 0.5",
+    ],
+)
 def test_calculator_refuses_with_a_tool_error(expression):
     with pytest.raises(ToolError):
         Calculator().execute({"expression": expression})
@@ -41,9 +67,13 @@ def test_calculator_fuzz_only_tool_errors(text):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
-                    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
-                    max_leaves=12))
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+        lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+        max_leaves=12,
+    )
+)
 def test_script_validation_fuzz(value):
     """Any JSON value either validates into a playable script or raises ConfigurationError."""
     try:
@@ -89,10 +119,16 @@ def test_scripted_turn_follows_the_transcript_not_the_instance():
     assert ScriptedProvider(script).complete(transcript, []).content == "second"
 
 
-@pytest.mark.parametrize("field, value", [
-    ("prompt", "a\x00b"), ("system", "lone \ud800 surrogate"), ("model", "m\x00"),
-    ("script", [{"content": "nul \x00 inside"}]), ("tools", ["calc\x00"]),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("prompt", "a\x00b"),
+        ("system", "lone \ud800 surrogate"),
+        ("model", "m\x00"),
+        ("script", [{"content": "nul \x00 inside"}]),
+        ("tools", ["calc\x00"]),
+    ],
+)
 def test_run_requests_refuse_text_the_database_cannot_store(field, value, settings):
     from nrllm_agents.requests import UNSTORABLE, InvalidRequest, RunRequest
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from ..steps import ModelResponse
 
@@ -19,5 +20,4 @@ class Provider(Protocol):
     name: str
     model: str
 
-    def complete(self, messages: Sequence[dict[str, Any]],
-                 tools: Sequence[dict[str, Any]]) -> ModelResponse: ...
+    def complete(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> ModelResponse: ...

@@ -4,9 +4,10 @@ Our transcript keeps tool calls as ``{"id", "name", "arguments": dict}``; this m
 converts them to and from the wire shape. Calls stream by default (``stream=True``, usage
 requested): the answer's text is published as it arrives, and a cancel shuts the connection
 down at once, so the server stops generating; what arrived is kept as the interrupted step.
-With streaming off, a cancel still aborts the call by closing its connection. Every SDK failure becomes a ``ProviderError``
-whose message is built here (class name, status, a short description) with the API key
-scrubbed out, and which chains nothing: SDK exceptions carry the request and its headers.
+With streaming off, a cancel still aborts the call by closing its connection. Every SDK failure
+becomes a ``ProviderError`` whose message is built here (class name, status, a short
+description) with the API key scrubbed out, and which chains nothing: SDK exceptions carry the
+request and its headers.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import openai
 
@@ -63,8 +65,7 @@ def _wire_call(call: dict[str, Any]) -> dict[str, Any]:
     arguments = call.get("arguments")
     if not isinstance(arguments, str):
         arguments = json.dumps(arguments or {}, ensure_ascii=False)
-    return {"id": call["id"], "type": "function",
-            "function": {"name": call["name"], "arguments": arguments}}
+    return {"id": call["id"], "type": "function", "function": {"name": call["name"], "arguments": arguments}}
 
 
 def parse_arguments(raw: Any) -> dict[str, Any]:
@@ -109,8 +110,13 @@ def parse_completion(completion: Any) -> ModelResponse:
         name = _get(function, "name")
         if not isinstance(name, str) or not name:
             raise ProviderError("malformed response: a tool call has no function name")
-        calls.append(ToolCall(id=str(_get(call, "id") or f"call_{i + 1}"), name=name,
-                              arguments=parse_arguments(_get(function, "arguments"))))
+        calls.append(
+            ToolCall(
+                id=str(_get(call, "id") or f"call_{i + 1}"),
+                name=name,
+                arguments=parse_arguments(_get(function, "arguments")),
+            )
+        )
     usage = _get(completion, "usage")
     content = _get(message, "content")
     finish_reason = _get(choice, "finish_reason") or ("tool_calls" if calls else "stop")
@@ -174,8 +180,16 @@ class OpenAIProvider:
 
     name = "openai"
 
-    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
-                 timeout: float = 60.0, journal: CallJournal | None = None, stream: bool = True) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        journal: CallJournal | None = None,
+        stream: bool = True,
+    ) -> None:
         if not model or not isinstance(model, str) or not model.strip():
             raise ConfigurationError("the openai provider needs a model name")
         self.model = model.strip()
@@ -186,14 +200,16 @@ class OpenAIProvider:
         self.stream = stream
         self._stream_usage = True  # dropped once for a server that refuses stream_options
         self._http = AbortableHttp(openai.DefaultHttpxClient, timeout=timeout)
-        self._client = openai.OpenAI(base_url=self.base_url, api_key=self._api_key,
-                                     timeout=timeout, max_retries=0, http_client=self._http.client)
+        self._client = openai.OpenAI(
+            base_url=self.base_url, api_key=self._api_key, timeout=timeout, max_retries=0, http_client=self._http.client
+        )
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(model={self.model!r}, base_url={self.base_url!r})"
 
-    def complete(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]],
-                 context: CallContext | None = None) -> ModelResponse:
+    def complete(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], context: CallContext | None = None
+    ) -> ModelResponse:
         """One model call; raises ``ProviderError`` (never an SDK exception) on failure.
 
         Raises ``StepInterrupted`` (with the text and tool-call fragments received so far)
@@ -234,7 +250,8 @@ class OpenAIProvider:
         try:
             completions: Any = self._client.chat.completions  # kwargs built at run time: no overload applies
             chunks = completions.create(
-                **kwargs, stream=True, **({"stream_options": {"include_usage": True}} if self._stream_usage else {}))
+                **kwargs, stream=True, **({"stream_options": {"include_usage": True}} if self._stream_usage else {})
+            )
         except openai.BadRequestError as exc:
             if not self._stream_usage or "stream_options" not in _description(exc):
                 raise
@@ -293,24 +310,34 @@ class _Received:
         for i, (_, call) in enumerate(sorted(self.calls.items())):
             if not call["name"]:
                 raise ProviderError("malformed response: a tool call has no function name")
-            calls.append(ToolCall(id=str(call["id"] or f"call_{i + 1}"), name=call["name"],
-                                  arguments=parse_arguments(call["arguments"])))
+            calls.append(
+                ToolCall(
+                    id=str(call["id"] or f"call_{i + 1}"),
+                    name=call["name"],
+                    arguments=parse_arguments(call["arguments"]),
+                )
+            )
         if self.chunks == 0:
             raise ProviderError("malformed response: the stream ended without a chunk")
-        return ModelResponse(content="".join(self.content) if self.content or not calls else None,
-                             tool_calls=tuple(calls), usage=self.usage or Usage(),
-                             finish_reason=str(self.finish_reason or ("tool_calls" if calls else "stop")))
+        return ModelResponse(
+            content="".join(self.content) if self.content or not calls else None,
+            tool_calls=tuple(calls),
+            usage=self.usage or Usage(),
+            finish_reason=str(self.finish_reason or ("tool_calls" if calls else "stop")),
+        )
 
     def interrupted(self) -> StepInterrupted:
         """The ``StepInterrupted`` for a call cut short: the text so far and its (estimated) usage."""
-        partial = ModelResponse(content="".join(self.content), usage=self.usage or self._estimate(),
-                                finish_reason="interrupted")
+        partial = ModelResponse(
+            content="".join(self.content), usage=self.usage or self._estimate(), finish_reason="interrupted"
+        )
         fragments = [{"index": i, **call} for i, call in sorted(self.calls.items())]
         return StepInterrupted(partial=partial, usage_estimated=self.usage is None, partial_tool_calls=fragments)
 
     def _estimate(self) -> Usage:
         """About four characters a token: what was sent, and what arrived."""
         sent = len(json.dumps(list(self._messages), default=str, ensure_ascii=False))
-        arrived = sum(len(t) for t in self.content) + sum(len(c["arguments"]) + len(c["name"])
-                                                         for c in self.calls.values())
+        arrived = sum(len(t) for t in self.content) + sum(
+            len(c["arguments"]) + len(c["name"]) for c in self.calls.values()
+        )
         return Usage(-(-sent // 4), -(-arrived // 4))

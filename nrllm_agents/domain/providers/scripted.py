@@ -21,23 +21,39 @@ import json
 import os
 import threading
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..cancel import CallContext, StepInterrupted
 from ..errors import ConfigurationError, ProviderError
 from ..steps import ModelResponse, ToolCall, Usage
 
 DEMO_SCRIPT: list[dict[str, Any]] = [
-    {"delay": 0.8, "usage": {"prompt_tokens": 42, "completion_tokens": 18},
-     "tool_calls": [{"name": "calculator", "arguments": {"expression": "(17 + 25) * 3"}}]},
-    {"delay": 0.8, "usage": {"prompt_tokens": 71, "completion_tokens": 12},
-     "tool_calls": [{"name": "current_time", "arguments": {}}]},
-    {"delay": 0.8, "usage": {"prompt_tokens": 95, "completion_tokens": 15},
-     "tool_calls": [{"name": "sleep", "arguments": {"seconds": 2}}]},
-    {"delay": 0.8, "usage": {"prompt_tokens": 118, "completion_tokens": 15},
-     "tool_calls": [{"name": "sleep", "arguments": {"seconds": 2}}]},
-    {"delay": 0.8, "usage": {"prompt_tokens": 140, "completion_tokens": 30},
-     "content": "(17 + 25) * 3 is 126. I checked the clock and waited a little, as asked."},
+    {
+        "delay": 0.8,
+        "usage": {"prompt_tokens": 42, "completion_tokens": 18},
+        "tool_calls": [{"name": "calculator", "arguments": {"expression": "(17 + 25) * 3"}}],
+    },
+    {
+        "delay": 0.8,
+        "usage": {"prompt_tokens": 71, "completion_tokens": 12},
+        "tool_calls": [{"name": "current_time", "arguments": {}}],
+    },
+    {
+        "delay": 0.8,
+        "usage": {"prompt_tokens": 95, "completion_tokens": 15},
+        "tool_calls": [{"name": "sleep", "arguments": {"seconds": 2}}],
+    },
+    {
+        "delay": 0.8,
+        "usage": {"prompt_tokens": 118, "completion_tokens": 15},
+        "tool_calls": [{"name": "sleep", "arguments": {"seconds": 2}}],
+    },
+    {
+        "delay": 0.8,
+        "usage": {"prompt_tokens": 140, "completion_tokens": 30},
+        "content": "(17 + 25) * 3 is 126. I checked the clock and waited a little, as asked.",
+    },
 ]
 MAX_DELAY_SECONDS = 60.0
 MAX_USAGE_TOKENS = 1_000_000  # per turn: a run's total must fit the database's integer columns
@@ -78,11 +94,15 @@ def validate_script(script: Any) -> list[dict[str, Any]]:
             raise ConfigurationError(f"{where}: delay must be a number of seconds in [0, {MAX_DELAY_SECONDS:g}]")
         usage = turn.get("usage", {})
         if not isinstance(usage, dict) or any(
-            k not in ("prompt_tokens", "completion_tokens") or isinstance(v, bool)
-            or not isinstance(v, int) or not 0 <= v <= MAX_USAGE_TOKENS for k, v in usage.items()
+            k not in ("prompt_tokens", "completion_tokens")
+            or isinstance(v, bool)
+            or not isinstance(v, int)
+            or not 0 <= v <= MAX_USAGE_TOKENS
+            for k, v in usage.items()
         ):
-            raise ConfigurationError(f"{where}: usage takes integer prompt_tokens/completion_tokens "
-                                     f"from 0 to {MAX_USAGE_TOKENS}")
+            raise ConfigurationError(
+                f"{where}: usage takes integer prompt_tokens/completion_tokens from 0 to {MAX_USAGE_TOKENS}"
+            )
         expect = turn.get("expect", [])
         if not isinstance(expect, list) or not all(isinstance(m, dict) for m in expect):
             raise ConfigurationError(f"{where}: expect must be a list of message objects")
@@ -130,15 +150,15 @@ class ScriptedProvider:
 
     name = "scripted"
 
-    def __init__(self, script: Any = None, *, model: str = "scripted-demo",
-                 journal: CallJournal | None = None) -> None:
+    def __init__(self, script: Any = None, *, model: str = "scripted-demo", journal: CallJournal | None = None) -> None:
         self.script = validate_script(DEMO_SCRIPT if script is None else script)
         self.model = model or "scripted-demo"
         self.calls = 0
         self.journal = journal or CallJournal()
 
-    def complete(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]],
-                 context: CallContext | None = None) -> ModelResponse:
+    def complete(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], context: CallContext | None = None
+    ) -> ModelResponse:
         context = context or CallContext()
         self.calls += 1
         self.journal.record("model", self.model)
@@ -156,11 +176,15 @@ class ScriptedProvider:
             self._stream(turn["content"], delay, usage, context)
             return ModelResponse(content=turn["content"], usage=usage, finish_reason="stop")
         if delay and context.token.wait(delay):
-            raise StepInterrupted(partial=ModelResponse(content=None, usage=Usage(usage.prompt_tokens, 0)),
-                                  usage_estimated=True)
+            raise StepInterrupted(
+                partial=ModelResponse(content=None, usage=Usage(usage.prompt_tokens, 0)), usage_estimated=True
+            )
         calls = tuple(
-            ToolCall(id=str(c.get("id") or f"call_{index + 1}_{i + 1}"), name=c["name"],
-                     arguments=dict(c.get("arguments") or {}))
+            ToolCall(
+                id=str(c.get("id") or f"call_{index + 1}_{i + 1}"),
+                name=c["name"],
+                arguments=dict(c.get("arguments") or {}),
+            )
             for i, c in enumerate(turn["tool_calls"])
         )
         return ModelResponse(content=None, tool_calls=calls, usage=usage, finish_reason="tool_calls")
@@ -187,5 +211,5 @@ def _pieces(text: str, most: int) -> list[str]:
     """``text`` cut into at most ``most`` pieces on word boundaries, joined back exactly."""
     words = text.split(" ")
     per = max(1, -(-len(words) // most))
-    groups = [" ".join(words[i:i + per]) for i in range(0, len(words), per)]
+    groups = [" ".join(words[i : i + per]) for i in range(0, len(words), per)]
     return [g + (" " if i < len(groups) - 1 else "") for i, g in enumerate(groups)]

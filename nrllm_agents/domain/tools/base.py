@@ -23,6 +23,7 @@ class Tool(Protocol):
     # run lost while that stamp stands is never retried.
 
     def execute(self, arguments: dict[str, Any]) -> Any: ...
+
     # A tool may also take a keyword ``context`` (``CallContext``) to be interrupted by a cancel
     # (``context.token``); one that does not runs to its step boundary.
 

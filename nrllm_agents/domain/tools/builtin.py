@@ -6,7 +6,8 @@ import ast
 import datetime as dt
 import math
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..cancel import CallContext, StepInterrupted
@@ -14,13 +15,17 @@ from ..errors import ToolError
 from ..providers.scripted import CallJournal
 
 _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
 _UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 _MAX_EXPRESSION = 200
-_MAX_MAGNITUDE = 10 ** 100
+_MAX_MAGNITUDE = 10**100
 
 
 class Calculator:
@@ -60,7 +65,7 @@ class Calculator:
             return result
         if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
             left, right = self._eval(node.left), self._eval(node.right)
-            if isinstance(node.op, ast.Pow) and (abs(right) > 64 or abs(left) > 10 ** 6):
+            if isinstance(node.op, ast.Pow) and (abs(right) > 64 or abs(left) > 10**6):
                 raise ToolError("exponent too large")
             try:
                 value: int | float | complex = _BINARY[type(node.op)](left, right)

@@ -26,10 +26,12 @@ class Command(BaseCommand):
         decision.add_argument("--approve", action="store_true", help="Run the pending calls.")
         decision.add_argument("--deny", action="store_true", help="Refuse the pending calls; the model is told.")
         parser.add_argument("--json", action="store_true", help="Print one JSON object per line.")
-        parser.add_argument("--queued", action="store_true",
-                            help="Store the decision and let a worker resume the run; exit at once.")
-        parser.add_argument("--follow", action="store_true",
-                            help="With --queued: tail the stream until the run ends or waits again.")
+        parser.add_argument(
+            "--queued", action="store_true", help="Store the decision and let a worker resume the run; exit at once."
+        )
+        parser.add_argument(
+            "--follow", action="store_true", help="With --queued: tail the stream until the run ends or waits again."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         run_id = cli.run_id_arg(options["run_id"])
@@ -67,16 +69,18 @@ class Command(BaseCommand):
             runtime.approve(run_id, decision, on_step=on_step)
         return printer.summary(runtime.status(run_id))
 
-    def _queued(self, runtime: AgentRuntime, run_id: Any, decision: bool, printer: cli.StreamPrinter,
-                *, follow: bool) -> int:
+    def _queued(
+        self, runtime: AgentRuntime, run_id: Any, decision: bool, printer: cli.StreamPrinter, *, follow: bool
+    ) -> int:
         after = runtime.events(run_id)[-1:]  # the stream so far is not repeated when following
         runtime.approve(run_id, decision, queued=True)
         printer.started(run_id, f" {'approved' if decision else 'denied'}; a worker resumes it")
         if not follow:
             return cli.EXIT_OK
         try:
-            run = cli.follow(runtime, run_id, after=after[0].sequence if after else -1, on_step=printer.step,
-                             on_delta=printer.delta)
+            run = cli.follow(
+                runtime, run_id, after=after[0].sequence if after else -1, on_step=printer.step, on_delta=printer.delta
+            )
         except KeyboardInterrupt:
             raise cli.interrupted_follow(run_id) from None
         return printer.summary(run)

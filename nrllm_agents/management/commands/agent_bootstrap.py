@@ -11,14 +11,20 @@ from django.db import transaction
 
 
 class Command(BaseCommand):
-    help = ("Create a local superuser with a random password when none exists, printing the password "
-            "once, and print the playground address. With a superuser present it prints no password.")
+    help = (
+        "Create a local superuser with a random password when none exists, printing the password "
+        "once, and print the playground address. With a superuser present it prints no password."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--username", default="admin",
-                            help="Name of the superuser created on first start (default: admin).")
-        parser.add_argument("--url", default="http://127.0.0.1:8000",
-                            help="Base address the web application is served at, for the printed links.")
+        parser.add_argument(
+            "--username", default="admin", help="Name of the superuser created on first start (default: admin)."
+        )
+        parser.add_argument(
+            "--url",
+            default="http://127.0.0.1:8000",
+            help="Base address the web application is served at, for the printed links.",
+        )
 
     def handle(self, *args: Any, username: str, url: str, **options: Any) -> None:
         User = get_user_model()
@@ -26,8 +32,11 @@ class Command(BaseCommand):
             if User.objects.filter(is_superuser=True).exists():
                 password = None
             elif User.objects.filter(**{User.USERNAME_FIELD: username}).exists():
-                raise CommandError(f"A user named {username!r} exists but is not a superuser; "
-                                   f"choose another --username or run createsuperuser.", returncode=2)
+                raise CommandError(
+                    f"A user named {username!r} exists but is not a superuser; "
+                    f"choose another --username or run createsuperuser.",
+                    returncode=2,
+                )
             else:
                 password = secrets.token_urlsafe(12)
                 User.objects.create_superuser(username=username, email="", password=password)

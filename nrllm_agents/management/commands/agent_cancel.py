@@ -8,8 +8,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nrllm_agents import cli
-from nrllm_agents.outcomes import EXECUTING_STOPS
 from nrllm_agents.models import AgentRun, CancelSource, RunStatus
+from nrllm_agents.outcomes import EXECUTING_STOPS
 from nrllm_agents.runtime import AgentRuntime, CancelOutcome, CancelResult
 
 MAX_REASON_CHARS = 1000
@@ -17,7 +17,8 @@ MAX_REASON_CHARS = 1000
 
 class Command(BaseCommand):
     help = (
-        "Cancel agent runs. A run that is executing is interrupted: its step in flight is recorded, then it stops; a queued or "
+        "Cancel agent runs. A run that is executing is interrupted: its step in flight is recorded, "
+        "then it stops; a queued or "
         "waiting run stops at once; a finished run is left unchanged. Give run ids, or select runs "
         "with --status / --older-than (with --dry-run to only count them). Exit status: 0 when every "
         "given run is cancelled (now or before), 1 when any was not found or had already completed "
@@ -28,13 +29,20 @@ class Command(BaseCommand):
         parser.add_argument("run_ids", nargs="*", metavar="RUN_ID", help="Ids (UUIDs) of the runs to cancel.")
         parser.add_argument("--reason", default="", help="Why; stored on the run and in its cancelled step.")
         parser.add_argument("--json", action="store_true", help="Print one JSON object per line.")
-        parser.add_argument("--status", action="append", metavar="STATUS",
-                            help=f"Bulk: select runs with this status; repeatable "
-                                 f"({', '.join(RunStatus.values)}).")
-        parser.add_argument("--older-than", metavar="DURATION",
-                            help="Bulk: select runs created more than this long ago (30s, 15m, 2h, 7d).")
-        parser.add_argument("--dry-run", action="store_true",
-                            help="Bulk: report what would be cancelled and change nothing.")
+        parser.add_argument(
+            "--status",
+            action="append",
+            metavar="STATUS",
+            help=f"Bulk: select runs with this status; repeatable ({', '.join(RunStatus.values)}).",
+        )
+        parser.add_argument(
+            "--older-than",
+            metavar="DURATION",
+            help="Bulk: select runs created more than this long ago (30s, 15m, 2h, 7d).",
+        )
+        parser.add_argument(
+            "--dry-run", action="store_true", help="Bulk: report what would be cancelled and change nothing."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         reason = options["reason"] or ""
@@ -62,21 +70,33 @@ class Command(BaseCommand):
         refused = [r for r in results if r.outcome in (CancelOutcome.NOT_FOUND, CancelOutcome.ALREADY_FINISHED)]
         if refused:
             missing = sum(r.outcome == CancelOutcome.NOT_FOUND for r in refused)
-            raise CommandError(f"{len(refused)} of {len(results)} runs not cancelled "
-                               f"({missing} not found, {len(refused) - missing} already finished)",
-                               returncode=cli.EXIT_FAILED)
+            raise CommandError(
+                f"{len(refused)} of {len(results)} runs not cancelled "
+                f"({missing} not found, {len(refused) - missing} already finished)",
+                returncode=cli.EXIT_FAILED,
+            )
 
     def _report(self, result: CancelResult, as_json: bool) -> None:
         if as_json:
-            self.stdout.write(json.dumps({
-                "event": "cancel", "run_id": str(result.run_id), "outcome": result.outcome.value,
-                "status": result.status, "previous_status": result.previous_status,
-                "stops_at_next_boundary": result.was_executing,
-            }))
+            self.stdout.write(
+                json.dumps(
+                    {
+                        "event": "cancel",
+                        "run_id": str(result.run_id),
+                        "outcome": result.outcome.value,
+                        "status": result.status,
+                        "previous_status": result.previous_status,
+                        "stops_at_next_boundary": result.was_executing,
+                    }
+                )
+            )
             return
         if result.outcome == CancelOutcome.CANCELLED:
-            tail = (f" (it was executing: {EXECUTING_STOPS})" if result.was_executing
-                    else f" (was {result.previous_status})")
+            tail = (
+                f" (it was executing: {EXECUTING_STOPS})"
+                if result.was_executing
+                else f" (was {result.previous_status})"
+            )
             self.stdout.write(f"{result.run_id} cancelled{tail}", self.style.SUCCESS)
         elif result.outcome == CancelOutcome.ALREADY_CANCELLED:
             self.stdout.write(f"{result.run_id} already cancelled", self.style.SUCCESS)
@@ -94,13 +114,19 @@ class Command(BaseCommand):
             selection = selection.filter(status__in=options["status"])
         if options["older_than"] is not None:
             selection = selection.filter(created_at__lt=cli.created_before(options["older_than"]))
-        done = AgentRuntime().cancel_many(selection, source=CancelSource.CLI, reason=reason,
-                                          dry_run=options["dry_run"])
+        done = AgentRuntime().cancel_many(selection, source=CancelSource.CLI, reason=reason, dry_run=options["dry_run"])
         if options["json"]:
-            self.stdout.write(json.dumps({
-                "event": "bulk_cancel", "dry_run": done.dry_run, "cancelled_total": done.cancelled_total,
-                "cancelled": done.cancelled, "unchanged": done.unchanged,
-            }))
+            self.stdout.write(
+                json.dumps(
+                    {
+                        "event": "bulk_cancel",
+                        "dry_run": done.dry_run,
+                        "cancelled_total": done.cancelled_total,
+                        "cancelled": done.cancelled,
+                        "unchanged": done.unchanged,
+                    }
+                )
+            )
             return
         verb = "would cancel" if done.dry_run else "cancelled"
         self.stdout.write(f"{verb} {done.cancelled_total} runs{_by_status(done.cancelled)}", self.style.SUCCESS)
@@ -108,8 +134,9 @@ class Command(BaseCommand):
         if running and not done.dry_run:
             self.stdout.write(f"{running} running runs: {EXECUTING_STOPS}")
         if done.unchanged:
-            self.stdout.write(f"left unchanged: {sum(done.unchanged.values())} finished runs"
-                              f"{_by_status(done.unchanged)}")
+            self.stdout.write(
+                f"left unchanged: {sum(done.unchanged.values())} finished runs{_by_status(done.unchanged)}"
+            )
 
 
 def _by_status(counts: dict[str, int]) -> str:

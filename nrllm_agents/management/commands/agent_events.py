@@ -21,10 +21,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("run_id", metavar="RUN_ID", help="Id (UUID) of the run.")
-        parser.add_argument("--after", type=int, default=-1, metavar="N",
-                            help="Only steps whose sequence is greater than N (default -1: all).")
-        parser.add_argument("--follow", action="store_true",
-                            help="Tail the stream until the run ends or waits for approval.")
+        parser.add_argument(
+            "--after",
+            type=int,
+            default=-1,
+            metavar="N",
+            help="Only steps whose sequence is greater than N (default -1: all).",
+        )
+        parser.add_argument(
+            "--follow", action="store_true", help="Tail the stream until the run ends or waits for approval."
+        )
         parser.add_argument("--json", action="store_true", help="Print one JSON object per line.")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -37,8 +43,7 @@ class Command(BaseCommand):
             run = runtime.status(run_id)
             printer.started(run_id, f" ({run.status})")
             if options["follow"]:
-                run = cli.follow(runtime, run_id, after=options["after"], on_step=printer.step,
-                                 on_delta=printer.delta)
+                run = cli.follow(runtime, run_id, after=options["after"], on_step=printer.step, on_delta=printer.delta)
             else:
                 for event in runtime.events(run_id, after=options["after"]):
                     printer.step(presenters.event_dict(event))

@@ -25,26 +25,36 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("run_id", metavar="RUN_ID", help="Id (UUID) of the run to fork.")
-        parser.add_argument("--from", dest="from_sequence", type=int, metavar="N",
-                            help="Continue from step N (its sequence, included).")
+        parser.add_argument(
+            "--from", dest="from_sequence", type=int, metavar="N", help="Continue from step N (its sequence, included)."
+        )
         parser.add_argument("--provider", help="Override the parent's model provider.")
         parser.add_argument("--model", help="Override the parent's model name.")
-        parser.add_argument("--tool", dest="tools", action="append", metavar="NAME",
-                            help="Offer this tool instead of the parent's; repeat for several.")
+        parser.add_argument(
+            "--tool",
+            dest="tools",
+            action="append",
+            metavar="NAME",
+            help="Offer this tool instead of the parent's; repeat for several.",
+        )
         parser.add_argument("--script", metavar="JSON|@FILE", help="Override the scripted provider's turns.")
         parser.add_argument("--max-iterations", type=int, metavar="N", help="Override the cap on model calls.")
         cli.add_limit_arguments(parser)
         parser.add_argument("--json", action="store_true", help="Print one JSON object per line.")
         parser.add_argument("--queued", action="store_true", help="Hand the fork to a worker; print its id at once.")
-        parser.add_argument("--follow", action="store_true",
-                            help="With --queued: tail the fork's stream until it ends.")
+        parser.add_argument(
+            "--follow", action="store_true", help="With --queued: tail the fork's stream until it ends."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         parent = cli.run_id_arg(options["run_id"])
         if options["follow"] and not options["queued"]:
             raise cli.usage_error("--follow goes with --queued (a fork run here always streams)")
-        overrides = {k: options[k] for k in ("provider", "model", "tools", "max_iterations", "deadline_seconds",
-                                             "max_total_tokens") if options[k] is not None}
+        overrides = {
+            k: options[k]
+            for k in ("provider", "model", "tools", "max_iterations", "deadline_seconds", "max_total_tokens")
+            if options[k] is not None
+        }
         if options["script"] is not None:
             overrides["script"] = cli.parse_script(options["script"])
         runtime = AgentRuntime()
@@ -65,9 +75,16 @@ class Command(BaseCommand):
         if code:
             sys.exit(code)
 
-    def _here(self, runtime: AgentRuntime, parent: Any, from_sequence: int | None, overrides: dict[str, Any],
-              printer: cli.StreamPrinter) -> int:
+    def _here(
+        self,
+        runtime: AgentRuntime,
+        parent: Any,
+        from_sequence: int | None,
+        overrides: dict[str, Any],
+        printer: cli.StreamPrinter,
+    ) -> int:
         with cli.CancelOnInterrupt(runtime, self.stderr) as interrupt:
+
             def on_step(step: dict[str, Any]) -> None:
                 if printer.run_id is None:  # the forked step names the new run
                     printer.started(step["run_id"], f" (a fork of {parent})")
@@ -75,8 +92,9 @@ class Command(BaseCommand):
                     interrupt.set_run_id(step["run_id"])
                 printer.step(step)
 
-            result = runtime.fork(parent, from_sequence=from_sequence, overrides=overrides, queued=False,
-                                  on_step=on_step)
+            result = runtime.fork(
+                parent, from_sequence=from_sequence, overrides=overrides, queued=False, on_step=on_step
+            )
         return printer.summary(runtime.status(result.run_id))
 
     def _follow(self, runtime: AgentRuntime, run_id: Any, printer: cli.StreamPrinter) -> int:

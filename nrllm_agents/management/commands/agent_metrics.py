@@ -9,10 +9,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 
 class Command(BaseCommand):
-    help = ("Serve the metrics that this host's processes (rqworker work horses, agent_reap, ...) wrote to "
-            "PROMETHEUS_MULTIPROC_DIR, in the Prometheus text format, for a host without a web server. It adds "
-            "no database gauges (the web server's /metrics has them, once for the whole deployment). Bind it to "
-            "a private address: it has no authentication.")
+    help = (
+        "Serve the metrics that this host's processes (rqworker work horses, agent_reap, ...) wrote to "
+        "PROMETHEUS_MULTIPROC_DIR, in the Prometheus text format, for a host without a web server. It adds "
+        "no database gauges (the web server's /metrics has them, once for the whole deployment). Bind it to "
+        "a private address: it has no authentication."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--port", type=int, default=9108, help="TCP port (default 9108).")
@@ -25,8 +27,10 @@ class Command(BaseCommand):
         from nrllm_agents.observability import metrics
 
         if not metrics.MULTIPROC_DIR:
-            raise CommandError("PROMETHEUS_MULTIPROC_DIR is not set: give this command and the workers the same "
-                               "directory", returncode=2)
+            raise CommandError(
+                "PROMETHEUS_MULTIPROC_DIR is not set: give this command and the workers the same directory",
+                returncode=2,
+            )
         if not 0 < port < 65536:
             raise CommandError("--port must be between 1 and 65535", returncode=2)
         registry = CollectorRegistry()

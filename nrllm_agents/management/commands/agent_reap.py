@@ -12,13 +12,15 @@ from nrllm_agents.runtime import AgentRuntime
 
 
 class Command(BaseCommand):
-    help = ("Cancel overdue runs that nothing is executing (deadline_exceeded: queued, or running with an "
-            "expired lease). Then requeue running runs whose lease expired (their worker died), or "
-            "dead-letter them when their requeue budget is used or a non-idempotent tool was in flight. "
-            "Safe to run on a schedule (cron, rq-scheduler) and concurrently with live workers: a run "
-            "that renews its lease meanwhile is left alone. Then dispatches again queued runs older than "
-            "NRLLM_QUEUED_STALE_SECONDS (default 300) that have no job in the queue (Redis flushed, queue "
-            "emptied, a job lost).")
+    help = (
+        "Cancel overdue runs that nothing is executing (deadline_exceeded: queued, or running with an "
+        "expired lease). Then requeue running runs whose lease expired (their worker died), or "
+        "dead-letter them when their requeue budget is used or a non-idempotent tool was in flight. "
+        "Safe to run on a schedule (cron, rq-scheduler) and concurrently with live workers: a run "
+        "that renews its lease meanwhile is left alone. Then dispatches again queued runs older than "
+        "NRLLM_QUEUED_STALE_SECONDS (default 300) that have no job in the queue (Redis flushed, queue "
+        "emptied, a job lost)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--limit", type=int, default=100, help="At most this many runs per pass (default 100).")

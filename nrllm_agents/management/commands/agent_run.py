@@ -26,19 +26,30 @@ class Command(BaseCommand):
         parser.add_argument("prompt", metavar="PROMPT", help="What the agent should do.")
         parser.add_argument("--provider", help="Model provider (default: the configured default, 'scripted').")
         parser.add_argument("--model", help="Model name passed to the provider.")
-        parser.add_argument("--tool", dest="tools", action="append", metavar="NAME",
-                            help="Offer this tool to the model; repeat for several (default: the configured tools).")
-        parser.add_argument("--script", metavar="JSON|@FILE",
-                            help="Turns for the scripted provider, as JSON or @path to a JSON file.")
+        parser.add_argument(
+            "--tool",
+            dest="tools",
+            action="append",
+            metavar="NAME",
+            help="Offer this tool to the model; repeat for several (default: the configured tools).",
+        )
+        parser.add_argument(
+            "--script", metavar="JSON|@FILE", help="Turns for the scripted provider, as JSON or @path to a JSON file."
+        )
         parser.add_argument("--max-iterations", type=int, metavar="N", help="Cap on model calls for this run.")
         cli.add_limit_arguments(parser)
         parser.add_argument("--json", action="store_true", help="Print one JSON object per line.")
-        parser.add_argument("--queued", action="store_true",
-                            help="Hand the run to a worker (RQ with REDIS_URL, else an in-process executor) "
-                                 "and print its id at once.")
-        parser.add_argument("--follow", action="store_true",
-                            help="With --queued: tail the stream until the run ends or waits for approval, "
-                                 "and exit with the run's exit status.")
+        parser.add_argument(
+            "--queued",
+            action="store_true",
+            help="Hand the run to a worker (RQ with REDIS_URL, else an in-process executor) and print its id at once.",
+        )
+        parser.add_argument(
+            "--follow",
+            action="store_true",
+            help="With --queued: tail the stream until the run ends or waits for approval, "
+            "and exit with the run's exit status.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["follow"] and not options["queued"]:
@@ -67,6 +78,7 @@ class Command(BaseCommand):
 
     def _interactive(self, runtime: AgentRuntime, request: RunRequest, printer: cli.StreamPrinter) -> int:
         with cli.CancelOnInterrupt(runtime, self.stderr) as interrupt:
+
             def on_step(step: dict[str, Any]) -> None:
                 if printer.run_id is None:  # the first step names the run: announce it first
                     printer.started(step["run_id"])

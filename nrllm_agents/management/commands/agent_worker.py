@@ -13,31 +13,55 @@ from nrllm_agents.threaded import ThreadedWorker, default_concurrency
 
 
 class Command(BaseCommand):
-    help = ("Execute queued runs from the django-rq queues, up to --concurrency at once in this process "
-            "(one thread per run, a bounded pool of database connections). Runs beside rqworker "
-            "processes, on any number of machines. SIGTERM hands every run in flight back to the queue "
-            "at its next step boundary; a second SIGTERM exits at once and the reaper recovers the runs. "
-            "RQ job timeouts and stop-job commands do not apply: the run lease and cancel replace them.")
+    help = (
+        "Execute queued runs from the django-rq queues, up to --concurrency at once in this process "
+        "(one thread per run, a bounded pool of database connections). Runs beside rqworker "
+        "processes, on any number of machines. SIGTERM hands every run in flight back to the queue "
+        "at its next step boundary; a second SIGTERM exits at once and the reaper recovers the runs. "
+        "RQ job timeouts and stop-job commands do not apply: the run lease and cancel replace them."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("queues", nargs="*", metavar="QUEUE",
-                            help=f"Queues to take jobs from, in priority order (default: {app_settings.QUEUE_NAME}).")
-        parser.add_argument("--concurrency", type=int, default=None,
-                            help="Runs executed at once (default: NRLLM_WORKER_CONCURRENCY, else 100). "
-                                 "The worker dequeues only while it has a free slot.")
+        parser.add_argument(
+            "queues",
+            nargs="*",
+            metavar="QUEUE",
+            help=f"Queues to take jobs from, in priority order (default: {app_settings.QUEUE_NAME}).",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=int,
+            default=None,
+            help="Runs executed at once (default: NRLLM_WORKER_CONCURRENCY, else 100). "
+            "The worker dequeues only while it has a free slot.",
+        )
         parser.add_argument("--name", default=None, help="Worker name in Redis (default: RQ's, unique).")
-        parser.add_argument("--burst", action="store_true", help="Quit once the queues are empty and every run "
-                                                                  "in flight has finished.")
-        parser.add_argument("--with-scheduler", action="store_true",
-                            help="Also run RQ's scheduler (delayed retries); one per deployment is enough.")
+        parser.add_argument(
+            "--burst", action="store_true", help="Quit once the queues are empty and every run in flight has finished."
+        )
+        parser.add_argument(
+            "--with-scheduler",
+            action="store_true",
+            help="Also run RQ's scheduler (delayed retries); one per deployment is enough.",
+        )
 
-    def handle(self, *args: Any, queues: list[str], concurrency: int | None, name: str | None, burst: bool, with_scheduler: bool,
-               **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        queues: list[str],
+        concurrency: int | None,
+        name: str | None,
+        burst: bool,
+        with_scheduler: bool,
+        **options: Any,
+    ) -> None:
         import django_rq
 
         if not dispatch.uses_redis():
-            raise CommandError("agent_worker needs REDIS_URL; without it queued runs execute in the process "
-                               "that queues them", returncode=2)
+            raise CommandError(
+                "agent_worker needs REDIS_URL; without it queued runs execute in the process that queues them",
+                returncode=2,
+            )
         concurrency = default_concurrency() if concurrency is None else concurrency
         if concurrency < 1:
             raise CommandError("--concurrency must be a positive integer", returncode=2)
@@ -46,8 +70,9 @@ class Command(BaseCommand):
 
         setup_loghandlers(level)
         try:
-            worker = django_rq.get_worker(*(queues or (app_settings.QUEUE_NAME,)), worker_class=ThreadedWorker,
-                                          name=name, concurrency=concurrency)
+            worker = django_rq.get_worker(
+                *(queues or (app_settings.QUEUE_NAME,)), worker_class=ThreadedWorker, name=name, concurrency=concurrency
+            )
         except (KeyError, ValueError) as exc:  # a queue not in RQ_QUEUES, or queues on different Redis
             raise CommandError(f"bad queue: {exc}", returncode=2) from None
         try:

@@ -16,8 +16,16 @@ from django.db import connections
 from .servers import ROOT, serve, start_worker, stop
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
 PASSWORD = "alice-browser-pw"
 
@@ -59,10 +67,12 @@ def browser_context(monkeypatch) -> Iterator[Callable]:
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
+
             def new_context(**options):
                 context = browser.new_context(viewport={"width": 1280, "height": 1000}, **options)
                 context.set_default_timeout(30_000)
                 return context
+
             yield new_context
         finally:
             browser.close()

@@ -32,13 +32,42 @@ def _command(kind: str, port: int) -> list[str]:
     if kind == "runserver":
         return [sys.executable, str(ROOT / "manage.py"), "runserver", "--noreload", f"127.0.0.1:{port}"]
     if kind == "uvicorn":
-        return [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
-                "--port", str(port), "--lifespan", "off", "--no-access-log", "--log-level", "warning",
-                "--timeout-graceful-shutdown", "2"]
+        return [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "config.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--lifespan",
+            "off",
+            "--no-access-log",
+            "--log-level",
+            "warning",
+            "--timeout-graceful-shutdown",
+            "2",
+        ]
     if kind == "gunicorn":
-        return [sys.executable, "-m", "gunicorn", "-k", "gthread", "--workers", "1", "--threads", "8",
-                "--bind", f"127.0.0.1:{port}", "--graceful-timeout", "2", "--log-level", "warning",
-                "config.wsgi"]
+        return [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "-k",
+            "gthread",
+            "--workers",
+            "1",
+            "--threads",
+            "8",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--graceful-timeout",
+            "2",
+            "--log-level",
+            "warning",
+            "config.wsgi",
+        ]
     raise ValueError(kind)
 
 
@@ -84,7 +113,12 @@ def start_worker(env: dict[str, str], log_dir: Path) -> subprocess.Popen:
     """A real ``manage.py rqworker`` on the ``default`` queue (``env`` carries REDIS_URL)."""
     log = open(log_dir / "rqworker.log", "wb")
     try:
-        return subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "rqworker", "default"],
-                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "rqworker", "default"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     finally:
         log.close()

@@ -21,10 +21,16 @@ ANSWER = " ".join(f"word{i}" for i in range(48)) + "."
 
 def writing(seconds: float, before: int = 0) -> str:
     """``before`` calculator rounds, then an answer written over ``seconds``."""
-    turns = [{"tool_calls": [{"name": "calculator", "arguments": {"expression": f"{i}+1"}}],
-              "usage": {"prompt_tokens": 5, "completion_tokens": 2}} for i in range(before)]
-    return json.dumps(turns + [{"delay": seconds, "content": ANSWER,
-                                "usage": {"prompt_tokens": 20, "completion_tokens": 48}}])
+    turns = [
+        {
+            "tool_calls": [{"name": "calculator", "arguments": {"expression": f"{i}+1"}}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 2},
+        }
+        for i in range(before)
+    ]
+    return json.dumps(
+        turns + [{"delay": seconds, "content": ANSWER, "usage": {"prompt_tokens": 20, "completion_tokens": 48}}]
+    )
 
 
 def live_text(page: Page) -> str:
@@ -37,8 +43,8 @@ def llm_steps_stored(run_id: str) -> int:
 
 def grows(page: Page, longer_than: int) -> str:
     page.wait_for_function(
-        "n => ((document.querySelector('#live-steps .live-text') || {}).textContent || '').length > n",
-        arg=longer_than)
+        "n => ((document.querySelector('#live-steps .live-text') || {}).textContent || '').length > n", arg=longer_than
+    )
     return live_text(page)
 
 
@@ -67,7 +73,8 @@ def test_the_answer_appears_in_pieces_before_its_step_is_recorded(page, live_url
 
 
 def test_stop_in_the_middle_of_the_answer_shows_the_interrupted_step_and_cancelled_within_a_second(
-        page, live_url, alice, screenshot):
+    page, live_url, alice, screenshot
+):
     sign_in(page, live_url)
     run_id = start(page, writing(20), [])
     grows(page, 30)

@@ -20,16 +20,25 @@ pytestmark = [
 
 
 def sleeps(rounds: int, seconds: float) -> str:
-    turns = [{"tool_calls": [{"name": "sleep", "arguments": {"seconds": seconds}}],
-              "usage": {"prompt_tokens": 20, "completion_tokens": 5}} for _ in range(rounds)]
+    turns = [
+        {
+            "tool_calls": [{"name": "sleep", "arguments": {"seconds": seconds}}],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 5},
+        }
+        for _ in range(rounds)
+    ]
     return json.dumps(turns + [{"content": "all done", "usage": {"prompt_tokens": 30, "completion_tokens": 3}}])
 
 
-NOTE = json.dumps([
-    {"tool_calls": [{"name": "write_note", "arguments": {"title": "hello", "body": "from the browser"}}],
-     "usage": {"prompt_tokens": 12, "completion_tokens": 9}},
-    {"delay": 0.3, "content": "finished", "usage": {"prompt_tokens": 20, "completion_tokens": 2}},
-])
+NOTE = json.dumps(
+    [
+        {
+            "tool_calls": [{"name": "write_note", "arguments": {"title": "hello", "body": "from the browser"}}],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 9},
+        },
+        {"delay": 0.3, "content": "finished", "usage": {"prompt_tokens": 20, "completion_tokens": 2}},
+    ]
+)
 
 
 def sign_in(page: Page, base: str) -> None:
@@ -108,8 +117,7 @@ def test_steps_arrive_live_and_cancel_stops_the_run_at_a_boundary(page, live_url
 
 
 @pytest.mark.parametrize("decision", ["approve", "deny"])
-def test_a_run_waiting_for_approval_resumes_live_or_ends_with_the_denial(page, live_url, alice, screenshot,
-                                                                      decision):
+def test_a_run_waiting_for_approval_resumes_live_or_ends_with_the_denial(page, live_url, alice, screenshot, decision):
     sign_in(page, live_url)
     run_id = start(page, NOTE, ["write_note"])
     expect(page.locator("#st-status")).to_have_text("waiting_for_approval")
@@ -143,8 +151,7 @@ def test_a_run_waiting_for_approval_resumes_live_or_ends_with_the_denial(page, l
     screenshot(page, "04-approved" if decision == "approve" else "05-denied")
 
 
-def test_a_queued_run_executed_by_a_real_worker_streams_into_the_page(page, queue_url, alice, redis_url,
-                                                                     screenshot):
+def test_a_queued_run_executed_by_a_real_worker_streams_into_the_page(page, queue_url, alice, redis_url, screenshot):
     from redis import Redis
     from rq.job import Job
 
@@ -179,7 +186,8 @@ def test_reload_mid_run_resumes_without_duplicated_or_missing_steps(page, live_u
 
 
 def test_without_javascript_the_form_starts_a_run_and_the_page_shows_the_stored_stream(
-        browser_context, live_url, alice, screenshot):
+    browser_context, live_url, alice, screenshot
+):
     page = browser_context(java_script_enabled=False).new_page()
     sign_in(page, live_url)
     run_id = start(page, sleeps(2, 0.3), ["sleep"])

@@ -17,22 +17,42 @@ from .test_playground import sign_in, start, wait_steps
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the server is another process
 
-SLEEPS = json.dumps([{"delay": 0.2, "tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.4}}],
-                      "usage": {"prompt_tokens": 20 + i, "completion_tokens": 5}} for i in range(12)]
-                    + [{"content": "never"}])
-GATED = json.dumps([{"tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}}],
-                     "usage": {"prompt_tokens": 12, "completion_tokens": 3}},
-                    {"delay": 0.2, "tool_calls": [{"name": "write_note", "arguments": {"title": "t", "body": "b"}}],
-                     "usage": {"prompt_tokens": 25, "completion_tokens": 7}},
-                    {"content": "noted"}])
+SLEEPS = json.dumps(
+    [
+        {
+            "delay": 0.2,
+            "tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.4}}],
+            "usage": {"prompt_tokens": 20 + i, "completion_tokens": 5},
+        }
+        for i in range(12)
+    ]
+    + [{"content": "never"}]
+)
+GATED = json.dumps(
+    [
+        {
+            "tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}}],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 3},
+        },
+        {
+            "delay": 0.2,
+            "tool_calls": [{"name": "write_note", "arguments": {"title": "t", "body": "b"}}],
+            "usage": {"prompt_tokens": 25, "completion_tokens": 7},
+        },
+        {"content": "noted"},
+    ]
+)
 
 
 def boxes(page: Page, selector: str) -> list[dict]:
-    return page.eval_on_selector_all(selector, """els => els.map(e => {
+    return page.eval_on_selector_all(
+        selector,
+        """els => els.map(e => {
         const r = e.getBoundingClientRect();
         return {x: r.x, right: r.right, width: r.width, seq: Number(e.dataset.sequence ?? -1),
                 title: (e.querySelector('title') || {}).textContent || ''};
-    })""")
+    })""",
+    )
 
 
 def marker_x(page: Page, kind: str) -> float:
@@ -40,8 +60,9 @@ def marker_x(page: Page, kind: str) -> float:
 
 
 def work_bars(page: Page) -> list[dict]:
-    return sorted(boxes(page, "#gantt rect.bar-llm, #gantt rect.bar-tool, #gantt rect.bar-interrupted"),
-                  key=lambda b: b["seq"])
+    return sorted(
+        boxes(page, "#gantt rect.bar-llm, #gantt rect.bar-tool, #gantt rect.bar-interrupted"), key=lambda b: b["seq"]
+    )
 
 
 def test_cancelled_runs_show_the_cancel_after_the_last_step(live_url, page, alice, screenshot):
@@ -77,10 +98,17 @@ def test_cancelled_runs_show_the_cancel_after_the_last_step(live_url, page, alic
 
 
 def test_a_long_run_stays_readable(live_url, page, browser_context, alice, django_user_model, screenshot):
-    turns = [{"tool_calls": [{"name": "calculator", "arguments": {"expression": f"{i} * 2"}}],
-              "usage": {"prompt_tokens": 40 + 3 * i, "completion_tokens": 4}} for i in range(40)]
-    result = AgentRuntime().run({"prompt": "count", "tools": ["calculator"], "max_iterations": 60,
-                                 "script": turns + [{"content": "done"}]}, owner=alice)
+    turns = [
+        {
+            "tool_calls": [{"name": "calculator", "arguments": {"expression": f"{i} * 2"}}],
+            "usage": {"prompt_tokens": 40 + 3 * i, "completion_tokens": 4},
+        }
+        for i in range(40)
+    ]
+    result = AgentRuntime().run(
+        {"prompt": "count", "tools": ["calculator"], "max_iterations": 60, "script": turns + [{"content": "done"}]},
+        owner=alice,
+    )
     steps = AgentRuntime().events(result.run_id)
     assert len(steps) > 100
     sign_in(page, live_url)
@@ -104,8 +132,9 @@ def test_a_long_run_stays_readable(live_url, page, browser_context, alice, djang
     admin.click("#operations-link")
     expect(admin.locator("#ops-status")).to_be_visible()
     screenshot(admin, "operations-page")
-    shown = admin.eval_on_selector_all("#ops-status a[data-status]",
-                                       "els => Object.fromEntries(els.map(e => [e.dataset.status, +e.textContent]))")
+    shown = admin.eval_on_selector_all(
+        "#ops-status a[data-status]", "els => Object.fromEntries(els.map(e => [e.dataset.status, +e.textContent]))"
+    )
     assert shown == {s: AgentRun.objects.filter(status=s).count() for s in shown} and shown["completed"] == 1
 
 

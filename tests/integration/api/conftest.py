@@ -6,7 +6,8 @@ state the runtime itself leaves it in.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.core.cache import cache
@@ -17,8 +18,10 @@ from nrllm_agents.models import AgentRun, RunStatus
 
 ANSWER = [{"content": "done", "usage": {"prompt_tokens": 5, "completion_tokens": 2}}]
 NOTE_THEN_ANSWER = [
-    {"tool_calls": [{"name": "write_note", "arguments": {"title": "t", "body": "b"}}],
-     "usage": {"prompt_tokens": 7, "completion_tokens": 3}},
+    {
+        "tool_calls": [{"name": "write_note", "arguments": {"title": "t", "body": "b"}}],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 3},
+    },
     {"content": "noted"},
 ]
 EXHAUSTED = [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "1 + 1"}}]}]
@@ -37,6 +40,7 @@ def make_user(django_user_model) -> Callable[..., Any]:
     def make(username: str, *, staff: bool = False) -> Any:
         # No password: hashing one costs about a second; session tests use force_login.
         return django_user_model.objects.create_user(username=username, is_staff=staff)
+
     return make
 
 
@@ -84,16 +88,20 @@ def make_run(runtime) -> Callable[..., AgentRun]:
 
     def make(owner: Any, state: str = RunStatus.QUEUED, prompt: str = "task") -> AgentRun:
         if state == RunStatus.QUEUED:
-            return AgentRun.objects.get(pk=runtime.enqueue({"prompt": prompt, "script": ANSWER, "tools": []},
-                                                           owner=owner))
+            return AgentRun.objects.get(
+                pk=runtime.enqueue({"prompt": prompt, "script": ANSWER, "tools": []}, owner=owner)
+            )
         if state == RunStatus.CANCELLED:
             run = make(owner, RunStatus.QUEUED, prompt)
             runtime.cancel(run.pk, source="cli", reason="setup")
             return AgentRun.objects.get(pk=run.pk)
         if state == RunStatus.RUNNING:
             return store.begin({"prompt": prompt, "provider": "scripted", "owner": owner}, claimed_by="elsewhere")
-        script, tools = {RunStatus.COMPLETED: (ANSWER, []), RunStatus.FAILED: (EXHAUSTED, ["calculator"]),
-                         RunStatus.WAITING_FOR_APPROVAL: (NOTE_THEN_ANSWER, ["write_note"])}[state]
+        script, tools = {
+            RunStatus.COMPLETED: (ANSWER, []),
+            RunStatus.FAILED: (EXHAUSTED, ["calculator"]),
+            RunStatus.WAITING_FOR_APPROVAL: (NOTE_THEN_ANSWER, ["write_note"]),
+        }[state]
         result = runtime.run({"prompt": prompt, "script": script, "tools": tools}, owner=owner)
         assert result.status == state, result
         return AgentRun.objects.get(pk=result.run_id)

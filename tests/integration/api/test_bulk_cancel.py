@@ -22,15 +22,20 @@ def statuses(*runs) -> list[str]:
 
 
 def test_by_ids_cancels_only_the_callers_runs_and_counts_the_rest_as_not_found(alice, bob, api, make_run):
-    queued, waiting, done = (make_run(alice, s) for s in (RunStatus.QUEUED, RunStatus.WAITING_FOR_APPROVAL,
-                                                          RunStatus.COMPLETED))
+    queued, waiting, done = (
+        make_run(alice, s) for s in (RunStatus.QUEUED, RunStatus.WAITING_FOR_APPROVAL, RunStatus.COMPLETED)
+    )
     theirs = make_run(bob)
     ids = [str(r.pk) for r in (queued, waiting, done, theirs)] + [str(uuid.uuid4())]
     response = api.post(BULK, {"ids": ids, "reason": "cleanup"}, format="json")
     assert response.status_code == 200, response.json()
     assert response.json() == {
-        "dry_run": False, "matched": 3, "cancelled": {"queued": 1, "waiting_for_approval": 1},
-        "unchanged": {"completed": 1}, "cancelled_total": 2, "not_found": 2,
+        "dry_run": False,
+        "matched": 3,
+        "cancelled": {"queued": 1, "waiting_for_approval": 1},
+        "unchanged": {"completed": 1},
+        "cancelled_total": 2,
+        "not_found": 2,
     }
     assert statuses(queued, waiting, done, theirs) == ["cancelled", "cancelled", "completed", "queued"]
     for run in (queued, waiting):
@@ -75,24 +80,33 @@ def test_a_dry_run_counts_and_changes_nothing(alice, api, make_run):
     runs = [make_run(alice), make_run(alice), make_run(alice, RunStatus.FAILED)]
     before = list(AgentRun.objects.order_by("pk").values())
     response = api.post(BULK, {"ids": [str(r.pk) for r in runs], "dry_run": True}, format="json")
-    assert response.json() == {"dry_run": True, "matched": 3, "cancelled": {"queued": 2},
-                               "unchanged": {"failed": 1}, "cancelled_total": 2, "not_found": 0}
+    assert response.json() == {
+        "dry_run": True,
+        "matched": 3,
+        "cancelled": {"queued": 2},
+        "unchanged": {"failed": 1},
+        "cancelled_total": 2,
+        "not_found": 0,
+    }
     assert list(AgentRun.objects.order_by("pk").values()) == before
     assert not AgentRunEvent.objects.filter(kind="cancelled").exists()
 
 
-@pytest.mark.parametrize("body, field", [
-    ({}, "non_field_errors"),
-    ({"ids": [str(uuid.uuid4())], "status": ["queued"]}, "non_field_errors"),
-    ({"ids": [str(uuid.uuid4())], "created_before": "2030-01-01T00:00:00Z"}, "created_before"),
-    ({"ids": []}, "ids"),
-    ({"ids": ["not-a-uuid"]}, "ids"),
-    ({"ids": [str(uuid.uuid4())] * 1001}, "ids"),
-    ({"status": ["asleep"]}, "status"),
-    ({"status": "queued"}, "status"),
-    ({"status": ["queued"], "created_before": "soon"}, "created_before"),
-    ({"status": ["queued"], "dry_run": "maybe"}, "dry_run"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({}, "non_field_errors"),
+        ({"ids": [str(uuid.uuid4())], "status": ["queued"]}, "non_field_errors"),
+        ({"ids": [str(uuid.uuid4())], "created_before": "2030-01-01T00:00:00Z"}, "created_before"),
+        ({"ids": []}, "ids"),
+        ({"ids": ["not-a-uuid"]}, "ids"),
+        ({"ids": [str(uuid.uuid4())] * 1001}, "ids"),
+        ({"status": ["asleep"]}, "status"),
+        ({"status": "queued"}, "status"),
+        ({"status": ["queued"], "created_before": "soon"}, "created_before"),
+        ({"status": ["queued"], "dry_run": "maybe"}, "dry_run"),
+    ],
+)
 def test_a_bad_selection_is_400_and_cancels_nothing(alice, api, make_run, body, field):
     run = make_run(alice)
     response = api.post(BULK, body, format="json")
@@ -104,9 +118,18 @@ def test_a_bad_selection_is_400_and_cancels_nothing(alice, api, make_run, body, 
 def _queued_runs(owner, n: int) -> None:
     """n queued rows for the owner, inserted in batches: test data, not a status transition."""
     AgentRun.objects.bulk_create(
-        [AgentRun(owner=owner, status=RunStatus.QUEUED, prompt=f"task {i}", provider="scripted",
-                  request_payload={"prompt": f"task {i}"}) for i in range(n)],
-        batch_size=1000)
+        [
+            AgentRun(
+                owner=owner,
+                status=RunStatus.QUEUED,
+                prompt=f"task {i}",
+                provider="scripted",
+                request_payload={"prompt": f"task {i}"},
+            )
+            for i in range(n)
+        ],
+        batch_size=1000,
+    )
 
 
 def test_cancelling_10000_queued_runs_takes_as_many_statements_as_cancelling_10(alice, bob, api, make_run):

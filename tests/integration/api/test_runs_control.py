@@ -32,7 +32,11 @@ def test_cancelling_a_quiescent_run_is_200_and_it_is_stopped_at_once(alice, api,
     assert response.status_code == 200, response.json()
     body = response.json()
     assert (body["outcome"], body["previous_status"], body["status"], body["stopping"]) == (
-        "cancelled", state, "cancelled", False)
+        "cancelled",
+        state,
+        "cancelled",
+        False,
+    )
     record = body["run"]["cancel"]
     assert (record["by"], record["source"], record["reason"]) == ("alice", "api", "not needed")
     assert record["requested_at"] and record["stopped_at"]
@@ -82,14 +86,17 @@ def test_cancelling_a_finished_run_is_409_with_its_status_and_changes_nothing(al
     assert AgentRun.objects.values().get(pk=run.pk) == before
 
 
-@pytest.mark.parametrize("run_id", [uuid.uuid4(), "123", "not-a-uuid"])  # a NUL id is refused at the edge (test_edge_refusals)
+@pytest.mark.parametrize(
+    "run_id", [uuid.uuid4(), "123", "not-a-uuid"]
+)  # a NUL id is refused at the edge (test_edge_refusals)
 def test_cancelling_an_unknown_or_malformed_id_is_404(alice, api, run_id):
     response = cancel(api, run_id)
     assert (response.status_code, response.json()) == (404, {"detail": "Run not found."})
 
 
 def test_staff_cancel_anyones_run_with_the_permission_and_are_recorded_as_the_canceller(
-        alice, staff, client_for, make_run):
+    alice, staff, client_for, make_run
+):
     # Guards issue 9 finding 3: is_staff alone is not enough to act on another user's run.
     from django.contrib.auth.models import Permission
 
@@ -167,8 +174,11 @@ def test_approving_a_run_that_is_not_waiting_is_409_with_its_status(alice, api, 
     run = make_run(alice, state)
     response = api.post(url(run.pk, "approve"), {"approved": True}, format="json")
     assert response.status_code == 409
-    assert response.json() == {"detail": f"The run is {state}, not waiting for approval.",
-                               "run_id": str(run.pk), "status": state}
+    assert response.json() == {
+        "detail": f"The run is {state}, not waiting for approval.",
+        "run_id": str(run.pk),
+        "status": state,
+    }
     assert AgentRun.objects.get(pk=run.pk).status == state
 
 
@@ -199,8 +209,7 @@ def test_approving_an_unknown_run_is_404(api):
 def test_the_step_stream_pages_by_sequence(alice, api, make_run):
     run = make_run(alice, RunStatus.WAITING_FOR_APPROVAL)
     api.post(url(run.pk, "approve"), {"approved": True}, format="json")
-    recorded = list(AgentRunEvent.objects.filter(run_id=run.pk).order_by("sequence")
-                    .values_list("sequence", "kind"))
+    recorded = list(AgentRunEvent.objects.filter(run_id=run.pk).order_by("sequence").values_list("sequence", "kind"))
     assert len(recorded) >= 5
 
     seen, after, pages = [], -1, 0
@@ -229,10 +238,16 @@ def test_an_executing_cancelled_run_is_not_finished_until_acknowledged(alice, ap
     assert (page["status"], page["finished"]) == ("cancelled", False)
 
 
-@pytest.mark.parametrize("params, field", [
-    ({"after": -2}, "after"), ({"after": "x"}, "after"), ({"limit": 0}, "limit"), ({"limit": 1001}, "limit"),
-    ({"after": 2**31}, "after"),
-])
+@pytest.mark.parametrize(
+    "params, field",
+    [
+        ({"after": -2}, "after"),
+        ({"after": "x"}, "after"),
+        ({"limit": 0}, "limit"),
+        ({"limit": 1001}, "limit"),
+        ({"after": 2**31}, "after"),
+    ],
+)
 def test_bad_event_paging_is_400(alice, api, make_run, params, field):
     run = make_run(alice)
     response = api.get(url(run.pk, "events"), params)

@@ -43,8 +43,9 @@ def test_sync_mode_runs_it_here_and_answers_201_with_the_settled_run_and_outcome
 
 @pytest.mark.django_db
 def test_sync_mode_that_needs_approval_answers_with_the_pending_calls(alice, api):
-    response = api.post(LIST, {"prompt": "note", "script": NOTE_THEN_ANSWER, "tools": ["write_note"],
-                               "mode": "sync"}, format="json")
+    response = api.post(
+        LIST, {"prompt": "note", "script": NOTE_THEN_ANSWER, "tools": ["write_note"], "mode": "sync"}, format="json"
+    )
     assert response.status_code == 201
     body = response.json()
     assert (body["outcome"], body["status"]) == ("awaiting_approval", "waiting_for_approval")
@@ -52,20 +53,23 @@ def test_sync_mode_that_needs_approval_answers_with_the_pending_calls(alice, api
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("body, errors", [
-    ({}, {"prompt"}),
-    ({"prompt": "   "}, {"prompt"}),
-    ({"prompt": "x", "tools": ["calculator", "rm_rf"]}, {"tools"}),
-    ({"prompt": "x", "tools": "calculator"}, {"tools"}),
-    ({"prompt": "x", "max_iterations": 0}, {"max_iterations"}),
-    ({"prompt": "x", "max_iterations": "3"}, {"max_iterations"}),
-    ({"prompt": "x", "provider": "nope"}, {"provider"}),
-    ({"prompt": "x", "mode": "later"}, {"mode"}),
-    ({"prompt": "x", "script": [{"content": "a", "tool_calls": []}]}, {"script"}),
-    ({"prompt": "x", "script": [{"content": "a", "usage": {"prompt_tokens": 10**12}}]}, {"script"}),
-    ({"prompt": "x", "colour": "blue"}, {"non_field_errors"}),
-    ({"prompt": 5, "max_iterations": -1, "mode": 1}, {"prompt", "max_iterations", "mode"}),
-])
+@pytest.mark.parametrize(
+    "body, errors",
+    [
+        ({}, {"prompt"}),
+        ({"prompt": "   "}, {"prompt"}),
+        ({"prompt": "x", "tools": ["calculator", "rm_rf"]}, {"tools"}),
+        ({"prompt": "x", "tools": "calculator"}, {"tools"}),
+        ({"prompt": "x", "max_iterations": 0}, {"max_iterations"}),
+        ({"prompt": "x", "max_iterations": "3"}, {"max_iterations"}),
+        ({"prompt": "x", "provider": "nope"}, {"provider"}),
+        ({"prompt": "x", "mode": "later"}, {"mode"}),
+        ({"prompt": "x", "script": [{"content": "a", "tool_calls": []}]}, {"script"}),
+        ({"prompt": "x", "script": [{"content": "a", "usage": {"prompt_tokens": 10**12}}]}, {"script"}),
+        ({"prompt": "x", "colour": "blue"}, {"non_field_errors"}),
+        ({"prompt": 5, "max_iterations": -1, "mode": 1}, {"prompt", "max_iterations", "mode"}),
+    ],
+)
 def test_bad_fields_are_400_with_a_message_per_field_and_nothing_is_stored(alice, api, body, errors):
     response = api.post(LIST, body, format="json")
     assert response.status_code == 400
@@ -76,12 +80,15 @@ def test_bad_fields_are_400_with_a_message_per_field_and_nothing_is_stored(alice
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("body, field", [
-    ({"prompt": "x", "script": [{"content": "a\x00b"}]}, "script"),
-    ({"prompt": "x", "system": "\x00"}, "system"),
-    ({"prompt": "x", "script": [{"tool_calls": [{"name": "calculator", "arguments": {"e\x00": 1}}]}]}, "script"),
-    ({"prompt": "x", "model": "\ud800"}, "model"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"prompt": "x", "script": [{"content": "a\x00b"}]}, "script"),
+        ({"prompt": "x", "system": "\x00"}, "system"),
+        ({"prompt": "x", "script": [{"tool_calls": [{"name": "calculator", "arguments": {"e\x00": 1}}]}]}, "script"),
+        ({"prompt": "x", "model": "\ud800"}, "model"),
+    ],
+)
 def test_characters_the_database_cannot_store_are_400_not_500(alice, api, body, field):
     # Each of these would make PostgreSQL refuse the row (a 500) if it reached the store.
     # json.dumps escapes them (\u0000, \ud800) as a client would.
@@ -92,12 +99,15 @@ def test_characters_the_database_cannot_store_are_400_not_500(alice, api, body, 
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("raw, content_type", [
-    ('{"prompt": "x",', "application/json"),
-    ("[1, 2]", "application/json"),
-    ('"just a string"', "application/json"),
-    ('{"prompt": NaN}', "application/json"),
-])
+@pytest.mark.parametrize(
+    "raw, content_type",
+    [
+        ('{"prompt": "x",', "application/json"),
+        ("[1, 2]", "application/json"),
+        ('"just a string"', "application/json"),
+        ('{"prompt": NaN}', "application/json"),
+    ],
+)
 def test_bad_json_is_400_with_a_detail_or_a_body_error(alice, api, raw, content_type):
     response = api.post(LIST, raw, content_type=content_type)
     assert response.status_code == 400
@@ -138,13 +148,15 @@ def _rates(**rates: str) -> dict:
 @pytest.mark.django_db
 def test_creating_is_throttled_per_user_and_reading_is_not(alice, bob, api, client_for):
     with override_settings(REST_FRAMEWORK=_rates(run_create="2/min")):
-        statuses = [api.post(LIST, {"prompt": "x", "script": ANSWER, "tools": []}, format="json").status_code
-                    for _ in range(3)]
+        statuses = [
+            api.post(LIST, {"prompt": "x", "script": ANSWER, "tools": []}, format="json").status_code for _ in range(3)
+        ]
         throttled = api.post(LIST, {"prompt": "x"}, format="json")
         assert statuses == [202, 202, 429]
         assert "detail" in throttled.json() and int(throttled["Retry-After"]) > 0
         assert api.get(LIST).status_code == 200
         # Another user has their own allowance.
-        assert client_for(bob).post(LIST, {"prompt": "x", "script": ANSWER, "tools": []},
-                                    format="json").status_code == 202
+        assert (
+            client_for(bob).post(LIST, {"prompt": "x", "script": ANSWER, "tools": []}, format="json").status_code == 202
+        )
     assert AgentRun.objects.count() == 3

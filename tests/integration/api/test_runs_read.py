@@ -26,9 +26,15 @@ def detail(run_id) -> str:
 def test_anonymous_callers_get_401_with_a_token_challenge(alice, make_run):
     run = make_run(alice)
     client = APIClient()
-    for method, url in [("get", LIST), ("post", LIST), ("get", detail(run.pk)), ("post", detail(run.pk) + "cancel/"),
-                        ("post", detail(run.pk) + "approve/"), ("get", detail(run.pk) + "events/"),
-                        ("post", "/api/runs/cancel/")]:
+    for method, url in [
+        ("get", LIST),
+        ("post", LIST),
+        ("get", detail(run.pk)),
+        ("post", detail(run.pk) + "cancel/"),
+        ("post", detail(run.pk) + "approve/"),
+        ("get", detail(run.pk) + "events/"),
+        ("post", "/api/runs/cancel/"),
+    ]:
         response = getattr(client, method)(url, {}, format="json")
         assert response.status_code == 401, (method, url)
         assert response["WWW-Authenticate"] == "Token"
@@ -84,7 +90,7 @@ def test_another_users_run_is_404_exactly_like_an_unknown_one(alice, bob, api, m
     malformed = api.get(detail("not-a-uuid"))
     assert unknown.status_code == hidden.status_code == malformed.status_code == 404
     assert unknown.json() == hidden.json() == malformed.json() == {"detail": "Run not found."}
-    for suffix in ("events/", ):
+    for suffix in ("events/",):
         assert api.get(detail(theirs.pk) + suffix).json() == unknown.json()
     for suffix, body in (("cancel/", {}), ("approve/", {"approved": True})):
         response = api.post(detail(theirs.pk) + suffix, body, format="json")
@@ -126,7 +132,8 @@ def test_a_waiting_runs_page_lists_the_calls_awaiting_a_decision(alice, api, mak
     body = api.get(detail(run.pk)).json()
     assert body["status"] == "waiting_for_approval"
     assert [(c["name"], c["arguments"]) for c in body["pending_approval"]] == [
-        ("write_note", {"title": "t", "body": "b"})]
+        ("write_note", {"title": "t", "body": "b"})
+    ]
 
 
 def test_the_list_filters_by_status_reason_and_creation_time(alice, api, make_run):
@@ -180,19 +187,22 @@ def test_a_page_past_the_end_is_a_json_404(alice, api, make_run):
     assert "detail" in response.json()
 
 
-@pytest.mark.parametrize("params, field, says", [
-    ({"status": "sleeping"}, "status", "not a valid choice"),
-    ({"termination_reason": "bored"}, "termination_reason", "not a valid choice"),
-    ({"created_after": "yesterday"}, "created_after", "RFC 3339"),
-    ({"created_before": "2024-13-45"}, "created_before", "RFC 3339"),
-    ({"created_before": "2024-01-31T08:00:00"}, "created_before", "with an offset"),
-    ({"created_before": ""}, "created_before", "RFC 3339"),
-    ({"status": ""}, "status", "not a valid choice"),
-    ({"page": "0"}, "page", "from 1"),
-    ({"page": ""}, "page", "from 1"),
-    ({"page_size": "x"}, "page_size", "from 1 to 200"),
-    ({"page_size": "201"}, "page_size", "from 1 to 200"),
-])
+@pytest.mark.parametrize(
+    "params, field, says",
+    [
+        ({"status": "sleeping"}, "status", "not a valid choice"),
+        ({"termination_reason": "bored"}, "termination_reason", "not a valid choice"),
+        ({"created_after": "yesterday"}, "created_after", "RFC 3339"),
+        ({"created_before": "2024-13-45"}, "created_before", "RFC 3339"),
+        ({"created_before": "2024-01-31T08:00:00"}, "created_before", "with an offset"),
+        ({"created_before": ""}, "created_before", "RFC 3339"),
+        ({"status": ""}, "status", "not a valid choice"),
+        ({"page": "0"}, "page", "from 1"),
+        ({"page": ""}, "page", "from 1"),
+        ({"page_size": "x"}, "page_size", "from 1 to 200"),
+        ({"page_size": "201"}, "page_size", "from 1 to 200"),
+    ],
+)
 def test_bad_filters_are_400_naming_the_field(alice, api, params, field, says):
     response = api.get(LIST, params)
     assert response.status_code == 400

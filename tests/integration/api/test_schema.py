@@ -40,8 +40,9 @@ MAX_EXAMPLES = int(os.environ.get("NRLLM_API_FUZZ_EXAMPLES", "12"))
 def instant_scripted_provider(request: Any, run_id: Any = None) -> ScriptedProvider:
     """The scripted provider without its simulated latency, so generated sync runs finish at once."""
     script = request.script or DEMO_SCRIPT
-    return ScriptedProvider([{k: v for k, v in turn.items() if k != "delay"} for turn in script],
-                            model=request.model or "scripted-demo")
+    return ScriptedProvider(
+        [{k: v for k, v in turn.items() if k != "delay"} for turn in script], model=request.model or "scripted-demo"
+    )
 
 
 def test_the_schema_and_docs_need_authentication():
@@ -57,9 +58,14 @@ def test_the_schema_is_valid_openapi_3_and_describes_every_endpoint(api):
     assert schema["openapi"].startswith("3.")
     operations = {(path, method) for path, item in schema["paths"].items() for method in item}
     assert operations == {
-        ("/api/runs/", "get"), ("/api/runs/", "post"), ("/api/runs/cancel/", "post"),
-        ("/api/runs/{id}/", "get"), ("/api/runs/{id}/cancel/", "post"), ("/api/runs/{id}/approve/", "post"),
-        ("/api/runs/{id}/events/", "get"), ("/api/runs/{id}/fork/", "post"),
+        ("/api/runs/", "get"),
+        ("/api/runs/", "post"),
+        ("/api/runs/cancel/", "post"),
+        ("/api/runs/{id}/", "get"),
+        ("/api/runs/{id}/cancel/", "post"),
+        ("/api/runs/{id}/approve/", "post"),
+        ("/api/runs/{id}/events/", "get"),
+        ("/api/runs/{id}/fork/", "post"),
     }
     cancel = schema["paths"]["/api/runs/{id}/cancel/"]["post"]["responses"]
     assert {"200", "202", "400", "401", "403", "404", "409", "429"} <= set(cancel)
@@ -98,12 +104,15 @@ def api_schema(wsgi_app, alice, bob, make_run, redis_url, settings):
     # play their scripts without latency and sleep at most 10 ms.
     settings.REDIS_URL = redis_url
     settings.RQ_QUEUES = {"default": {"URL": redis_url}}
-    settings.NRLLM_AGENTS = {"PROVIDERS": {"scripted": f"{__name__}.instant_scripted_provider"},
-                             "SLEEP_MAX_SECONDS": 0.01}
+    settings.NRLLM_AGENTS = {
+        "PROVIDERS": {"scripted": f"{__name__}.instant_scripted_provider"},
+        "SLEEP_MAX_SECONDS": 0.01,
+    }
     seeded = [str(make_run(alice, state).pk) for state in RunStatus] + [str(make_run(bob).pk)]
     token = Token.objects.get_or_create(user=alice)[0].key
-    schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", wsgi_app,
-                                            headers={"Authorization": f"Token {token}"})
+    schema = schemathesis.openapi.from_wsgi(
+        "/api/schema/?format=json", wsgi_app, headers={"Authorization": f"Token {token}"}
+    )
 
     @schema.hook
     def flatmap_path_parameters(context, path_parameters):
@@ -128,14 +137,20 @@ def test_every_generated_request_gets_a_documented_non_5xx_answer(api_schema, al
     assert len(operations) == 8
 
     for operation in operations:
+
         @given(case=operation.as_strategy(generation_mode=mode))
-        @hypothesis_settings(max_examples=MAX_EXAMPLES, deadline=None, database=None,
-                             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+        @hypothesis_settings(
+            max_examples=MAX_EXAMPLES,
+            deadline=None,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        )
         def check(case):
             # positive_data_acceptance is left out: some rules span fields (a script only with
             # the scripted provider, a model for openai, ids or status but not both), which
             # OpenAPI 3.0 cannot state, so schema-valid bodies can rightly be 400.
-            case.call_and_validate(headers={"Authorization": f"Token {token}"},
-                                   excluded_checks=[positive_data_acceptance])
+            case.call_and_validate(
+                headers={"Authorization": f"Token {token}"}, excluded_checks=[positive_data_acceptance]
+            )
 
         check()

@@ -11,7 +11,9 @@ from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from nrllm_agents.jsonlimits import MAX_JSON_DEPTH
 from nrllm_agents.models import AgentRun, RunStatus
@@ -34,10 +36,12 @@ def post_json(api, path: str, raw: str | bytes):
 def test_deep_json_bodies_are_400_on_every_api_endpoint(api, alice, make_run, depth):
     # Guards finding 2: ~480 levels crashed requests.py, ~1,000 DRF's parser (500 both).
     run = make_run(alice)
-    bodies = {LIST: '{"prompt": "x", "script": ' + nested(depth, "[", "]", "{}") + "}",
-              f"{LIST}{run.pk}/cancel/": '{"reason": ' + nested(depth) + "}",
-              f"{LIST}{run.pk}/approve/": '{"approved": ' + nested(depth, "{\"a\": ", "}") + "}",
-              f"{LIST}cancel/": '{"ids": ' + nested(depth) + "}"}
+    bodies = {
+        LIST: '{"prompt": "x", "script": ' + nested(depth, "[", "]", "{}") + "}",
+        f"{LIST}{run.pk}/cancel/": '{"reason": ' + nested(depth) + "}",
+        f"{LIST}{run.pk}/approve/": '{"approved": ' + nested(depth, '{"a": ', "}") + "}",
+        f"{LIST}cancel/": '{"ids": ' + nested(depth) + "}",
+    }
     for path, body in bodies.items():
         response = post_json(api, path, body)
         assert response.status_code == 400, (path, response.status_code)
@@ -47,19 +51,26 @@ def test_deep_json_bodies_are_400_on_every_api_endpoint(api, alice, make_run, de
 
 @pytest.mark.django_db
 def test_brackets_inside_strings_do_not_count_as_depth(api):
-    response = post_json(api, LIST, json.dumps({"prompt": "[" * 5000 + "{" * 5000, "script": [{"content": "]"}],
-                                                "mode": "sync"}))
+    response = post_json(
+        api, LIST, json.dumps({"prompt": "[" * 5000 + "{" * 5000, "script": [{"content": "]"}], "mode": "sync"})
+    )
     assert response.status_code == 201, response.json()
 
 
 @pytest.mark.django_db
 @hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(depth=st.integers(min_value=0, max_value=300_000), width=st.integers(min_value=0, max_value=2_000),
-       opener=st.sampled_from(["[", "{\"k\": "]), core=st.sampled_from(["1", "\"x\"", "null", "[]", ""]))
+@given(
+    depth=st.integers(min_value=0, max_value=300_000),
+    width=st.integers(min_value=0, max_value=2_000),
+    opener=st.sampled_from(["[", '{"k": ']),
+    core=st.sampled_from(["1", '"x"', "null", "[]", ""]),
+)
 def test_fuzz_nesting_and_size_never_gives_a_server_error(api, depth, width, opener, core):
     # Guards findings 2 and 8: absurd nesting and sizes, balanced or not, get a 4xx JSON answer.
     closer = "]" if opener == "[" else "}"
-    body = '{"prompt": "x", "script": [' + ",".join([nested(depth, opener, closer, core)] * max(width // 1000, 1)) + "]}"
+    body = (
+        '{"prompt": "x", "script": [' + ",".join([nested(depth, opener, closer, core)] * max(width // 1000, 1)) + "]}"
+    )
     response = post_json(api, LIST, body)
     assert 400 <= response.status_code < 500, response.status_code
     assert "detail" in response.json() or response.status_code == 400
@@ -70,8 +81,14 @@ def test_deep_script_in_the_playground_is_a_form_error(alice):
     # Guards finding 2 in the playground's script field (was a 500).
     client = Client()
     client.force_login(alice)
-    form = {"prompt": "x", "provider": "scripted", "tools": ["calculator"], "max_iterations": "5",
-            "mode": "interactive", "script": nested(100_000)}
+    form = {
+        "prompt": "x",
+        "provider": "scripted",
+        "tools": ["calculator"],
+        "max_iterations": "5",
+        "mode": "interactive",
+        "script": nested(100_000),
+    }
     response = client.post("/playground/runs/", form, headers={"Accept": "application/json"})
     assert response.status_code == 400
     assert response.json()["errors"]["script"] == [f"JSON nested deeper than {MAX_JSON_DEPTH} levels"]
@@ -132,15 +149,21 @@ def test_nul_is_refused_at_the_edge_everywhere(alice, django_user_model, runtime
     client.force_login(alice)
     response = client.post(f"/playground/runs/{run.pk}/cancel/", {"reason": "a\x00b"})
     assert response.status_code == 400 and b"NUL" in response.content
-    response = client.post(f"/playground/runs/{run.pk}/cancel/", {"reason": "a\x00b"},
-                           headers={"Accept": "application/json"})
+    response = client.post(
+        f"/playground/runs/{run.pk}/cancel/", {"reason": "a\x00b"}, headers={"Accept": "application/json"}
+    )
     assert response.status_code == 400 and "NUL" in response.json()["detail"]
     assert AgentRun.objects.get(pk=run.pk).status == RunStatus.QUEUED
 
     admin = Client()
     admin.force_login(django_user_model.objects.create_superuser("root", "r@example.com", "pw"))
-    for url in ("/admin/nrllm_agents/agentrun/?status__exact=%00", "/admin/nrllm_agents/agentrun/?q=%00",
-                "/admin/nrllm_agents/agentrun/%00/change/", "/api/runs/?status=%00", "/playground/?x=%00"):
+    for url in (
+        "/admin/nrllm_agents/agentrun/?status__exact=%00",
+        "/admin/nrllm_agents/agentrun/?q=%00",
+        "/admin/nrllm_agents/agentrun/%00/change/",
+        "/api/runs/?status=%00",
+        "/playground/?x=%00",
+    ):
         response = admin.get(url)
         assert response.status_code == 400, url
 
