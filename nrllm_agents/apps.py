@@ -14,7 +14,9 @@ class NrllmAgentsConfig(AppConfig):
     def ready(self) -> None:
         from django.core.signals import request_started
 
-        from . import checks, recovery  # noqa: F401  (checks: registers the settings checks)
+        from . import checks, dispatch, jobs, recovery  # noqa: F401  (checks: registers the settings checks)
+
+        dispatch.use_local_job(jobs.execute_run)
 
         # A web process on the in-process executor sweeps stranded queued runs by itself
         # (started at its first request, so management commands start no thread).

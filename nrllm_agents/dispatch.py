@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -34,6 +35,17 @@ logger = logging.getLogger(__name__)
 JOB_FUNCTION = "nrllm_agents.jobs.execute_run"
 
 _executor: SegmentExecutor | None = None
+# What the in-process executor runs for a run id: ``jobs.execute_run``, handed over by the app's
+# ready() (the job sits above the runtime, which dispatches: importing it here would be a cycle).
+_local_job: Callable[[str], Any] | None = None
+
+
+def use_local_job(job: Callable[[str], Any]) -> None:
+    """Name the function the in-process executor runs for each run id (``jobs.execute_run``)."""
+    global _local_job
+    _local_job = job
+
+
 _executor_lock = threading.Lock()
 _in_flight = InFlight()  # runs handed to the in-process executor and not yet finished
 _local_runs: Counter[str] = Counter()  # the same, by run id (recovery.py asks)
@@ -176,8 +188,9 @@ def _local_executor() -> SegmentExecutor:
 
 
 def _run_locally(run_id: str, delay_seconds: float = 0, attempt: int = 0) -> None:
-    from .jobs import execute_run
-
+    execute_run = _local_job
+    if execute_run is None:
+        raise ImproperlyConfigured("the in-process executor has no job: the nrllm_agents app is not ready")
     try:
         if delay_seconds > 0:
             time.sleep(delay_seconds)  # a retry's backoff; the thread is the scheduler here

@@ -10,9 +10,8 @@ and the claim fences are each one prepared statement whose CTE takes the row loc
 
 from .bulk import BulkCancel, cancel_many
 from .leases import RECOVER, ReapReport, append_owned, lease_until, lost_or_cancelled, reap, record_step, renew, requeue
+from .results import NOT_FOUND, Transition
 from .runs import (
-    NOT_FOUND,
-    Transition,
     acknowledge_cancel,
     append_event,
     begin,

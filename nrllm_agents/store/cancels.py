@@ -22,7 +22,7 @@ from typing import Any
 from ..domain import StepKind
 from ..models import ACTIVE, AgentRun, AgentRunEvent, RunStatus
 from . import prepared
-from .runs import NOT_FOUND, Transition
+from .results import NOT_FOUND, Transition
 
 _RUN, _EVENT = AgentRun._meta.db_table, AgentRunEvent._meta.db_table
 _ACTIVE = "(" + ", ".join(f"'{s.value}'" for s in sorted(ACTIVE)) + ")"

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..models import AgentRun, AgentRunEvent, RunStatus
 from . import prepared
-from .runs import NOT_FOUND, Transition
+from .results import NOT_FOUND, Transition
 
 _RUN, _EVENT = AgentRun._meta.db_table, AgentRunEvent._meta.db_table
 

@@ -24,7 +24,8 @@ from ..domain import Step
 from ..models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
 from ..observability import hooks as observe
 from . import prepared
-from .runs import NOT_FOUND, Transition, _append_cancelled, _owned, append_event
+from .results import NOT_FOUND, Transition
+from .runs import _append_cancelled, _owned, append_event
 
 logger = logging.getLogger(__name__)
 

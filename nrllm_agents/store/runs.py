@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -16,29 +15,11 @@ from django.utils import timezone
 from ..domain import Step, StepKind, Usage
 from ..models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus, TerminationReason
 from . import prepared
+from .cancels import cancel_one_trip
+from .claims import claim_one_trip
+from .results import NOT_FOUND, Transition
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Transition:
-    """What a fence did.
-
-    ``applied``: the row moved. ``status``: the status now (``None`` when no such run).
-    ``previous``: the status the fence found.
-    """
-
-    applied: bool
-    status: str | None
-    previous: str | None = None
-    data: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def found(self) -> bool:
-        return self.status is not None
-
-
-NOT_FOUND = Transition(applied=False, status=None)
 
 
 def _active() -> list[str]:
@@ -80,8 +61,6 @@ def claim_queued(run_id: uuid.UUID, *, claimed_by: str, lease_expires: datetime 
     ``store.claims``), the ``next_sequence`` of the run's stream.
     """
     if prepared.enabled():
-        from .claims import claim_one_trip
-
         done = claim_one_trip(run_id, started_at=timezone.now(), claimed_by=claimed_by, lease_expires=lease_expires)
         if done is not None:
             return done
@@ -218,8 +197,6 @@ def cancel(
     earlier time. On PostgreSQL this is one statement (``store.cancels``).
     """
     if prepared.enabled():
-        from .cancels import cancel_one_trip
-
         done = cancel_one_trip(
             run_id, by=by, source=source, reason=reason, termination_reason=termination_reason, detail=detail
         )
