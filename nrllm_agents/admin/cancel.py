@@ -22,13 +22,12 @@ from django.utils.translation import ngettext
 from ..models import RunStatus
 from ..outcomes import EXECUTING_STOPS
 from ..runtime import CancelOutcome, CancelResult
-from ..store import BulkCancel
+from ..store import MAX_REASON_CHARS, BulkCancel
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
 
 CONFIRM_MAX_ROWS = 100  # rows listed on the confirmation page; the counts cover the whole selection
-REASON_MAX_CHARS = 1000
 
 
 class CancelForm(forms.Form):
@@ -36,7 +35,7 @@ class CancelForm(forms.Form):
 
     reason = forms.CharField(
         required=False,
-        max_length=REASON_MAX_CHARS,
+        max_length=MAX_REASON_CHARS,
         strip=True,
         widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
         help_text="Optional. Recorded on every run this cancels.",

@@ -24,6 +24,7 @@ from ..models import AgentRun, CancelSource, RunStatus, TerminationReason
 from ..presenters import run_status_dict
 from ..requests import MAX_PROMPT_CHARS
 from ..runtime import CancelOutcome, Outcome
+from ..store import MAX_REASON_CHARS
 from .fields import (
     StrictBooleanField,
     StrictCharField,
@@ -36,7 +37,6 @@ from .fields import (
 MAX_BULK_IDS = 1000  # beyond this, select by status: an IN list of ids does not scale
 MAX_EVENTS_PAGE = 1000
 DEFAULT_EVENTS_PAGE = 100
-MAX_REASON_CHARS = 2000
 MAX_SEQUENCE = 2**31 - 1  # the largest sequence the column holds
 
 

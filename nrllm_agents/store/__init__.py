@@ -10,7 +10,7 @@ and the claim fences are each one prepared statement whose CTE takes the row loc
 
 from .bulk import BulkCancel, cancel_many
 from .leases import RECOVER, ReapReport, append_owned, lease_until, lost_or_cancelled, reap, record_step, renew, requeue
-from .results import NOT_FOUND, Transition
+from .results import MAX_REASON_CHARS, NOT_FOUND, InvalidArgument, Transition, reason_problem
 from .runs import (
     acknowledge_cancel,
     append_event,
@@ -28,6 +28,9 @@ from .runs import (
 )
 
 __all__ = [
+    "MAX_REASON_CHARS",
+    "InvalidArgument",
+    "reason_problem",
     "NOT_FOUND",
     "RECOVER",
     "BulkCancel",

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from ..domain import StepKind
 from ..models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus, TerminationReason
+from .results import checked_reason
 
 
 @dataclass(frozen=True)
@@ -32,8 +33,10 @@ def cancel_many(selection: Any, *, by: Any = None, source: str, reason: str = ""
     On PostgreSQL the active rows are locked first and stamped with the time after that.
     Queued and waiting runs are quiescent: they are stamped ``stopped_at`` and get their
     ``cancelled`` step in one ``INSERT ... SELECT``. Running runs stop at their next
-    boundary and acknowledge it themselves. Terminal runs are counted, never touched.
+    boundary and acknowledge it themselves. Terminal runs are counted, never touched. Raises
+    ``InvalidArgument`` for a reason that cannot be recorded.
     """
+    reason = checked_reason(reason)
     from django.db.models import Count
 
     with transaction.atomic():

@@ -1,4 +1,4 @@
-"""What a fence returns: the one result type of every status transition."""
+"""What a fence returns (the one result type of every status transition), and what it refuses."""
 
 from __future__ import annotations
 
@@ -25,3 +25,29 @@ class Transition:
 
 
 NOT_FOUND = Transition(applied=False, status=None)
+
+
+MAX_REASON_CHARS = 1000
+"""The longest cancel reason a run records; every surface refuses a longer one with ``reason_problem``."""
+
+
+class InvalidArgument(ValueError):
+    """A value the store will not record (an over-long reason, a NUL byte); says which and why."""
+
+
+def reason_problem(reason: str) -> str | None:
+    """Why a cancel reason cannot be recorded, in the words every surface shows; ``None`` if it can."""
+    if len(reason) > MAX_REASON_CHARS:
+        return f"the reason is longer than {MAX_REASON_CHARS} characters ({len(reason)})"
+    if "\x00" in reason:
+        return "the reason contains a NUL character"
+    return None
+
+
+def checked_reason(reason: str | None) -> str:
+    """``reason`` as recorded; raises ``InvalidArgument`` for one that cannot be."""
+    text = reason or ""
+    problem = reason_problem(text)
+    if problem is not None:
+        raise InvalidArgument(problem)
+    return text

@@ -17,7 +17,7 @@ from ..models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus, Termi
 from . import prepared
 from .cancels import cancel_one_trip
 from .claims import claim_one_trip
-from .results import NOT_FOUND, Transition
+from .results import NOT_FOUND, Transition, checked_reason
 
 logger = logging.getLogger(__name__)
 
@@ -194,8 +194,10 @@ def cancel(
     waiting), the ``cancelled`` step is appended here, so every cancelled stream ends with one;
     a running segment appends it itself at its next boundary. ``cancel_requested_at`` is
     stamped once the row lock is held, so every step committed before the cancel carries an
-    earlier time. On PostgreSQL this is one statement (``store.cancels``).
+    earlier time. On PostgreSQL this is one statement (``store.cancels``). Raises
+    ``InvalidArgument`` for a reason that cannot be recorded (``results.reason_problem``).
     """
+    reason = checked_reason(reason)
     if prepared.enabled():
         done = cancel_one_trip(
             run_id, by=by, source=source, reason=reason, termination_reason=termination_reason, detail=detail

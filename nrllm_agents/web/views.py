@@ -29,13 +29,13 @@ from ..outcomes import EXECUTING_STOPS
 from ..presenters import event_dict, run_status_dict, stream_finished
 from ..requests import InvalidRequest
 from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, CancelResult, RunNotFound
+from ..store import reason_problem
 from . import interactive
 from .access import get_visible_run, login_required, wants_json
 from .display import call_text, elapsed, for_page
 from .forms import RunForm
 
 RECENT_RUNS = 15
-MAX_REASON_CHARS = 500
 
 
 def _urls(run_id: uuid.UUID) -> dict[str, str]:
@@ -200,7 +200,10 @@ def cancel_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     run = _visible(request, run_id, policy.Action.CANCEL)
     if not isinstance(run, AgentRun):
         return run
-    reason = (request.POST.get("reason") or "")[:MAX_REASON_CHARS]
+    reason = request.POST.get("reason") or ""
+    problem = reason_problem(reason)
+    if problem is not None:  # refused, never silently cut
+        return _answer(request, run.pk, 400, messages.ERROR, f"Not cancelled: {problem}.")
     result = AgentRuntime().cancel(run.pk, by=request.user, source=CancelSource.PLAYGROUND, reason=reason)
     if result.outcome == CancelOutcome.NOT_FOUND:  # deleted between the lookup and the cancel
         raise Http404("no such run")

@@ -11,8 +11,7 @@ from nrllm_agents import cli
 from nrllm_agents.models import AgentRun, CancelSource, RunStatus
 from nrllm_agents.outcomes import EXECUTING_STOPS
 from nrllm_agents.runtime import AgentRuntime, CancelOutcome, CancelResult
-
-MAX_REASON_CHARS = 1000
+from nrllm_agents.store import reason_problem
 
 
 class Command(BaseCommand):
@@ -46,8 +45,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         reason = options["reason"] or ""
-        if len(reason) > MAX_REASON_CHARS or "\x00" in reason:
-            raise cli.usage_error(f"--reason: at most {MAX_REASON_CHARS} characters, no NUL")
+        problem = reason_problem(reason)
+        if problem is not None:
+            raise cli.usage_error(f"--reason: {problem}")
         bulk = options["status"] is not None or options["older_than"] is not None
         if options["run_ids"] and (bulk or options["dry_run"]):
             raise cli.usage_error("give run ids, or select runs with --status / --older-than [--dry-run]; not both")
