@@ -16,7 +16,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import dispatch, forks, limits, registry, store
-from .conf import app_settings
 from .domain import (
     LoopOutcome,
     LoopResult,
@@ -44,6 +43,7 @@ from .outcomes import (
 )
 from .presenters import event_dict
 from .requests import InvalidRequest, RunRequest
+from .retries import RetryPolicy
 from .segment import DeltaObserver, SegmentTrace, StepObserver, identity
 
 __all__ = [
@@ -381,7 +381,7 @@ class AgentRuntime:
             # Queued runs retry transient model failures; permanent ones dead-letter at once.
             if isinstance(result.error, ProviderError) and result.error.retryable:
                 attempts = AgentRun.objects.filter(pk=run_id).values_list("attempts", flat=True).first() or 0
-                if attempts < int(app_settings.MAX_ATTEMPTS):
+                if RetryPolicy.from_settings().may_retry(attempts):
                     return self._requeue(run_id, trace, count_attempt=True, attempt=attempts, error=result.error)
                 reason = TerminationReason.RETRIES_EXHAUSTED
             else:
@@ -428,7 +428,7 @@ class AgentRuntime:
             )
         delay = 0.0
         if count_attempt:
-            delay = min(float(app_settings.RETRY_BASE_SECONDS) * 2**attempt, float(app_settings.RETRY_MAX_SECONDS))
+            delay = RetryPolicy.from_settings().delay(attempt)
         observe.requeued(run_id, trace, count_attempt, delay, error)
         try:
             self._dispatch(run_id, delay_seconds=delay)

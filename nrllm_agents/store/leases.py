@@ -23,6 +23,7 @@ from ..conf import app_settings
 from ..domain import Step
 from ..models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
 from ..observability import hooks as observe
+from ..retries import RetryPolicy
 from . import prepared
 from .results import NOT_FOUND, Transition
 from .runs import _append_cancelled, _owned, append_event
@@ -181,7 +182,8 @@ def reap(*, limit: int = 100, dry_run: bool = False, now: datetime | None = None
     """
     now = now or timezone.now()
     report = ReapReport(dry_run=dry_run)
-    budget = int(app_settings.MAX_ATTEMPTS)
+    policy = RetryPolicy.from_settings()
+    budget = policy.max_attempts
     stale = list(
         AgentRun.objects.filter(status=RunStatus.RUNNING, lease_expires__lt=now)
         .order_by("lease_expires")
@@ -190,7 +192,7 @@ def reap(*, limit: int = 100, dry_run: bool = False, now: datetime | None = None
     for row in stale:
         if row["pending_effect"]:
             verdict = TerminationReason.NOT_RETRYABLE.value
-        elif row["attempts"] >= budget:
+        elif not policy.may_retry(row["attempts"]):
             verdict = TerminationReason.RETRIES_EXHAUSTED.value
         else:
             verdict = "requeue"

@@ -17,7 +17,7 @@ from ..models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus, Termi
 from . import prepared
 from .cancels import cancel_one_trip
 from .claims import claim_one_trip
-from .results import NOT_FOUND, Transition, checked_reason
+from .results import NOT_FOUND, InvalidArgument, Transition, checked_reason
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +155,8 @@ def settle(
     it, so a segment that lost its lease settles nothing. Without, any non-terminal row
     (used for runs no segment holds, e.g. a failed enqueue).
     """
-    assert status in (RunStatus.COMPLETED, RunStatus.FAILED), status
+    if status not in (RunStatus.COMPLETED, RunStatus.FAILED):
+        raise InvalidArgument(f"a settle moves a run to completed or failed, not {status!r}")
     now = timezone.now()
     rows = _owned(run_id, owner) if owner is not None else AgentRun.objects.filter(pk=run_id, status__in=_active())
     n = rows.update(

@@ -1,0 +1,37 @@
+"""The retry policy: how many times a run may go back to the queue, and how long it waits.
+
+One object, asked everywhere a retry is decided: the runtime when a model call fails
+transiently, and the reaper when a worker was lost. They share the run's ``attempts`` counter,
+so a run cannot retry forever by alternating the two.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .conf import app_settings
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """``max_attempts`` requeues per run; the wait before attempt ``n`` is ``base * 2**n``, capped."""
+
+    max_attempts: int
+    base_seconds: float
+    max_seconds: float
+
+    @classmethod
+    def from_settings(cls) -> RetryPolicy:
+        return cls(
+            int(app_settings.MAX_ATTEMPTS),
+            float(app_settings.RETRY_BASE_SECONDS),
+            float(app_settings.RETRY_MAX_SECONDS),
+        )
+
+    def may_retry(self, attempts: int) -> bool:
+        """Whether a run that was requeued ``attempts`` times may be requeued once more."""
+        return attempts < self.max_attempts
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before retry number ``attempt`` (0 for the first)."""
+        return min(self.base_seconds * 2**attempt, self.max_seconds)
