@@ -31,7 +31,17 @@ def _hand_off(signum: int, frame: FrameType | None) -> None:
 
 
 class GracefulWorker(Worker):
-    """``rq.Worker`` whose work horse requeues its run at the next boundary on shutdown."""
+    """``rq.Worker`` whose work horse requeues its run at the next boundary on shutdown.
+
+    Its horses use no connection pool: each runs one job on one connection, which a pool
+    would not share with anyone, and behind a pool a database outage is met only after the
+    pool's timeout instead of at once (the job's claim then retries later, as it should).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        for conn in connections.all(initialized_only=False):
+            conn.settings_dict.get("OPTIONS", {}).pop("pool", None)
+        super().__init__(*args, **kwargs)
 
     def setup_work_horse_signals(self) -> None:
         super().setup_work_horse_signals()
