@@ -172,8 +172,12 @@ def test_idle_watchers_read_nothing_hold_no_connection_and_wake_on_a_commit(runt
         with connection.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
             held = cursor.fetchone()[0]
-        # this test's connection, the hub's listening and reading ones, the cancel watcher's
-        assert held <= 5, held
+        # this test's connection, the hub's listening and reading ones, the cancel watcher's, and
+        # whatever the process's connection pool keeps open for reuse (bounded by its max_size):
+        # a constant, not one per watcher (50 here)
+        pool = (connection.settings_dict.get("OPTIONS") or {}).get("pool") or {}
+        pooled = pool.get("max_size", 0) if isinstance(pool, dict) else 0
+        assert held <= 5 + pooled < len(watchers), held
 
         from nrllm_agents.domain import Step, StepKind
 
