@@ -355,21 +355,7 @@ class AgentRuntime:
             return self._requeue(run_id, trace, count_attempt=False)
         except Exception as exc:
             logger.exception("run %s: unexpected error in the runtime", run_id)
-            return self._close(
-                run_id,
-                trace,
-                store.settle(
-                    run_id,
-                    status=RunStatus.FAILED,
-                    reason=TerminationReason.INTERNAL_ERROR,
-                    iterations=trace.iterations,
-                    usage=trace.usage,
-                    owner=trace.owner,
-                    error_class=type(exc).__name__,
-                    error_message=_safe_message(exc),
-                ),
-                Outcome.FAILED,
-            )
+            return self._fail(run_id, trace, TerminationReason.INTERNAL_ERROR, exc)
         state = result.state
         if result.outcome == LoopOutcome.AWAITING_APPROVAL:
             fence = store.suspend(
@@ -495,10 +481,14 @@ class AgentRuntime:
         )
 
     def _settle_unrunnable(self, run_id: uuid.UUID, trace: SegmentTrace, exc: Exception) -> RunResult:
+        return self._fail(run_id, trace, TerminationReason.INVALID_REQUEST, exc)
+
+    def _fail(self, run_id: uuid.UUID, trace: SegmentTrace, reason: str, exc: BaseException) -> RunResult:
+        """Settle the segment's run ``failed`` for ``reason``, naming the exception that caused it."""
         fence = store.settle(
             run_id,
             status=RunStatus.FAILED,
-            reason=TerminationReason.INVALID_REQUEST,
+            reason=reason,
             iterations=trace.iterations,
             usage=trace.usage,
             owner=trace.owner,

@@ -157,23 +157,17 @@ class SegmentTrace:
         try:
             # A tripped token means the row was read ``cancelled``: no renewal can match, so the
             # step in flight goes straight to the guarded append (two round trips fewer to stop).
+            known_cancelled = self.token.cancelled
             recorded = (
                 False
-                if self.token.cancelled
+                if known_cancelled
                 else _retried(lambda: store.record_step(self.run_id, self.owner, sequence, step, created_at))
             )
-            if recorded is False and self.token.cancelled:
-                cancelled = True
-                if not _retried(
-                    lambda: store.append_owned(self.run_id, self.owner, sequence, step, created_at), on_error=True
-                ):
-                    self._check_ownership(False)  # reaped meanwhile: raises RunLeaseLost
-                    raise RunLeaseLost()
-            elif recorded is not True:
+            if recorded is not True:
                 # Not renewed: cancelled while ours (the step in flight is still recorded), lost
                 # (raises, writing nothing), or unknown (the store failed: "not cancelled", and
                 # the row is read again before anything else starts).
-                cancelled = recorded is False and self._check_ownership(False)
+                cancelled = known_cancelled or (recorded is False and self._check_ownership(False))
                 appended = _retried(
                     lambda: store.append_owned(self.run_id, self.owner, sequence, step, created_at), on_error=True
                 )

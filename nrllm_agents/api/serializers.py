@@ -120,16 +120,21 @@ class ClosedSerializer(serializers.Serializer):
         return super().validate(attrs)
 
 
-class CancelRequestSerializer(ClosedSerializer):
-    # Recorded as written: trimming would also make an over-long reason of trailing spaces valid.
-    reason = StrictCharField(
+def reason_field(help_text: str) -> StrictCharField:
+    """A cancel reason, as the store takes it (``store.MAX_REASON_CHARS``). Recorded as written:
+    trimming would also make an over-long reason of trailing spaces valid."""
+    return StrictCharField(
         required=False,
         allow_blank=True,
         max_length=MAX_REASON_CHARS,
         default="",
         trim_whitespace=False,
-        help_text="Why the run is cancelled; recorded on the run.",
+        help_text=help_text,
     )
+
+
+class CancelRequestSerializer(ClosedSerializer):
+    reason = reason_field("Why the run is cancelled; recorded on the run.")
 
 
 class ApproveRequestSerializer(ClosedSerializer):
@@ -157,14 +162,7 @@ class BulkCancelRequestSerializer(ClosedSerializer):
     )
     created_before = StrictDateTimeField(required=False, help_text="With status: only runs created before this time.")
     dry_run = StrictBooleanField(required=False, default=False, help_text="Count what would happen; change nothing.")
-    reason = StrictCharField(
-        required=False,
-        allow_blank=True,
-        max_length=MAX_REASON_CHARS,
-        default="",
-        trim_whitespace=False,
-        help_text="Why; recorded on each run cancelled.",
-    )
+    reason = reason_field("Why; recorded on each run cancelled.")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs = super().validate(attrs)

@@ -10,8 +10,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..domain import StepKind
-from ..models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus, TerminationReason
+from ..models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus
 from .results import checked_reason
+from .runs import cancel_fields
 
 
 @dataclass(frozen=True)
@@ -45,17 +46,7 @@ def cancel_many(selection: Any, *, by: Any = None, source: str, reason: str = ""
         if dry_run:
             return BulkCancel({s: n for s, n in found.items() if s not in TERMINAL}, unchanged, True)
         now = _lock_active(selection) or timezone.now()
-        common = dict(
-            status=RunStatus.CANCELLED,
-            termination_reason=TerminationReason.CANCELLED,
-            cancel_requested_at=now,
-            cancelled_by=by,
-            cancel_source=source,
-            cancel_reason=reason or "",
-            finished_at=now,
-            request_payload=None,
-            suspended_state=None,
-        )
+        common = cancel_fields(now, by=by, source=source, reason=reason)
         cancelled: dict[str, int] = {}
         for status in (RunStatus.QUEUED, RunStatus.WAITING_FOR_APPROVAL, RunStatus.RUNNING):
             # Running runs keep their lease: their segment (or the reaper) acknowledges.

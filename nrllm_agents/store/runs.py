@@ -218,22 +218,40 @@ def cancel(
         # boundary, or the reaper does once that lease expires (the segment died).
         quiescent_fields = {"stopped_at": now, "lease_expires": None} if quiescent else {}
         AgentRun.objects.filter(pk=run_id, status=previous).update(
-            status=RunStatus.CANCELLED,
-            termination_reason=termination_reason,
-            cancel_detail=detail,
-            cancel_requested_at=now,
-            cancelled_by=by,
-            cancel_source=source,
-            cancel_reason=reason or "",
-            finished_at=now,
-            request_payload=None,
-            suspended_state=None,
+            **cancel_fields(
+                now, by=by, source=source, reason=reason, termination_reason=termination_reason, detail=detail
+            ),
             **quiescent_fields,
         )
         if quiescent:
             last = AgentRunEvent.objects.filter(run_id=run_id).aggregate(m=Max("sequence"))["m"]
             _append_cancelled(run_id, (last + 1) if last is not None else 0, last, now)
     return Transition(True, RunStatus.CANCELLED, previous)
+
+
+def cancel_fields(
+    now: datetime,
+    *,
+    by: Any,
+    source: str,
+    reason: str,
+    termination_reason: str = TerminationReason.CANCELLED,
+    detail: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What every cancel writes on a run's row (single and bulk): who, why, when, and nothing
+    left that could resume it."""
+    return {
+        "status": RunStatus.CANCELLED,
+        "termination_reason": termination_reason,
+        "cancel_detail": detail,
+        "cancel_requested_at": now,
+        "cancelled_by": by,
+        "cancel_source": source,
+        "cancel_reason": reason or "",
+        "finished_at": now,
+        "request_payload": None,
+        "suspended_state": None,
+    }
 
 
 def _cancel_payload(run: dict[str, Any], boundary: int | None) -> dict[str, Any]:
