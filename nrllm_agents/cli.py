@@ -26,7 +26,7 @@ from django.core.management.color import Style
 from django.db import connections
 from django.utils import timezone
 
-from . import presenters
+from . import describe, presenters
 from .jsonlimits import DEPTH_ERROR, text_too_deep
 from .models import AgentRun, CancelSource, RunStatus
 from .requests import InvalidRequest
@@ -160,64 +160,7 @@ def created_before(value: str) -> Any:
 
 def _short(value: Any, limit: int = 100) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _calls(calls: list[dict[str, Any]]) -> str:
-    return ", ".join(f"{c.get('name')}({_short(c.get('arguments') or {}, 60)})" for c in calls)
-
-
-def describe_step(step: dict[str, Any]) -> str:
-    """One human line for a step (``presenters.step_dict`` shape)."""
-    kind, p = step["kind"], step.get("payload") or {}
-    if kind == "request":
-        count = p.get("message_count")
-        text = f"to {p.get('provider')}/{p.get('model')} ({count} message{'' if count == 1 else 's'})"
-    elif kind == "llm" and p.get("interrupted"):
-        text = f"INTERRUPTED by the cancel, after: {_short(p.get('content') or '')!s}"
-        usage = p.get("usage") or {}
-        estimated = "~" if p.get("usage_estimated") else ""
-        text += f" [{estimated}{usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens]"
-    elif kind == "llm":
-        text = (
-            f"asks for {_calls(p['tool_calls'])}"
-            if p.get("tool_calls")
-            else f"answers: {_short(p.get('content') or '')}"
-        )
-        usage = p.get("usage") or {}
-        if usage.get("total_tokens"):
-            text += f" [{usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens]"
-    elif kind == "tool" and p.get("interrupted"):
-        text = f"{p.get('name')}({_short(p.get('arguments') or {}, 60)}) INTERRUPTED by the cancel: no result"
-    elif kind == "tool":
-        text = (
-            f"{p.get('name')} failed: {_short(p['error'])}"
-            if p.get("error")
-            else f"{p.get('name')}({_short(p.get('arguments') or {}, 60)}) -> {_short(p.get('result'))}"
-        )
-    elif kind == "approval":
-        decision = "approved" if p.get("approved") else "denied"
-        text = f"{decision} by {p.get('by') or 'someone'}: {_calls(p.get('calls') or [])}"
-    elif kind == "cancelled":
-        text = f"via {p.get('source')}" + (f" by {p['by']}" if p.get("by") else "")
-        text += f" ({p['reason']})" if p.get("reason") else ""
-        boundary = p.get("boundary_sequence")
-        if p.get("interrupted"):
-            text += f"; interrupted step #{p.get('interrupted_sequence')} in flight"
-        else:
-            text += f"; stopped after step #{boundary}" if boundary is not None else "; no step had run"
-    elif kind == "forked":
-        copied, answered = len(p.get("messages") or []), len(p.get("repaired") or [])
-        text = (
-            f"from run {p.get('parent_id')} at step #{p.get('from_sequence')}: "
-            f"{copied} messages copied, {answered} unanswered calls answered"
-        )
-    else:
-        text = _short(p)
-    duration = step.get("duration_ms")
-    suffix = f"  ({duration:.0f} ms)" if isinstance(duration, (int, float)) else ""
-    return f"  #{step['sequence']:<3} {kind:<9} r{step['round']}  {text}{suffix}"
+    return describe.clip(" ".join(text.split()), limit)
 
 
 class StreamPrinter:
@@ -258,7 +201,7 @@ class StreamPrinter:
         if step["sequence"] <= self.last_sequence:
             return
         self.last_sequence = step["sequence"]
-        self._emit({"event": "step", "step": step}, describe_step(step))
+        self._emit({"event": "step", "step": step}, describe.headline(step))
 
     def delta(self, delta: dict[str, Any]) -> None:
         """A piece of the model's answer as it is written (never recorded); usable as ``on_delta``.
@@ -297,13 +240,13 @@ class StreamPrinter:
             return f"{head} completed{why}{spend}: {_short(run.final_text or '', 300)}", self.style.SUCCESS
         if run.status == RunStatus.CANCELLED:
             c = event.get("cancel") or {}
-            who = f" by {c['by']}" if c.get("by") else ""
             reason = f" ({c['reason']})" if c.get("reason") else ""
             why = "" if run.termination_reason == "cancelled" else f" [{run.termination_reason}]"
-            return f"{head} cancelled{why} via {c.get('source')}{who}{reason}{spend}", self.style.WARNING
+            return f"{head} cancelled{why} {describe.who_cancelled(c)}{reason}{spend}", self.style.WARNING
         if run.status == RunStatus.WAITING_FOR_APPROVAL:
+            calls = "; ".join(map(describe.call_text, event["pending_approval"]))
             return (
-                f"{head} is waiting for approval of {_calls(event['pending_approval'])}; decide with: "
+                f"{head} is waiting for approval of {calls}; decide with: "
                 f"python manage.py agent_approve {run.pk} --approve (or --deny)"
             ), self.style.WARNING
         if run.status == RunStatus.FAILED:
@@ -472,7 +415,6 @@ __all__ = [
     "EXIT_USAGE",
     "CancelOnInterrupt",
     "StreamPrinter",
-    "describe_step",
     "enqueue_failed",
     "exit_code",
     "follow",

@@ -32,7 +32,7 @@ import logging
 import os
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,15 +56,16 @@ Final = tuple[str, dict[str, Any] | None]  # (event name, run status) — ("", N
 
 
 class StepData(dict):
-    """A step dict (``presenters.step_dict`` shape) that serialises itself once: the feed hands
-    the same object to every watcher of the run, so hundreds of streams share one encoding."""
+    """A step dict (``presenters.step_dict`` shape) that is encoded once: the feed hands the
+    same object to every watcher of the run, so hundreds of streams share one encoding."""
 
-    _json: str | None = None
+    _encoded: str | None = None
 
-    def compact_json(self) -> str:
-        if self._json is None:
-            self._json = json.dumps(self, separators=(",", ":"), default=str)
-        return self._json
+    def encoded(self, encode: Callable[[dict[str, Any]], str]) -> str:
+        """``encode(self)``, computed by the first watcher that asks (all use one encoder)."""
+        if self._encoded is None:
+            self._encoded = encode(self)
+        return self._encoded
 
 
 def read_stream(run_id: str, after: int) -> tuple[list[dict[str, Any]], Final | None]:

@@ -4,7 +4,8 @@ A plain Django view (DRF cannot negotiate ``text/event-stream`` cleanly). It fol
 run's *stored* step stream, so it works the same for interactive and queued runs executed by
 any process:
 
-- each step is ``event: step`` with ``id: <sequence>`` and ``presenters.step_dict`` as data;
+- each step is ``event: step`` with ``id: <sequence>`` and ``presenters.step_dict`` as data,
+  plus ``details``: the step's labelled lines from ``describe`` (what the page shows);
 - a reconnect resumes after the ``Last-Event-ID`` header (or ``?after=<sequence>``): no step
   is sent twice and none is skipped;
 - ``: keepalive`` comments keep idle connections open (``STREAM_HEARTBEAT_SECONDS``);
@@ -50,7 +51,7 @@ from django.views.decorators.http import require_GET
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
-from .. import policy
+from .. import describe, policy
 from ..api.serializers import MAX_SEQUENCE, EventsQuerySerializer
 from ..conf import app_settings
 from ..push import StepData
@@ -64,20 +65,46 @@ OPEN = "retry: 2000\n: stream open\n\n"  # reconnect delay for EventSource; a co
 KEEPALIVE = ": keepalive\n\n"
 
 
-def sse_event(event: str, data: dict[str, Any], event_id: int | None = None) -> str:
-    """One SSE frame. JSON is written on one line, so ``data:`` never needs splitting."""
+def final_data(status: dict[str, Any]) -> dict[str, Any]:
+    """The final event: ``presenters.run_status_dict`` plus the words the page shows for it."""
+    cancel = status.get("cancel")
+    return {
+        **status,
+        "cancel_text": describe.cancel_text(cancel) if cancel else None,
+        "pending_text": [describe.call_text(call) for call in status.get("pending_approval") or []],
+    }
+
+
+def _json(data: dict[str, Any]) -> str:
+    return json.dumps(data, separators=(",", ":"), default=str)
+
+
+def step_json(step: dict[str, Any]) -> str:
+    """A step as the stream sends it: the stored shape plus ``details``, the labelled lines
+    ``describe`` gives it. The page's JavaScript renders them and describes nothing itself."""
+    return _json({**step, "details": describe.lines(step["kind"], step.get("payload"))})
+
+
+def sse_event(event: str, data: dict[str, Any] | str, event_id: int | None = None) -> str:
+    """One SSE frame (``data`` a dict, or JSON already encoded), on one line: ``data:`` never
+    needs splitting."""
     head = f"id: {event_id}\n" if event_id is not None else ""
-    body = data.compact_json() if isinstance(data, StepData) else json.dumps(data, separators=(",", ":"), default=str)
+    body = data if isinstance(data, str) else _json(data)
     return f"{head}event: {event}\ndata: {body}\n\n"
+
+
+def _step_frame(step: dict[str, Any]) -> str:
+    body = step.encoded(step_json) if isinstance(step, StepData) else step_json(step)
+    return sse_event("step", body, step["sequence"])
 
 
 def render(update: Update) -> str:
     """The frames of an update: steps (with their sequence as ``id``), deltas (no ``id``, so a
     reconnect's ``Last-Event-ID`` still names the last step), then the final event."""
-    frames = [sse_event("step", step, step["sequence"]) for step in update.steps]
+    frames = [_step_frame(step) for step in update.steps]
     frames += [sse_event("delta", delta) for delta in update.deltas]
     if update.final is not None and update.final[1] is not None:
-        frames.append(sse_event(*update.final))  # type: ignore[arg-type]
+        frames.append(sse_event(update.final[0], final_data(update.final[1])))
     return "".join(frames)
 
 

@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from .. import dispatch, policy
 from ..api.throttling import CANCEL_SCOPE, CREATE_SCOPE, RunRateThrottle
+from ..describe import call_text, cancel_text
 from ..forks import ParentStillActive
 from ..models import ACTIVE, TERMINAL, AgentRun, CancelSource, RunStatus
 from ..observability import gantt
@@ -32,7 +33,7 @@ from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, CancelRes
 from ..store import reason_problem
 from . import interactive
 from .access import get_visible_run, login_required, wants_json
-from .display import call_text, elapsed, for_page
+from .display import elapsed, for_page
 from .forms import RunForm
 
 RECENT_RUNS = 15
@@ -83,6 +84,7 @@ def _page(
             {
                 "status": status_dict,
                 "pending": [call_text(c) for c in status_dict["pending_approval"]],
+                "cancel_text": cancel_text(status_dict["cancel"]) if status_dict["cancel"] else "",
                 "elapsed": elapsed(run.started_at, run.finished_at),
                 "steps": steps,
                 "picture": gantt.build(run, events),

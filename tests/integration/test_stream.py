@@ -14,7 +14,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient, Client
 
-from nrllm_agents import dispatch, store
+from nrllm_agents import describe, dispatch, store
 from nrllm_agents.models import AgentRun, CancelSource, RunStatus
 from nrllm_agents.presenters import event_dict, run_status_dict
 from tests.e2e.browser.servers import serve
@@ -108,11 +108,14 @@ def test_frames_carry_each_step_with_its_sequence_then_the_final_event(runtime, 
     stored = [event_dict(e) for e in runtime.events(run.pk)]
     steps = steps_in(frames)
     assert [int(f["id"]) for f in steps] == [s["sequence"] for s in stored] == list(range(len(stored)))
-    assert [json.loads(f["data"]) for f in steps] == json.loads(json.dumps(stored))
+    # The stored step, plus the labelled lines the one describer gives it (what the page shows).
+    described = [{**s, "details": describe.lines(s["kind"], s["payload"])} for s in stored]
+    assert [json.loads(f["data"]) for f in steps] == json.loads(json.dumps(described))
     final = frames[-1]
     assert final["event"] == "done" and "id" not in final
     run.refresh_from_db()
-    assert json.loads(final["data"]) == json.loads(json.dumps(run_status_dict(run)))
+    words = {"cancel_text": None, "pending_text": []}
+    assert json.loads(final["data"]) == json.loads(json.dumps({**run_status_dict(run), **words}))
     assert json.loads(final["data"])["status"] == "completed"
 
 

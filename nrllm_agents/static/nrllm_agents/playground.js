@@ -3,13 +3,12 @@
  * step the server rendered, so a reload resumes with no step missing or repeated. While the
  * model writes, "delta" events grow its answer in a pending llm card (with a Stop button);
  * the recorded llm step replaces that card.
- * stepDetails() mirrors nrllm_agents/web/display.py; keep the two in step. */
+ * Each step arrives with its "details", described by the server. */
 (function () {
   "use strict";
 
   const FINAL_EVENTS = ["done", "cancelled", "awaiting_approval", "failed"];
   const TERMINAL = ["completed", "failed", "cancelled"];
-  const MAX_CHARS = 2000;
 
   // --- helpers ---------------------------------------------------------------------------
   function el(tag, attrs, text) {
@@ -19,62 +18,11 @@
     return node;
   }
 
-  // JSON as Python's json.dumps writes it (", " and ": "), so live and stored steps read alike.
-  function pyJson(v) {
-    if (Array.isArray(v)) return "[" + v.map(pyJson).join(", ") + "]";
-    if (v && typeof v === "object") {
-      return "{" + Object.keys(v).map((k) => JSON.stringify(k) + ": " + pyJson(v[k])).join(", ") + "}";
-    }
-    return JSON.stringify(v === undefined ? null : v);
-  }
-
-  const cut = (t) => (t.length <= MAX_CHARS ? t : t.slice(0, MAX_CHARS) + " …");
-  const callText = (c) => `${c.name}(${pyJson(c.arguments || {})})`;
   const timeOf = (iso) => (iso && iso.length >= 19 ? iso.slice(11, 19) : "");
-  const messageText = (m) => `${m.role}: ${typeof m.content === "string" ? m.content : pyJson(m.content)}`;
 
-  const whoCancelled = (by, source) => by || (source === "system" ? "the system" : "unknown");
-
-  function stepDetails(step) {
-    const p = step.payload || {};
-    const lines = [];
-    if (step.kind === "request") {
-      lines.push(["to", `${p.provider} · ${p.model}`]);
-      (p.messages || []).forEach((m) => lines.push(["sent", messageText(m)]));
-      lines.push(["tools", (p.tools || []).join(", ") || "none"]);
-    } else if (step.kind === "llm") {
-      if (p.interrupted) lines.push(["interrupted", "cut short by the cancel; the answer so far:"]);
-      if (p.content) lines.push(["answer", p.content]);
-      (p.tool_calls || []).forEach((c) => lines.push(["tool call", callText(c)]));
-      const u = p.usage || {};
-      const estimated = p.usage_estimated ? " (estimated)" : "";
-      lines.push(["tokens", `${u.prompt_tokens || 0} prompt + ${u.completion_tokens || 0} completion = ${u.total_tokens || 0}${estimated}`]);
-    } else if (step.kind === "tool") {
-      lines.push(["call", callText(p)]);
-      if (p.interrupted) lines.push(["interrupted", "cut short by the cancel: no result"]);
-      else if (p.error !== null && p.error !== undefined) lines.push(["error", String(p.error)]);
-      else lines.push(["result", pyJson(p.result)]);
-    } else if (step.kind === "approval") {
-      lines.push(["decision", `${p.approved ? "approved" : "denied"} by ${p.by || "unknown"}`]);
-      (p.calls || []).forEach((c) => lines.push(["call", callText(c)]));
-    } else if (step.kind === "cancelled") {
-      lines.push(["cancelled by", `${whoCancelled(p.by, p.source)} via ${p.source || "unknown"}`]);
-      lines.push(["requested at", String(p.requested_at || "")]);
-      if (p.reason) lines.push(["reason", p.reason]);
-      const l = p.limit;
-      if (l) lines.push(["limit", `${l.limit} ${l.value}: measured ${l.measured} ${l.unit}`]);
-      const b = p.boundary_sequence;
-      if (p.interrupted) lines.push(["stopped", `interrupting step #${p.interrupted_sequence} in flight`]);
-      else lines.push(["stopped", b === null || b === undefined ? "before any step" : `after step #${b}`]);
-    } else if (step.kind === "forked") {
-      lines.push(["forked from", `run ${p.parent_id} at step #${p.from_sequence}`]);
-      lines.push(["copied", `${(p.messages || []).length} messages`]);
-      (p.repaired || []).forEach((a) => lines.push(["answered", `${a.call_id}: ${a.content}`]));
-    } else {
-      lines.push(["payload", pyJson(p)]);
-    }
-    return lines.map(([label, text]) => [label, cut(text)]);
-  }
+  // The server describes every step (nrllm_agents/describe.py): the stream sends its labelled
+  // lines as "details", the same ones the server-rendered page shows.
+  const stepDetails = (step) => step.details || [["payload", JSON.stringify(step.payload)]];
 
   function renderStep(step) {
     const interrupted = Boolean((step.payload || {}).interrupted);
@@ -262,11 +210,8 @@
     strip.dataset.finishedAt = payload.finished_at || "";
     tick();
     const outcome = document.getElementById("outcome");
-    const c = payload.cancel;
-    if (payload.status === "cancelled" && c) {
-      outcome.replaceChildren(el("p", {class: "decision"},
-        `Cancelled by ${whoCancelled(c.by, c.source)} via ${c.source || "unknown"} at ${c.requested_at}` +
-        (c.stopped_at ? `; stopped at ${c.stopped_at}.` : ".") + (c.limit ? ` ${c.reason}.` : "")));
+    if (payload.status === "cancelled" && payload.cancel_text) {
+      outcome.replaceChildren(el("p", {class: "decision"}, payload.cancel_text));
     } else if (payload.error) {
       outcome.replaceChildren(el("p", {class: "error"}, payload.error));
     } else if (payload.final_text) {
@@ -276,9 +221,9 @@
     }
     if (payload.status === "waiting_for_approval") {
       const list = document.getElementById("pending-calls");
-      list.replaceChildren(...payload.pending_approval.map((call) => {
+      list.replaceChildren(...payload.pending_text.map((call) => {
         const li = el("li");
-        li.append(el("code", {}, callText(call)));
+        li.append(el("code", {}, call));
         return li;
       }));
       approval.hidden = false;
