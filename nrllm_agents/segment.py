@@ -36,6 +36,7 @@ from .domain import (
 from .models import AgentRunEvent
 from .observability import hooks as observe
 from .presenters import event_dict, step_dict
+from .store import Lease
 
 logger = logging.getLogger(__name__)
 
@@ -159,20 +160,20 @@ class SegmentTrace:
             # step in flight goes straight to the guarded append (two round trips fewer to stop).
             known_cancelled = self.token.cancelled
             recorded = (
-                False
+                Lease.NOT_HELD
                 if known_cancelled
                 else _retried(lambda: store.record_step(self.run_id, self.owner, sequence, step, created_at))
             )
-            if recorded is not True:
+            if recorded is not Lease.HELD:
                 # Not renewed: cancelled while ours (the step in flight is still recorded), lost
                 # (raises, writing nothing), or unknown (the store failed: "not cancelled", and
                 # the row is read again before anything else starts).
-                cancelled = known_cancelled or (recorded is False and self._check_ownership(False))
+                cancelled = known_cancelled or self._cancelled_while_ours(recorded)
                 appended = _retried(
                     lambda: store.append_owned(self.run_id, self.owner, sequence, step, created_at), on_error=True
                 )
-                if not appended:
-                    self._check_ownership(False)  # taken away in between: raises RunLeaseLost
+                if appended is not Lease.HELD:
+                    self._cancelled_while_ours(Lease.NOT_HELD)  # taken away in between: raises RunLeaseLost
                     raise RunLeaseLost()
                 self._recheck = not cancelled
         except IntegrityError:
@@ -191,7 +192,7 @@ class SegmentTrace:
             # Cleared only after the tool's step is recorded: a crash in between leaves the
             # stamp, and the run is then dead-lettered rather than repeating the write.
             cleared = store.renew(self.run_id, self.owner, clear_effect=True)
-            self._effect_stamped = cleared is None  # a store hiccup: try again after the next tool
+            self._effect_stamped = cleared is Lease.UNKNOWN  # a store hiccup: try again after the next tool
         cancelled = cancelled or self.limits(step, self.usage) is not None  # a deadline or budget stops it here
         if cancelled:
             raise RunCancellationRequested(boundary_sequence=sequence)
@@ -204,9 +205,9 @@ class SegmentTrace:
         the thread's connection back (``db.release_connection``): the call holds none."""
         if self._recheck:
             renewed = _retried(lambda: store.renew(self.run_id, self.owner))
-            if renewed is not None:  # still unknown: a store that cannot be reached never fabricates a cancel
+            if renewed is not Lease.UNKNOWN:  # a store that cannot be reached never fabricates a cancel
                 self._recheck = False
-                if self._check_ownership(renewed):
+                if self._cancelled_while_ours(renewed):
                     raise RunCancellationRequested(boundary_sequence=self.last_sequence)
         release_connection()  # the call about to start may take minutes: hold no connection meanwhile
 
@@ -233,20 +234,22 @@ class SegmentTrace:
         renewed = store.renew(
             self.run_id, self.owner, effect={"call": call.as_dict(), "at": timezone.now().isoformat()}
         )
-        if self._check_ownership(renewed):
+        if self._cancelled_while_ours(renewed):
             raise RunCancellationRequested(boundary_sequence=self.last_sequence)
-        self._effect_stamped = renewed is not False
+        self._effect_stamped = renewed is not Lease.NOT_HELD
         release_connection()
 
-    def _check_ownership(self, renewed: bool | None) -> bool:
-        """``True`` when cancelled while ours; raises ``RunLeaseLost`` when not ours any more."""
-        if renewed is not False:
+    def _cancelled_while_ours(self, lease: Lease) -> bool:
+        """After a boundary write answered ``lease``: ``True`` when the run was cancelled while
+        ours; raises ``RunLeaseLost`` when it is not ours any more; ``False`` otherwise (held,
+        or unknown: never a fabricated cancel)."""
+        if lease is not Lease.NOT_HELD:
             return False
-        verdict = store.lost_or_cancelled(self.run_id, self.owner)
-        if verdict == "lost":
+        verdict = store.why_not_held(self.run_id, self.owner)
+        if verdict is Lease.LOST:
             logger.warning("run %s: lease lost by %s; stopping without writing", self.run_id, self.owner)
             raise RunLeaseLost()
-        return verdict == "cancelled"
+        return verdict is Lease.CANCELLED
 
     def _notify(self, data: dict[str, Any]) -> None:
         if self.on_step is None:
@@ -257,12 +260,12 @@ class SegmentTrace:
             logger.exception("step observer failed for run %s; the run goes on", self.run_id)
 
     def acknowledge_cancel(self) -> AgentRunEvent | None:
-        """Record that this segment stopped for a cancel (once per run) and tell the observer."""
-        event = _retried(
+        """Record that this segment stopped for a cancel (once per run) and tell the observer;
+        returns the ``cancelled`` step, or ``None`` when the stop was already acknowledged."""
+        acknowledged = _retried(
             lambda: store.acknowledge_cancel(
                 self.run_id,
                 sequence=self.next_sequence,
-                boundary=self.last_sequence,
                 round=self.round,
                 iterations=self.iterations,
                 usage=self.usage,
@@ -270,8 +273,8 @@ class SegmentTrace:
                 interrupted_sequence=self._interrupted_sequence,
             ),
             on_error=True,
-            none_is_final=True,
         )
+        event: AgentRunEvent | None = acknowledged.data.get("event")
         if event is not None:
             self.next_sequence += 1
             self.recorded += 1
@@ -280,10 +283,10 @@ class SegmentTrace:
         return event
 
 
-def _retried(attempt: Callable[[], T], *, on_error: bool = False, none_is_final: bool = False) -> T:
-    """``attempt()``, tried again after ``RETRY_PAUSES`` while it answers ``None`` ("the store
-    failed", unless ``none_is_final``) or, with ``on_error``, raises a ``DatabaseError`` other
-    than an integrity error.
+def _retried(attempt: Callable[[], T], *, on_error: bool = False) -> T:
+    """``attempt()``, tried again after ``RETRY_PAUSES`` while it answers ``Lease.UNKNOWN``
+    ("the store failed") or, with ``on_error``, raises a ``DatabaseError`` other than an
+    integrity error.
 
     Returns the last answer, or raises the last error. A connection found broken is closed
     first (outside a transaction), so that the next try opens a fresh one.
@@ -291,7 +294,7 @@ def _retried(attempt: Callable[[], T], *, on_error: bool = False, none_is_final:
     for pause in (*RETRY_PAUSES, None):
         try:
             result = attempt()
-            if result is not None or none_is_final or pause is None:
+            if result is not Lease.UNKNOWN or pause is None:
                 return result
         except IntegrityError:
             raise

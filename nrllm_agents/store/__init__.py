@@ -9,18 +9,17 @@ and the claim fences are each one prepared statement whose CTE takes the row loc
 """
 
 from .bulk import BulkCancel, cancel_many
-from .leases import RECOVER, ReapReport, append_owned, lease_until, lost_or_cancelled, reap, record_step, renew, requeue
-from .results import MAX_REASON_CHARS, NOT_FOUND, InvalidArgument, Transition, reason_problem
+from .journal import append_event, next_sequence
+from .leases import RECOVER, ReapReport, append_owned, lease_until, reap, record_step, renew, requeue, why_not_held
+from .results import MAX_REASON_CHARS, NOT_FOUND, InvalidArgument, Lease, Transition, reason_problem
 from .runs import (
     acknowledge_cancel,
-    append_event,
     begin,
     cancel,
     claim_for_resume,
     claim_queued,
     create_queued,
     events,
-    next_sequence,
     probe_status,
     requeue_for_resume,
     settle,
@@ -35,6 +34,7 @@ __all__ = [
     "RECOVER",
     "BulkCancel",
     "ReapReport",
+    "Lease",
     "Transition",
     "acknowledge_cancel",
     "append_event",
@@ -47,7 +47,6 @@ __all__ = [
     "create_queued",
     "events",
     "lease_until",
-    "lost_or_cancelled",
     "next_sequence",
     "probe_status",
     "reap",
@@ -57,4 +56,5 @@ __all__ = [
     "requeue_for_resume",
     "settle",
     "suspend",
+    "why_not_held",
 ]

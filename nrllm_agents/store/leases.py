@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, connection, transaction
-from django.db.models import F, Max
+from django.db.models import F
 from django.utils import timezone
 
 from ..conf import app_settings
@@ -25,8 +25,8 @@ from ..models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
 from ..observability import hooks as observe
 from ..retries import RetryPolicy
 from . import prepared
-from .results import NOT_FOUND, Transition
-from .runs import _append_cancelled, _owned, append_event
+from .journal import append_cancelled, append_event, owned
+from .results import NOT_FOUND, Lease, Transition
 
 logger = logging.getLogger(__name__)
 
@@ -46,14 +46,17 @@ def lease_until(now: datetime | None = None) -> datetime:
     return (now or timezone.now()) + timedelta(seconds=float(app_settings.LEASE_SECONDS))
 
 
-def renew(
-    run_id: uuid.UUID, owner: str, *, effect: dict[str, Any] | None = None, clear_effect: bool = False
-) -> bool | None:
+def _held(matched: bool) -> Lease:
+    return Lease.HELD if matched else Lease.NOT_HELD
+
+
+def renew(run_id: uuid.UUID, owner: str, *, effect: dict[str, Any] | None = None, clear_effect: bool = False) -> Lease:
     """Extend this segment's lease with one guarded UPDATE.
 
-    ``True``: still running and ours. ``False``: not any more (cancelled, reaped, finished).
-    ``None``: the store could not be reached; callers go on (a hiccup never stops a run).
-    ``effect`` stamps the non-idempotent call about to start; ``clear_effect`` removes it.
+    ``HELD``: still running and ours. ``NOT_HELD``: not any more (cancelled, reaped,
+    finished). ``UNKNOWN``: the store could not be reached; callers go on (a hiccup never
+    stops a run). ``effect`` stamps the non-idempotent call about to start; ``clear_effect``
+    removes it.
     """
     fields: dict[str, Any] = {"lease_expires": lease_until()}
     if effect is not None:
@@ -61,18 +64,18 @@ def renew(
     elif clear_effect:
         fields["pending_effect"] = None
     try:
-        return bool(_isolated(lambda: _owned(run_id, owner).update(**fields)) == 1)
+        return _held(_isolated(lambda: owned(run_id, owner).update(**fields)) == 1)
     except DatabaseError as exc:
         logger.warning("lease renewal for run %s failed (%s); going on", run_id, type(exc).__name__)
-        return None
+        return Lease.UNKNOWN
 
 
 @observe.timed_boundary_write
-def record_step(run_id: uuid.UUID, owner: str, sequence: int, step: Step, created_at: datetime) -> bool | None:
+def record_step(run_id: uuid.UUID, owner: str, sequence: int, step: Step, created_at: datetime) -> Lease:
     """Renew this segment's lease and, only if that matched, append the step: one commit.
 
-    ``True``: renewed and recorded. ``False``: the renewal matched no row (cancelled or lost)
-    and NOTHING was written. ``None``: the store could not be reached; nothing is known.
+    ``HELD``: renewed and recorded. ``NOT_HELD``: the renewal matched no row (cancelled or
+    lost) and NOTHING was written. ``UNKNOWN``: the store could not be reached.
     On PostgreSQL it is a single prepared statement (an ``UPDATE ... RETURNING`` feeding
     the ``INSERT``) and, since ``lease_expires`` is in no index, the renewal is a HOT update;
     elsewhere both statements run in one transaction. A duplicate sequence
@@ -94,17 +97,17 @@ def record_step(run_id: uuid.UUID, owner: str, sequence: int, step: Step, create
                 created_at,
             ]
             rowcount, _ = _isolated(lambda: prepared.execute(_RECORD_SQL, params))
-            return bool(rowcount == 1)
+            return _held(rowcount == 1)
         with transaction.atomic():
-            if not _owned(run_id, owner).update(lease_expires=until):
-                return False
+            if not owned(run_id, owner).update(lease_expires=until):
+                return Lease.NOT_HELD
             append_event(run_id, sequence, step, created_at)
-            return True
+            return Lease.HELD
     except IntegrityError:
         raise
     except DatabaseError as exc:
         logger.warning("boundary write for run %s failed (%s); going on", run_id, type(exc).__name__)
-        return None
+        return Lease.UNKNOWN
 
 
 _RECORD_SQL = (
@@ -115,19 +118,19 @@ _RECORD_SQL = (
 )
 
 
-def lost_or_cancelled(run_id: uuid.UUID, owner: str) -> str | None:
-    """Why a renewal matched no row: ``"cancelled"`` (cancelled while ours) or ``"lost"``.
+def why_not_held(run_id: uuid.UUID, owner: str) -> Lease:
+    """Why a renewal matched no row: ``CANCELLED`` (cancelled while ours) or ``LOST``.
 
-    ``None`` when the row cannot be read: callers treat that as "not cancelled".
+    ``UNKNOWN`` when the row cannot be read: callers treat that as "not cancelled".
     """
     try:
         row = _isolated(lambda: AgentRun.objects.filter(pk=run_id).values("status", "claimed_by").order_by().first())
     except DatabaseError as exc:
         logger.warning("ownership read for run %s failed (%s)", run_id, type(exc).__name__)
-        return None
+        return Lease.UNKNOWN
     if row is not None and row["status"] == RunStatus.CANCELLED and row["claimed_by"] == owner:
-        return "cancelled"
-    return "lost"
+        return Lease.CANCELLED
+    return Lease.LOST
 
 
 def requeue(
@@ -137,7 +140,7 @@ def requeue(
 
     The run continues later from its recorded stream.
     """
-    n = _owned(run_id, owner).update(
+    n = owned(run_id, owner).update(
         status=RunStatus.QUEUED,
         claimed_by="",
         lease_expires=None,
@@ -258,20 +261,20 @@ def _acknowledge_orphaned_cancels(now: datetime, limit: int, dry_run: bool) -> i
                     stopped_at=now, claimed_by="", lease_expires=None, pending_effect=None
                 )
                 if n:
-                    last = AgentRunEvent.objects.filter(run_id=run_id).aggregate(m=Max("sequence"))["m"]
-                    _append_cancelled(run_id, 0 if last is None else last + 1, last, now)
+                    append_cancelled(run_id, now)
                     done += 1
         except IntegrityError:  # the segment acknowledged after all, in between
             continue
     return done
 
 
-def append_owned(run_id: uuid.UUID, owner: str, sequence: int, step: Step, created_at: datetime) -> bool:
+def append_owned(run_id: uuid.UUID, owner: str, sequence: int, step: Step, created_at: datetime) -> Lease:
     """Append a step without renewing the lease, only while this segment still holds the run.
 
     The fallback of a boundary whose fused write failed: the row must be claimed by
     ``owner`` and running, or cancelled and not yet acknowledged (the step in flight of a
-    cancelled run is still recorded). ``False``: not ours any more, nothing was written.
+    cancelled run is still recorded): ``HELD``. ``NOT_HELD``: not ours any more, nothing was
+    written.
     Raises ``DatabaseError`` when the store cannot be reached, ``IntegrityError`` when the
     sequence is taken.
     """
@@ -296,7 +299,7 @@ def append_owned(run_id: uuid.UUID, owner: str, sequence: int, step: Step, creat
     ]
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return bool(cursor.rowcount == 1)
+        return _held(cursor.rowcount == 1)
 
 
 def _field(model: Any, name: str) -> Any:

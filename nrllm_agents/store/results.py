@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,27 @@ class Transition:
 
 
 NOT_FOUND = Transition(applied=False, status=None)
+
+
+class Lease(enum.Enum):
+    """What a boundary learnt about its segment's hold on the run (a boundary moves no status).
+
+    ``renew``, ``record_step`` and ``append_owned`` answer ``HELD`` (the write happened),
+    ``NOT_HELD`` (it matched no row and wrote nothing) or ``UNKNOWN`` (the store could not be
+    reached). ``why_not_held`` then tells ``CANCELLED`` (cancelled while ours: the step in
+    flight is still recorded) from ``LOST`` (reaped, finished, taken by another segment).
+    ``UNKNOWN`` is never read as a cancel.
+    """
+
+    HELD = "held"
+    NOT_HELD = "not_held"
+    CANCELLED = "cancelled"
+    LOST = "lost"
+    UNKNOWN = "unknown"
+
+    def __bool__(self) -> bool:
+        # ``if store.renew(...)`` would read UNKNOWN and NOT_HELD as true: refuse it.
+        raise TypeError("a Lease is not a bool: compare it with Lease.HELD")
 
 
 MAX_REASON_CHARS = 1000

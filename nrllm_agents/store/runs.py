@@ -9,14 +9,15 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Max
+from django.db.models import F
 from django.utils import timezone
 
-from ..domain import Step, StepKind, Usage
+from ..domain import Usage
 from ..models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus, TerminationReason
 from . import prepared
 from .cancels import cancel_one_trip
 from .claims import claim_one_trip
+from .journal import append_cancelled, owned
 from .results import NOT_FOUND, InvalidArgument, Transition, checked_reason
 
 logger = logging.getLogger(__name__)
@@ -115,17 +116,11 @@ def _refused(run_id: uuid.UUID) -> Transition:
     return Transition(False, status, status)
 
 
-def _owned(run_id: uuid.UUID, owner: str | None) -> Any:
-    """Rows this segment may write: running and, when ``owner`` is given, claimed by it."""
-    qs = AgentRun.objects.filter(pk=run_id, status=RunStatus.RUNNING)
-    return qs.filter(claimed_by=owner) if owner is not None else qs
-
-
 def suspend(
     run_id: uuid.UUID, *, state: dict[str, Any], iterations: int, usage: Usage, owner: str | None = None
 ) -> Transition:
     """``running → waiting_for_approval`` (by the owning segment), storing the resumable state."""
-    n = _owned(run_id, owner).update(
+    n = owned(run_id, owner).update(
         status=RunStatus.WAITING_FOR_APPROVAL,
         suspended_state=state,
         iterations=iterations,
@@ -158,7 +153,7 @@ def settle(
     if status not in (RunStatus.COMPLETED, RunStatus.FAILED):
         raise InvalidArgument(f"a settle moves a run to completed or failed, not {status!r}")
     now = timezone.now()
-    rows = _owned(run_id, owner) if owner is not None else AgentRun.objects.filter(pk=run_id, status__in=_active())
+    rows = owned(run_id, owner) if owner is not None else AgentRun.objects.filter(pk=run_id, status__in=_active())
     n = rows.update(
         status=status,
         termination_reason=reason,
@@ -224,8 +219,7 @@ def cancel(
             **quiescent_fields,
         )
         if quiescent:
-            last = AgentRunEvent.objects.filter(run_id=run_id).aggregate(m=Max("sequence"))["m"]
-            _append_cancelled(run_id, (last + 1) if last is not None else 0, last, now)
+            append_cancelled(run_id, now)
     return Transition(True, RunStatus.CANCELLED, previous)
 
 
@@ -254,59 +248,23 @@ def cancel_fields(
     }
 
 
-def _cancel_payload(run: dict[str, Any], boundary: int | None) -> dict[str, Any]:
-    payload = {
-        "status": RunStatus.CANCELLED.value,
-        "by": run["cancelled_by__username"],
-        "source": run["cancel_source"],
-        "reason": run["cancel_reason"],
-        "requested_at": run["cancel_requested_at"].isoformat() if run["cancel_requested_at"] else None,
-        "boundary_sequence": boundary,
-        "termination_reason": run["termination_reason"],
-    }
-    if run["cancel_detail"]:
-        payload["limit"] = run["cancel_detail"]  # which limit stopped the run, and what was measured
-    return payload
-
-
-_CANCEL_FIELDS = (
-    "cancelled_by__username",
-    "cancel_source",
-    "cancel_reason",
-    "cancel_requested_at",
-    "termination_reason",
-    "cancel_detail",
-)
-
-
-def _append_cancelled(run_id: uuid.UUID, sequence: int, boundary: int | None, now: datetime) -> AgentRunEvent:
-    run = AgentRun.objects.filter(pk=run_id).values(*_CANCEL_FIELDS).get()
-    return AgentRunEvent.objects.create(
-        run_id=run_id,
-        sequence=sequence,
-        kind=StepKind.CANCELLED,
-        round=0,
-        payload=_cancel_payload(run, boundary),
-        created_at=now,
-    )
-
-
 def acknowledge_cancel(
     run_id: uuid.UUID,
     *,
     sequence: int,
-    boundary: int | None,
     round: int,
     iterations: int,
     usage: Usage,
     owner: str | None = None,
     interrupted_sequence: int | None = None,
-) -> AgentRunEvent | None:
-    """A segment stopped by a cancel: stamp when it stopped and its spend, append ``cancelled``.
+) -> Transition:
+    """A segment stopped by a cancel: stamp when it stopped and its spend, append ``cancelled``
+    at ``sequence`` (the step before it is the boundary).
 
-    Happens at most once per run (guarded on ``stopped_at IS NULL``); returns the appended
-    event, or ``None`` when the acknowledgement was already made. ``interrupted_sequence``
-    names the step the cancel cut short, when it did (the step is marked ``interrupted``).
+    Happens at most once per run (guarded on ``stopped_at IS NULL``): ``applied`` with the
+    appended step as ``data["event"]``, or not applied when the acknowledgement was already
+    made (or the run is not this segment's). ``interrupted_sequence`` names the step the
+    cancel cut short, when it did (the step is marked ``interrupted``).
     """
     now = timezone.now()
     with transaction.atomic():
@@ -322,8 +280,8 @@ def acknowledge_cancel(
             pending_effect=None,
         )
         if not n:
-            return None
-        event = _append_cancelled(run_id, sequence, boundary, now)
+            return Transition(False, RunStatus.CANCELLED, RunStatus.CANCELLED)
+        event = append_cancelled(run_id, now, sequence=sequence)
         changes: dict[str, Any] = {}
         if round:
             changes["round"] = event.round = round
@@ -332,20 +290,7 @@ def acknowledge_cancel(
             changes["payload"] = event.payload
         if changes:
             AgentRunEvent.objects.filter(pk=event.pk).update(**changes)
-    return event
-
-
-def append_event(run_id: uuid.UUID, sequence: int, step: Step, created_at: datetime) -> None:
-    """Record one step (append-only; ``(run, sequence)`` is unique)."""
-    AgentRunEvent.objects.create(
-        run_id=run_id,
-        sequence=sequence,
-        kind=step.kind.value,
-        round=step.round,
-        duration_ms=step.duration_ms,
-        payload=step.payload,
-        created_at=created_at,
-    )
+    return Transition(True, RunStatus.CANCELLED, RunStatus.CANCELLED, {"event": event})
 
 
 def probe_status(run_id: uuid.UUID, *, fail_soft: bool = True) -> str | None:
@@ -362,12 +307,6 @@ def probe_status(run_id: uuid.UUID, *, fail_soft: bool = True) -> str | None:
             raise
         logger.warning("status probe for run %s failed (%s); treating as not cancelled", run_id, type(exc).__name__)
         return None
-
-
-def next_sequence(run_id: uuid.UUID) -> int:
-    """The sequence the next step of a run will take."""
-    last = AgentRunEvent.objects.filter(run_id=run_id).aggregate(m=Max("sequence"))["m"]
-    return 0 if last is None else last + 1
 
 
 def events(run_id: uuid.UUID, *, after: int = -1, limit: int | None = None) -> Iterable[AgentRunEvent]:

@@ -32,7 +32,7 @@ def held_connections() -> int:
 
 def append_step(run) -> None:
     try:
-        assert store.record_step(run.pk, "me", 0, Step(StepKind.REQUEST, 0, {}), run.created_at)
+        assert store.record_step(run.pk, "me", 0, Step(StepKind.REQUEST, 0, {}), run.created_at) is store.Lease.HELD
     finally:
         connection.close()
 

@@ -275,7 +275,7 @@ def test_heartbeat_racing_the_reaper_keeps_the_live_worker(runtime):
         for t in threads:
             t.join(30)
         final = AgentRun.objects.get(pk=run.pk)
-        if out["renewed"]:
+        if out["renewed"] is store.Lease.HELD:
             kept += 1
             assert final.status == RunStatus.RUNNING and final.claimed_by == owner
             assert run.pk not in out["report"].requeued

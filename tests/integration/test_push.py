@@ -181,7 +181,9 @@ def test_idle_watchers_read_nothing_hold_no_connection_and_wake_on_a_commit(runt
 
         from nrllm_agents.domain import Step, StepKind
 
-        assert store.record_step(run.pk, "me", 0, Step(StepKind.REQUEST, 0, {"x": 1}), run.created_at)
+        assert (
+            store.record_step(run.pk, "me", 0, Step(StepKind.REQUEST, 0, {"x": 1}), run.created_at) is store.Lease.HELD
+        )
         wait_for(lambda: all(got[i] == [0] for i in got), timeout=5)
         assert sum(w.reads for w in watchers) == reads  # they took it from the one shared read
         assert hub.counts["refreshes"] == refreshes + 1
@@ -212,11 +214,11 @@ def test_a_lost_listener_falls_back_to_polling_then_reconnects(runtime, alice, l
         wait_for(lambda: not hub.listening.is_set() or hub.counts["connects"] > connects)
         from nrllm_agents.domain import Step, StepKind
 
-        assert store.record_step(run.pk, "me", 0, Step(StepKind.REQUEST, 0, {}), run.created_at)
+        assert store.record_step(run.pk, "me", 0, Step(StepKind.REQUEST, 0, {}), run.created_at) is store.Lease.HELD
         seen: list[int] = []
         wait_for(lambda: seen.extend(s["sequence"] for s in watch.update().steps) or seen == [0])
         wait_for(lambda: hub.listening.is_set() and hub.counts["connects"] > connects)
-        assert store.record_step(run.pk, "me", 1, Step(StepKind.REQUEST, 0, {}), run.created_at)
+        assert store.record_step(run.pk, "me", 1, Step(StepKind.REQUEST, 0, {}), run.created_at) is store.Lease.HELD
         assert watch.wait(5)
         wait_for(lambda: seen.extend(s["sequence"] for s in watch.update().steps) or seen == [0, 1])
     finally:

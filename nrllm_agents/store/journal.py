@@ -1,0 +1,90 @@
+"""The rows a transition reads and writes besides the status: who may write, and the stream.
+
+Shared by the fences of ``runs``, ``leases`` and ``bulk``: the guard of an owned write, the
+append of a step, the ``cancelled`` step every cancelled stream ends with, and the one query
+that finds where a run's stream goes on.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Max
+
+from ..domain import Step, StepKind
+from ..models import AgentRun, AgentRunEvent, RunStatus
+
+
+def owned(run_id: uuid.UUID, owner: str | None) -> Any:
+    """Rows this segment may write: running and, when ``owner`` is given, claimed by it."""
+    qs = AgentRun.objects.filter(pk=run_id, status=RunStatus.RUNNING)
+    return qs.filter(claimed_by=owner) if owner is not None else qs
+
+
+def last_sequence(run_id: uuid.UUID) -> int | None:
+    """The sequence of a run's last recorded step; ``None`` before its first."""
+    last: int | None = AgentRunEvent.objects.filter(run_id=run_id).aggregate(m=Max("sequence"))["m"]
+    return last
+
+
+def next_sequence(run_id: uuid.UUID) -> int:
+    """The sequence the next step of a run will take."""
+    last = last_sequence(run_id)
+    return 0 if last is None else last + 1
+
+
+def append_event(run_id: uuid.UUID, sequence: int, step: Step, created_at: datetime) -> None:
+    """Record one step (append-only; ``(run, sequence)`` is unique)."""
+    AgentRunEvent.objects.create(
+        run_id=run_id,
+        sequence=sequence,
+        kind=step.kind.value,
+        round=step.round,
+        duration_ms=step.duration_ms,
+        payload=step.payload,
+        created_at=created_at,
+    )
+
+
+def cancel_payload(run: dict[str, Any], boundary: int | None) -> dict[str, Any]:
+    """The ``cancelled`` step's payload, from the row's ``CANCEL_FIELDS``."""
+    payload = {
+        "status": RunStatus.CANCELLED.value,
+        "by": run["cancelled_by__username"],
+        "source": run["cancel_source"],
+        "reason": run["cancel_reason"],
+        "requested_at": run["cancel_requested_at"].isoformat() if run["cancel_requested_at"] else None,
+        "boundary_sequence": boundary,
+        "termination_reason": run["termination_reason"],
+    }
+    if run["cancel_detail"]:
+        payload["limit"] = run["cancel_detail"]  # which limit stopped the run, and what was measured
+    return payload
+
+
+CANCEL_FIELDS = (
+    "cancelled_by__username",
+    "cancel_source",
+    "cancel_reason",
+    "cancel_requested_at",
+    "termination_reason",
+    "cancel_detail",
+)
+
+
+def append_cancelled(run_id: uuid.UUID, now: datetime, *, sequence: int | None = None) -> AgentRunEvent:
+    """Append the ``cancelled`` step at ``sequence`` (default: after the last step), naming
+    the step before it as the boundary."""
+    if sequence is None:
+        sequence = next_sequence(run_id)
+    run = AgentRun.objects.filter(pk=run_id).values(*CANCEL_FIELDS).get()
+    return AgentRunEvent.objects.create(
+        run_id=run_id,
+        sequence=sequence,
+        kind=StepKind.CANCELLED,
+        round=0,
+        payload=cancel_payload(run, sequence - 1 if sequence else None),
+        created_at=now,
+    )
