@@ -74,6 +74,42 @@ def _safe_message(exc: BaseException | None) -> str:
     return str(exc)[:2000] if exc is not None else ""
 
 
+def _result(
+    run_id: uuid.UUID,
+    outcome: Outcome,
+    trace: SegmentTrace | None = None,
+    *,
+    steps: int = 0,
+    final_text: str | None = None,
+    run: AgentRun | None = None,
+) -> RunResult:
+    """The one builder of what a runtime call returns: the row as it is now (read once, unless
+    the caller just read it) and what this segment recorded. The spend is the row's, which
+    every fence that ends a segment writes; a segment that lost the run reports its own (the
+    row is not its any more)."""
+    if run is None:
+        run = AgentRun.objects.filter(pk=run_id).first()
+    steps = trace.recorded if trace is not None else steps
+    if run is None:  # deleted meanwhile: only what this segment knows
+        spent = (trace.usage, trace.iterations) if trace is not None else (Usage(), 0)
+        return RunResult(run_id, outcome, "", "", steps, final_text, spent[0], spent[1])
+    usage, iterations = Usage(run.prompt_tokens, run.completion_tokens), run.iterations
+    if outcome == Outcome.LEASE_LOST and trace is not None:
+        usage, iterations = trace.usage, trace.iterations
+    return RunResult(
+        run_id=run_id,
+        outcome=outcome,
+        status=run.status,
+        termination_reason=run.termination_reason,
+        steps=steps,
+        final_text=run.final_text or final_text,
+        usage=usage,
+        iterations=iterations,
+        error=f"{run.error_class}: {run.error_message}" if run.error_class else "",
+        pending_calls=(run.suspended_state or {}).get("pending_calls", []),
+    )
+
+
 class AgentRuntime:
     """Starts, resumes, queues, recovers and cancels runs. Stateless; cheap to construct."""
 
@@ -129,16 +165,7 @@ class AgentRuntime:
             raise ApprovalNotPending(run_id, claim.status or "")
         if queued:
             self._dispatch(run_id)
-            run = AgentRun.objects.get(pk=run_id)
-            return RunResult(
-                run_id=run_id,
-                outcome=Outcome.QUEUED,
-                status=run.status,
-                termination_reason=run.termination_reason,
-                steps=0,
-                usage=Usage(run.prompt_tokens, run.completion_tokens),
-                iterations=run.iterations,
-            )
+            return _result(run_id, Outcome.QUEUED)
         run = AgentRun.objects.get(pk=run_id)
         return self._resume(run, segment, claim.data["suspended_state"], decision, who, on_step, on_delta=on_delta)
 
@@ -217,9 +244,7 @@ class AgentRuntime:
                 run = store.create_queued(fields, plan.request.as_dict())
                 store.append_event(run.pk, 0, plan.step, timezone.now())
                 transaction.on_commit(lambda: self._dispatch(run.pk), robust=robust)
-            return RunResult(
-                run_id=run.pk, outcome=Outcome.QUEUED, status=RunStatus.QUEUED, termination_reason="", steps=1
-            )
+            return _result(run.pk, Outcome.QUEUED, steps=1)
         segment = identity("interactive")
         run = store.begin(fields, claimed_by=segment, lease_expires=store.lease_until())
         trace = SegmentTrace(run.pk, owner=segment, next_sequence=0, on_step=on_step)
@@ -342,15 +367,7 @@ class AgentRuntime:
             # Before the generic handler: the cancel already won the row; never settle.
             return self._cancelled(run_id, trace)
         except RunLeaseLost:
-            return RunResult(
-                run_id=run_id,
-                outcome=Outcome.LEASE_LOST,
-                status="",
-                termination_reason="",
-                steps=trace.recorded,
-                usage=trace.usage,
-                iterations=trace.iterations,
-            )
+            return _result(run_id, Outcome.LEASE_LOST, trace)
         except SegmentInterrupted:
             return self._requeue(run_id, trace, count_attempt=False)
         except Exception as exc:
@@ -401,17 +418,13 @@ class AgentRuntime:
             count_attempt=count_attempt,
             error_class=type(error).__name__ if error else "",
             error_message=_safe_message(error),
+            iterations=trace.iterations,
+            usage=trace.usage,
         )
         if not fence.applied:
             if fence.status == RunStatus.CANCELLED:
                 return self._cancelled(run_id, trace)
-            return RunResult(
-                run_id=run_id,
-                outcome=Outcome.LEASE_LOST,
-                status=fence.status or "",
-                termination_reason="",
-                steps=trace.recorded,
-            )
+            return _result(run_id, Outcome.LEASE_LOST, trace)
         delay = 0.0
         if count_attempt:
             delay = RetryPolicy.from_settings().delay(attempt)
@@ -419,18 +432,8 @@ class AgentRuntime:
         try:
             self._dispatch(run_id, delay_seconds=delay)
         except dispatch.EnqueueError:
-            pass  # settled failed (enqueue_failed) by _dispatch
-        run = AgentRun.objects.get(pk=run_id)
-        return RunResult(
-            run_id=run_id,
-            outcome=Outcome.REQUEUED if run.status == RunStatus.QUEUED else Outcome.FAILED,
-            status=run.status,
-            termination_reason=run.termination_reason,
-            steps=trace.recorded,
-            usage=trace.usage,
-            iterations=trace.iterations,
-            error=run.error_message,
-        )
+            return _result(run_id, Outcome.FAILED, trace)  # settled failed (enqueue_failed) by _dispatch
+        return _result(run_id, Outcome.REQUEUED, trace)
 
     def _close(
         self,
@@ -452,33 +455,14 @@ class AgentRuntime:
                 outcome = Outcome.LEASE_LOST
             elif fence.status == RunStatus.WAITING_FOR_APPROVAL:
                 outcome = refused
-        run = AgentRun.objects.get(pk=run_id)
-        observe.closed(run, fence, outcome)
-        return RunResult(
-            run_id=run_id,
-            outcome=outcome,
-            status=run.status,
-            termination_reason=run.termination_reason,
-            steps=trace.recorded,
-            final_text=run.final_text or (result.final_text if result else None),
-            usage=Usage(run.prompt_tokens, run.completion_tokens),
-            iterations=run.iterations,
-            error=f"{run.error_class}: {run.error_message}" if run.error_class else "",
-            pending_calls=(run.suspended_state or {}).get("pending_calls", []),
-        )
+        run = AgentRun.objects.filter(pk=run_id).first()
+        if run is not None:
+            observe.closed(run, fence, outcome)
+        return _result(run_id, outcome, trace, final_text=result.final_text if result else None, run=run)
 
     def _cancelled(self, run_id: uuid.UUID, trace: SegmentTrace) -> RunResult:
         trace.acknowledge_cancel()
-        run = AgentRun.objects.get(pk=run_id)
-        return RunResult(
-            run_id=run_id,
-            outcome=Outcome.CANCELLED,
-            status=run.status,
-            termination_reason=run.termination_reason,
-            steps=trace.recorded,
-            usage=Usage(run.prompt_tokens, run.completion_tokens),
-            iterations=run.iterations,
-        )
+        return _result(run_id, Outcome.CANCELLED, trace)
 
     def _settle_unrunnable(self, run_id: uuid.UUID, trace: SegmentTrace, exc: Exception) -> RunResult:
         return self._fail(run_id, trace, TerminationReason.INVALID_REQUEST, exc)

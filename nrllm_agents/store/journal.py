@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db.models import Max
 
-from ..domain import Step, StepKind
+from ..domain import Step, StepKind, Usage
 from ..models import AgentRun, AgentRunEvent, RunStatus
 
 
@@ -21,6 +21,14 @@ def owned(run_id: uuid.UUID, owner: str | None) -> Any:
     """Rows this segment may write: running and, when ``owner`` is given, claimed by it."""
     qs = AgentRun.objects.filter(pk=run_id, status=RunStatus.RUNNING)
     return qs.filter(claimed_by=owner) if owner is not None else qs
+
+
+def spend_fields(iterations: int | None, usage: Usage | None) -> dict[str, int]:
+    """The row's spend columns for what a segment measured (only those given)."""
+    fields = {} if iterations is None else {"iterations": iterations}
+    if usage is not None:
+        fields.update(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
+    return fields
 
 
 def last_sequence(run_id: uuid.UUID) -> int | None:

@@ -20,12 +20,12 @@ from django.db.models import F
 from django.utils import timezone
 
 from ..conf import app_settings
-from ..domain import Step
+from ..domain import Step, Usage
 from ..models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
 from ..observability import hooks as observe
 from ..retries import RetryPolicy
 from . import prepared
-from .journal import append_cancelled, append_event, owned
+from .journal import append_cancelled, append_event, owned, spend_fields
 from .results import NOT_FOUND, Lease, Transition
 
 logger = logging.getLogger(__name__)
@@ -134,13 +134,22 @@ def why_not_held(run_id: uuid.UUID, owner: str) -> Lease:
 
 
 def requeue(
-    run_id: uuid.UUID, owner: str, *, count_attempt: bool, error_class: str = "", error_message: str = ""
+    run_id: uuid.UUID,
+    owner: str,
+    *,
+    count_attempt: bool,
+    error_class: str = "",
+    error_message: str = "",
+    iterations: int | None = None,
+    usage: Usage | None = None,
 ) -> Transition:
     """``running → queued`` by the owning segment (a transient failure, a graceful shutdown).
 
-    The run continues later from its recorded stream.
+    The run continues later from its recorded stream; the row keeps the spend so far
+    (``iterations``, ``usage``), so a queued run shows what it already cost.
     """
     n = owned(run_id, owner).update(
+        **spend_fields(iterations, usage),
         status=RunStatus.QUEUED,
         claimed_by="",
         lease_expires=None,

@@ -17,7 +17,7 @@ from ..models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus, Termi
 from . import prepared
 from .cancels import cancel_one_trip
 from .claims import claim_one_trip
-from .journal import append_cancelled, owned
+from .journal import append_cancelled, owned, spend_fields
 from .results import NOT_FOUND, InvalidArgument, Transition, checked_reason
 
 logger = logging.getLogger(__name__)
@@ -123,9 +123,7 @@ def suspend(
     n = owned(run_id, owner).update(
         status=RunStatus.WAITING_FOR_APPROVAL,
         suspended_state=state,
-        iterations=iterations,
-        prompt_tokens=usage.prompt_tokens,
-        completion_tokens=usage.completion_tokens,
+        **spend_fields(iterations, usage),
         claimed_by="",
         lease_expires=None,
     )
@@ -137,8 +135,8 @@ def settle(
     *,
     status: str,
     reason: str,
-    iterations: int = 0,
-    usage: Usage = Usage(),
+    iterations: int | None = None,
+    usage: Usage | None = None,
     final_text: str = "",
     error_class: str = "",
     error_message: str = "",
@@ -148,7 +146,8 @@ def settle(
 
     With ``owner`` (a segment settling its own run) the row must be running and claimed by
     it, so a segment that lost its lease settles nothing. Without, any non-terminal row
-    (used for runs no segment holds, e.g. a failed enqueue).
+    (used for runs no segment holds, e.g. a failed enqueue). The spend (``iterations``,
+    ``usage``) is written when given, else the row keeps what it recorded so far.
     """
     if status not in (RunStatus.COMPLETED, RunStatus.FAILED):
         raise InvalidArgument(f"a settle moves a run to completed or failed, not {status!r}")
@@ -159,9 +158,7 @@ def settle(
         termination_reason=reason,
         finished_at=now,
         stopped_at=now,
-        iterations=iterations,
-        prompt_tokens=usage.prompt_tokens,
-        completion_tokens=usage.completion_tokens,
+        **spend_fields(iterations, usage),
         final_text=final_text or "",
         error_class=error_class,
         error_message=error_message[:2000],
@@ -273,9 +270,7 @@ def acknowledge_cancel(
             rows = rows.filter(claimed_by=owner)  # a segment that lost the run never writes to it
         n = rows.update(
             stopped_at=now,
-            iterations=iterations,
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
+            **spend_fields(iterations, usage),
             claimed_by="",
             pending_effect=None,
         )

@@ -236,6 +236,34 @@ class TestRetries:
         assert (run.status, run.final_text, run.attempts) == (RunStatus.COMPLETED, "recovered", 1)
         assert kinds(run.pk) == ["request", "request", "llm"]
 
+    def test_a_handed_back_run_keeps_its_spend_even_when_it_cannot_be_enqueued_again(self, monkeypatch, settings):
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        calls: list[float] = []
+        real_dispatch = dispatch.dispatch
+
+        def first_only(run_id, **kw):  # the retry's job is refused: the run settles enqueue_failed
+            calls.append(kw.get("delay_seconds", 0))
+            if len(calls) > 1:
+                raise ConnectionError("queue away")
+            return real_dispatch(run_id, **kw)
+
+        monkeypatch.setattr(dispatch, "dispatch", first_only)
+        with ChatCompletionServer() as server:
+            monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+            call = {"name": "calculator", "arguments": {"expression": "1+1"}}
+            server.queue({"tool_calls": [call], "usage": {"prompt_tokens": 30, "completion_tokens": 7}})
+            server.queue({"status": 503, "error": "overloaded"})
+            from nrllm_agents.runtime import AgentRuntime
+
+            request = {"prompt": "hi", "provider": "openai", "model": "m", "tools": ["calculator"]}
+            run_id = AgentRuntime().enqueue(request)
+            assert dispatch.wait_local_idle(60)
+        connection.close()
+        run = AgentRun.objects.get(pk=run_id)
+        assert (run.status, run.termination_reason) == (RunStatus.FAILED, "enqueue_failed")
+        # What it spent before the hand-back stays on the row (it was written by the requeue).
+        assert (run.iterations, run.prompt_tokens, run.completion_tokens) == (1, 30, 7)
+
     def test_unauthorized_dead_letters_at_once(self, monkeypatch, settings):
         with ChatCompletionServer() as server:
             server.queue({"status": 401, "error": "bad key"})
