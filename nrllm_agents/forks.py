@@ -19,7 +19,7 @@ from .domain.fork import fork_payload
 from .models import TERMINAL, AgentRun
 from .outcomes import RunNotFound
 from .presenters import event_dict
-from .requests import InvalidRequest, RunRequest
+from .run_request import InvalidRequest, RunRequest
 
 OVERRIDABLE = ("script", "tools", "max_iterations", "provider", "model", "deadline_seconds", "max_total_tokens")
 MAX_SEQUENCE = 2**31 - 1

@@ -13,7 +13,7 @@ from .domain.providers import CallJournal, Provider, ScriptedProvider
 from .domain.tools import Calculator, CurrentTime, Sleep, Tool
 
 if TYPE_CHECKING:
-    from .requests import RunRequest
+    from .run_request import RunRequest
 
 
 def provider_names() -> list[str]:

@@ -42,8 +42,8 @@ from .outcomes import (
     parse_run_id,
 )
 from .presenters import event_dict
-from .requests import InvalidRequest, RunRequest
 from .retries import RetryPolicy
+from .run_request import InvalidRequest, RunRequest
 from .segment import DeltaObserver, SegmentTrace, StepObserver, identity
 
 __all__ = [

@@ -19,7 +19,7 @@ from django.utils.html import format_html, format_html_join
 from ..dispatch import EnqueueError
 from ..forks import ParentStillActive
 from ..models import AgentRun
-from ..requests import InvalidRequest
+from ..run_request import InvalidRequest
 from ..runtime import AgentRuntime, RunNotFound
 
 FORK_MAX_RUNS = 20  # forks start paid work: a bigger selection is refused, not silently cut

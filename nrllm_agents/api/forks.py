@@ -17,7 +17,7 @@ from rest_framework.response import Response
 
 from ..dispatch import EnqueueError
 from ..forks import ParentStillActive
-from ..requests import InvalidRequest
+from ..run_request import InvalidRequest
 from ..runtime import RunNotFound
 from . import serializers as s
 from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, RUN_ID, THROTTLED

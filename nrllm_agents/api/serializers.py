@@ -22,7 +22,7 @@ from ..domain import StepKind
 from ..domain.providers.scripted import MAX_DELAY_SECONDS, MAX_USAGE_TOKENS
 from ..models import AgentRun, CancelSource, RunStatus, TerminationReason
 from ..presenters import run_status_dict
-from ..requests import MAX_PROMPT_CHARS
+from ..run_request import MAX_PROMPT_CHARS
 from ..runtime import CancelOutcome, Outcome
 from ..store import MAX_REASON_CHARS
 from .fields import (

@@ -27,7 +27,7 @@ from ..dispatch import EnqueueError
 from ..models import AgentRun, CancelSource, RunStatus
 from ..outcomes import EXECUTING_STOPS
 from ..presenters import event_dict, stream_finished
-from ..requests import UNSTORABLE, InvalidRequest, RunRequest, unstorable
+from ..run_request import UNSTORABLE, InvalidRequest, RunRequest, unstorable
 from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, InvalidRunId, RunNotFound, parse_run_id
 from . import serializers as s
 from .errors import exception_handler

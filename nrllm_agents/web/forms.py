@@ -10,7 +10,7 @@ from django import forms
 from .. import registry
 from ..conf import app_settings
 from ..jsonlimits import DEPTH_ERROR, text_too_deep
-from ..requests import MAX_PROMPT_CHARS, InvalidRequest, RunRequest
+from ..run_request import MAX_PROMPT_CHARS, InvalidRequest, RunRequest
 
 SCRIPT_HELP = (
     "Optional, scripted provider only. A JSON list of turns, e.g. "

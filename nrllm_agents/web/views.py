@@ -28,7 +28,7 @@ from ..models import ACTIVE, TERMINAL, AgentRun, CancelSource, RunStatus
 from ..observability import gantt
 from ..outcomes import EXECUTING_STOPS
 from ..presenters import event_dict, run_status_dict, stream_finished
-from ..requests import InvalidRequest
+from ..run_request import InvalidRequest
 from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, CancelResult, RunNotFound
 from ..store import reason_problem
 from . import interactive

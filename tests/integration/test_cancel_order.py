@@ -24,7 +24,7 @@ from django.utils import timezone
 from nrllm_agents import store
 from nrllm_agents.domain import Step, StepKind
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, RunStatus
-from nrllm_agents.requests import RunRequest
+from nrllm_agents.run_request import RunRequest
 from nrllm_agents.runtime import CancelOutcome
 from tests.conftest import race_rounds
 

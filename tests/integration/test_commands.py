@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from nrllm_agents import dispatch, presenters, store
 from nrllm_agents.models import AgentRun, AgentRunEvent, Note, RunStatus
-from nrllm_agents.requests import RunRequest
+from nrllm_agents.run_request import RunRequest
 
 SLOW = [{"delay": 0.15, "tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.1}}]}] * 8 + [{"content": "done"}]
 NOTE = [{"tool_calls": [{"name": "write_note", "arguments": {"title": "t", "body": "b"}}]}, {"content": "noted"}]

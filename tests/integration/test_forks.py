@@ -12,7 +12,7 @@ from nrllm_agents.domain import rebuild_state, tool_content
 from nrllm_agents.domain.fork import NOT_EXECUTED, repair
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, RunStatus
 from nrllm_agents.presenters import event_dict
-from nrllm_agents.requests import InvalidRequest
+from nrllm_agents.run_request import InvalidRequest
 from nrllm_agents.runtime import Outcome, RunNotFound
 from nrllm_agents.testing.chat_server import ChatCompletionServer, transcript_problem
 

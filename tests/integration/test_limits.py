@@ -12,7 +12,7 @@ from django.utils import timezone
 from nrllm_agents import limits, store
 from nrllm_agents.domain import Usage
 from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
-from nrllm_agents.requests import InvalidRequest, RunRequest
+from nrllm_agents.run_request import InvalidRequest, RunRequest
 from nrllm_agents.runtime import Outcome
 
 pytestmark = pytest.mark.django_db

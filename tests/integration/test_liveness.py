@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from nrllm_agents import dispatch, store
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, Note, RunStatus
-from nrllm_agents.requests import RunRequest
+from nrllm_agents.run_request import RunRequest
 from nrllm_agents.runtime import Outcome
 from nrllm_agents.segment import identity
 from nrllm_agents.testing.chat_server import ChatCompletionServer

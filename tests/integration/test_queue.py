@@ -19,7 +19,7 @@ from django.db import connection, transaction
 
 from nrllm_agents import dispatch, jobs, store
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, Note, RunStatus
-from nrllm_agents.requests import RunRequest
+from nrllm_agents.run_request import RunRequest
 from nrllm_agents.runtime import ApprovalNotPending, InvalidRunId, Outcome
 from tests.conftest import is_postgres, manage
 

@@ -16,7 +16,7 @@ from django.test import Client
 
 from nrllm_agents import dispatch, recovery, store
 from nrllm_agents.models import AgentRun, RunStatus
-from nrllm_agents.requests import RunRequest
+from nrllm_agents.run_request import RunRequest
 from tests.e2e.workers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -16,7 +16,7 @@ from django.db import connection
 
 from nrllm_agents import store
 from nrllm_agents.models import TERMINAL, AgentRun, AgentRunEvent, CancelSource, RunStatus
-from nrllm_agents.requests import RunRequest
+from nrllm_agents.run_request import RunRequest
 from nrllm_agents.runtime import ApprovalNotPending, CancelOutcome, Outcome
 from tests.conftest import race_rounds
 

@@ -19,7 +19,7 @@ from django.utils import timezone
 from nrllm_agents import dispatch, store
 from nrllm_agents.domain import Step, StepKind
 from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus
-from nrllm_agents.requests import RunRequest
+from nrllm_agents.run_request import RunRequest
 from nrllm_agents.segment import SegmentTrace, identity
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -11,7 +11,7 @@ from django.db import OperationalError, connection
 
 from nrllm_agents import store
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, RunStatus
-from nrllm_agents.requests import InvalidRequest
+from nrllm_agents.run_request import InvalidRequest
 from nrllm_agents.runtime import ApprovalNotPending, CancelOutcome, InvalidRunId, Outcome, RunNotFound, parse_run_id
 
 TWO_TOOLS = [

@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from nrllm_agents import cli
 from nrllm_agents.dispatch import EnqueueError
+from nrllm_agents.management import console
 from nrllm_agents.runtime import AgentRuntime, ApprovalNotPending, RunNotFound
 
 
@@ -34,11 +34,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        run_id = cli.run_id_arg(options["run_id"])
+        run_id = console.run_id_arg(options["run_id"])
         if options["follow"] and not options["queued"]:
-            raise cli.usage_error("--follow goes with --queued (a run resumed here always streams)")
+            raise console.usage_error("--follow goes with --queued (a run resumed here always streams)")
         runtime = AgentRuntime()
-        printer = cli.StreamPrinter(self.stdout, self.style, as_json=options["json"])
+        printer = console.StreamPrinter(self.stdout, self.style, as_json=options["json"])
         decision = bool(options["approve"])
         try:
             if options["queued"]:
@@ -46,16 +46,16 @@ class Command(BaseCommand):
             else:
                 code = self._here(runtime, run_id, decision, printer)
         except RunNotFound as exc:
-            raise CommandError(str(exc), returncode=cli.EXIT_FAILED) from None
+            raise CommandError(str(exc), returncode=console.EXIT_FAILED) from None
         except ApprovalNotPending as exc:
-            raise CommandError(str(exc), returncode=cli.EXIT_FAILED) from None
+            raise CommandError(str(exc), returncode=console.EXIT_FAILED) from None
         except EnqueueError as exc:
-            raise cli.enqueue_failed(exc) from None
+            raise console.enqueue_failed(exc) from None
         if code:
             sys.exit(code)
 
-    def _here(self, runtime: AgentRuntime, run_id: Any, decision: bool, printer: cli.StreamPrinter) -> int:
-        with cli.CancelOnInterrupt(runtime, self.stderr, run_id=run_id):
+    def _here(self, runtime: AgentRuntime, run_id: Any, decision: bool, printer: console.StreamPrinter) -> int:
+        with console.CancelOnInterrupt(runtime, self.stderr, run_id=run_id):
             announced = False
 
             def on_step(step: dict[str, Any]) -> None:
@@ -63,24 +63,24 @@ class Command(BaseCommand):
                 if not announced:  # only once the claim won: a refused approve prints no stream
                     announced = True
                     printer.started(run_id, " resumed" if decision else " resumed (denied)")
-                    cli.stderr_hint(self.stderr, run_id)
+                    console.stderr_hint(self.stderr, run_id)
                 printer.step(step)
 
             runtime.approve(run_id, decision, on_step=on_step)
         return printer.summary(runtime.status(run_id))
 
     def _queued(
-        self, runtime: AgentRuntime, run_id: Any, decision: bool, printer: cli.StreamPrinter, *, follow: bool
+        self, runtime: AgentRuntime, run_id: Any, decision: bool, printer: console.StreamPrinter, *, follow: bool
     ) -> int:
         after = runtime.events(run_id)[-1:]  # the stream so far is not repeated when following
         runtime.approve(run_id, decision, queued=True)
         printer.started(run_id, f" {'approved' if decision else 'denied'}; a worker resumes it")
         if not follow:
-            return cli.EXIT_OK
+            return console.EXIT_OK
         try:
-            run = cli.follow(
+            run = console.follow(
                 runtime, run_id, after=after[0].sequence if after else -1, on_step=printer.step, on_delta=printer.delta
             )
         except KeyboardInterrupt:
-            raise cli.interrupted_follow(run_id) from None
+            raise console.interrupted_follow(run_id) from None
         return printer.summary(run)

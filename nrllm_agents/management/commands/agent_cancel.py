@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from nrllm_agents import cli
+from nrllm_agents.management import console
 from nrllm_agents.models import AgentRun, CancelSource, RunStatus
 from nrllm_agents.outcomes import EXECUTING_STOPS
 from nrllm_agents.runtime import AgentRuntime, CancelOutcome, CancelResult
@@ -47,22 +47,22 @@ class Command(BaseCommand):
         reason = options["reason"] or ""
         problem = reason_problem(reason)
         if problem is not None:
-            raise cli.usage_error(f"--reason: {problem}")
+            raise console.usage_error(f"--reason: {problem}")
         bulk = options["status"] is not None or options["older_than"] is not None
         if options["run_ids"] and (bulk or options["dry_run"]):
-            raise cli.usage_error("give run ids, or select runs with --status / --older-than [--dry-run]; not both")
+            raise console.usage_error("give run ids, or select runs with --status / --older-than [--dry-run]; not both")
         if bulk:
             self._bulk(options, reason)
         elif options["dry_run"]:
-            raise cli.usage_error("--dry-run needs a selection: --status and/or --older-than")
+            raise console.usage_error("--dry-run needs a selection: --status and/or --older-than")
         elif not options["run_ids"]:
-            raise cli.usage_error("give at least one run id, or select runs with --status / --older-than")
+            raise console.usage_error("give at least one run id, or select runs with --status / --older-than")
         else:
             self._by_id(options, reason)
 
     def _by_id(self, options: dict[str, Any], reason: str) -> None:
         # Every id is checked before anything is written: one malformed id changes nothing.
-        run_ids = list(dict.fromkeys(cli.run_id_arg(value) for value in options["run_ids"]))
+        run_ids = list(dict.fromkeys(console.run_id_arg(value) for value in options["run_ids"]))
         runtime = AgentRuntime()
         results = [runtime.cancel(run_id, source=CancelSource.CLI, reason=reason) for run_id in run_ids]
         for result in results:
@@ -73,7 +73,7 @@ class Command(BaseCommand):
             raise CommandError(
                 f"{len(refused)} of {len(results)} runs not cancelled "
                 f"({missing} not found, {len(refused) - missing} already finished)",
-                returncode=cli.EXIT_FAILED,
+                returncode=console.EXIT_FAILED,
             )
 
     def _report(self, result: CancelResult, as_json: bool) -> None:
@@ -110,10 +110,12 @@ class Command(BaseCommand):
         if options["status"] is not None:
             unknown = sorted(set(options["status"]) - set(RunStatus.values))
             if unknown:
-                raise cli.usage_error(f"--status: unknown {', '.join(unknown)}; one of {', '.join(RunStatus.values)}")
+                raise console.usage_error(
+                    f"--status: unknown {', '.join(unknown)}; one of {', '.join(RunStatus.values)}"
+                )
             selection = selection.filter(status__in=options["status"])
         if options["older_than"] is not None:
-            selection = selection.filter(created_at__lt=cli.created_before(options["older_than"]))
+            selection = selection.filter(created_at__lt=console.created_before(options["older_than"]))
         done = AgentRuntime().cancel_many(selection, source=CancelSource.CLI, reason=reason, dry_run=options["dry_run"])
         if options["json"]:
             self.stdout.write(

@@ -7,7 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from nrllm_agents import cli, presenters
+from nrllm_agents import presenters
+from nrllm_agents.management import console
 from nrllm_agents.runtime import AgentRuntime, RunNotFound
 
 
@@ -34,24 +35,26 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="Print one JSON object per line.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        run_id = cli.run_id_arg(options["run_id"])
+        run_id = console.run_id_arg(options["run_id"])
         if options["after"] < -1:
-            raise cli.usage_error("--after: a sequence number, -1 or more")
+            raise console.usage_error("--after: a sequence number, -1 or more")
         runtime = AgentRuntime()
-        printer = cli.StreamPrinter(self.stdout, self.style, as_json=options["json"])
+        printer = console.StreamPrinter(self.stdout, self.style, as_json=options["json"])
         try:
             run = runtime.status(run_id)
             printer.started(run_id, f" ({run.status})")
             if options["follow"]:
-                run = cli.follow(runtime, run_id, after=options["after"], on_step=printer.step, on_delta=printer.delta)
+                run = console.follow(
+                    runtime, run_id, after=options["after"], on_step=printer.step, on_delta=printer.delta
+                )
             else:
                 for event in runtime.events(run_id, after=options["after"]):
                     printer.step(presenters.event_dict(event))
                 run = runtime.status(run_id)
         except RunNotFound as exc:
-            raise CommandError(str(exc), returncode=cli.EXIT_FAILED) from None
+            raise CommandError(str(exc), returncode=console.EXIT_FAILED) from None
         except KeyboardInterrupt:
-            raise cli.interrupted_follow(run_id) from None
+            raise console.interrupted_follow(run_id) from None
         code = printer.summary(run)
         if options["follow"] and code:
             sys.exit(code)

@@ -7,10 +7,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from nrllm_agents import cli
 from nrllm_agents.dispatch import EnqueueError
 from nrllm_agents.forks import ParentStillActive
-from nrllm_agents.requests import InvalidRequest
+from nrllm_agents.management import console
+from nrllm_agents.run_request import InvalidRequest
 from nrllm_agents.runtime import AgentRuntime, RunNotFound
 
 
@@ -39,7 +39,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("--script", metavar="JSON|@FILE", help="Override the scripted provider's turns.")
         parser.add_argument("--max-iterations", type=int, metavar="N", help="Override the cap on model calls.")
-        cli.add_limit_arguments(parser)
+        console.add_limit_arguments(parser)
         parser.add_argument("--json", action="store_true", help="Print one JSON object per line.")
         parser.add_argument("--queued", action="store_true", help="Hand the fork to a worker; print its id at once.")
         parser.add_argument(
@@ -47,31 +47,31 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        parent = cli.run_id_arg(options["run_id"])
+        parent = console.run_id_arg(options["run_id"])
         if options["follow"] and not options["queued"]:
-            raise cli.usage_error("--follow goes with --queued (a fork run here always streams)")
+            raise console.usage_error("--follow goes with --queued (a fork run here always streams)")
         overrides = {
             k: options[k]
             for k in ("provider", "model", "tools", "max_iterations", "deadline_seconds", "max_total_tokens")
             if options[k] is not None
         }
         if options["script"] is not None:
-            overrides["script"] = cli.parse_script(options["script"])
+            overrides["script"] = console.parse_script(options["script"])
         runtime = AgentRuntime()
-        printer = cli.StreamPrinter(self.stdout, self.style, as_json=options["json"])
+        printer = console.StreamPrinter(self.stdout, self.style, as_json=options["json"])
         try:
             if options["queued"]:
                 result = runtime.fork(parent, from_sequence=options["from_sequence"], overrides=overrides)
                 printer.started(result.run_id, f" queued (a fork of {parent})")
-                code = self._follow(runtime, result.run_id, printer) if options["follow"] else cli.EXIT_OK
+                code = self._follow(runtime, result.run_id, printer) if options["follow"] else console.EXIT_OK
             else:
                 code = self._here(runtime, parent, options["from_sequence"], overrides, printer)
         except InvalidRequest as exc:
-            raise cli.request_error(exc) from None
+            raise console.request_error(exc) from None
         except (RunNotFound, ParentStillActive) as exc:
-            raise CommandError(str(exc), returncode=cli.EXIT_FAILED) from None
+            raise CommandError(str(exc), returncode=console.EXIT_FAILED) from None
         except EnqueueError as exc:
-            raise cli.enqueue_failed(exc) from None
+            raise console.enqueue_failed(exc) from None
         if code:
             sys.exit(code)
 
@@ -81,14 +81,14 @@ class Command(BaseCommand):
         parent: Any,
         from_sequence: int | None,
         overrides: dict[str, Any],
-        printer: cli.StreamPrinter,
+        printer: console.StreamPrinter,
     ) -> int:
-        with cli.CancelOnInterrupt(runtime, self.stderr) as interrupt:
+        with console.CancelOnInterrupt(runtime, self.stderr) as interrupt:
 
             def on_step(step: dict[str, Any]) -> None:
                 if printer.run_id is None:  # the forked step names the new run
                     printer.started(step["run_id"], f" (a fork of {parent})")
-                    cli.stderr_hint(self.stderr, step["run_id"])
+                    console.stderr_hint(self.stderr, step["run_id"])
                     interrupt.set_run_id(step["run_id"])
                 printer.step(step)
 
@@ -97,9 +97,9 @@ class Command(BaseCommand):
             )
         return printer.summary(runtime.status(result.run_id))
 
-    def _follow(self, runtime: AgentRuntime, run_id: Any, printer: cli.StreamPrinter) -> int:
+    def _follow(self, runtime: AgentRuntime, run_id: Any, printer: console.StreamPrinter) -> int:
         try:
-            run = cli.follow(runtime, run_id, on_step=printer.step)
+            run = console.follow(runtime, run_id, on_step=printer.step)
         except KeyboardInterrupt:
-            raise cli.interrupted_follow(run_id) from None
+            raise console.interrupted_follow(run_id) from None
         return printer.summary(run)

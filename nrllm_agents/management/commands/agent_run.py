@@ -7,9 +7,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from nrllm_agents import cli
 from nrllm_agents.dispatch import EnqueueError, uses_redis
-from nrllm_agents.requests import InvalidRequest, RunRequest
+from nrllm_agents.management import console
+from nrllm_agents.run_request import InvalidRequest, RunRequest
 from nrllm_agents.runtime import AgentRuntime, RunNotFound
 
 
@@ -37,7 +37,7 @@ class Command(BaseCommand):
             "--script", metavar="JSON|@FILE", help="Turns for the scripted provider, as JSON or @path to a JSON file."
         )
         parser.add_argument("--max-iterations", type=int, metavar="N", help="Cap on model calls for this run.")
-        cli.add_limit_arguments(parser)
+        console.add_limit_arguments(parser)
         parser.add_argument("--json", action="store_true", help="Print one JSON object per line.")
         parser.add_argument(
             "--queued",
@@ -53,10 +53,10 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["follow"] and not options["queued"]:
-            raise cli.usage_error("--follow goes with --queued (an interactive run always streams)")
+            raise console.usage_error("--follow goes with --queued (an interactive run always streams)")
         request = self._request(options)
         runtime = AgentRuntime()
-        printer = cli.StreamPrinter(self.stdout, self.style, as_json=options["json"])
+        printer = console.StreamPrinter(self.stdout, self.style, as_json=options["json"])
         if options["queued"]:
             code = self._queued(runtime, request, printer, follow=options["follow"])
         else:
@@ -70,19 +70,19 @@ class Command(BaseCommand):
             if options[key] is not None:
                 data[key] = options[key]
         if options["script"] is not None:
-            data["script"] = cli.parse_script(options["script"])
+            data["script"] = console.parse_script(options["script"])
         try:
             return RunRequest.from_mapping(data)
         except InvalidRequest as exc:
-            raise cli.request_error(exc) from None
+            raise console.request_error(exc) from None
 
-    def _interactive(self, runtime: AgentRuntime, request: RunRequest, printer: cli.StreamPrinter) -> int:
-        with cli.CancelOnInterrupt(runtime, self.stderr) as interrupt:
+    def _interactive(self, runtime: AgentRuntime, request: RunRequest, printer: console.StreamPrinter) -> int:
+        with console.CancelOnInterrupt(runtime, self.stderr) as interrupt:
 
             def on_step(step: dict[str, Any]) -> None:
                 if printer.run_id is None:  # the first step names the run: announce it first
                     printer.started(step["run_id"])
-                    cli.stderr_hint(self.stderr, step["run_id"])
+                    console.stderr_hint(self.stderr, step["run_id"])
                     interrupt.set_run_id(step["run_id"])
                 printer.step(step)
 
@@ -91,22 +91,26 @@ class Command(BaseCommand):
             printer.started(result.run_id)
         return printer.summary(runtime.status(result.run_id))
 
-    def _queued(self, runtime: AgentRuntime, request: RunRequest, printer: cli.StreamPrinter, *, follow: bool) -> int:
+    def _queued(
+        self, runtime: AgentRuntime, request: RunRequest, printer: console.StreamPrinter, *, follow: bool
+    ) -> int:
         try:
             run_id = runtime.enqueue(request)
         except EnqueueError as exc:
-            raise cli.enqueue_failed(exc) from None
+            raise console.enqueue_failed(exc) from None
         printer.started(run_id, " queued")
-        cli.stderr_hint(self.stderr, run_id)
+        console.stderr_hint(self.stderr, run_id)
         if not uses_redis() and not follow:
             # The embedded executor lives in this process: it finishes the run before we exit.
             self.stderr.write("no REDIS_URL: the run executes in this process, which exits when it is done")
         if not follow:
-            return cli.EXIT_OK
+            return console.EXIT_OK
         try:
-            run = cli.follow(runtime, run_id, on_step=printer.step, on_delta=printer.delta)
+            run = console.follow(runtime, run_id, on_step=printer.step, on_delta=printer.delta)
         except KeyboardInterrupt:
-            raise cli.interrupted_follow(run_id) from None
+            raise console.interrupted_follow(run_id) from None
         except RunNotFound:  # deleted while we watched
-            raise CommandError(f"run {run_id} disappeared while being followed", returncode=cli.EXIT_FAILED) from None
+            raise CommandError(
+                f"run {run_id} disappeared while being followed", returncode=console.EXIT_FAILED
+            ) from None
         return printer.summary(run)

@@ -26,12 +26,12 @@ from django.core.management.color import Style
 from django.db import connections
 from django.utils import timezone
 
-from . import describe, presenters
-from .jsonlimits import DEPTH_ERROR, text_too_deep
-from .models import AgentRun, CancelSource, RunStatus
-from .requests import InvalidRequest
-from .runtime import AgentRuntime, InvalidRunId, parse_run_id
-from .watch import Watch, release_connection
+from .. import describe, presenters
+from ..jsonlimits import DEPTH_ERROR, text_too_deep
+from ..models import AgentRun, CancelSource, RunStatus
+from ..run_request import InvalidRequest
+from ..runtime import AgentRuntime, InvalidRunId, parse_run_id
+from ..watch import Watch, release_connection
 
 # Exit codes shared by agent_run, agent_approve and the followers.
 EXIT_OK = 0  # completed (an approval denial that ended the run included)
