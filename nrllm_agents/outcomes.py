@@ -85,6 +85,48 @@ class CancelResult:
         return self.outcome == CancelOutcome.CANCELLED and self.previous_status == RunStatus.RUNNING
 
 
+@dataclass(frozen=True)
+class Wording:
+    """What every surface says about an outcome, and how it signals it.
+
+    ``text`` follows the run's name (``f"Run {run_id} {text}"``); ``http_status`` is the API's
+    and the playground's answer; ``changed`` says whether the call changed the run (a success
+    message when it did, a warning when not); ``refused`` means what was asked could not be
+    done (a failing exit code for a command).
+    """
+
+    text: str
+    http_status: int
+    changed: bool = True
+    refused: bool = False
+
+    def sentence(self, run_id: Any) -> str:
+        return f"Run {run_id} {self.text}"
+
+
+_CANCELLED_FROM = {
+    RunStatus.RUNNING: f"cancelled; it was executing: {EXECUTING_STOPS}.",
+    RunStatus.QUEUED: "cancelled; it was queued and will never execute.",
+    RunStatus.WAITING_FOR_APPROVAL: "cancelled; it was waiting for approval and can no longer be approved.",
+}
+
+
+def cancel_wording(result: CancelResult) -> Wording:
+    """The one wording of what a cancel did, for every surface (API, playground, admin, commands).
+
+    202 when a segment was executing the run (it stops once its step in flight is recorded),
+    200 when the run stopped at once or was already cancelled, 409 when it had already
+    finished, 404 when there is no such run.
+    """
+    if result.outcome == CancelOutcome.CANCELLED:
+        return Wording(_CANCELLED_FROM[RunStatus(result.previous_status)], 202 if result.was_executing else 200)
+    if result.outcome == CancelOutcome.ALREADY_CANCELLED:
+        return Wording("was already cancelled; nothing changed.", 200, changed=False)
+    if result.outcome == CancelOutcome.ALREADY_FINISHED:
+        return Wording(f"had already finished ({result.status}); nothing changed.", 409, changed=False, refused=True)
+    return Wording("does not exist; nothing changed.", 404, changed=False, refused=True)
+
+
 class InvalidRunId(ValueError):
     """The text is not a run id (a UUID)."""
 

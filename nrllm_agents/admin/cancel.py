@@ -20,8 +20,8 @@ from django.template.response import TemplateResponse
 from django.utils.translation import ngettext
 
 from ..models import RunStatus
-from ..outcomes import EXECUTING_STOPS
-from ..runtime import CancelOutcome, CancelResult
+from ..outcomes import EXECUTING_STOPS, cancel_wording
+from ..runtime import CancelResult
 from ..store import MAX_REASON_CHARS, BulkCancel
 
 if TYPE_CHECKING:
@@ -112,17 +112,9 @@ def preview(result: BulkCancel) -> str:
 
 
 def single_summary(result: CancelResult) -> tuple[str, int]:
-    """The message and level for what ``AgentRuntime.cancel`` did to one run."""
-    run = f"Run {result.run_id}"
-    if result.outcome == CancelOutcome.CANCELLED:
-        if result.was_executing:
-            return f"{run} cancelled; it was executing: {EXECUTING_STOPS}.", messages.SUCCESS
-        return f"{run} cancelled.", messages.SUCCESS
-    if result.outcome == CancelOutcome.ALREADY_CANCELLED:
-        return f"{run} was already cancelled; nothing changed.", messages.WARNING
-    if result.outcome == CancelOutcome.ALREADY_FINISHED:
-        return f"{run} had already finished ({result.status}); nothing changed.", messages.WARNING
-    return f"{run} does not exist any more; nothing changed.", messages.ERROR
+    """The message and level for what ``AgentRuntime.cancel`` did to one run (``outcomes.cancel_wording``)."""
+    wording = cancel_wording(result)
+    return wording.sentence(result.run_id), messages.SUCCESS if wording.changed else messages.WARNING
 
 
 def confirmation(

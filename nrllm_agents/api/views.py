@@ -24,8 +24,8 @@ from rest_framework.views import APIView
 
 from .. import policy
 from ..dispatch import EnqueueError
-from ..models import AgentRun, CancelSource, RunStatus
-from ..outcomes import EXECUTING_STOPS
+from ..models import AgentRun, CancelSource
+from ..outcomes import cancel_wording
 from ..presenters import event_dict, stream_finished
 from ..run_request import UNSTORABLE, InvalidRequest, RunRequest, unstorable
 from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, InvalidRunId, RunNotFound, parse_run_id
@@ -241,13 +241,6 @@ class RunDetailView(RunAPIView):
         return Response(s.run_representation(self.get_run(id)))
 
 
-_CANCELLED_DETAIL = {
-    RunStatus.RUNNING: f"Cancelled; the run was executing: {EXECUTING_STOPS}.",
-    RunStatus.QUEUED: "Cancelled; the run was queued and will never execute.",
-    RunStatus.WAITING_FOR_APPROVAL: "Cancelled; the run was waiting for approval and can no longer be approved.",
-}
-
-
 class RunCancelView(RunAPIView):
     post_throttle_scope = CANCEL_SCOPE
 
@@ -285,13 +278,8 @@ class RunCancelView(RunAPIView):
         )
         if result.outcome == CancelOutcome.NOT_FOUND:  # deleted in between
             raise NotFound(NOT_FOUND_DETAIL)
-        if result.outcome == CancelOutcome.CANCELLED:
-            detail = _CANCELLED_DETAIL[RunStatus(result.previous_status)]
-            code = status.HTTP_202_ACCEPTED if result.was_executing else status.HTTP_200_OK
-        elif result.outcome == CancelOutcome.ALREADY_CANCELLED:
-            detail, code = "Already cancelled; nothing changed.", status.HTTP_200_OK
-        else:
-            detail, code = f"The run is {result.status}; nothing to cancel.", status.HTTP_409_CONFLICT
+        wording = cancel_wording(result)
+        detail, code = wording.sentence(run.pk), wording.http_status
         return Response(
             {
                 "run_id": str(run.pk),

@@ -26,7 +26,7 @@ from ..describe import call_text, cancel_text
 from ..forks import ParentStillActive
 from ..models import ACTIVE, TERMINAL, AgentRun, CancelSource, RunStatus
 from ..observability import gantt
-from ..outcomes import EXECUTING_STOPS
+from ..outcomes import cancel_wording
 from ..presenters import event_dict, run_status_dict, stream_finished
 from ..run_request import InvalidRequest
 from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, CancelResult, RunNotFound
@@ -177,19 +177,14 @@ def _answer(
     return redirect("nrllm_web:run", run_id=run_id)
 
 
-_CANCEL_MESSAGES = {
-    CancelOutcome.CANCELLED: "Run cancelled.",
-    CancelOutcome.ALREADY_CANCELLED: "The run was already cancelled; nothing changed.",
-}
-
-
 def _cancel_answer(result: CancelResult) -> tuple[int, int, str]:
-    """HTTP status, message level and message for what a cancel did."""
-    if result.outcome == CancelOutcome.CANCELLED and result.was_executing:
-        return 202, messages.SUCCESS, f"Run cancelled; it was executing: {EXECUTING_STOPS}."
-    if result.outcome in _CANCEL_MESSAGES:
-        return 200, messages.SUCCESS, _CANCEL_MESSAGES[result.outcome]
-    return 409, messages.WARNING, f"The run had already {result.status}; nothing changed."
+    """HTTP status, message level and message for what a cancel did (``outcomes.cancel_wording``)."""
+    wording = cancel_wording(result)
+    return (
+        wording.http_status,
+        messages.SUCCESS if wording.changed else messages.WARNING,
+        wording.sentence(result.run_id),
+    )
 
 
 @require_POST

@@ -183,7 +183,7 @@ def test_agent_cancel_from_another_process_stops_agent_run_at_the_next_boundary(
     cancel_code, cancel_out = canceller.finish_text()
     assert cancel_code == 0, canceller.stderr
     assert cancel_out == [
-        f"{run_id} cancelled (it was executing: the step in flight is interrupted and recorded, then it stops)"
+        f"Run {run_id} cancelled; it was executing: the step in flight is interrupted and recorded, then it stops."
     ]
 
     code, lines = runner.finish()

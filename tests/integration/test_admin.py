@@ -381,7 +381,9 @@ def test_cancel_from_a_runs_page(op_client, operator, runtime):
 
     response = op_client.post(cancel_url(w), {"post": "yes", "reason": "no notes today"}, follow=True)
     assert response.redirect_chain[-1][0] == change_url(w)
-    assert shown(response) == [(messages.SUCCESS, f"Run {w} cancelled.")]
+    assert shown(response) == [
+        (messages.SUCCESS, f"Run {w} cancelled; it was waiting for approval and can no longer be approved.")
+    ]
     run = row(w)
     assert (run.status, run.cancel_source, run.cancelled_by, run.cancel_reason) == (
         RunStatus.CANCELLED,
@@ -482,7 +484,9 @@ def test_staff_without_the_cancel_permission_cannot_cancel(client, viewer, runti
     response = client.post(CHANGELIST, bulk([q], post="yes"), follow=True)
     assert shown(response) == [(messages.SUCCESS, "1 run cancelled.")]
     response = client.post(cancel_url(w), {"post": "yes"}, follow=True)
-    assert shown(response) == [(messages.SUCCESS, f"Run {w} cancelled.")]
+    assert shown(response) == [
+        (messages.SUCCESS, f"Run {w} cancelled; it was waiting for approval and can no longer be approved.")
+    ]
 
 
 def test_csrf_is_enforced_on_the_confirmation_forms(operator, runtime):
@@ -511,7 +515,9 @@ def test_csrf_is_enforced_on_the_confirmation_forms(operator, runtime):
     assert confirm.status_code == 200 and CONFIRMATION in [t.name for t in confirm.templates]
     confirm_token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', confirm.content.decode()).group(1)
     response = csrf_client.post(cancel_url(w), {"post": "yes", "csrfmiddlewaretoken": confirm_token}, follow=True)
-    assert shown(response) == [(messages.SUCCESS, f"Run {w} cancelled.")]
+    assert shown(response) == [
+        (messages.SUCCESS, f"Run {w} cancelled; it was waiting for approval and can no longer be approved.")
+    ]
     assert row(w).status == RunStatus.CANCELLED
 
 

@@ -183,7 +183,7 @@ def test_agent_run_cancelled_by_agent_cancel_exits_3():
     ran = run("agent_run", "slow", "--tool", "sleep", "--script", json.dumps(SLOW), "--json")
     helper.join()
     run_id = ran.lines[0]["run_id"]
-    assert cancelled[0].code == 0 and cancelled[0].out.startswith(f"{run_id} cancelled")
+    assert cancelled[0].code == 0 and cancelled[0].out.startswith(f"Run {run_id} cancelled")
     assert ran.code == 3
     steps = [line["step"] for line in ran.lines[1:-1]]
     assert steps == stored_steps(run_id) and steps[-1]["kind"] == "cancelled"
@@ -248,7 +248,7 @@ def test_agent_cancel_queued_run_records_cli_source_and_reason():
     run_id = queued()
     ran = run("agent_cancel", str(run_id), "--reason", "not needed")
     row = AgentRun.objects.get(pk=run_id)
-    assert ran.code == 0 and ran.out.splitlines() == [f"{run_id} cancelled (was queued)"]
+    assert ran.code == 0 and ran.out.splitlines() == [f"Run {run_id} cancelled; it was queued and will never execute."]
     assert (row.status, row.cancel_source, row.cancel_reason) == ("cancelled", "cli", "not needed")
     last = AgentRunEvent.objects.filter(run_id=run_id).latest("sequence")
     assert last.kind == "cancelled" and last.payload["source"] == "cli"
@@ -260,7 +260,7 @@ def test_agent_cancel_already_cancelled_is_exit_0_and_changes_nothing(runtime):
     runtime.cancel(run_id, source="api")
     before = snapshot()
     ran = run("agent_cancel", str(run_id))
-    assert ran.code == 0 and ran.out.splitlines() == [f"{run_id} already cancelled"]
+    assert ran.code == 0 and ran.out.splitlines() == [f"Run {run_id} was already cancelled; nothing changed."]
     assert snapshot() == before
 
 
@@ -270,7 +270,7 @@ def test_agent_cancel_finished_run_exits_1_and_changes_nothing(runtime, make, st
     run_id = make(runtime)
     before = snapshot()
     ran = run("agent_cancel", str(run_id))
-    assert ran.code == 1 and ran.out.splitlines() == [f"{run_id} already {status} (unchanged)"]
+    assert ran.code == 1 and ran.out.splitlines() == [f"Run {run_id} had already finished ({status}); nothing changed."]
     assert ran.err == "1 of 1 runs not cancelled (0 not found, 1 already finished)"
     assert snapshot() == before
 
@@ -281,7 +281,7 @@ def test_agent_cancel_unknown_id_exits_1_and_changes_nothing(runtime):
     unknown = uuid.uuid4()
     before = snapshot()
     ran = run("agent_cancel", str(unknown))
-    assert ran.code == 1 and ran.out.splitlines() == [f"{unknown} not found"]
+    assert ran.code == 1 and ran.out.splitlines() == [f"Run {unknown} does not exist; nothing changed."]
     assert ran.err == "1 of 1 runs not cancelled (1 not found, 0 already finished)"
     assert snapshot() == before
 
@@ -345,7 +345,7 @@ def test_agent_cancel_running_run_says_it_stops_at_the_next_boundary():
     assert (
         ran.code == 0
         and ran.out.strip()
-        == f"{row.pk} cancelled (it was executing: the step in flight is interrupted and recorded, then it stops)"
+        == f"Run {row.pk} cancelled; it was executing: the step in flight is interrupted and recorded, then it stops."
     )
 
 

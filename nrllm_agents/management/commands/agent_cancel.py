@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nrllm_agents.management import console
 from nrllm_agents.models import AgentRun, CancelSource, RunStatus
-from nrllm_agents.outcomes import EXECUTING_STOPS
+from nrllm_agents.outcomes import EXECUTING_STOPS, cancel_wording
 from nrllm_agents.runtime import AgentRuntime, CancelOutcome, CancelResult
 from nrllm_agents.store import reason_problem
 
@@ -91,19 +91,9 @@ class Command(BaseCommand):
                 )
             )
             return
-        if result.outcome == CancelOutcome.CANCELLED:
-            tail = (
-                f" (it was executing: {EXECUTING_STOPS})"
-                if result.was_executing
-                else f" (was {result.previous_status})"
-            )
-            self.stdout.write(f"{result.run_id} cancelled{tail}", self.style.SUCCESS)
-        elif result.outcome == CancelOutcome.ALREADY_CANCELLED:
-            self.stdout.write(f"{result.run_id} already cancelled", self.style.SUCCESS)
-        elif result.outcome == CancelOutcome.ALREADY_FINISHED:
-            self.stdout.write(f"{result.run_id} already {result.status} (unchanged)", self.style.WARNING)
-        else:
-            self.stdout.write(f"{result.run_id} not found", self.style.ERROR)
+        wording = cancel_wording(result)
+        style = self.style.SUCCESS if wording.changed else self.style.ERROR if wording.refused else self.style.WARNING
+        self.stdout.write(wording.sentence(result.run_id), style)
 
     def _bulk(self, options: dict[str, Any], reason: str) -> None:
         selection = AgentRun.objects.all()
