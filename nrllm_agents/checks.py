@@ -15,6 +15,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 
 from .conf import DEFAULTS, Env, app_settings
+from .executors import CHOICES as EXECUTORS
 
 Rule = tuple[Callable[[Any], bool], str]
 
@@ -44,6 +45,7 @@ RULES: dict[str, Rule] = {
     "TOOLS": PATHS,
     "DEFAULT_PROVIDER": NAME,
     "QUEUE_NAME": NAME,
+    "EXECUTOR": (lambda v: v in EXECUTORS, "one of " + ", ".join(repr(c) for c in EXECUTORS)),
     "DEFAULT_TOOLS": (
         lambda v: isinstance(v, (list, tuple)) and all(isinstance(t, str) for t in v),
         "a list of tool names",
@@ -164,6 +166,14 @@ def _consistency(v: dict[str, Any]) -> list[CheckMessage]:
                     id="nrllm_agents.E007",
                 )
             )
+    if ok("EXECUTOR") and v["EXECUTOR"] == "rq" and not getattr(settings, "REDIS_URL", None):
+        found.append(
+            Error(
+                "NRLLM_AGENTS['EXECUTOR'] is 'rq' but REDIS_URL is not set",
+                hint="Set REDIS_URL to the Redis of the RQ workers, or choose 'auto' or 'local'.",
+                id="nrllm_agents.E009",
+            )
+        )
     if ok("RETRY_BASE_SECONDS", "RETRY_MAX_SECONDS") and v["RETRY_BASE_SECONDS"] > v["RETRY_MAX_SECONDS"]:
         found.append(Error("NRLLM_AGENTS['RETRY_BASE_SECONDS'] exceeds RETRY_MAX_SECONDS", id="nrllm_agents.E008"))
     return found

@@ -71,7 +71,10 @@ DEFAULTS: dict[str, Any] = {
     # and a cancel still aborts the call by closing its connection
     "OPENAI_STREAM": Env("NRLLM_OPENAI_STREAM", bool, True),
     "QUEUE_NAME": "default",
-    # runs the in-process executor (no REDIS_URL) executes at once, one thread each; more wait.
+    # who executes queued runs: "rq" (RQ workers; needs REDIS_URL), "local" (threads of the
+    # process that queued them), or "auto": RQ when REDIS_URL is set, else local
+    "EXECUTOR": Env("NRLLM_EXECUTOR", str, "auto"),
+    # runs the in-process executor executes at once, one thread each; more wait.
     # A run holds no database connection between its step boundaries, so this can be large.
     "LOCAL_WORKERS": Env("NRLLM_LOCAL_WORKERS", int, 200),
     # interactive playground runs executing at once in one web process; more are refused

@@ -8,7 +8,7 @@ a shutdown hands the run back (``segment.hand_back_all``), a crash of the whole 
 leases that lapse and the reaper requeues the runs.
 
 Used by the threaded RQ worker (``manage.py agent_worker``) and by the in-process executor of
-the embedded default (``dispatch``, no ``REDIS_URL``).
+the embedded default (``executors.local``).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ def execute_run(run_id: str) -> str | None:
             return None
         return result.outcome.value
     except (OperationalError, InterfaceError) as exc:
-        # Raised to RQ, which retries the job later (dispatch.CLAIM_RETRY_DELAYS); the claim
+        # Raised to RQ, which retries the job later (executors.base.CLAIM_RETRY_DELAYS); the claim
         # decides whether a retry has anything left to do.
         logger.warning("run %s: database unreachable (%s); the job will be retried", run_id, type(exc).__name__)
         raise

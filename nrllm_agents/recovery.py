@@ -26,7 +26,7 @@ from typing import Any
 from django.db import DatabaseError, connections
 from django.utils import timezone
 
-from . import dispatch, store
+from . import dispatch, executors, store
 from .conf import app_settings
 from .models import AgentRun, RunStatus
 
@@ -84,42 +84,14 @@ def sweep_queued(*, limit: int = 100, dry_run: bool = False, older_than: float |
 
 
 def has_live_job(run_id: uuid.UUID, *, stale_after: float | None = None) -> bool:
-    """Whether something will still wake the run: an RQ job (by its deterministic id) that is
-    queued, scheduled (and not long overdue, i.e. a scheduler runs) or executing on a live
-    worker; or, without Redis, a task of this process's in-process executor.
-
-    A job that finished, failed or was stopped while the run is still queued is deleted here,
-    so that dispatching again starts from a clean job of the same id.
-    """
-    if not dispatch.uses_redis():
-        return dispatch.in_flight_locally(run_id)
-    import django_rq
-    from rq.job import JobStatus
-    from rq.registry import ScheduledJobRegistry
-    from rq.worker import Worker
-
-    queue = django_rq.get_queue(app_settings.QUEUE_NAME)
-    job = queue.fetch_job(dispatch.job_id(run_id, store.next_sequence(run_id)))
-    if job is None:
-        return False
-    status = job.get_status(refresh=False)
-    if status == JobStatus.QUEUED:
-        live = queue.connection.lpos(queue.key, job.id) is not None
-    elif status == JobStatus.SCHEDULED:
-        when = queue.connection.zscore(ScheduledJobRegistry(queue=queue).key, job.id)
-        overdue = (timezone.now().timestamp() - when) if when is not None else float("inf")
-        live = overdue <= (stale_after if stale_after is not None else _stale_seconds())
-    elif status == JobStatus.STARTED:
-        live = (
-            bool(job.worker_name)
-            and Worker.find_by_key(Worker.redis_worker_namespace_prefix + job.worker_name, connection=queue.connection)
-            is not None
-        )
-    else:
-        live = status == JobStatus.DEFERRED
-    if not live:
-        job.delete()
-    return live
+    """Whether something will still wake the run: the chosen executor's job for the run's next
+    segment (RQ: queued, scheduled and not long overdue, or executing on a live worker) or a
+    task of this process's in-process executor (``executors.base.Executor.holds``)."""
+    return executors.chosen().holds(
+        str(run_id),
+        job_id=dispatch.job_id(run_id, store.next_sequence(run_id)),
+        stale_after=_stale_seconds() if stale_after is None else stale_after,
+    )
 
 
 # --- the in-process executor sweeps by itself ------------------------------------------------
@@ -131,14 +103,14 @@ _stop = threading.Event()
 def start_local_sweeper(**_: Any) -> bool:
     """Start (once per process) a daemon thread that sweeps every ``QUEUED_SWEEP_SECONDS``.
 
-    Only for the in-process executor (no ``REDIS_URL``): its tasks die with their process, so
-    the next process must pick up what the last one left queued. ``0`` disables it. Connected
+    Only for the in-process executor (the chosen one when there is no ``REDIS_URL``): its tasks
+    die with their process, so the next process must pick up what the last one left queued. ``0`` disables it. Connected
     to ``request_started`` (``make run``) and called when the executor starts. Returns whether
     a sweeper runs.
     """
     global _sweeper
     interval = float(app_settings.QUEUED_SWEEP_SECONDS)
-    if interval <= 0 or dispatch.uses_redis():
+    if interval <= 0 or executors.chosen() is not executors.LOCAL:
         return False
     with _sweeper_lock:
         if _sweeper is None or not _sweeper.is_alive():

@@ -8,7 +8,7 @@ Stuck means one of:
   the lease has expired; the reaper acknowledges it;
 - ``queued_without_job``: queued, but no live RQ job will ever claim it: the deterministic job
   id ``dispatch.job_id(run_id, next_sequence)`` is missing from Redis, or that job already
-  finished, failed or was stopped. Only with RQ (``REDIS_URL``): the in-process executor's
+  finished, failed or was stopped. Only with the RQ executor: the in-process executor's
   jobs live in the memory of the process that queued them and cannot be seen from here.
 """
 

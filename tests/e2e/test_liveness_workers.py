@@ -25,6 +25,7 @@ import redis
 from django.utils import timezone
 
 from nrllm_agents import dispatch
+from nrllm_agents.executors.rq_queue import JOB_FUNCTION
 from nrllm_agents.models import AgentRun, AgentRunEvent, Note, RunStatus
 from nrllm_agents.presenters import stream_finished
 from nrllm_agents.testing.chat_server import ChatCompletionServer
@@ -272,7 +273,7 @@ def test_a_run_killed_during_a_non_idempotent_tool_is_dead_lettered_never_repeat
     run = AgentRun.objects.get(pk=run_id)
     assert (run.status, run.termination_reason, run.error_class) == (RunStatus.FAILED, "not_retryable", "LeaseExpired")
     # Another worker is available: even a stray job for the run executes nothing.
-    stray = queue.enqueue(dispatch.JOB_FUNCTION, str(run_id), job_id=f"stray-{run_id}").id
+    stray = queue.enqueue(JOB_FUNCTION, str(run_id), job_id=f"stray-{run_id}").id
     assert wait_for(lambda: results_of(queue, stray), what="the stray job") == [None]
     assert agent_reap(worker_env) == "0 requeued, 0 cancel acknowledged, 0 skipped (alive)"
     assert Note.objects.filter(run_id=run_id).count() == 1

@@ -26,6 +26,7 @@ import pytest
 import redis
 
 from nrllm_agents import dispatch
+from nrllm_agents.executors import CLAIM_RETRY_DELAYS
 from nrllm_agents.models import AgentRun, RunStatus
 from tests.conftest import manage
 from tests.e2e.workers import Workers, wait_for
@@ -187,9 +188,7 @@ def test_jobs_claimed_while_the_database_is_away_are_retried_and_run_once(
         from rq.job import Job
 
         def tried_once() -> bool:  # every job failed its claim at least once and was kept for a retry
-            return all(
-                Job.fetch(j, connection=queue.connection).retries_left < len(dispatch.CLAIM_RETRY_DELAYS) for j in jobs
-            )
+            return all(Job.fetch(j, connection=queue.connection).retries_left < len(CLAIM_RETRY_DELAYS) for j in jobs)
 
         wait_for(tried_once, timeout=120, interval=0.2, what="every job to meet the outage")
         assert AgentRun.objects.filter(pk__in=run_ids, status=RunStatus.QUEUED).count() == len(run_ids)

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from nrllm_agents import dispatch
+from nrllm_agents.executors.rq_queue import JOB_FUNCTION
 from nrllm_agents.models import TERMINAL, AgentRun, AgentRunEvent, CancelSource, Note, RunStatus
 from nrllm_agents.presenters import stream_finished
 from nrllm_agents.runtime import ApprovalNotPending, CancelOutcome, Outcome
@@ -141,7 +142,7 @@ def test_the_same_job_delivered_twice_to_racing_workers_executes_once(runtime, q
     run_id = runtime.enqueue(SHORT)
     job_id = dispatch.job_id(run_id)
     queue.push_job_id(job_id)  # the same job delivered a second time
-    other = queue.enqueue(dispatch.JOB_FUNCTION, str(run_id), job_id=f"another-{run_id}").id  # a stray job
+    other = queue.enqueue(JOB_FUNCTION, str(run_id), job_id=f"another-{run_id}").id  # a stray job
 
     wait_for(
         lambda: len(results_of(queue, job_id)) == 2 and results_of(queue, other), what="three deliveries to finish"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from nrllm_agents import dispatch, jobs, store
+from nrllm_agents import dispatch, executors, jobs, store
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, Note, RunStatus
 from nrllm_agents.run_request import RunRequest
 from nrllm_agents.runtime import ApprovalNotPending, InvalidRunId, Outcome
@@ -140,7 +140,7 @@ def test_the_job_timeout_comes_from_the_environment(child_env):
     proc = manage(
         "shell",
         "-c",
-        "from nrllm_agents.dispatch import job_timeout; print(job_timeout())",
+        "from nrllm_agents.executors.rq_queue import job_timeout; print(job_timeout())",
         env={**child_env, "NRLLM_JOB_TIMEOUT": "5400"},
     )
     out, err = proc.communicate(timeout=60)
@@ -334,6 +334,31 @@ def test_without_redis_enqueue_runs_in_process_through_the_claim(runtime, no_red
     interactive = runtime.run(REQUEST)
     assert shape(run_id) == shape(interactive.run_id)
     assert [line["what"] for line in journal_of(journal, run_id)] == ["model", "tool", "model"]
+
+
+# Real commits: the executor's threads use their own connections.
+@pytest.mark.django_db(transaction=True)
+def test_the_local_executor_executes_in_process_even_with_redis_set(runtime, rq_queue, settings, journal):
+    settings.NRLLM_AGENTS = {"EXECUTOR": "local"}
+    run_id = runtime.enqueue(REQUEST)
+    assert dispatch.wait_local_idle(30)
+    row = AgentRun.objects.get(pk=run_id)
+    assert (row.status, row.final_text) == (RunStatus.COMPLETED, "42")
+    assert rq_queue.count == 0 and rq_queue.fetch_job(dispatch.job_id(run_id)) is None  # Redis never saw it
+    assert [line["what"] for line in journal_of(journal, run_id)] == ["model", "tool", "model"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("executor", ["rq", "auto"])
+def test_the_rq_executor_hands_the_run_to_redis(
+    runtime, rq_queue, settings, executor, django_capture_on_commit_callbacks
+):
+    settings.NRLLM_AGENTS = {"EXECUTOR": executor}
+    with django_capture_on_commit_callbacks(execute=True):
+        run_id = runtime.enqueue(REQUEST)
+    assert rq_queue.job_ids == [dispatch.job_id(run_id)]
+    assert not executors.LOCAL.holds(str(run_id), job_id=dispatch.job_id(run_id), stale_after=0)
+    assert AgentRun.objects.get(pk=run_id).status == RunStatus.QUEUED  # no worker here: it waits
 
 
 @pytest.mark.django_db(transaction=True)

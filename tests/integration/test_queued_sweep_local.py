@@ -9,12 +9,13 @@ Guards: such runs stayed ``queued`` forever; ``agent_reap`` and ``make run`` did
 from __future__ import annotations
 
 import io
+import threading
 
 import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from nrllm_agents import dispatch, recovery, store
+from nrllm_agents import dispatch, executors, recovery, store
 from nrllm_agents.models import AgentRun, RunStatus
 from nrllm_agents.run_request import RunRequest
 from tests.e2e.workers import wait_for
@@ -58,14 +59,22 @@ def test_the_web_process_sweeps_by_itself(settings):
     wait_for(lambda: status(run) == RunStatus.COMPLETED, timeout=30, what="the sweeper to recover the run")
 
 
-def test_a_run_in_flight_in_this_process_is_only_waiting():
+def test_a_run_in_flight_in_this_process_is_only_waiting(monkeypatch):
     run = stranded()
-    dispatch._in_flight.started()  # hold the executor's count as a running task would
+    started, release = threading.Event(), threading.Event()
+
+    def held(run_id: str) -> None:  # a task that has the run and has not claimed it yet
+        started.set()
+        release.wait(30)
+
+    monkeypatch.setattr(executors.LOCAL, "job", held)
+    executors.LOCAL.submit(str(run.pk), job_id="held")
     try:
-        with dispatch._local_runs_lock:
-            dispatch._local_runs[str(run.pk)] += 1
+        assert started.wait(30)
         report = recovery.sweep_queued()
         assert (report.recovered, report.waiting) == ([], 1)
     finally:
-        dispatch._local_finished(str(run.pk))
+        release.set()
+    assert dispatch.wait_local_idle(30)
     assert status(run) == RunStatus.QUEUED
+    assert not executors.LOCAL.holds(str(run.pk), job_id="held", stale_after=0)

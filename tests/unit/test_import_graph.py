@@ -96,6 +96,20 @@ def test_no_import_cycle_in_the_package():
     assert cycles(graph) == []
 
 
+def test_the_executors_sit_below_the_runtime():
+    """The backends never reach the runtime or the job: the app's ready() hands them the job."""
+    known = modules()
+    graph = {name: imports(name, path, known) for name, path in known.items()}
+    below = {name for name in known if name.startswith("nrllm_agents.executors")}
+    assert below and "nrllm_agents.executors.rq_queue" in below
+    reached, todo = set(), list(below)
+    while todo:
+        for target in graph[todo.pop()] - reached:
+            reached.add(target)
+            todo.append(target)
+    assert not reached & {"nrllm_agents.runtime", "nrllm_agents.jobs", "nrllm_agents.dispatch"}
+
+
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 

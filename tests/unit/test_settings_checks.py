@@ -40,6 +40,8 @@ def test_the_defaults_pass():
         ("DEFAULT_DEADLINE_SECONDS", 0),
         ("QUEUE_NAME", " "),
         ("TOOLS", ["calculator"]),
+        ("EXECUTOR", "threads"),
+        ("EXECUTOR", None),
     ],
 )
 def test_a_bad_value_is_named(name, value):
@@ -57,6 +59,14 @@ def test_settings_that_do_not_fit_together_are_named():
     assert ids(LEASE_SECONDS_TYPO=1) == ["nrllm_agents.W001"]
 
 
+def test_the_rq_executor_needs_redis(settings):
+    settings.REDIS_URL = None
+    assert ids(EXECUTOR="rq") == ["nrllm_agents.E009"]
+    assert ids(EXECUTOR="auto") == ids(EXECUTOR="local") == []
+    settings.REDIS_URL = "redis://127.0.0.1:6379/0"
+    assert ids(EXECUTOR="rq") == ids(EXECUTOR="local") == []
+
+
 def test_a_bad_environment_variable_is_named(monkeypatch):
     monkeypatch.setenv("NRLLM_LEASE_SECONDS", "five minutes")
     messages = check_settings()
@@ -64,20 +74,27 @@ def test_a_bad_environment_variable_is_named(monkeypatch):
     assert "NRLLM_LEASE_SECONDS='five minutes'" in messages[0].msg
 
 
-def test_manage_py_check_refuses_to_start_and_names_the_value():
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "DJANGO_DEBUG": "1",
-        "NRLLM_JOB_TIMEOUT": "soon",
-        "DATABASE_URL": "sqlite:///:memory:",
-    }
-    ran = subprocess.run(
+def manage_py_check(**env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), "check"],
-        env=env,
+        env={"PATH": "/usr/bin:/bin", "DJANGO_DEBUG": "1", "DATABASE_URL": "sqlite:///:memory:", **env},
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_manage_py_check_refuses_to_start_and_names_the_value():
+    ran = manage_py_check(NRLLM_JOB_TIMEOUT="soon")
     assert ran.returncode == 1, ran.stdout + ran.stderr
     assert "NRLLM_JOB_TIMEOUT='soon'" in ran.stderr and "nrllm_agents.E002" in ran.stderr
+
+
+def test_manage_py_check_names_an_unknown_executor():
+    ran = manage_py_check(NRLLM_EXECUTOR="threads")
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    assert "NRLLM_AGENTS['EXECUTOR'] must be one of 'auto', 'rq', 'local', not 'threads'" in ran.stderr
+    assert "nrllm_agents.E003" in ran.stderr
+    ran = manage_py_check(NRLLM_EXECUTOR="rq")  # no REDIS_URL in this environment
+    assert ran.returncode == 1 and "nrllm_agents.E009" in ran.stderr, ran.stdout + ran.stderr

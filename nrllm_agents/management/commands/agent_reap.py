@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from nrllm_agents import dispatch, recovery
+from nrllm_agents import executors, recovery
 from nrllm_agents.runtime import AgentRuntime
 
 
@@ -31,9 +31,9 @@ class Command(BaseCommand):
             raise CommandError("--limit must be a positive integer", returncode=2)
         report = AgentRuntime().reap(limit=limit, dry_run=dry_run)
         sweep = recovery.sweep_queued(limit=limit, dry_run=dry_run)
-        if (report.requeued or sweep.recovered) and not dry_run and not dispatch.uses_redis():
-            # Embedded default: requeued runs execute in this process; let them finish.
-            dispatch.wait_local_idle(timeout=3600)
+        if (report.requeued or sweep.recovered) and not dry_run:
+            # The in-process executor runs them in this process: let them finish (RQ: at once).
+            executors.chosen().wait_idle(timeout=3600)
         self.stdout.write(self.style.SUCCESS(report.summary()))
         self.stdout.write((self.style.WARNING if sweep.error else self.style.SUCCESS)(sweep.summary()))
         if sweep.error:

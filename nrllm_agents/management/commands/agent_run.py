@@ -42,7 +42,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--queued",
             action="store_true",
-            help="Hand the run to a worker (RQ with REDIS_URL, else an in-process executor) and print its id at once.",
+            help="Hand the run to its executor (RQ workers, or threads of this process) and print its id at once.",
         )
         parser.add_argument(
             "--follow",
@@ -102,7 +102,7 @@ class Command(BaseCommand):
         console.stderr_hint(self.stderr, run_id)
         if not uses_redis() and not follow:
             # The embedded executor lives in this process: it finishes the run before we exit.
-            self.stderr.write("no REDIS_URL: the run executes in this process, which exits when it is done")
+            self.stderr.write("in-process executor: the run executes in this process, which exits when it is done")
         if not follow:
             return console.EXIT_OK
         try:

@@ -59,7 +59,8 @@ class Command(BaseCommand):
 
         if not dispatch.uses_redis():
             raise CommandError(
-                "agent_worker needs REDIS_URL; without it queued runs execute in the process that queues them",
+                "agent_worker needs the RQ executor (REDIS_URL set, NRLLM_AGENTS['EXECUTOR'] not 'local'); "
+                "without it queued runs execute in the process that queues them",
                 returncode=2,
             )
         concurrency = default_concurrency() if concurrency is None else concurrency

@@ -1,0 +1,122 @@
+"""The RQ executor: a job carrying nothing but the run id goes to the django-rq queue, and
+``manage.py agent_worker`` (or ``rqworker``) processes execute it, on any number of machines.
+
+Named ``rq_queue`` so as not to shadow the ``rq`` library.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
+
+from ..conf import app_settings
+from .base import CLAIM_RETRY_DELAYS
+
+JOB_FUNCTION = "nrllm_agents.jobs.execute_run"
+
+
+def job_timeout() -> int:
+    """Seconds RQ lets one job run, ``-1`` for no limit.
+
+    From ``NRLLM_AGENTS["JOB_TIMEOUT"]`` (default: env ``NRLLM_JOB_TIMEOUT``, else 3600).
+    Always passed explicitly: RQ's own default (180 s, or the queue's ``DEFAULT_TIMEOUT``)
+    would kill a long run in the middle of a step. When the limit does strike, RQ raises
+    in the job and the run settles ``failed`` (never left ``running``). Raises
+    ``ImproperlyConfigured`` for anything but a positive integer or -1.
+    """
+    value = app_settings.JOB_TIMEOUT
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not (value == -1 or value > 0):
+        raise ImproperlyConfigured(
+            f"NRLLM_AGENTS['JOB_TIMEOUT'] must be a positive number of seconds "
+            f"or -1 (no limit), not {str(value)[:40]!r}"
+        )
+    return value
+
+
+class RqExecutor:
+    """Enqueues one RQ job per segment of a run; RQ retries a job whose database was away.
+
+    Retries and delayed jobs are scheduled: run at least one worker ``--with-scheduler``.
+    """
+
+    name = "rq"
+
+    def __init__(self) -> None:
+        self._queues: dict[tuple[str, str], Any] = {}
+
+    def queue(self) -> Any:
+        """This process's queue ``QUEUE_NAME``, built once per configuration and reused with its
+        Redis connection pool (building one per dispatch opened a new Redis connection every
+        time). redis-py's pool notices a fork and reconnects in the child."""
+        import django_rq
+
+        name = app_settings.QUEUE_NAME
+        key = (name, repr(getattr(settings, "RQ_QUEUES", {}).get(name)))
+        queue = self._queues.get(key)
+        if queue is None:
+            # Our caller already waited for the commit: enqueue now, not at some later commit.
+            queue = self._queues[key] = django_rq.get_queue(name, commit_mode="auto")
+        return queue
+
+    def submit(self, run_id: str, *, job_id: str, delay_seconds: float = 0) -> None:
+        from rq import Retry
+
+        queue = self.queue()
+        options = {
+            "job_id": job_id,
+            "job_timeout": job_timeout(),
+            "result_ttl": 3600,
+            "failure_ttl": 7 * 24 * 3600,
+            "description": f"agent run {run_id}",
+            "retry": Retry(max=len(CLAIM_RETRY_DELAYS), interval=list(CLAIM_RETRY_DELAYS)),
+        }
+        if delay_seconds > 0:
+            queue.enqueue_in(dt.timedelta(seconds=delay_seconds), JOB_FUNCTION, run_id, **options)
+        else:
+            queue.enqueue(JOB_FUNCTION, run_id, **options)
+
+    def holds(self, run_id: str, *, job_id: str, stale_after: float) -> bool:
+        """Whether job ``job_id`` is queued, scheduled (and not more than ``stale_after`` seconds
+        overdue, i.e. a scheduler runs) or executing on a live worker.
+
+        A job that finished, failed or was stopped while the run is still queued is deleted here,
+        so that dispatching again starts from a clean job of the same id.
+        """
+        from rq.job import JobStatus
+        from rq.registry import ScheduledJobRegistry
+        from rq.worker import Worker
+
+        queue = self.queue()
+        job = queue.fetch_job(job_id)
+        if job is None:
+            return False
+        status = job.get_status(refresh=False)
+        if status == JobStatus.QUEUED:
+            live = queue.connection.lpos(queue.key, job.id) is not None
+        elif status == JobStatus.SCHEDULED:
+            when = queue.connection.zscore(ScheduledJobRegistry(queue=queue).key, job.id)
+            overdue = (timezone.now().timestamp() - when) if when is not None else float("inf")
+            live = overdue <= stale_after
+        elif status == JobStatus.STARTED:
+            live = bool(job.worker_name) and (
+                Worker.find_by_key(Worker.redis_worker_namespace_prefix + job.worker_name, connection=queue.connection)
+                is not None
+            )
+        else:
+            live = status == JobStatus.DEFERRED
+        if not live:
+            job.delete()
+        return live
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """True at once: workers, not this process, execute the jobs."""
+        return True
+
+
+RQ = RqExecutor()

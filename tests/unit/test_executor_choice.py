@@ -1,0 +1,47 @@
+"""``NRLLM_AGENTS["EXECUTOR"]`` chooses the executor of queued runs (no database).
+
+Guards what once was an ``if uses_redis(): … else`` inside ``dispatch``: the choice now comes
+from one setting, and ``"auto"`` keeps the old behaviour (RQ exactly when ``REDIS_URL`` is set).
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from nrllm_agents import dispatch, executors
+
+REDIS = "redis://127.0.0.1:6379/0"
+
+
+@pytest.mark.parametrize(
+    "executor, redis_url, expected",
+    [
+        (None, REDIS, executors.RQ),  # the default is "auto"
+        (None, None, executors.LOCAL),
+        ("auto", REDIS, executors.RQ),
+        ("auto", None, executors.LOCAL),
+        ("auto", "", executors.LOCAL),
+        ("local", REDIS, executors.LOCAL),
+        ("rq", REDIS, executors.RQ),
+        ("rq", None, executors.RQ),  # refused by manage.py check (E009); dispatch then fails closed
+    ],
+)
+def test_the_setting_picks_the_executor(settings, executor, redis_url, expected):
+    settings.REDIS_URL = redis_url
+    settings.NRLLM_AGENTS = {} if executor is None else {"EXECUTOR": executor}
+    assert executors.chosen() is expected
+    assert dispatch.uses_redis() is (expected is executors.RQ)
+
+
+def test_the_environment_picks_the_executor(settings, monkeypatch):
+    settings.REDIS_URL = REDIS
+    settings.NRLLM_AGENTS = {}
+    monkeypatch.setenv("NRLLM_EXECUTOR", "local")
+    assert executors.chosen() is executors.LOCAL
+
+
+def test_an_unknown_executor_is_refused_by_name(settings):
+    settings.NRLLM_AGENTS = {"EXECUTOR": "celery"}
+    with pytest.raises(ImproperlyConfigured, match="one of 'auto', 'rq', 'local', not 'celery'"):
+        executors.chosen()
