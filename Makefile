@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # Production sets DJANGO_SECRET_KEY and leaves DJANGO_DEBUG unset (README, "Security").
 export DJANGO_DEBUG ?= 1
 
-.PHONY: lint run worker demo test test-postgres test-sqlite test-django52 venv migrate bench clean
+.PHONY: lint run worker demo test test-postgres test-sqlite test-django52 coverage-unit venv migrate bench clean
 
 venv:
 	@bash scripts/venv.sh $(VENV)
@@ -50,6 +50,13 @@ test-postgres: venv
 
 test-sqlite: venv
 	DATABASE_URL=sqlite:///$(CURDIR)/db.sqlite3 NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
+
+# Line coverage of the store, the segment hook and the runtime by tests/unit alone (PostgreSQL, so
+# the prepared statements count too); not part of `make test`, which stays as fast as it is.
+coverage-unit: venv
+	DATABASE_URL=$(PG_URL) NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest tests/unit \
+		--cov=nrllm_agents.store --cov=nrllm_agents.segment --cov=nrllm_agents.runtime \
+		--cov-report=term-missing $(PYTEST_ARGS)
 
 # The oldest supported stack: Python 3.11 with Django 5.2 LTS (unit + integration, both databases).
 COMPAT_VENV ?= .venv-django52
