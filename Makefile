@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # Production sets DJANGO_SECRET_KEY and leaves DJANGO_DEBUG unset (README, "Security").
 export DJANGO_DEBUG ?= 1
 
-.PHONY: lint run worker demo test test-postgres test-sqlite test-django52 coverage-unit venv migrate bench clean
+.PHONY: lint run worker demo test test-postgres test-sqlite test-django52 coverage-modules venv migrate bench clean
 
 venv:
 	@bash scripts/venv.sh $(VENV)
@@ -51,10 +51,11 @@ test-postgres: venv
 test-sqlite: venv
 	DATABASE_URL=sqlite:///$(CURDIR)/db.sqlite3 NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
-# Line coverage of the store, the segment hook and the runtime by tests/unit alone (PostgreSQL, so
-# the prepared statements count too); not part of `make test`, which stays as fast as it is.
-coverage-unit: venv
-	DATABASE_URL=$(PG_URL) NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest tests/unit \
+# Line coverage of the store, the segment hook and the runtime by the tests that call those
+# modules directly (tests/unit, tests/integration/modules), not through HTTP, commands or workers.
+# On PostgreSQL, so the prepared statements count too; not part of `make test`, which stays lean.
+coverage-modules: venv
+	DATABASE_URL=$(PG_URL) NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest tests/unit tests/integration/modules \
 		--cov=nrllm_agents.store --cov=nrllm_agents.segment --cov=nrllm_agents.runtime \
 		--cov-report=term-missing $(PYTEST_ARGS)
 

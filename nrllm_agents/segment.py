@@ -156,8 +156,10 @@ class SegmentTrace:
             )
         cancelled = False
         try:
-            # A tripped token means the row was read ``cancelled``: no renewal can match, so the
-            # step in flight goes straight to the guarded append (two round trips fewer to stop).
+            # A token tripped by a cancel means the row was read ``cancelled``: no renewal can
+            # match, so the step in flight goes straight to the guarded append (two round trips
+            # fewer to stop). One tripped by a shutdown hand-back (a step that was not cut short)
+            # is appended the same way; the runtime then hands the run back.
             known_cancelled = self.token.cancelled
             recorded = (
                 Lease.NOT_HELD

@@ -1,4 +1,4 @@
-"""Fixtures of the unit tests that call the store, the segment hook and the runtime directly."""
+"""Fixtures of the module tests that call the store, the segment hook and the runtime directly."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ from django.utils import timezone
 from nrllm_agents import dispatch, segment, store
 from nrllm_agents.domain import ProviderError, Usage
 from nrllm_agents.models import AgentRun, CancelSource, Note, RunStatus
-from nrllm_agents.requests import InvalidRequest
 from nrllm_agents.retries import RetryPolicy
+from nrllm_agents.run_request import InvalidRequest
 from nrllm_agents.runtime import ApprovalNotPending, CancelOutcome, InvalidRunId, Outcome, RunNotFound
 
 from .runs import kinds, row, running, stream, waiting
@@ -171,7 +171,8 @@ def test_a_run_taken_mid_way_stops_without_writing(runtime):
             take(uuid.UUID(data["run_id"]))
 
     result = runtime.run(request(ONE_TOOL), on_step=take_at_the_llm_step)
-    assert (result.outcome, result.status, result.steps) == (Outcome.LEASE_LOST, "", 1)
+    # The status is the row's as it is now: running, in the hands of the segment that took it.
+    assert (result.outcome, result.status, result.steps) == (Outcome.LEASE_LOST, RunStatus.RUNNING, 1)
     assert kinds(result.run_id) == ["request"] and row(result.run_id).claimed_by == "worker:elsewhere"
 
 
