@@ -42,10 +42,16 @@ class RunNotFound(LookupError):
 
 
 class ApprovalNotPending(RuntimeError):
-    """The run is not waiting for approval, so it cannot be approved or denied."""
+    """The run is not waiting for approval, so it cannot be approved or denied.
+
+    Its message is what every surface says (``Run … is completed, not waiting for approval;
+    nothing changed.``), with HTTP 409 and a failing exit code.
+    """
+
+    HTTP_STATUS = 409
 
     def __init__(self, run_id: Any, status: str) -> None:
-        super().__init__(f"run {run_id} is {status}, not waiting for approval")
+        super().__init__(f"Run {run_id} is {status}, not waiting for approval; nothing changed.")
         self.run_id = run_id
         self.status = status
 

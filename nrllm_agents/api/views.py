@@ -322,12 +322,8 @@ class RunApproveView(RunAPIView):
             raise NotFound(NOT_FOUND_DETAIL) from None
         except ApprovalNotPending as exc:
             return Response(
-                {
-                    "detail": f"The run is {exc.status}, not waiting for approval.",
-                    "run_id": str(run.pk),
-                    "status": exc.status,
-                },
-                status=status.HTTP_409_CONFLICT,
+                {"detail": str(exc), "run_id": str(run.pk), "status": exc.status},
+                status=exc.HTTP_STATUS,
             )
         except EnqueueError:
             return Response(

@@ -235,13 +235,7 @@ def approve_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
             return _answer(request, run.pk, 202, messages.SUCCESS, f"{verb}; a worker resumes the run.")
         interactive.launch(lambda on_step: runtime.approve(run.pk, approved, by=user, on_step=on_step))
     except ApprovalNotPending as exc:
-        return _answer(
-            request,
-            run.pk,
-            409,
-            messages.WARNING,
-            f"The run is {exc.status}, no longer waiting for approval; nothing changed.",
-        )
+        return _answer(request, run.pk, exc.HTTP_STATUS, messages.WARNING, str(exc))
     except RunNotFound:
         raise Http404("no such run") from None
     except dispatch.EnqueueError as exc:

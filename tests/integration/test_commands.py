@@ -427,9 +427,13 @@ def test_agent_approve_refusals_change_nothing(runtime):
     runtime.cancel(cancelled, source="api")
     before = snapshot()
     ran = run("agent_approve", str(done), "--approve")
-    assert (ran.code, ran.err, ran.out) == (1, f"run {done} is completed, not waiting for approval", "")
+    assert (ran.code, ran.err, ran.out) == (
+        1,
+        f"Run {done} is completed, not waiting for approval; nothing changed.",
+        "",
+    )
     ran = run("agent_approve", str(cancelled), "--deny")
-    assert (ran.code, ran.err) == (1, f"run {cancelled} is cancelled, not waiting for approval")
+    assert (ran.code, ran.err) == (1, f"Run {cancelled} is cancelled, not waiting for approval; nothing changed.")
     ran = run("agent_approve", str(gone), "--approve")
     assert (ran.code, ran.err) == (1, f"run {gone} not found")
     ran = run("agent_approve", "12345", "--approve")

@@ -175,7 +175,7 @@ def test_approving_a_run_that_is_not_waiting_is_409_with_its_status(alice, api, 
     response = api.post(url(run.pk, "approve"), {"approved": True}, format="json")
     assert response.status_code == 409
     assert response.json() == {
-        "detail": f"The run is {state}, not waiting for approval.",
+        "detail": f"Run {run.pk} is {state}, not waiting for approval; nothing changed.",
         "run_id": str(run.pk),
         "status": state,
     }
