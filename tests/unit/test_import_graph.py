@@ -110,6 +110,45 @@ def test_the_executors_sit_below_the_runtime():
     assert not reached & {"nrllm_agents.runtime", "nrllm_agents.jobs", "nrllm_agents.dispatch"}
 
 
+# The floors of ARCHITECTURE.md, lowest first: a module imports only from its own floor and the
+# ones below. Modules named nowhere (conf, db, observability, registry, …) support every floor.
+FLOORS = [
+    ("domain", ("domain",)),
+    ("models", ("models",)),
+    ("vocabulary", ("policy", "outcomes", "describe", "presenters", "run_request")),
+    ("store", ("store",)),
+    ("executors", ("dispatch", "executors", "executor", "recovery")),
+    ("runtime", ("runtime", "segment", "forks", "limits", "interrupts", "push", "watch", "deltas")),
+    ("workers", ("jobs", "worker", "threaded")),
+    ("surfaces", ("admin", "api", "web", "management")),
+]
+
+
+def floor_of(name: str) -> int | None:
+    short = name.removeprefix("nrllm_agents.")
+    for level, (_, prefixes) in enumerate(FLOORS):
+        if any(short == p or short.startswith(p + ".") for p in prefixes):
+            return level
+    return None
+
+
+def test_the_modules_sit_on_their_floors():
+    known = modules()
+    upward = []
+    for name, path in known.items():
+        level = floor_of(name)
+        for target in imports(name, path, known) if level is not None else ():
+            if (floor_of(target) or 0) > level:
+                upward.append(f"{name} ({FLOORS[level][0]}) imports {target} ({FLOORS[floor_of(target) or 0][0]})")
+    assert upward == []
+    assert all(any(floor_of(name) == level for name in known) for level in range(len(FLOORS)))
+
+
+def test_the_floor_check_sees_an_upward_import():
+    assert floor_of("nrllm_agents.store.runs") < floor_of("nrllm_agents.runtime") < floor_of("nrllm_agents.api.views")
+    assert floor_of("nrllm_agents.conf") is None
+
+
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
