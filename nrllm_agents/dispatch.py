@@ -35,7 +35,7 @@ def job_id(run_id: uuid.UUID | str, segment: int = 0) -> str:
     return f"nrllm-run-{run_id}-{segment}"
 
 
-def uses_redis() -> bool:
+def uses_rq() -> bool:
     """True when queued runs go to RQ workers (the chosen executor is RQ)."""
     return executors.chosen() is executors.RQ
 

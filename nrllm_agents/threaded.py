@@ -44,7 +44,7 @@ from rq.timeouts import BaseDeathPenalty
 from rq.utils import now
 from rq.worker import BaseWorker, WorkerStatus
 
-from .executor import SegmentExecutor
+from .executors.pool import SegmentExecutor
 from .segment import hand_back_all
 
 DEFAULT_CONCURRENCY = 100

@@ -59,7 +59,7 @@ def operations_page(model_admin: Any, request: HttpRequest) -> HttpResponse:
         "opts": model_admin.opts,
         "title": "Operations",
         "overview": operations.overview(),
-        "uses_redis": dispatch.uses_redis(),
+        "uses_rq": dispatch.uses_rq(),
         "changelist": model_admin._url("changelist"),
     }
     return TemplateResponse(request, "admin/nrllm_agents/agentrun/operations.html", context)

@@ -22,9 +22,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import InterfaceError, OperationalError, connections
 
 from ..conf import app_settings
-from ..executor import SegmentExecutor
 from ..inflight import InFlight
 from .base import CLAIM_RETRY_DELAYS
+from .pool import SegmentExecutor
 
 logger = logging.getLogger(__name__)
 

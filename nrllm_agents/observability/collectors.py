@@ -54,7 +54,7 @@ def queue_depth() -> dict[str, int] | None:
     from .. import dispatch
     from ..conf import app_settings
 
-    if not dispatch.uses_redis():
+    if not dispatch.uses_rq():
         return None
     import django_rq
 

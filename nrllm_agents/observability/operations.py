@@ -96,7 +96,7 @@ def overview() -> Overview:
     checked = 0
     queue = None
     error = ""
-    if dispatch.uses_redis():
+    if dispatch.uses_rq():
         try:
             ids, checked = queued_without_job()
             missing = len(ids)

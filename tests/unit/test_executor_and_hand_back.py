@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from nrllm_agents.domain.cancel import NEVER, CancelToken
-from nrllm_agents.executor import SegmentExecutor
+from nrllm_agents.executors.pool import SegmentExecutor
 
 
 def test_hand_back_ends_a_wait_and_is_told_apart_from_a_cancel():

@@ -1,6 +1,6 @@
 """``NRLLM_AGENTS["EXECUTOR"]`` chooses the executor of queued runs (no database).
 
-Guards what once was an ``if uses_redis(): … else`` inside ``dispatch``: the choice now comes
+Guards what once was an ``if uses_rq(): … else`` inside ``dispatch``: the choice now comes
 from one setting, and ``"auto"`` keeps the old behaviour (RQ exactly when ``REDIS_URL`` is set).
 """
 
@@ -31,7 +31,7 @@ def test_the_setting_picks_the_executor(settings, executor, redis_url, expected)
     settings.REDIS_URL = redis_url
     settings.NRLLM_AGENTS = {} if executor is None else {"EXECUTOR": executor}
     assert executors.chosen() is expected
-    assert dispatch.uses_redis() is (expected is executors.RQ)
+    assert dispatch.uses_rq() is (expected is executors.RQ)
 
 
 def test_the_environment_picks_the_executor(settings, monkeypatch):

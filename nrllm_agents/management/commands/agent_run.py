@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from nrllm_agents.dispatch import EnqueueError, uses_redis
+from nrllm_agents.dispatch import EnqueueError, uses_rq
 from nrllm_agents.management import console
 from nrllm_agents.run_request import InvalidRequest, RunRequest
 from nrllm_agents.runtime import AgentRuntime, RunNotFound
@@ -100,7 +100,7 @@ class Command(BaseCommand):
             raise console.enqueue_failed(exc) from None
         printer.started(run_id, " queued")
         console.stderr_hint(self.stderr, run_id)
-        if not uses_redis() and not follow:
+        if not uses_rq() and not follow:
             # The embedded executor lives in this process: it finishes the run before we exit.
             self.stderr.write("in-process executor: the run executes in this process, which exits when it is done")
         if not follow:

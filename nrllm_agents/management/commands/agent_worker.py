@@ -57,7 +57,7 @@ class Command(BaseCommand):
     ) -> None:
         import django_rq
 
-        if not dispatch.uses_redis():
+        if not dispatch.uses_rq():
             raise CommandError(
                 "agent_worker needs the RQ executor (REDIS_URL set, NRLLM_AGENTS['EXECUTOR'] not 'local'); "
                 "without it queued runs execute in the process that queues them",
