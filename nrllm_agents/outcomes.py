@@ -5,7 +5,9 @@ from __future__ import annotations
 import enum
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
+
+from django.utils.translation import ngettext
 
 from .domain import Usage
 from .models import RunStatus
@@ -131,6 +133,53 @@ def cancel_wording(result: CancelResult) -> Wording:
     if result.outcome == CancelOutcome.ALREADY_FINISHED:
         return Wording(f"had already finished ({result.status}); nothing changed.", 409, changed=False, refused=True)
     return Wording("does not exist; nothing changed.", 404, changed=False, refused=True)
+
+
+class Counts(Protocol):
+    """What a bulk cancel did (``store.BulkCancel``), as the wording reads it."""
+
+    cancelled: dict[str, int]  # previous status -> runs this call cancelled (or would)
+    unchanged: dict[str, int]  # terminal status -> runs left as they were
+    dry_run: bool
+
+    @property
+    def cancelled_total(self) -> int: ...
+
+
+def _runs(n: int) -> str:
+    return ngettext("%(n)d run", "%(n)d runs", n) % {"n": n}
+
+
+def bulk_wording(result: Counts) -> Wording:
+    """The one wording of a bulk cancel (or of its dry run), for the admin, the API and
+    ``agent_cancel``: ``"3 runs cancelled, 2 runs already finished. 1 of them was executing: …"``.
+
+    200 when anything was (or would be) cancelled, else ``changed`` is false (a warning).
+    """
+    dry = result.dry_run
+    already = result.unchanged.get(RunStatus.CANCELLED, 0)
+    finished = sum(n for status, n in result.unchanged.items() if status != RunStatus.CANCELLED)
+    parts = (
+        [f"{_runs(result.cancelled_total)} {'will be cancelled' if dry else 'cancelled'}"]
+        if result.cancelled_total
+        else []
+    )
+    parts += [f"{_runs(finished)} already finished"] if finished else []
+    parts += [f"{_runs(already)} already cancelled"] if already else []
+    if not parts:
+        return Wording("No run matched the selection; nothing changed.", 200, changed=False)
+    text = ", ".join(parts) + "."
+    executing = result.cancelled.get(RunStatus.RUNNING, 0)
+    if executing:
+        them = (
+            ngettext("%(n)d of them is executing: ", "%(n)d of them are executing: ", executing)
+            if dry
+            else ngettext("%(n)d of them was executing: ", "%(n)d of them were executing: ", executing)
+        )
+        text += " " + them % {"n": executing} + f"{EXECUTING_STOPS}."
+    if not result.cancelled_total:
+        return Wording(f"Nothing to cancel: {text}", 200, changed=False)
+    return Wording(text, 200)
 
 
 class InvalidRunId(ValueError):

@@ -17,10 +17,9 @@ from django.contrib import messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
-from django.utils.translation import ngettext
 
 from ..models import RunStatus
-from ..outcomes import EXECUTING_STOPS, cancel_wording
+from ..outcomes import EXECUTING_STOPS, bulk_wording, cancel_wording
 from ..runtime import CancelResult
 from ..store import MAX_REASON_CHARS, BulkCancel
 
@@ -53,62 +52,15 @@ def plan(status: str) -> str:
     return f"nothing: already finished ({status})"
 
 
-def _runs(n: int) -> str:
-    return ngettext("%(n)d run", "%(n)d runs", n) % {"n": n}
-
-
-def _parts(cancelled: int, finished: int, already: int, *, verb: str) -> list[str]:
-    parts = []
-    if cancelled:
-        parts.append(f"{_runs(cancelled)} {verb}")
-    if finished:
-        parts.append(f"{_runs(finished)} already finished")
-    if already:
-        parts.append(f"{_runs(already)} already cancelled")
-    return parts
-
-
-def _executing(n: int, *, done: bool) -> str:
-    if done:
-        return (
-            ngettext("%(n)d of them was executing: ", "%(n)d of them were executing: ", n) % {"n": n}
-            + f"{EXECUTING_STOPS}."
-        )
-    return (
-        ngettext("%(n)d of them is executing: ", "%(n)d of them are executing: ", n) % {"n": n} + f"{EXECUTING_STOPS}."
-    )
-
-
-def _finished(result: BulkCancel) -> int:
-    return sum(n for status, n in result.unchanged.items() if status != RunStatus.CANCELLED)
-
-
 def bulk_summary(result: BulkCancel) -> tuple[str, int]:
-    """The message and level for what ``cancel_many`` did, per outcome.
-
-    For example ``"3 runs cancelled, 2 runs already finished."``; SUCCESS when anything was
-    cancelled, WARNING when nothing was (everything selected had already ended or vanished).
-    """
-    already = result.unchanged.get(RunStatus.CANCELLED, 0)
-    parts = _parts(result.cancelled_total, _finished(result), already, verb="cancelled")
-    if not parts:
-        return "No runs were cancelled: none of the selected runs exists any more.", messages.WARNING
-    text = ", ".join(parts) + "."
-    executing = result.cancelled.get(RunStatus.RUNNING, 0)
-    if executing:
-        text += " " + _executing(executing, done=True)
-    if not result.cancelled_total:
-        return f"Nothing to cancel: {text}", messages.WARNING
-    return text, messages.SUCCESS
+    """The message and level for what ``cancel_many`` did (``outcomes.bulk_wording``)."""
+    wording = bulk_wording(result)
+    return wording.text, messages.SUCCESS if wording.changed else messages.WARNING
 
 
 def preview(result: BulkCancel) -> str:
     """The confirmation page's summary of a dry run, e.g. ``"2 runs will be cancelled, ..."``."""
-    already = result.unchanged.get(RunStatus.CANCELLED, 0)
-    parts = _parts(result.cancelled_total, _finished(result), already, verb="will be cancelled")
-    text = (", ".join(parts) + ".") if parts else "None of the selected runs exists any more."
-    executing = result.cancelled.get(RunStatus.RUNNING, 0)
-    return f"{text} {_executing(executing, done=False)}" if executing else text
+    return bulk_wording(result).text
 
 
 def single_summary(result: CancelResult) -> tuple[str, int]:

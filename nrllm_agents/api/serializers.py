@@ -427,6 +427,7 @@ class BulkCancelResponseSerializer(serializers.Serializer):
     not_found = serializers.IntegerField(
         allow_null=True, help_text="With ids: ids that match no run the caller may see."
     )
+    detail = serializers.CharField(help_text="What was (or would be) done, in the words every surface uses.")
 
 
 class ErrorSerializer(serializers.Serializer):

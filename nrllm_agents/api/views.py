@@ -25,7 +25,7 @@ from rest_framework.views import APIView
 from .. import policy
 from ..dispatch import EnqueueError
 from ..models import AgentRun, CancelSource
-from ..outcomes import cancel_wording
+from ..outcomes import bulk_wording, cancel_wording
 from ..presenters import event_dict, stream_finished
 from ..run_request import UNSTORABLE, InvalidRequest, RunRequest, unstorable
 from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, InvalidRunId, RunNotFound, parse_run_id
@@ -398,5 +398,6 @@ class BulkCancelView(RunAPIView):
                 "unchanged": result.unchanged,
                 "cancelled_total": result.cancelled_total,
                 "not_found": max(len(set(v["ids"])) - matched, 0) if "ids" in v else None,
+                "detail": bulk_wording(result).text,
             }
         )

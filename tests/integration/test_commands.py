@@ -376,7 +376,7 @@ def test_agent_cancel_bulk_by_status_dry_run_then_for_real(runtime):
     assert snapshot() == before
     ran = run("agent_cancel", "--status", "queued", "--status", "waiting_for_approval", "--reason", "sweep")
     assert ran.code == 0
-    assert ran.out.splitlines() == ["cancelled 3 runs (queued: 2, waiting_for_approval: 1)"]
+    assert ran.out.splitlines() == ["3 runs cancelled."]
     statuses = dict(AgentRun.objects.values_list("pk", "status"))
     assert [statuses[k] for k in (q1, q2, w, done)] == ["cancelled", "cancelled", "cancelled", "completed"]
     assert AgentRun.objects.filter(cancel_source="cli", cancel_reason="sweep").count() == 3
@@ -389,12 +389,14 @@ def test_agent_cancel_bulk_older_than_selects_by_creation_time(runtime):
     old_q, old_done, new_q = queued(), completed(runtime), queued()
     AgentRun.objects.filter(pk__in=[old_q, old_done]).update(created_at=timezone.now() - timedelta(hours=3))
     ran = run("agent_cancel", "--older-than", "2h", "--dry-run")
-    assert ran.out.splitlines() == ["would cancel 1 runs (queued: 1)", "left unchanged: 1 finished runs (completed: 1)"]
+    assert ran.out.splitlines() == ["1 run will be cancelled, 1 run already finished."]
     ran = run("agent_cancel", "--older-than", "2h")
     assert ran.code == 0
     statuses = dict(AgentRun.objects.values_list("pk", "status"))
     assert (statuses[old_q], statuses[old_done], statuses[new_q]) == ("cancelled", "completed", "queued")
-    assert run("agent_cancel", "--older-than", "1d").out.startswith("cancelled 0 runs")
+    assert run("agent_cancel", "--older-than", "1d").out.splitlines() == [
+        "No run matched the selection; nothing changed."
+    ]
 
 
 # --- agent_approve -----------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nrllm_agents.management import console
 from nrllm_agents.models import AgentRun, CancelSource, RunStatus
-from nrllm_agents.outcomes import EXECUTING_STOPS, cancel_wording
+from nrllm_agents.outcomes import bulk_wording, cancel_wording
 from nrllm_agents.runtime import AgentRuntime, CancelOutcome, CancelResult
 from nrllm_agents.store import reason_problem
 
@@ -120,16 +120,5 @@ class Command(BaseCommand):
                 )
             )
             return
-        verb = "would cancel" if done.dry_run else "cancelled"
-        self.stdout.write(f"{verb} {done.cancelled_total} runs{_by_status(done.cancelled)}", self.style.SUCCESS)
-        running = done.cancelled.get(RunStatus.RUNNING, 0)
-        if running and not done.dry_run:
-            self.stdout.write(f"{running} running runs: {EXECUTING_STOPS}")
-        if done.unchanged:
-            self.stdout.write(
-                f"left unchanged: {sum(done.unchanged.values())} finished runs{_by_status(done.unchanged)}"
-            )
-
-
-def _by_status(counts: dict[str, int]) -> str:
-    return f" ({', '.join(f'{s}: {n}' for s, n in sorted(counts.items()))})" if counts else ""
+        wording = bulk_wording(done)
+        self.stdout.write(wording.text, self.style.SUCCESS if wording.changed else self.style.WARNING)

@@ -36,6 +36,7 @@ def test_by_ids_cancels_only_the_callers_runs_and_counts_the_rest_as_not_found(a
         "unchanged": {"completed": 1},
         "cancelled_total": 2,
         "not_found": 2,
+        "detail": "2 runs cancelled, 1 run already finished.",
     }
     assert statuses(queued, waiting, done, theirs) == ["cancelled", "cancelled", "completed", "queued"]
     for run in (queued, waiting):
@@ -87,6 +88,7 @@ def test_a_dry_run_counts_and_changes_nothing(alice, api, make_run):
         "unchanged": {"failed": 1},
         "cancelled_total": 2,
         "not_found": 0,
+        "detail": "2 runs will be cancelled, 1 run already finished.",
     }
     assert list(AgentRun.objects.order_by("pk").values()) == before
     assert not AgentRunEvent.objects.filter(kind="cancelled").exists()
