@@ -66,6 +66,11 @@ def may_use_admin(user: Any) -> bool:
     return sees_all(user)
 
 
+def may_read_metrics(user: Any) -> bool:
+    """``/metrics`` for a signed-in user: staff (a scraper uses the bearer token instead)."""
+    return sees_all(user)
+
+
 def may_manage_queues(user: Any) -> bool:
     """The django-rq dashboard (empty queues, delete and requeue jobs): superusers only."""
     return authenticated(user) and bool(user.is_superuser)

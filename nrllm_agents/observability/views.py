@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from .. import policy
 from ..conf import app_settings
 from . import metrics
 from .collectors import RunStateCollector
@@ -52,8 +53,7 @@ def _from_loopback(request: HttpRequest) -> bool:
 
 def allowed(request: HttpRequest) -> bool:
     """Whether ``request`` may read the metrics (see the module docstring)."""
-    user = getattr(request, "user", None)
-    if user is not None and user.is_active and user.is_staff:
+    if policy.may_read_metrics(getattr(request, "user", None)):
         return True
     if _bearer_ok(request):
         return True
