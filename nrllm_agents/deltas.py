@@ -113,7 +113,7 @@ class DeltaPublisher:
 
     @staticmethod
     def _window() -> float:
-        return max(0.0, float(app_settings.DELTA_COALESCE_SECONDS))
+        return max(0.0, app_settings.DELTA_COALESCE_SECONDS)
 
     def _ensure_running(self) -> None:  # under self._lock
         if self._thread is None or not self._thread.is_alive():

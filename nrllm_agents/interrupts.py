@@ -204,7 +204,7 @@ class CancelWatcher:
             backoff = min(backoff * 2, _BACKOFF_MAX)
 
     def _poll_seconds(self) -> float:
-        return max(0.01, float(app_settings.CANCEL_POLL_SECONDS))
+        return max(0.01, app_settings.CANCEL_POLL_SECONDS)
 
     def _next_wait(self) -> float:
         """Until the next poll, or the next deadline if it comes sooner."""

@@ -49,7 +49,7 @@ class SweepReport:
 
 
 def _stale_seconds() -> float:
-    return float(app_settings.QUEUED_STALE_SECONDS)
+    return app_settings.QUEUED_STALE_SECONDS
 
 
 def stale_queued(*, older_than: float, limit: int, now: datetime | None = None) -> list[uuid.UUID]:
@@ -109,7 +109,7 @@ def start_local_sweeper(**_: Any) -> bool:
     a sweeper runs.
     """
     global _sweeper
-    interval = float(app_settings.QUEUED_SWEEP_SECONDS)
+    interval = app_settings.QUEUED_SWEEP_SECONDS
     if interval <= 0 or executors.chosen() is not executors.LOCAL:
         return False
     with _sweeper_lock:

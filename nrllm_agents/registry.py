@@ -51,7 +51,7 @@ def openai_provider(request: RunRequest, run_id: Any = None) -> Provider:
 
     return OpenAIProvider(
         request.model,
-        timeout=float(app_settings.OPENAI_TIMEOUT),
+        timeout=app_settings.OPENAI_TIMEOUT,
         stream=bool(app_settings.OPENAI_STREAM),
         journal=CallJournal(run_id=run_id),
     )
@@ -66,4 +66,4 @@ def current_time_tool(run_id: Any = None) -> Tool:
 
 
 def sleep_tool(run_id: Any = None) -> Tool:
-    return Sleep(max_seconds=float(app_settings.SLEEP_MAX_SECONDS), journal=CallJournal(run_id=run_id))
+    return Sleep(max_seconds=app_settings.SLEEP_MAX_SECONDS, journal=CallJournal(run_id=run_id))

@@ -23,9 +23,9 @@ class RetryPolicy:
     @classmethod
     def from_settings(cls) -> RetryPolicy:
         return cls(
-            int(app_settings.MAX_ATTEMPTS),
-            float(app_settings.RETRY_BASE_SECONDS),
-            float(app_settings.RETRY_MAX_SECONDS),
+            app_settings.MAX_ATTEMPTS,
+            app_settings.RETRY_BASE_SECONDS,
+            app_settings.RETRY_MAX_SECONDS,
         )
 
     def may_retry(self, attempts: int) -> bool:

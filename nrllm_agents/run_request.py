@@ -105,10 +105,10 @@ class RunRequest:
                     f"unknown tools: {', '.join(missing)}; available: {', '.join(sorted(app_settings.TOOLS))}"
                 )
 
-        limit = int(app_settings.MAX_ITERATIONS_LIMIT)
+        limit = app_settings.MAX_ITERATIONS_LIMIT
         max_iterations = data.get("max_iterations")
         if max_iterations is None:
-            max_iterations = int(app_settings.DEFAULT_MAX_ITERATIONS)
+            max_iterations = app_settings.DEFAULT_MAX_ITERATIONS
         if isinstance(max_iterations, bool) or not isinstance(max_iterations, int) or not 1 <= max_iterations <= limit:
             errors["max_iterations"] = f"an integer from 1 to {limit}"
 

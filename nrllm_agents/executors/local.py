@@ -80,9 +80,7 @@ class LocalExecutor:
         with self._threads_lock:
             if self._threads is None:
                 # Not daemon threads: stopping the development server lets the runs in flight finish.
-                self._threads = SegmentExecutor(
-                    int(app_settings.LOCAL_WORKERS), name="nrllm-local-worker", daemon=False
-                )
+                self._threads = SegmentExecutor(app_settings.LOCAL_WORKERS, name="nrllm-local-worker", daemon=False)
             return self._threads
 
     def _run(self, run_id: str, delay_seconds: float, attempt: int) -> None:

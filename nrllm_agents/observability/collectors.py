@@ -70,7 +70,7 @@ def cached_run_state() -> dict[str, Any]:
     from ..conf import app_settings
 
     with _lock:
-        if _cache["data"] is not None and time.monotonic() - _cache["at"] < float(app_settings.METRICS_STATE_TTL):
+        if _cache["data"] is not None and time.monotonic() - _cache["at"] < app_settings.METRICS_STATE_TTL:
             return _cache["data"]
     data = run_state()
     with _lock:

@@ -43,7 +43,7 @@ def _isolated(query: Callable[[], Any]) -> Any:
 
 
 def lease_until(now: datetime | None = None) -> datetime:
-    return (now or timezone.now()) + timedelta(seconds=float(app_settings.LEASE_SECONDS))
+    return (now or timezone.now()) + timedelta(seconds=app_settings.LEASE_SECONDS)
 
 
 def _held(matched: bool) -> Lease:

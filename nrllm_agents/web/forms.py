@@ -56,8 +56,8 @@ class RunForm(forms.Form):
         self.fields["provider"].initial = app_settings.DEFAULT_PROVIDER
         self.fields["tools"].choices = [(t, t) for t in registry.tool_names()]
         self.fields["tools"].initial = list(app_settings.DEFAULT_TOOLS)
-        self.fields["max_iterations"].max_value = int(app_settings.MAX_ITERATIONS_LIMIT)
-        self.fields["max_iterations"].initial = int(app_settings.DEFAULT_MAX_ITERATIONS)
+        self.fields["max_iterations"].max_value = app_settings.MAX_ITERATIONS_LIMIT
+        self.fields["max_iterations"].initial = app_settings.DEFAULT_MAX_ITERATIONS
         self.run_request: RunRequest | None = None
 
     def clean_script(self) -> Any:

@@ -48,9 +48,9 @@ def _take_slot() -> None:
     global _slots
     with _slots_lock:
         if _slots is None:
-            _slots = threading.BoundedSemaphore(int(app_settings.INTERACTIVE_WORKERS))
+            _slots = threading.BoundedSemaphore(app_settings.INTERACTIVE_WORKERS)
     if not _slots.acquire(blocking=False):
-        raise AtCapacity(int(app_settings.INTERACTIVE_WORKERS))
+        raise AtCapacity(app_settings.INTERACTIVE_WORKERS)
 
 
 def _release_slot() -> None:

@@ -51,7 +51,7 @@ def acquire(user_key: Any) -> StreamSlot | StreamRefused:
     """A slot for a new stream of ``user_key``, or why not (``STREAM_MAX_PER_USER``,
     ``STREAM_MAX_OPEN``; a limit of 0 or less means unlimited)."""
     global _open_total
-    per_user, total = int(app_settings.STREAM_MAX_PER_USER), int(app_settings.STREAM_MAX_OPEN)
+    per_user, total = app_settings.STREAM_MAX_PER_USER, app_settings.STREAM_MAX_OPEN
     with _lock:
         mine = _open_by_user.get(user_key, 0)
         if per_user > 0 and mine >= per_user:

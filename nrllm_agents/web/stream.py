@@ -119,9 +119,9 @@ class Pace:
     @classmethod
     def from_settings(cls) -> Pace:
         return cls(
-            poll=float(app_settings.STREAM_POLL_SECONDS),
-            heartbeat=float(app_settings.STREAM_HEARTBEAT_SECONDS),
-            max_seconds=float(app_settings.STREAM_MAX_SECONDS),
+            poll=app_settings.STREAM_POLL_SECONDS,
+            heartbeat=app_settings.STREAM_HEARTBEAT_SECONDS,
+            max_seconds=app_settings.STREAM_MAX_SECONDS,
         )
 
 
