@@ -14,12 +14,12 @@ class NrllmAgentsConfig(AppConfig):
     def ready(self) -> None:
         from django.core.signals import request_started
 
-        from . import checks, executors, jobs, recovery  # noqa: F401  (checks: registers the settings checks)
+        from . import checks, executors, jobs, maintenance  # noqa: F401  (checks: registers the settings checks)
 
         # The in-process executor calls the job by reference: the job sits above the runtime,
         # which dispatches, so the executor cannot import it.
         executors.LOCAL.use_job(jobs.execute_run)
 
-        # A web process on the in-process executor sweeps stranded queued runs by itself
-        # (started at its first request, so management commands start no thread).
-        request_started.connect(recovery.start_local_sweeper, dispatch_uid="nrllm-queued-sweeper")
+        # A web process on the in-process executor reaps and sweeps by itself (started at its
+        # first request, so management commands start no thread).
+        request_started.connect(maintenance.start_local, dispatch_uid="nrllm-maintenance")

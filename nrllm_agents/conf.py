@@ -89,6 +89,8 @@ DEFAULTS: dict[str, Any] = {
     # retry delay: RETRY_BASE_SECONDS * 2**attempt, capped at RETRY_MAX_SECONDS
     "RETRY_BASE_SECONDS": Env("NRLLM_RETRY_BASE_SECONDS", float, 2.0),
     "RETRY_MAX_SECONDS": Env("NRLLM_RETRY_MAX_SECONDS", float, 300.0),
+    # how often every worker runs the reaper and the queued sweep by itself (maintenance.py)
+    "MAINTENANCE_SECONDS": Env("NRLLM_MAINTENANCE_SECONDS", float, 60.0),
     # queued runs older than this with no job in the queue are dispatched again (recovery.py)
     "QUEUED_STALE_SECONDS": Env("NRLLM_QUEUED_STALE_SECONDS", float, 300.0),
     # how often a process using the in-process executor sweeps by itself (0: never)

@@ -17,13 +17,10 @@ worker's maintenance pass (``GracefulWorker``), and by itself every
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
-from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from . import dispatch, executors, store
@@ -92,53 +89,3 @@ def has_live_job(run_id: uuid.UUID, *, stale_after: float | None = None) -> bool
         job_id=dispatch.job_id(run_id, store.next_sequence(run_id)),
         stale_after=_stale_seconds() if stale_after is None else stale_after,
     )
-
-
-# --- the in-process executor sweeps by itself ------------------------------------------------
-_sweeper: threading.Thread | None = None
-_sweeper_lock = threading.Lock()
-_stop = threading.Event()
-
-
-def start_local_sweeper(**_: Any) -> bool:
-    """Start (once per process) a daemon thread that sweeps every ``QUEUED_SWEEP_SECONDS``.
-
-    Only for the in-process executor (the chosen one when there is no ``REDIS_URL``): its tasks
-    die with their process, so the next process must pick up what the last one left queued. ``0`` disables it. Connected
-    to ``request_started`` (``make run``) and called when the executor starts. Returns whether
-    a sweeper runs.
-    """
-    global _sweeper
-    interval = app_settings.QUEUED_SWEEP_SECONDS
-    if interval <= 0 or executors.chosen() is not executors.LOCAL:
-        return False
-    with _sweeper_lock:
-        if _sweeper is None or not _sweeper.is_alive():
-            _stop.clear()
-            _sweeper = threading.Thread(
-                target=_sweep_forever, args=(interval,), name="nrllm-queued-sweeper", daemon=True
-            )
-            _sweeper.start()
-    return True
-
-
-def stop_local_sweeper(timeout: float = 10.0) -> None:
-    """Stop the sweeper thread (tests, shutdown)."""
-    global _sweeper
-    _stop.set()
-    with _sweeper_lock:
-        if _sweeper is not None:
-            _sweeper.join(timeout)
-            _sweeper = None
-
-
-def _sweep_forever(interval: float) -> None:
-    while not _stop.wait(interval):
-        try:
-            sweep_queued()
-        except DatabaseError as exc:  # the database is away: try again next time
-            logger.warning("queued sweep failed: %s", type(exc).__name__)
-        except Exception:
-            logger.exception("queued sweep failed")
-        finally:
-            connections.close_all()  # this thread's connections only

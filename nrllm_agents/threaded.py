@@ -45,6 +45,7 @@ from rq.utils import now
 from rq.worker import BaseWorker, WorkerStatus
 
 from .executors.pool import SegmentExecutor
+from .maintenance import interval, maintain
 from .segment import hand_back_all
 
 DEFAULT_CONCURRENCY = 100
@@ -79,6 +80,7 @@ class ThreadedWorker(BaseWorker):
         self._local = threading.local()  # before super().__init__, which sets ``execution``
         self._in_flight: dict[str, tuple[Job, Execution]] = {}
         self._in_flight_lock = threading.Lock()
+        kwargs.setdefault("maintenance_interval", interval())
         super().__init__(*args, **kwargs)
         self.concurrency = concurrency or default_concurrency()
         self.executor = SegmentExecutor(self.concurrency, name="nrllm-agent-worker", daemon=True)
@@ -87,6 +89,12 @@ class ThreadedWorker(BaseWorker):
         self._last_heartbeat = 0.0
         self._state: str | None = None
         sys.setswitchinterval(SWITCH_INTERVAL)
+
+    def run_maintenance_tasks(self) -> None:
+        """RQ's periodic maintenance (at start, then every ``MAINTENANCE_SECONDS``), plus ours:
+        the reaper and the queued sweep (``maintenance.maintain``), on the dequeuing thread."""
+        super().run_maintenance_tasks()
+        maintain(self.name, self.log)
 
     # RQ keeps one "current execution" per worker; here each thread has its own.
     @property

@@ -20,7 +20,7 @@ from django.db import connections
 from rq.worker import Worker
 
 from . import warm
-from .recovery import sweep_queued
+from .maintenance import interval, maintain
 from .segment import shutdown_requested
 
 HANDOFF_SIGNAL = signal.SIGRTMIN
@@ -41,6 +41,7 @@ class GracefulWorker(Worker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         for conn in connections.all(initialized_only=False):
             conn.settings_dict.get("OPTIONS", {}).pop("pool", None)
+        kwargs.setdefault("maintenance_interval", interval())
         super().__init__(*args, **kwargs)
 
     def setup_work_horse_signals(self) -> None:
@@ -51,18 +52,10 @@ class GracefulWorker(Worker):
         signal.signal(HANDOFF_SIGNAL, _hand_off)
 
     def run_maintenance_tasks(self) -> None:
-        """RQ's periodic maintenance (at start, then every ``maintenance_interval``, 10 min by
-        default), plus the sweep of queued runs whose job is gone (``recovery.sweep_queued``):
-        a fleet of workers recovers stranded runs even when nobody scheduled ``agent_reap``."""
+        """RQ's periodic maintenance (at start, then every ``MAINTENANCE_SECONDS``), plus ours:
+        the reaper and the queued sweep (``maintenance.maintain``)."""
         super().run_maintenance_tasks()
-        try:
-            report = sweep_queued()
-            if report.recovered:
-                self.log.warning("Worker %s: %s", self.name, report.summary())
-        except Exception as exc:  # the database may be away; the next pass tries again
-            self.log.warning("Worker %s: queued sweep failed (%s)", self.name, type(exc).__name__)
-        finally:
-            connections.close_all()  # never hand an open connection to a forked work horse
+        maintain(self.name, self.log)
 
     def fork_work_horse(self, job: Any, queue: Any) -> None:
         # The horse inherits a warm database connection (see nrllm_agents.warm).

@@ -109,6 +109,9 @@ def child_env(test_database_url, tmp_path) -> dict[str, str]:
             "PYTHONPATH": str(ROOT),
             "PYTHONUNBUFFERED": "1",
             "NRLLM_CALL_JOURNAL": str(tmp_path / "journal.jsonl"),
+            # Workers reap and sweep by themselves (maintenance.py) at start, then every hour
+            # here: a drill reaps when it chooses; a test of that maintenance shortens it.
+            "NRLLM_MAINTENANCE_SECONDS": "3600",
         }
     )
     env.pop("REDIS_URL", None)

@@ -2,7 +2,7 @@
 
 One thread per run in flight, up to ``LOCAL_WORKERS`` at once, more wait (``SegmentExecutor``,
 as in ``agent_worker``). Runs do not survive the process: the queued sweep of the next process
-(``recovery.start_local_sweeper``) dispatches again what this one left queued.
+(``maintenance.start_local``) dispatches again what this one left queued.
 
 What a thread calls for a run id is handed over by the app's ``ready()`` (``use_job``):
 ``jobs.execute_run`` sits above the runtime, which dispatches, so importing it here would be a

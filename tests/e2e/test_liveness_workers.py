@@ -208,6 +208,21 @@ def test_a_killed_worker_s_run_is_reaped_and_finished_by_another_worker_without_
     assert continued.worker_name == workers.names[1 - victim]
 
 
+def test_with_nothing_scheduled_the_surviving_worker_reaps_a_killed_worker_s_run_by_itself(
+    runtime, queue, start_workers, worker_env
+):
+    """No ``agent_reap``: the surviving worker's own maintenance requeues the run once the dead
+    worker's lease lapsed, and a worker finishes it, every tool call still run once."""
+    workers = start_workers(2, env={**worker_env, "NRLLM_MAINTENANCE_SECONDS": "1"})
+    run_id = runtime.enqueue(scripted(*KILLED))
+    wait_for(lambda: sleeping(worker_env, run_id), what="the sleep of the second turn to start")
+    workers.kill(workers.index_of_horse(horse_of(worker_env, run_id)))
+    wait_for(lambda: finished(run_id), timeout=60, what="a worker to reap the run and finish it")
+    run = AgentRun.objects.get(pk=run_id)
+    assert (run.status, run.final_text, run.attempts) == (RunStatus.COMPLETED, "all done", 1)
+    assert_continued_once(run_id, KILLED)
+
+
 # --- a frozen worker (a zombie) --------------------------------------------------------------
 FROZEN = [
     {"delay": 0.1, "tool_calls": [calc("1 + 1")]},

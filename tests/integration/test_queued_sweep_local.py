@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import io
 import threading
+from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
 from django.test import Client
+from django.utils import timezone
 
-from nrllm_agents import dispatch, executors, recovery, store
+from nrllm_agents import dispatch, executors, maintenance, recovery, store
 from nrllm_agents.models import AgentRun, RunStatus
 from nrllm_agents.run_request import RunRequest
 from tests.e2e.workers import wait_for
@@ -30,7 +32,7 @@ def embedded(settings):
     settings.REDIS_URL = None
     settings.NRLLM_AGENTS = {**settings.NRLLM_AGENTS, "QUEUED_STALE_SECONDS": 0}
     yield
-    recovery.stop_local_sweeper()
+    maintenance.stop_local()
     assert dispatch.wait_local_idle(30), "the in-process executor is still busy"
 
 
@@ -57,6 +59,18 @@ def test_the_web_process_sweeps_by_itself(settings):
     run = stranded()
     Client().get("/accounts/login/")  # any request starts the sweeper of a make-run process
     wait_for(lambda: status(run) == RunStatus.COMPLETED, timeout=30, what="the sweeper to recover the run")
+
+
+def test_the_web_process_also_reaps_a_run_left_running_by_a_process_that_died(settings):
+    """``make run`` killed mid-run: the next process's own maintenance requeues the run once its
+    lease lapsed, and its executor finishes it (nothing scheduled, no agent_reap)."""
+    settings.NRLLM_AGENTS = {**settings.NRLLM_AGENTS, "QUEUED_SWEEP_SECONDS": 0.2}
+    req = RunRequest.from_mapping({"prompt": "orphaned", "tools": ["calculator"], "script": SCRIPT})
+    lapsed = timezone.now() - timedelta(seconds=1)
+    run = store.begin(req.row_fields(), claimed_by="interactive:gone:1:dead", lease_expires=lapsed)
+    Client().get("/accounts/login/")
+    wait_for(lambda: status(run) == RunStatus.COMPLETED, timeout=30, what="the maintenance to reap and finish it")
+    assert AgentRun.objects.get(pk=run.pk).attempts == 1
 
 
 def test_a_run_in_flight_in_this_process_is_only_waiting(monkeypatch):
