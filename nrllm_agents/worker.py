@@ -51,6 +51,12 @@ class GracefulWorker(Worker):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(HANDOFF_SIGNAL, _hand_off)
 
+    @property
+    def dequeue_timeout(self) -> int:
+        """An idle worker waits for a job at most one maintenance interval: RQ runs its maintenance
+        (and so ours) only between two waits, which otherwise last ``worker_ttl - 15`` s."""
+        return min(super().dequeue_timeout, getattr(self, "maintenance_interval", interval()))
+
     def run_maintenance_tasks(self) -> None:
         """RQ's periodic maintenance (at start, then every ``MAINTENANCE_SECONDS``), plus ours:
         the reaper and the queued sweep (``maintenance.maintain``)."""

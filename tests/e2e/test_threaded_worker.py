@@ -209,6 +209,28 @@ def test_hundreds_of_runs_on_one_worker_process_with_cancels_at_random_moments(
     assert "Traceback" not in workers.log_text(workers.names[0])
 
 
+def test_a_fresh_agent_worker_reaps_a_killed_one_s_runs_by_itself(runtime, queue, start_worker, worker_env):
+    """No ``agent_reap``: the next agent_worker's own maintenance requeues the killed worker's
+    runs once their leases lapse, and finishes them, gap-free, each requeued once."""
+    env = {**worker_env, "NRLLM_LEASE_SECONDS": "2"}
+    rng = random.Random()
+    ids = enqueue_many(
+        runtime,
+        [
+            {"prompt": "kill", "tools": ["sleep"], "script": script(rng, 3, 1, 2), "max_iterations": 5}
+            for _ in range(20)
+        ],
+    )
+    victim = start_worker(20, env=env)
+    wait_for(lambda: running_count(ids) == 20, timeout=60, what="the runs to execute")
+    victim.kill(0)
+    start_worker(20, env={**env, "NRLLM_MAINTENANCE_SECONDS": "1"})
+    wait_for(lambda: all_finished(ids), timeout=120, interval=0.5, what="the new worker to reap and finish every run")
+    for run in AgentRun.objects.filter(pk__in=ids):
+        assert (run.status, run.attempts) == (RunStatus.COMPLETED, 1), (run.pk, run.status, run.error_message)
+        assert_gap_free(str(run.pk))
+
+
 def test_sigkill_of_the_worker_loses_nothing_the_reaper_requeues_every_run(runtime, queue, start_worker, worker_env):
     """SIGKILL of the whole worker with 200 runs in flight: once their leases lapse, the reaper
     requeues every one, and a second worker completes them, gap-free."""
