@@ -11,7 +11,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Max
+from django.db.models import F, Max
 
 from ..domain import Step, StepKind, Usage
 from ..models import AgentRun, AgentRunEvent, RunStatus
@@ -29,6 +29,39 @@ def spend_fields(iterations: int | None, usage: Usage | None) -> dict[str, int]:
     if usage is not None:
         fields.update(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
     return fields
+
+
+RECOVER = {"recover": True}  # request_payload of a run handed back to the queue mid-way
+
+
+def requeued_fields(*, count_attempt: bool) -> dict[str, Any]:
+    """What every hand-back to the queue writes (a segment's, the reaper's): no owner, no
+    lease, and a payload that says "continue from the recorded stream"."""
+    return {
+        "status": RunStatus.QUEUED,
+        "claimed_by": "",
+        "lease_expires": None,
+        "request_payload": RECOVER,
+        "attempts": F("attempts") + (1 if count_attempt else 0),
+    }
+
+
+def ended_fields(
+    status: str, reason: str, now: datetime, *, error_class: str = "", error_message: str = ""
+) -> dict[str, Any]:
+    """What every ``→ completed / failed`` write sets (a segment's settle, the reaper's dead
+    letter): why and when, and nothing left that could resume the run."""
+    return {
+        "status": status,
+        "termination_reason": reason,
+        "finished_at": now,
+        "stopped_at": now,
+        "error_class": error_class,
+        "error_message": error_message[:2000],
+        "request_payload": None,
+        "suspended_state": None,
+        "lease_expires": None,
+    }
 
 
 def last_sequence(run_id: uuid.UUID) -> int | None:

@@ -16,7 +16,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, connection, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from ..conf import app_settings
@@ -25,12 +24,10 @@ from ..models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
 from ..observability import hooks as observe
 from ..retries import RetryPolicy
 from . import prepared
-from .journal import append_cancelled, append_event, owned, spend_fields
+from .journal import append_cancelled, append_event, ended_fields, owned, requeued_fields, spend_fields
 from .results import NOT_FOUND, Lease, Transition
 
 logger = logging.getLogger(__name__)
-
-RECOVER = {"recover": True}  # request_payload of a run handed back to the queue mid-way
 
 
 def _isolated(query: Callable[[], Any]) -> Any:
@@ -149,13 +146,9 @@ def requeue(
     (``iterations``, ``usage``), so a queued run shows what it already cost.
     """
     n = owned(run_id, owner).update(
+        **requeued_fields(count_attempt=count_attempt),
         **spend_fields(iterations, usage),
-        status=RunStatus.QUEUED,
-        claimed_by="",
-        lease_expires=None,
         pending_effect=None,
-        request_payload=RECOVER,
-        attempts=F("attempts") + (1 if count_attempt else 0),
         error_class=error_class,
         error_message=error_message[:2000],
     )
@@ -213,13 +206,7 @@ def reap(*, limit: int = 100, dry_run: bool = False, now: datetime | None = None
             continue
         still_stale = AgentRun.objects.filter(pk=row["id"], status=RunStatus.RUNNING, lease_expires__lt=now)
         if verdict == "requeue":
-            n = still_stale.update(
-                status=RunStatus.QUEUED,
-                attempts=F("attempts") + 1,
-                claimed_by="",
-                lease_expires=None,
-                request_payload=RECOVER,
-            )
+            n = still_stale.update(**requeued_fields(count_attempt=True))
         else:
             message = (
                 "the worker was lost during a non-idempotent tool call; not retried"
@@ -227,15 +214,7 @@ def reap(*, limit: int = 100, dry_run: bool = False, now: datetime | None = None
                 else f"the worker was lost and the budget of {budget} requeues is used"
             )
             n = still_stale.update(
-                status=RunStatus.FAILED,
-                termination_reason=verdict,
-                finished_at=now,
-                stopped_at=now,
-                error_class="LeaseExpired",
-                error_message=message,
-                request_payload=None,
-                suspended_state=None,
-                lease_expires=None,
+                **ended_fields(RunStatus.FAILED, verdict, now, error_class="LeaseExpired", error_message=message)
             )
         if n:
             _count(report, verdict, row["id"])

@@ -17,7 +17,7 @@ from ..models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus, Termi
 from . import prepared
 from .cancels import cancel_one_trip
 from .claims import claim_one_trip
-from .journal import append_cancelled, owned, spend_fields
+from .journal import append_cancelled, ended_fields, owned, spend_fields
 from .results import NOT_FOUND, InvalidArgument, Transition, checked_reason
 
 logger = logging.getLogger(__name__)
@@ -154,17 +154,9 @@ def settle(
     now = timezone.now()
     rows = owned(run_id, owner) if owner is not None else AgentRun.objects.filter(pk=run_id, status__in=_active())
     n = rows.update(
-        status=status,
-        termination_reason=reason,
-        finished_at=now,
-        stopped_at=now,
+        **ended_fields(status, reason, now, error_class=error_class, error_message=error_message),
         **spend_fields(iterations, usage),
         final_text=final_text or "",
-        error_class=error_class,
-        error_message=error_message[:2000],
-        request_payload=None,
-        suspended_state=None,
-        lease_expires=None,
         pending_effect=None,
     )
     return Transition(True, status, None) if n else _refused(run_id)
