@@ -141,6 +141,19 @@ class _Clock:
     def keepalive_due(self) -> bool:
         return time.monotonic() - self.last_write >= self.pace.heartbeat
 
+    def next_frames(self, update: Update) -> tuple[str, bool]:
+        """What to send after ``update`` (its frames, or a keepalive when the stream has been
+        silent too long) and whether the stream ends after it. Shared by both servers' loops."""
+        frames = render(update)
+        if frames:
+            self.wrote()
+        if update.finished or self.expired():
+            return frames, True
+        if self.keepalive_due():
+            self.wrote()
+            return frames + KEEPALIVE, False
+        return frames, False
+
     def wait_for(self, watch: Watch) -> float:
         """Pushed: until the next keepalive or the end; else the poll interval."""
         now = time.monotonic()
@@ -155,16 +168,11 @@ def sync_stream(run_id: uuid.UUID, after: int, pace: Pace, slot: StreamSlot) -> 
     try:
         yield OPEN
         while True:
-            update = watch.update()
-            frames = render(update)
+            frames, done = clock.next_frames(watch.update())
             if frames:
                 yield frames
-                clock.wrote()
-            if update.finished or clock.expired():
+            if done:
                 return
-            if clock.keepalive_due():
-                yield KEEPALIVE
-                clock.wrote()
             watch.wait(clock.wait_for(watch))
     finally:
         watch.close()
@@ -178,16 +186,11 @@ async def async_stream(run_id: uuid.UUID, after: int, pace: Pace, slot: StreamSl
     try:
         yield OPEN
         while True:
-            update = await watch.update_async()
-            frames = render(update)
+            frames, done = clock.next_frames(await watch.update_async())
             if frames:
                 yield frames
-                clock.wrote()
-            if update.finished or clock.expired():
+            if done:
                 return
-            if clock.keepalive_due():
-                yield KEEPALIVE
-                clock.wrote()
             await watch.wait_async(clock.wait_for(watch))
     finally:
         watch.close()
