@@ -143,9 +143,13 @@ def _tool(p: dict[str, Any]) -> Lines:
     return [("call", call_text(p)), ("result", to_json(p.get("result")))]
 
 
+def decision_text(payload: dict[str, Any]) -> str:
+    """``approved by alice`` / ``denied``."""
+    return ("approved" if payload.get("approved") else "denied") + (f" by {payload['by']}" if payload.get("by") else "")
+
+
 def _approval(p: dict[str, Any]) -> Lines:
-    decision = ("approved" if p.get("approved") else "denied") + (f" by {p['by']}" if p.get("by") else "")
-    return [("decision", decision), *(("call", call_text(c)) for c in _list(p.get("calls")))]
+    return [("decision", decision_text(p)), *(("call", call_text(c)) for c in _list(p.get("calls")))]
 
 
 def _cancelled(p: dict[str, Any]) -> Lines:
@@ -192,12 +196,13 @@ def lines(kind: str, payload: Any, *, limit: int = PAGE_CHARS) -> Lines:
 
 
 # --- one line ------------------------------------------------------------------------------------
-def _short(value: Any, limit: int = HEADLINE_CHARS) -> str:
+def short(value: Any, limit: int = HEADLINE_CHARS) -> str:
+    """``value`` as one line (whitespace collapsed, JSON for non-text), clipped to ``limit``."""
     return clip(" ".join(_text(value).split()), limit)
 
 
 def _calls(calls: Any) -> str:
-    return ", ".join(_short(call_text(c)) for c in _list(calls))
+    return ", ".join(short(call_text(c)) for c in _list(calls))
 
 
 def _tokens(p: dict[str, Any]) -> str:
@@ -214,33 +219,33 @@ def _headline_text(kind: str, p: dict[str, Any]) -> str:
         return f"to {p.get('provider')}/{p.get('model')} ({count} message{'' if count == 1 else 's'})"
     if kind == "llm":
         if p.get("interrupted"):
-            text = f"INTERRUPTED, {INTERRUPTED_ANSWER} {_short(p.get('content') or '')}"
+            text = f"INTERRUPTED, {INTERRUPTED_ANSWER} {short(p.get('content') or '')}"
         elif p.get("tool_calls"):
             text = f"asks for {_calls(p['tool_calls'])}"
         else:
-            text = f"answers: {_short(p.get('content') or '')}"
+            text = f"answers: {short(p.get('content') or '')}"
         return text + _tokens(p)
     if kind == "tool":
         if p.get("interrupted"):
-            return f"{_short(call_text(p))} INTERRUPTED, {INTERRUPTED_TOOL}"
+            return f"{short(call_text(p))} INTERRUPTED, {INTERRUPTED_TOOL}"
         if p.get("error") is not None:
-            return f"{p.get('name')} failed: {_short(p['error'])}"
-        return f"{_short(call_text(p))} -> {_short(p.get('result'))}"
+            return f"{p.get('name')} failed: {short(p['error'])}"
+        return f"{short(call_text(p))} -> {short(p.get('result'))}"
     if kind == "approval":
-        return f"{_approval(p)[0][1]}: {_calls(p.get('calls'))}"
+        return f"{decision_text(p)}: {_calls(p.get('calls'))}"
     if kind == "cancelled":
-        reason = f" ({_short(p['reason'])})" if p.get("reason") else ""
+        reason = f" ({short(p['reason'])})" if p.get("reason") else ""
         return f"{who_cancelled(p)}{reason}; stopped {stop_text(p)}"
     if kind == "forked":
         copied, answered = len(_list(p.get("messages"))), len(_list(p.get("repaired")))
         return f"from {fork_origin(p)}: {copied} messages copied, {answered} unanswered calls answered"
-    return _short(p)
+    return short(p)
 
 
 def headline(step: dict[str, Any]) -> str:
     """One human line for a step: ``#3   llm  r1  answers: … [42+18 tokens]  (12 ms)``."""
     kind, payload = str(step.get("kind")), step.get("payload")
-    text = _headline_text(kind, payload) if isinstance(payload, dict) else _short(payload)
+    text = _headline_text(kind, payload) if isinstance(payload, dict) else short(payload)
     duration = step.get("duration_ms")
     suffix = f"  ({duration:.0f} ms)" if isinstance(duration, (int, float)) else ""
     return f"  #{step.get('sequence')!s:<3} {kind:<9} r{step.get('round')}  {text}{suffix}"

@@ -158,11 +158,6 @@ def created_before(value: str) -> Any:
         raise usage_error(f"--older-than: {value.strip()!r} is too long ago") from None
 
 
-def _short(value: Any, limit: int = 100) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
-    return describe.clip(" ".join(text.split()), limit)
-
-
 class StreamPrinter:
     """Prints a run's stream to a command's stdout: human lines, or JSON lines with ``--json``.
 
@@ -237,7 +232,7 @@ class StreamPrinter:
         spend = f" [{run.iterations} model calls, {tokens} tokens]"
         if run.status == RunStatus.COMPLETED:
             why = "" if run.termination_reason == "completed" else f" ({run.termination_reason})"
-            return f"{head} completed{why}{spend}: {_short(run.final_text or '', 300)}", self.style.SUCCESS
+            return f"{head} completed{why}{spend}: {describe.short(run.final_text or '', 300)}", self.style.SUCCESS
         if run.status == RunStatus.CANCELLED:
             c = event.get("cancel") or {}
             reason = f" ({c['reason']})" if c.get("reason") else ""
@@ -250,7 +245,7 @@ class StreamPrinter:
                 f"python manage.py agent_approve {run.pk} --approve (or --deny)"
             ), self.style.WARNING
         if run.status == RunStatus.FAILED:
-            error = _short(event["error"] or "", 300)
+            error = describe.short(event["error"] or "", 300)
             return f"{head} failed ({run.termination_reason}){spend}: {error}", self.style.ERROR
         return f"{head} is {run.status}", self.style.NOTICE
 
