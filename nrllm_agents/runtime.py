@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from . import dispatch, forks, limits, registry, store
@@ -28,6 +28,7 @@ from .domain import (
     Usage,
     rebuild_state,
 )
+from .domain.sanitize import clean_text
 from .interrupts import watcher
 from .models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
 from .observability import hooks as observe
@@ -71,7 +72,16 @@ _SETTLE = {
 
 
 def _safe_message(exc: BaseException | None) -> str:
-    return str(exc)[:2000] if exc is not None else ""
+    """What the row keeps of an error: never a piece of SQL. The database's own text carries
+    the statement (``LINE 1: ...``); only its one-line primary message is kept."""
+    if exc is None:
+        return ""
+    if isinstance(exc, DatabaseError):
+        diag = getattr(exc.__cause__, "diag", None)
+        primary = getattr(diag, "message_primary", None) or ""
+        said = f": {clean_text(primary)[:200]}" if primary else ""
+        return f"the database refused a write of this run ({type(exc).__name__}{said})"
+    return clean_text(str(exc))[:2000]
 
 
 def _result(

@@ -21,6 +21,7 @@ from typing import Any
 from .cancel import NEVER, CallContext, CancelToken, StepInterrupted
 from .errors import RunCancellationRequested, ToolError
 from .providers.base import Provider
+from .sanitize import clean_response, clean_text, clean_value
 from .steps import LoopOutcome, LoopResult, LoopState, Step, StepKind, ToolCall, Trace, Usage
 from .tools.base import Tool, schema
 
@@ -30,7 +31,7 @@ _MAX_ERROR_CHARS = 500
 
 
 def _safe_error(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:_MAX_ERROR_CHARS]
+    return clean_text(f"{type(exc).__name__}: {exc}"[:_MAX_ERROR_CHARS])
 
 
 def _elapsed_ms(t0: float) -> float:
@@ -201,6 +202,7 @@ class ToolLoop:
                 if self.token.cancelled:  # the abort broke the call: an interruption, not a failure
                     self._interrupted_llm(state, StepInterrupted(), t0)
                 return LoopResult(LoopOutcome.PROVIDER_FAILED, state, error=exc)
+            response, usage_note = clean_response(response)  # what the provider sent, made storable
             state.iterations += 1
             state.usage = state.usage + response.usage
             calls = list(response.tool_calls)
@@ -209,19 +211,15 @@ class ToolLoop:
                 assistant["tool_calls"] = [c.as_dict() for c in calls]
             state.messages.append(assistant)
             state.sent = len(state.messages)
-            self.trace(
-                Step(
-                    StepKind.LLM,
-                    state.round,
-                    {
-                        "content": response.content,
-                        "tool_calls": [c.as_dict() for c in calls],
-                        "usage": response.usage.as_dict(),
-                        "finish_reason": response.finish_reason,
-                    },
-                    duration_ms=_elapsed_ms(t0),
-                )
-            )
+            answer: dict[str, Any] = {
+                "content": response.content,
+                "tool_calls": [c.as_dict() for c in calls],
+                "usage": response.usage.as_dict(),
+                "finish_reason": response.finish_reason,
+            }
+            if usage_note is not None:
+                answer["usage_note"] = usage_note
+            self.trace(Step(StepKind.LLM, state.round, answer, duration_ms=_elapsed_ms(t0)))
             if not calls:
                 return LoopResult(LoopOutcome.COMPLETED, state, final_text=response.content or "")
             gated = [c.name for c in calls if (t := self.tools.get(c.name)) and t.requires_approval]
@@ -245,7 +243,7 @@ class ToolLoop:
         if self.on_delta is not None:
             round_, publish = state.round, self.on_delta
             sink = lambda text: publish(round_, text)  # noqa: E731
-        return CallContext(token=self.token, on_delta=sink, round=state.round)
+        return CallContext(token=self.token, on_delta=sink, round=state.round, call_index=state.iterations)
 
     def _complete(self, state: LoopState) -> Any:
         if self._provider_context:
@@ -259,26 +257,22 @@ class ToolLoop:
         The partial answer is not added to the transcript (it is not a turn the model
         finished, and tool calls it had begun must not stand unanswered); its spend counts.
         """
-        partial = stop.partial
+        partial, usage_note = clean_response(stop.partial) if stop.partial is not None else (None, None)
         usage = partial.usage if partial is not None else Usage()
         state.iterations += 1
         state.usage = state.usage + usage
-        self.trace(
-            Step(
-                StepKind.LLM,
-                state.round,
-                {
-                    "content": partial.content if partial is not None else None,
-                    "tool_calls": [],
-                    "partial_tool_calls": stop.partial_tool_calls,
-                    "usage": usage.as_dict(),
-                    "usage_estimated": stop.usage_estimated,
-                    "finish_reason": "interrupted",
-                    "interrupted": True,
-                },
-                duration_ms=_elapsed_ms(t0),
-            )
-        )
+        payload: dict[str, Any] = {
+            "content": partial.content if partial is not None else None,
+            "tool_calls": [],
+            "partial_tool_calls": clean_value(stop.partial_tool_calls),
+            "usage": usage.as_dict(),
+            "usage_estimated": stop.usage_estimated,
+            "finish_reason": "interrupted",
+            "interrupted": True,
+        }
+        if usage_note is not None:
+            payload["usage_note"] = usage_note
+        self.trace(Step(StepKind.LLM, state.round, payload, duration_ms=_elapsed_ms(t0)))
         raise RunCancellationRequested()  # when the boundary probe could not confirm it
 
     def _run_calls(self, state: LoopState, calls: Sequence[ToolCall]) -> LoopResult | None:
@@ -302,10 +296,11 @@ class ToolLoop:
                         result = aware.execute(dict(call.arguments), context=self._context(state))
                     else:
                         result = tool.execute(dict(call.arguments))
+                    result = clean_value(result)  # what the tool returned, made storable
                 except StepInterrupted:
                     interrupted = True
                 except ToolError as exc:
-                    error = str(exc)
+                    error = clean_text(str(exc))
                 except Exception as exc:  # ends the run as tool_failed, after the step is recorded
                     if self.token.cancelled:  # broken by the abort: an interruption, not a failure
                         interrupted = True
