@@ -9,11 +9,58 @@ parsed values again; both walks are iterative, so no input can exhaust the stack
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from typing import Any
 
 MAX_JSON_DEPTH = 32  # arrays/objects inside each other; a script turn needs about 5
 DEPTH_ERROR = f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
+MAX_NUMBER_CHARS = 40  # a number literal longer than this is no count, delay or id of ours
+NUMBER_ERROR = f"a number longer than {MAX_NUMBER_CHARS} characters"
+
+
+class JSONRefused(ValueError):
+    """Untrusted JSON text that is not accepted; the message says why, in one line, and
+    holds no piece of the input."""
+
+
+def _int(literal: str) -> int:
+    if len(literal) > MAX_NUMBER_CHARS:
+        raise JSONRefused(NUMBER_ERROR)
+    return int(literal)
+
+
+def _float(literal: str) -> float:
+    value = float(literal) if len(literal) <= MAX_NUMBER_CHARS else math.inf
+    if not math.isfinite(value):
+        raise JSONRefused(NUMBER_ERROR if len(literal) > MAX_NUMBER_CHARS else "a number too large to represent")
+    return value
+
+
+def _constant(name: str) -> Any:
+    raise JSONRefused(f"{name} is not a JSON number")
+
+
+def loads(text: str | bytes) -> Any:
+    """Parse untrusted JSON text: depth-checked first, number literals bounded, no ``NaN`` or
+    ``Infinity``. Every surface that takes JSON text calls this (the API's parser, the
+    playground's script field, ``--script``).
+
+    Raises ``JSONRefused`` with a one-line message (``not valid JSON: Expecting value (line 1,
+    column 1)``, the depth or the number bound).
+    """
+    if text_too_deep(text):
+        raise JSONRefused(DEPTH_ERROR)
+    try:
+        return json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
+    except JSONRefused:
+        raise
+    except json.JSONDecodeError as exc:
+        raise JSONRefused(f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # undecodable bytes, or a bound of the parser
+        raise JSONRefused(f"not valid JSON: {type(exc).__name__}") from None
+
 
 _STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _NOT_BRACKETS = re.compile(r"[^\[\]{}]+")

@@ -14,9 +14,8 @@ from django.conf import settings
 from rest_framework import status
 from rest_framework.exceptions import APIException, ParseError
 from rest_framework.parsers import JSONParser
-from rest_framework.utils import json
 
-from ..jsonlimits import DEPTH_ERROR, text_too_deep
+from .. import jsonlimits
 
 
 class RequestTooLarge(APIException):
@@ -41,10 +40,10 @@ class BoundedJSONParser(JSONParser):
         raw = stream.read() if limit is None else stream.read(limit + 1)
         if limit is not None and len(raw) > limit:
             raise RequestTooLarge(too_large_detail(limit))
-        if text_too_deep(raw):
-            raise ParseError(f"JSON parse error - {DEPTH_ERROR}")
         encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
         try:
-            return json.loads(raw.decode(encoding), parse_constant=json.strict_constant if self.strict else None)
-        except ValueError as exc:
+            return jsonlimits.loads(raw.decode(encoding))
+        except UnicodeDecodeError:
+            raise ParseError(f"JSON parse error - the body is not valid {encoding}") from None
+        except jsonlimits.JSONRefused as exc:
             raise ParseError(f"JSON parse error - {exc}") from None

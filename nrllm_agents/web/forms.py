@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
 
-from .. import registry
+from .. import jsonlimits, registry
 from ..conf import app_settings
-from ..jsonlimits import DEPTH_ERROR, text_too_deep
 from ..run_request import MAX_PROMPT_CHARS, InvalidRequest, RunRequest
 
 SCRIPT_HELP = (
@@ -64,12 +62,10 @@ class RunForm(forms.Form):
         text = (self.cleaned_data.get("script") or "").strip()
         if not text:
             return None
-        if text_too_deep(text):
-            raise forms.ValidationError(DEPTH_ERROR)
         try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+            return jsonlimits.loads(text)
+        except jsonlimits.JSONRefused as exc:
+            raise forms.ValidationError(str(exc)) from None
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()

@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nrllm_agents import presenters
+from nrllm_agents.forks import MAX_SEQUENCE
 from nrllm_agents.management import console
 from nrllm_agents.runtime import AgentRuntime, RunNotFound
 
@@ -36,7 +37,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         run_id = console.run_id_arg(options["run_id"])
-        if options["after"] < -1:
+        if not -1 <= options["after"] <= MAX_SEQUENCE:
             raise console.usage_error("--after: a sequence number, -1 or more")
         runtime = AgentRuntime()
         printer = console.StreamPrinter(self.stdout, self.style, as_json=options["json"])

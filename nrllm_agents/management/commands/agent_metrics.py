@@ -7,6 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from nrllm_agents.management import console
+
 
 class Command(BaseCommand):
     help = (
@@ -26,6 +28,7 @@ class Command(BaseCommand):
 
         from nrllm_agents.observability import metrics
 
+        console.in_range("--port", port, 1, 65535)
         if not metrics.MULTIPROC_DIR:
             raise CommandError(
                 "PROMETHEUS_MULTIPROC_DIR is not set: give this command and the workers the same directory",

@@ -8,7 +8,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nrllm_agents import executors, recovery
+from nrllm_agents.management import console
 from nrllm_agents.runtime import AgentRuntime
+
+MAX_LIMIT = 100_000  # runs one pass may take on
 
 
 class Command(BaseCommand):
@@ -23,12 +26,17 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--limit", type=int, default=100, help="At most this many runs per pass (default 100).")
+        parser.add_argument(
+            "--limit",
+            type=int,
+            default=100,
+            help="At most this many runs per pass (default 100).",
+        )
         parser.add_argument("--dry-run", action="store_true", help="Report what would be done; change nothing.")
 
     def handle(self, *args: Any, limit: int, dry_run: bool, **options: Any) -> None:
-        if limit < 1:
-            raise CommandError("--limit must be a positive integer", returncode=2)
+        if not 1 <= limit <= MAX_LIMIT:
+            raise console.usage_error(f"--limit must be a positive integer, at most {MAX_LIMIT:,}")
         report = AgentRuntime().reap(limit=limit, dry_run=dry_run)
         sweep = recovery.sweep_queued(limit=limit, dry_run=dry_run)
         if (report.requeued or sweep.recovered) and not dry_run:
