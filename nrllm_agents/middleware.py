@@ -3,6 +3,10 @@
 - A NUL character anywhere in the path, the query string or form fields: PostgreSQL cannot
   store it and refuses it in a filter (``?status__exact=%00`` was a 500 in the admin), so the
   request is answered 400 before any view, admin filter or form runs.
+- A cookie whose value holds a NUL (``sessionid="\\000\\000…"``: Django decodes the octal
+  escapes) is dropped before the session and CSRF middleware read it: no session key can hold
+  one, and looking it up would put the NUL into a query. The request goes on as if the
+  browser had not sent that cookie (a stale or forged cookie must not lock anyone out).
 - Under ``/api/``: a body larger than ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (by its
   ``Content-Length``) answers a JSON 413. The API's JSON parser enforces the same limit on
   bodies of unknown length.
@@ -44,6 +48,8 @@ class EdgeGuardMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        if any("\x00" in key or "\x00" in value for key, value in request.COOKIES.items()):
+            request.COOKIES = {k: v for k, v in request.COOKIES.items() if "\x00" not in k and "\x00" not in v}
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         api = request.path_info.startswith("/api/")
         if api and limit is not None and _content_length(request) > limit:
