@@ -68,7 +68,11 @@ def _sequence(value: Any, stream: list[tuple[int, str]]) -> int:
     return value
 
 
-def _request(parent: AgentRun, overrides: Mapping[str, Any]) -> RunRequest:
+def _request(parent: AgentRun, overrides: Mapping[str, Any], played: int, answered: bool) -> RunRequest:
+    """The fork's request: the parent's, with ``overrides``. A scripted run plays its own script
+    from its first turn; a fork that keeps its parent's script continues it, so it gets the
+    turns the parent had not played by the fork point (``played`` model calls). ``answered``:
+    the copied transcript already ends with the model's final answer (no turn is needed)."""
     if not isinstance(overrides, Mapping):
         raise InvalidRequest({"non_field_errors": "overrides must be an object"})
     unknown = sorted(set(overrides) - set(OVERRIDABLE))
@@ -89,8 +93,17 @@ def _request(parent: AgentRun, overrides: Mapping[str, Any]) -> RunRequest:
         "max_total_tokens": parent.max_total_tokens,
     }
     base.pop("system", None)  # already part of the copied transcript
-    if overrides.get("provider", base["provider"]) != "scripted" and "script" not in overrides:
-        base.pop("script", None)  # the parent's script does not go to another provider
+    if "script" not in overrides and base.get("script") is not None:
+        if overrides.get("provider", base["provider"]) != "scripted":
+            base.pop("script")  # the parent's script does not go to another provider
+        elif isinstance(base["script"], list):
+            rest = base["script"][played:]
+            if rest:
+                base["script"] = rest
+            elif not answered:
+                raise InvalidRequest(
+                    {"script": "the parent's script has no turn left at this step; give the fork a script of its own"}
+                )
     return RunRequest.from_mapping({**base, **overrides})
 
 
@@ -108,8 +121,11 @@ def plan(parent_id: uuid.UUID, from_sequence: Any = None, overrides: Mapping[str
         raise ParentStillActive(parent.pk, parent.status)
     events = list(parent.events.order_by("sequence"))
     sequence = _sequence(from_sequence, [(e.sequence, e.kind) for e in events])
-    request = _request(parent, overrides or {})
     payload, round_ = fork_payload(
         [event_dict(e) for e in events], from_sequence=sequence, parent_id=str(parent.pk), parent_status=parent.status
     )
+    played = sum(1 for e in events if e.kind == StepKind.LLM and e.sequence <= sequence)
+    last = (payload.get("messages") or [{}])[-1]
+    answered = last.get("role") == "assistant" and not last.get("tool_calls")
+    request = _request(parent, overrides or {}, played, answered)
     return ForkPlan(parent.pk, sequence, request, Step(StepKind.FORKED, round_, payload))

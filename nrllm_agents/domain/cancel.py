@@ -149,12 +149,15 @@ class CallContext:
 
     ``token``: the segment's cancel token. ``on_delta``: for a model call, where to publish
     the answer's text as it streams in (short-lived, never recorded as a step). ``round``:
-    the loop round this call belongs to.
+    the loop round this call belongs to. ``call_index``: how many model calls this run made
+    before this one (its own, whatever transcript it started from: a fork's copied turns do
+    not count); ``None`` when the caller does not know.
     """
 
     token: CancelToken = field(default_factory=lambda: NEVER)
     on_delta: DeltaSink | None = None
     round: int = 0
+    call_index: int | None = None
 
     def delta(self, text: str) -> None:
         """Publish a piece of streamed text; a failing sink never stops the call."""

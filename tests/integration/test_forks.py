@@ -73,8 +73,8 @@ pytestmark = pytest.mark.django_db
 def test_fork_from_the_boundary_of_a_cancelled_run_completes_and_leaves_the_parent_untouched(runtime):
     parent = cancelled_parent(runtime)
     before = snapshot(parent)
-    # Turn 1 asserts the transcript the fork's first model request holds.
-    script = [{"content": "unused"}, {"content": "done", "expect": REPAIRED}]
+    # The fork plays its own script from its first turn, which asserts the transcript it is sent.
+    script = [{"content": "done", "expect": REPAIRED}]
     result = runtime.fork(parent, overrides={"script": script}, queued=False)
     assert result.outcome == Outcome.COMPLETED, result.error
     fork = runtime.status(result.run_id)
@@ -113,7 +113,6 @@ def test_fork_of_a_completed_run_mid_stream_answers_calls_the_fork_did_not_run(r
     # Step 2 is the first tool's result: the second call ran in the parent, not in the fork.
     ran = tool_content(runtime.events(result.run_id)[2].payload["result"], None)  # as stored (key order varies)
     script = [
-        {"content": "unused"},
         {
             "content": "again",
             "expect": [

@@ -3,8 +3,11 @@
 A script is a list of turns, each either ``{"content": "final answer"}`` or
 ``{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 1}}]}``, with optional
 ``"delay"`` (seconds of simulated model latency) and ``"usage"`` (``prompt_tokens``,
-``completion_tokens``). The turn played is chosen by how many assistant messages the
-conversation already holds, so a run resumed in another process continues where it was.
+``completion_tokens``). The turn played is chosen by how many model calls the run itself
+already made (``CallContext.call_index``), so a run resumed in another process continues where
+it was, and a fork (or any run whose transcript starts with earlier turns) plays its own
+script from its first turn. Called without a context, it counts the transcript's assistant
+messages instead.
 
 The delay is spent like a real model streams: a content answer is emitted in pieces spread
 over it (``CallContext.delta``), and a cancel cuts it short at once, keeping what was
@@ -162,7 +165,9 @@ class ScriptedProvider:
         context = context or CallContext()
         self.calls += 1
         self.journal.record("model", self.model)
-        index = sum(1 for m in messages if m.get("role") == "assistant")
+        # The run's own turn: a fork or a thread starts from a transcript holding earlier turns.
+        position = sum(1 for m in messages if m.get("role") == "assistant")  # keeps call ids unique
+        index = position if context.call_index is None else context.call_index
         if index >= len(self.script):
             raise ProviderError(f"script exhausted after {len(self.script)} turns")
         turn = self.script[index]
@@ -181,7 +186,7 @@ class ScriptedProvider:
             )
         calls = tuple(
             ToolCall(
-                id=str(c.get("id") or f"call_{index + 1}_{i + 1}"),
+                id=str(c.get("id") or f"call_{position + 1}_{i + 1}"),
                 name=c["name"],
                 arguments=dict(c.get("arguments") or {}),
             )
