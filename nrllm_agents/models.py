@@ -94,6 +94,8 @@ class AgentRun(models.Model):
     cancelled_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # who cancelled, by name: the user's username, or an operator's (``agent_cancel --by``)
+    cancelled_by_name = models.CharField(max_length=150, blank=True)
     cancel_source = models.CharField(max_length=16, choices=CancelSource.choices, blank=True)
     cancel_reason = models.TextField(blank=True)
     stopped_at = models.DateTimeField(null=True, blank=True)

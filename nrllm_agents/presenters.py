@@ -81,7 +81,7 @@ def run_status_dict(run: AgentRun) -> dict[str, Any]:
         "finished_at": _iso(run.finished_at),
         "cancel": {
             "requested_at": _iso(run.cancel_requested_at),
-            "by": run.cancelled_by.get_username() if run.cancelled_by_id else None,
+            "by": run.cancelled_by_name or None,
             "source": run.cancel_source or None,
             "reason": run.cancel_reason or None,
             "stopped_at": _iso(run.stopped_at) if run.cancel_requested_at else None,

@@ -9,11 +9,14 @@ Output comes in two forms. Human lines (styled when the terminal allows), or, wi
 
 from __future__ import annotations
 
+import getpass
 import itertools
 import json
 import os
 import re
+import shlex
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -21,16 +24,17 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError, OutputWrapper
 from django.core.management.color import Style
 from django.db import connections
 from django.utils import timezone
 
-from .. import describe, presenters
-from ..jsonlimits import DEPTH_ERROR, text_too_deep
+from .. import describe, jsonlimits, presenters
 from ..models import AgentRun, CancelSource, RunStatus
 from ..run_request import InvalidRequest
 from ..runtime import AgentRuntime, InvalidRunId, parse_run_id
+from ..store import Operator
 from ..watch import Watch, release_connection
 
 # Exit codes shared by agent_run, agent_approve and the followers.
@@ -53,7 +57,30 @@ ABANDON_CHECK_SECONDS = 10.0
 # A cancelled run whose segment never acknowledged the stop (its process died) would keep a
 # follower waiting forever; no single step can take longer than this (model and tool bounds).
 ACK_GRACE = timedelta(seconds=120)
-CANCEL_HINT = "python manage.py agent_cancel {run_id}"
+
+
+def command_line(*args: str) -> str:
+    """A ``manage.py`` command line the user can paste into another terminal as it is: this
+    interpreter (``.venv/bin/python`` under ``make``), this ``manage.py``, and the development
+    switch when this process runs in development mode without a key of its own."""
+    here = Path.cwd()
+    parts = []
+    for path in (Path(sys.executable), Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None):
+        if path is None:
+            continue
+        try:
+            parts.append(str(path.absolute().relative_to(here)))
+        except ValueError:
+            parts.append(str(path.absolute()))
+    if len(parts) < 2 or not parts[1].endswith("manage.py"):
+        parts = [parts[0], "manage.py"]
+    env = "DJANGO_DEBUG=1 " if os.environ.get("DJANGO_DEBUG") == "1" and not os.environ.get("DJANGO_SECRET_KEY") else ""
+    return env + " ".join(shlex.quote(p) for p in [*parts, *args])
+
+
+def cancel_hint(run_id: Any) -> str:
+    return command_line("agent_cancel", str(run_id))
+
 
 # RunRequest field -> the flag that sets it, so a usage error names what the user typed.
 _FLAGS = {
@@ -69,6 +96,23 @@ _FLAGS = {
 }
 
 
+# C0 controls but tab and newline, DEL, and the C1 controls (0x9b is CSI on some terminals).
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_C1 = re.compile(r"[\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every terminal control character shown as an escape (``\\x1b``), so what a
+    model, a tool or an operator wrote can neither move the cursor, clear the screen, rewrite a
+    line nor reach the clipboard (OSC 52) of whoever reads the output."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def json_line(obj: Any) -> str:
+    """One JSON line; ``json`` escapes C0 controls itself, the C1 ones are escaped here."""
+    return _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(obj, default=str, ensure_ascii=False))
+
+
 def exit_code(status: str) -> int:
     """The exit code for a run's status: 0 completed, 3 cancelled, 4 waiting, 1 otherwise."""
     return _EXIT_BY_STATUS.get(status, EXIT_FAILED)
@@ -76,7 +120,59 @@ def exit_code(status: str) -> int:
 
 def usage_error(message: str) -> CommandError:
     """A one-line usage error (exit 2)."""
-    return CommandError(message, returncode=EXIT_USAGE)
+    return CommandError(terminal_safe(" ".join(message.splitlines())), returncode=EXIT_USAGE)
+
+
+def in_range(flag: str, value: int | None, low: int, high: int) -> int | None:
+    """``value`` when it lies from ``low`` to ``high`` (or is None); else a usage error (exit 2)
+    naming the flag and the range, before any query sees the number."""
+    if value is not None and not low <= value <= high:
+        raise usage_error(f"{flag} must be a whole number from {low} to {high:,}")
+    return value
+
+
+def operator(name: str | None = None) -> Any:
+    """Who acts from this shell: the site user named ``name`` when there is one, else an
+    ``Operator`` of that name. Without a name: the OS user (``SUDO_USER`` first, so ``sudo``
+    does not hide who it was), so a cancel from the terminal never reads "an unknown user"."""
+    if name is None:
+        name = os.environ.get("SUDO_USER") or _os_user()
+    name = terminal_safe(name.strip())[:150]
+    if not name:
+        raise usage_error("--by: a name, e.g. --by alice")
+    return _user(name) or Operator(name)
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry for this uid (containers)
+        return f"uid {os.getuid()}"
+
+
+def _user(username: str) -> Any:
+    model = get_user_model()
+    return model._default_manager.filter(**{model.USERNAME_FIELD: username}).first()
+
+
+def owner_arg(username: str | None) -> Any:
+    """``--owner USERNAME``: the site user who will own the run (it then shows in their
+    playground and API); a name that is no user is a usage error."""
+    if username is None:
+        return None
+    user = _user(username)
+    if user is None:
+        raise usage_error(f"--owner: no user named {terminal_safe(username[:150])!r}")
+    return user
+
+
+def add_owner_argument(parser: Any) -> None:
+    parser.add_argument(
+        "--owner",
+        metavar="USERNAME",
+        help="The site user who owns the run: it shows in their playground and API (default: no owner, "
+        "visible to staff only).",
+    )
 
 
 def run_id_arg(value: str) -> Any:
@@ -125,12 +221,10 @@ def parse_script(value: str) -> Any:
             text = Path(value[1:]).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise usage_error(f"--script: cannot read {value[1:]!r}: {exc.__class__.__name__}") from None
-    if text_too_deep(text):
-        raise usage_error(f"--script: {DEPTH_ERROR}")
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise usage_error(f"--script: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+        return jsonlimits.loads(text)
+    except jsonlimits.JSONRefused as exc:
+        raise usage_error(f"--script: {exc}") from None
 
 
 _DURATION = re.compile(r"^\s*(\d{1,9})\s*([smhdw])\s*$")
@@ -179,9 +273,9 @@ class StreamPrinter:
             self._open_line = False
         if self.as_json:
             if obj is not None:
-                self.stdout.write(json.dumps(obj, default=str, ensure_ascii=False), style_func=lambda s: s)
+                self.stdout.write(json_line(obj), style_func=lambda s: s)
         else:
-            self.stdout.write(text, style_func=style_func)
+            self.stdout.write(terminal_safe(text), style_func=style_func)
         self.stdout.flush()
 
     def started(self, run_id: Any, note: str = "") -> None:
@@ -212,7 +306,7 @@ class StreamPrinter:
             return
         if delta.get("offset") == 0 or not self._open_line:
             self.stdout.write(f"  …    {'':<9} r{delta.get('round')}  ", ending="")
-        self.stdout.write(" ".join(str(delta.get("text") or "").splitlines()), ending="")
+        self.stdout.write(terminal_safe(" ".join(str(delta.get("text") or "").splitlines())), ending="")
         self.stdout.flush()
         self._open_line = True
 
@@ -242,7 +336,7 @@ class StreamPrinter:
             calls = "; ".join(map(describe.call_text, event["pending_approval"]))
             return (
                 f"{head} is waiting for approval of {calls}; decide with: "
-                f"python manage.py agent_approve {run.pk} --approve (or --deny)"
+                f"{command_line('agent_approve', str(run.pk), '--approve')} (or --deny)"
             ), self.style.WARNING
         if run.status == RunStatus.FAILED:
             error = describe.short(event["error"] or "", 300)
@@ -377,7 +471,7 @@ class CancelOnInterrupt:
             self._id_known.wait()
             if self._closing and self.run_id is None:
                 return
-            result = self.runtime.cancel(self.run_id, source=CancelSource.CLI, reason=self.REASON)
+            result = self.runtime.cancel(self.run_id, by=operator(), source=CancelSource.CLI, reason=self.REASON)
             if result.outcome != "cancelled":
                 self.stderr.write(f"run {self.run_id}: not cancelled ({result.outcome.replace('_', ' ')})")
         except Exception as exc:  # a failed cancel is reported, never raised into the run
@@ -389,14 +483,14 @@ class CancelOnInterrupt:
 
 def stderr_hint(stderr: OutputWrapper, run_id: Any) -> None:
     """Tell, on stderr, the command that would cancel the run."""
-    stderr.write(f"to cancel it: {CANCEL_HINT.format(run_id=run_id)}", style_func=lambda s: s)
+    stderr.write(f"to cancel it: {cancel_hint(run_id)}", style_func=lambda s: s)
     stderr.flush()
 
 
 def interrupted_follow(run_id: Any) -> CommandError:
     """Ctrl-C while following: the run is left alone; say so."""
     return CommandError(
-        f"stopped following run {run_id}; it goes on (cancel it with {CANCEL_HINT.format(run_id=run_id)})",
+        f"stopped following run {run_id}; it goes on (cancel it with {cancel_hint(run_id)})",
         returncode=EXIT_INTERRUPTED,
     )
 
@@ -408,6 +502,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "in_range",
     "CancelOnInterrupt",
     "StreamPrinter",
     "enqueue_failed",
@@ -419,5 +514,6 @@ __all__ = [
     "request_error",
     "run_id_arg",
     "stderr_hint",
+    "terminal_safe",
     "usage_error",
 ]

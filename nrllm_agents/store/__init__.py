@@ -11,7 +11,7 @@ and the claim fences are each one prepared statement whose CTE takes the row loc
 from .bulk import BulkCancel, cancel_many
 from .journal import RECOVER, append_event, next_sequence
 from .leases import ReapReport, append_owned, lease_until, reap, record_step, renew, requeue, why_not_held
-from .results import MAX_REASON_CHARS, NOT_FOUND, InvalidArgument, Lease, Transition, reason_problem
+from .results import MAX_REASON_CHARS, NOT_FOUND, InvalidArgument, Lease, Operator, Transition, reason_problem
 from .runs import (
     acknowledge_cancel,
     begin,
@@ -35,6 +35,7 @@ __all__ = [
     "BulkCancel",
     "ReapReport",
     "Lease",
+    "Operator",
     "Transition",
     "acknowledge_cancel",
     "append_event",

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from ..domain import StepKind
 from ..models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus
-from .results import checked_reason
+from .results import actor, checked_reason
 from .runs import cancel_fields
 
 
@@ -93,7 +93,7 @@ def _append_cancelled_bulk(now: datetime, by: Any, source: str, reason: str) -> 
     run_table, event_table = AgentRun._meta.db_table, AgentRunEvent._meta.db_table
     build = "jsonb_build_object" if connection.vendor == "postgresql" else "json_object"
     ts = connection.ops.adapt_datetimefield_value(now)
-    username = by.get_username() if by is not None else None
+    username = actor(by)[1]
     sql = (
         f"INSERT INTO {event_table} (run_id, sequence, kind, round, duration_ms, payload, created_at) "
         f"SELECT r.id, COALESCE(m.mx + 1, 0), %s, 0, NULL, "

@@ -22,12 +22,12 @@ from typing import Any
 from ..domain import StepKind
 from ..models import ACTIVE, AgentRun, AgentRunEvent, RunStatus
 from . import prepared
-from .results import NOT_FOUND, Transition
+from .results import NOT_FOUND, Transition, actor
 
 _RUN, _EVENT = AgentRun._meta.db_table, AgentRunEvent._meta.db_table
 _ACTIVE = "(" + ", ".join(f"'{s.value}'" for s in sorted(ACTIVE)) + ")"
 
-# Parameters: id, id, reason code, by id, source, reason text, detail (JSON or NULL), username.
+# Parameters: id, id, reason code, by id, by name, source, reason text, detail (JSON or NULL), by name.
 _CANCEL_SQL = f"""
 WITH locked AS (
     SELECT r.id, r.status, r.xmin = (SELECT s.xmin FROM {_RUN} s WHERE s.id = %s) AS fresh
@@ -36,7 +36,8 @@ WITH locked AS (
     SELECT clock_timestamp() AS at FROM locked
 ), changed AS (
     UPDATE {_RUN} r SET
-        status = 'cancelled', termination_reason = %s, cancelled_by_id = %s, cancel_source = %s,
+        status = 'cancelled', termination_reason = %s, cancelled_by_id = %s, cancelled_by_name = COALESCE(%s, ''),
+        cancel_source = %s,
         cancel_reason = %s, cancel_detail = %s::jsonb, cancel_requested_at = t.at, finished_at = t.at,
         request_payload = NULL, suspended_state = NULL,
         stopped_at = CASE WHEN l.status = 'running' THEN r.stopped_at ELSE t.at END,
@@ -76,8 +77,8 @@ def cancel_one_trip(
     Returns the ``Transition`` (applied, or why not), or ``None`` when the caller must run
     the read-check-write fence instead (a quiescent row changed while the lock was awaited).
     """
-    username = by.get_username() if by is not None else None
-    by_id = by.pk if by is not None else None
+    user, username = actor(by)
+    by_id = user.pk if user is not None else None
     _, rows = prepared.execute(
         _CANCEL_SQL,
         [
@@ -85,6 +86,7 @@ def cancel_one_trip(
             run_id,
             str(termination_reason),
             by_id,
+            username,
             str(source),
             reason or "",
             None if detail is None else json.dumps(detail),

@@ -93,7 +93,7 @@ def cancel_payload(run: dict[str, Any], boundary: int | None) -> dict[str, Any]:
     """The ``cancelled`` step's payload, from the row's ``CANCEL_FIELDS``."""
     payload = {
         "status": RunStatus.CANCELLED.value,
-        "by": run["cancelled_by__username"],
+        "by": run["cancelled_by_name"] or None,
         "source": run["cancel_source"],
         "reason": run["cancel_reason"],
         "requested_at": run["cancel_requested_at"].isoformat() if run["cancel_requested_at"] else None,
@@ -106,7 +106,7 @@ def cancel_payload(run: dict[str, Any], boundary: int | None) -> dict[str, Any]:
 
 
 CANCEL_FIELDS = (
-    "cancelled_by__username",
+    "cancelled_by_name",
     "cancel_source",
     "cancel_reason",
     "cancel_requested_at",

@@ -28,6 +28,25 @@ class Transition:
 NOT_FOUND = Transition(applied=False, status=None)
 
 
+@dataclass(frozen=True)
+class Operator:
+    """Who cancelled when it is not a user of the site: an operator at a shell (``agent_cancel
+    --by``, by default the OS user). Recorded by name; ``pk`` is ``None``."""
+
+    name: str
+    pk: None = None
+
+    def get_username(self) -> str:
+        return self.name
+
+
+def actor(by: Any) -> tuple[Any, str | None]:
+    """``(user or None, name or None)`` of whoever acts: a user, an ``Operator``, or nobody."""
+    if by is None:
+        return None, None
+    return (by if by.pk is not None else None), str(by.get_username())[:150]
+
+
 class Lease(enum.Enum):
     """What a boundary learnt about its segment's hold on the run (a boundary moves no status).
 

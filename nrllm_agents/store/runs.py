@@ -18,7 +18,7 @@ from . import prepared
 from .cancels import cancel_one_trip
 from .claims import claim_one_trip
 from .journal import append_cancelled, ended_fields, owned, spend_fields
-from .results import NOT_FOUND, InvalidArgument, Transition, checked_reason
+from .results import NOT_FOUND, InvalidArgument, Transition, actor, checked_reason
 
 logger = logging.getLogger(__name__)
 
@@ -223,12 +223,14 @@ def cancel_fields(
 ) -> dict[str, Any]:
     """What every cancel writes on a run's row (single and bulk): who, why, when, and nothing
     left that could resume it."""
+    user, name = actor(by)
     return {
         "status": RunStatus.CANCELLED,
         "termination_reason": termination_reason,
         "cancel_detail": detail,
         "cancel_requested_at": now,
-        "cancelled_by": by,
+        "cancelled_by": user,
+        "cancelled_by_name": name or "",
         "cancel_source": source,
         "cancel_reason": reason or "",
         "finished_at": now,

@@ -27,6 +27,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("run_ids", nargs="*", metavar="RUN_ID", help="Ids (UUIDs) of the runs to cancel.")
         parser.add_argument("--reason", default="", help="Why; stored on the run and in its cancelled step.")
+        parser.add_argument(
+            "--by",
+            metavar="NAME",
+            help="Who cancels, recorded on the run and its cancelled step: a site user's username, or any "
+            "operator name (default: the OS user, $SUDO_USER under sudo).",
+        )
         parser.add_argument("--json", action="store_true", help="Print one JSON object per line.")
         parser.add_argument(
             "--status",
@@ -64,7 +70,8 @@ class Command(BaseCommand):
         # Every id is checked before anything is written: one malformed id changes nothing.
         run_ids = list(dict.fromkeys(console.run_id_arg(value) for value in options["run_ids"]))
         runtime = AgentRuntime()
-        results = [runtime.cancel(run_id, source=CancelSource.CLI, reason=reason) for run_id in run_ids]
+        by = console.operator(options["by"])
+        results = [runtime.cancel(run_id, by=by, source=CancelSource.CLI, reason=reason) for run_id in run_ids]
         for result in results:
             self._report(result, options["json"])
         refused = [r for r in results if r.outcome in (CancelOutcome.NOT_FOUND, CancelOutcome.ALREADY_FINISHED)]
@@ -106,7 +113,13 @@ class Command(BaseCommand):
             selection = selection.filter(status__in=options["status"])
         if options["older_than"] is not None:
             selection = selection.filter(created_at__lt=console.created_before(options["older_than"]))
-        done = AgentRuntime().cancel_many(selection, source=CancelSource.CLI, reason=reason, dry_run=options["dry_run"])
+        done = AgentRuntime().cancel_many(
+            selection,
+            by=console.operator(options["by"]),
+            source=CancelSource.CLI,
+            reason=reason,
+            dry_run=options["dry_run"],
+        )
         if options["json"]:
             self.stdout.write(
                 json.dumps(

@@ -40,6 +40,7 @@ class Command(BaseCommand):
         parser.add_argument("--script", metavar="JSON|@FILE", help="Override the scripted provider's turns.")
         parser.add_argument("--max-iterations", type=int, metavar="N", help="Override the cap on model calls.")
         console.add_limit_arguments(parser)
+        console.add_owner_argument(parser)
         parser.add_argument("--json", action="store_true", help="Print one JSON object per line.")
         parser.add_argument("--queued", action="store_true", help="Hand the fork to a worker; print its id at once.")
         parser.add_argument(
@@ -57,15 +58,16 @@ class Command(BaseCommand):
         }
         if options["script"] is not None:
             overrides["script"] = console.parse_script(options["script"])
+        owner = console.owner_arg(options["owner"])
         runtime = AgentRuntime()
         printer = console.StreamPrinter(self.stdout, self.style, as_json=options["json"])
         try:
             if options["queued"]:
-                result = runtime.fork(parent, from_sequence=options["from_sequence"], overrides=overrides)
+                result = runtime.fork(parent, from_sequence=options["from_sequence"], overrides=overrides, owner=owner)
                 printer.started(result.run_id, f" queued (a fork of {parent})")
                 code = self._follow(runtime, result.run_id, printer) if options["follow"] else console.EXIT_OK
             else:
-                code = self._here(runtime, parent, options["from_sequence"], overrides, printer)
+                code = self._here(runtime, parent, options["from_sequence"], overrides, printer, owner)
         except InvalidRequest as exc:
             raise console.request_error(exc) from None
         except (RunNotFound, ParentStillActive) as exc:
@@ -82,6 +84,7 @@ class Command(BaseCommand):
         from_sequence: int | None,
         overrides: dict[str, Any],
         printer: console.StreamPrinter,
+        owner: Any,
     ) -> int:
         with console.CancelOnInterrupt(runtime, self.stderr) as interrupt:
 
@@ -93,7 +96,7 @@ class Command(BaseCommand):
                 printer.step(step)
 
             result = runtime.fork(
-                parent, from_sequence=from_sequence, overrides=overrides, queued=False, on_step=on_step
+                parent, from_sequence=from_sequence, overrides=overrides, queued=False, on_step=on_step, owner=owner
             )
         return printer.summary(runtime.status(result.run_id))
 

@@ -38,6 +38,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("--max-iterations", type=int, metavar="N", help="Cap on model calls for this run.")
         console.add_limit_arguments(parser)
+        console.add_owner_argument(parser)
         parser.add_argument("--json", action="store_true", help="Print one JSON object per line.")
         parser.add_argument(
             "--queued",
@@ -55,12 +56,13 @@ class Command(BaseCommand):
         if options["follow"] and not options["queued"]:
             raise console.usage_error("--follow goes with --queued (an interactive run always streams)")
         request = self._request(options)
+        owner = console.owner_arg(options["owner"])
         runtime = AgentRuntime()
         printer = console.StreamPrinter(self.stdout, self.style, as_json=options["json"])
         if options["queued"]:
-            code = self._queued(runtime, request, printer, follow=options["follow"])
+            code = self._queued(runtime, request, printer, owner, follow=options["follow"])
         else:
-            code = self._interactive(runtime, request, printer)
+            code = self._interactive(runtime, request, printer, owner)
         if code:
             sys.exit(code)
 
@@ -76,7 +78,9 @@ class Command(BaseCommand):
         except InvalidRequest as exc:
             raise console.request_error(exc) from None
 
-    def _interactive(self, runtime: AgentRuntime, request: RunRequest, printer: console.StreamPrinter) -> int:
+    def _interactive(
+        self, runtime: AgentRuntime, request: RunRequest, printer: console.StreamPrinter, owner: Any
+    ) -> int:
         with console.CancelOnInterrupt(runtime, self.stderr) as interrupt:
 
             def on_step(step: dict[str, Any]) -> None:
@@ -86,16 +90,16 @@ class Command(BaseCommand):
                     interrupt.set_run_id(step["run_id"])
                 printer.step(step)
 
-            result = runtime.run(request, on_step=on_step, on_delta=printer.delta)
+            result = runtime.run(request, owner=owner, on_step=on_step, on_delta=printer.delta)
         if printer.run_id is None:  # no step was recorded (cannot happen today, but say the id anyway)
             printer.started(result.run_id)
         return printer.summary(runtime.status(result.run_id))
 
     def _queued(
-        self, runtime: AgentRuntime, request: RunRequest, printer: console.StreamPrinter, *, follow: bool
+        self, runtime: AgentRuntime, request: RunRequest, printer: console.StreamPrinter, owner: Any, *, follow: bool
     ) -> int:
         try:
-            run_id = runtime.enqueue(request)
+            run_id = runtime.enqueue(request, owner=owner)
         except EnqueueError as exc:
             raise console.enqueue_failed(exc) from None
         printer.started(run_id, " queued")
