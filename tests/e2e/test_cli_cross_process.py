@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import queue
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -22,7 +23,7 @@ import pytest
 
 from nrllm_agents import presenters
 from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus
-from tests.conftest import manage
+from tests.conftest import ROOT, manage
 
 WAIT = 60  # seconds: a safety net against a hung child, never a measured bound
 
@@ -303,3 +304,23 @@ def test_agent_run_queued_follow_on_redis_is_executed_by_an_rqworker(child_env, 
     entries = [json.loads(line) for line in Path(env["NRLLM_CALL_JOURNAL"]).read_text().splitlines()]
     assert [e["what"] for e in entries] == ["model", "tool", "model"]
     assert runner.proc.pid not in {e["pid"] for e in entries}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_printed_cancel_hint_works_as_pasted_into_another_shell(child_env, children):
+    """Issue 20, item 17: the hint said ``python manage.py agent_cancel ID``, which fails without
+    the venv on PATH and without DJANGO_DEBUG or a key outside ``make``."""
+    runner = start(
+        children, "agent_run", "slow", "--script", '[{"delay": 60, "content": "x"}]', "--json", env=child_env
+    )
+    run_id = runner.read_until(lambda o: o["event"] == "started")["run_id"]
+    runner.wait_stderr("to cancel it: ")
+    hint = next(line for line in runner.stderr if line.startswith("to cancel it: ")).removeprefix("to cancel it: ")
+    assert hint.endswith(f"manage.py agent_cancel {run_id}")
+    # Another shell: no virtualenv on PATH, no development switch, no key of its own.
+    shell = {k: v for k, v in child_env.items() if k not in ("DJANGO_DEBUG", "DJANGO_SECRET_KEY", "VIRTUAL_ENV")}
+    shell["PATH"] = "/usr/bin:/bin"
+    pasted = subprocess.run(["bash", "-c", hint], cwd=ROOT, env=shell, capture_output=True, text=True, timeout=WAIT)
+    assert pasted.returncode == 0, pasted.stderr
+    code, lines = runner.finish()
+    assert code == 3 and lines[-1]["status"] == "cancelled"

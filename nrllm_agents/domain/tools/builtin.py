@@ -112,11 +112,13 @@ class Sleep:
     """Waits a bounded number of seconds: a stand-in for a slow tool."""
 
     name = "sleep"
-    description = "Wait for the given number of seconds, then report how long it waited."
     requires_approval = False
 
     def __init__(self, max_seconds: float = 30.0, journal: CallJournal | None = None) -> None:
         self.max_seconds = max_seconds
+        self.description = (
+            f"Wait for the given number of seconds (at most {max_seconds:g}), then report how long it waited."
+        )
         self.journal = journal or CallJournal()
         self.parameters = {
             "type": "object",
