@@ -80,6 +80,11 @@ RULES: dict[str, Rule] = {
     "METRICS_TOKEN": (lambda v: isinstance(v, str), "a string"),
     "METRICS_ALLOW_LOCALHOST": FLAG,
     "METRICS_STATE_TTL": NON_NEGATIVE,
+    "INTERACTIVE_MAX_PER_USER": COUNT,
+    "SYNC_MAX_PER_USER": COUNT,
+    "SYNC_MAX_OPEN": COUNT,
+    "RATE_LIMIT_STORE": (lambda v: v in ("auto", "redis", "database"), "one of 'auto', 'redis', 'database'"),
+    "ALLOW_SCRIPTED": (lambda v: v is None or isinstance(v, bool), "None (follow DEBUG), True or False"),
 }
 
 
