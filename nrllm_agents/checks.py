@@ -183,3 +183,59 @@ def _consistency(v: dict[str, Any]) -> list[CheckMessage]:
     if ok("RETRY_BASE_SECONDS", "RETRY_MAX_SECONDS") and v["RETRY_BASE_SECONDS"] > v["RETRY_MAX_SECONDS"]:
         found.append(Error("NRLLM_AGENTS['RETRY_BASE_SECONDS'] exceeds RETRY_MAX_SECONDS", id="nrllm_agents.E008"))
     return found
+
+
+# Not tagged "database": Django runs those only with `check --database`, and a deploy check that
+# needs `--database` to speak would stay as silent as before.
+@register("deploy", deploy=True)
+def check_deploy_database(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``check --deploy``: what ``migrate`` (or a cache table) still owes the database.
+
+    Every table nrllm_agents needs, the rate limits' included, comes from a migration, so an
+    unapplied migration is the one thing a deploy can miss; a host project that keeps Django's
+    database cache is told when its table is missing (``createcachetable``).
+    """
+    from django.core.cache import caches
+    from django.core.cache.backends.db import DatabaseCache
+    from django.db import DatabaseError, connections
+    from django.db.migrations.executor import MigrationExecutor
+
+    found: list[CheckMessage] = []
+    for alias in databases or ["default"]:
+        connection = connections[alias]
+        try:
+            executor = MigrationExecutor(connection)
+            pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+            tables = set(connection.introspection.table_names())
+        except DatabaseError as exc:
+            found.append(
+                Warning(
+                    f"database {alias!r} could not be read to check its migrations: {type(exc).__name__}",
+                    id="nrllm_agents.W010",
+                )
+            )
+            continue
+        finally:
+            connection.close()
+        if pending:
+            names = ", ".join(f"{m.app_label}.{m.name}" for m, _ in pending[:5])
+            more = f" and {len(pending) - 5} more" if len(pending) > 5 else ""
+            found.append(
+                Error(
+                    f"database {alias!r} lacks {len(pending)} migrations ({names}{more})",
+                    hint="Run `python manage.py migrate`.",
+                    id="nrllm_agents.E010",
+                )
+            )
+        if alias == "default":
+            for name in settings.CACHES:
+                cache = caches[name]
+                if isinstance(cache, DatabaseCache) and cache._table not in tables:
+                    found.append(
+                        Error(
+                            f"cache {name!r} is a database cache and its table {cache._table!r} does not exist",
+                            hint="Run `python manage.py createcachetable`, or use another cache backend.",
+                            id="nrllm_agents.E011",
+                        )
+                    )
+    return found
