@@ -9,8 +9,9 @@ against 20/min passed 60). A refused attempt is not counted.
 Where the counts live (``NRLLM_AGENTS["RATE_LIMIT_STORE"]``):
 
 - ``redis`` (``auto`` with ``REDIS_URL`` set): one Lua script per attempt, keys expiring after
-  two windows. If Redis cannot be reached the attempt is counted in the database instead, so a
-  Redis outage neither stops the work nor lifts the limit.
+  two windows. If Redis cannot be reached the attempt is counted in the database instead (for
+  the next ``REDIS_RETRY_SECONDS`` too), so a Redis outage neither stops the work nor lifts the
+  limit.
 - ``database`` (``auto`` without Redis): one ``INSERT … ON CONFLICT DO UPDATE SET count =
   count + 1 WHERE count < allowed RETURNING count`` on the ``RateCounter`` table (created by
   ``migrate``), PostgreSQL and SQLite alike; the first attempt of a window prunes the scope's
@@ -101,10 +102,11 @@ def attempt(scope: str, ident: str, allowed: int, period: int, now: float | None
     now = time.time() if now is None else now
     window = int(now // period)
     into = (now - window * period) / period  # how far into the current window, 0..1
-    if _store() == "redis":
+    if _store() == "redis" and time.monotonic() >= _redis_down_until[0]:
         try:
             passed, current, previous = _redis_attempt(scope, ident, window, allowed, 1.0 - into, period)
         except _redis_errors() as exc:
+            _redis_down_until[0] = time.monotonic() + REDIS_RETRY_SECONDS  # no connect timeout per request
             _warn_once(exc)
         else:
             return None if passed else _refusal(allowed, period, into, current, previous)
@@ -172,6 +174,8 @@ redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))
 return {1, current, previous}
 """
 
+REDIS_RETRY_SECONDS = 5.0  # after a failure, count in the database this long before asking Redis again
+_redis_down_until = [0.0]
 _clients: dict[str, Any] = {}
 _clients_lock = threading.Lock()
 _warned = threading.Event()
@@ -215,6 +219,7 @@ def _warn_once(exc: BaseException) -> None:
 
 def reset() -> None:
     """Forget every count (tests: user ids repeat from one test to the next)."""
+    _redis_down_until[0] = 0.0
     RateCounter.objects.all().delete()
     if getattr(settings, "REDIS_URL", None):
         try:
