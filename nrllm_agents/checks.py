@@ -180,6 +180,19 @@ def _consistency(v: dict[str, Any]) -> list[CheckMessage]:
                 id="nrllm_agents.E009",
             )
         )
+    from .admission import Action, rate_for
+
+    for action in Action:
+        try:
+            rate_for(action)
+        except (ValueError, KeyError, TypeError):
+            found.append(
+                Error(
+                    f"REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'][{action.value!r}] is not a rate such as '120/min'",
+                    hint="NRLLM_THROTTLE_CREATE / NRLLM_THROTTLE_CANCEL: a count, '/', and s, min, hour or day.",
+                    id="nrllm_agents.E012",
+                )
+            )
     if ok("RETRY_BASE_SECONDS", "RETRY_MAX_SECONDS") and v["RETRY_BASE_SECONDS"] > v["RETRY_MAX_SECONDS"]:
         found.append(Error("NRLLM_AGENTS['RETRY_BASE_SECONDS'] exceeds RETRY_MAX_SECONDS", id="nrllm_agents.E008"))
     return found

@@ -124,7 +124,7 @@ def _refusal(allowed: int, period: int, into: float, current: int, previous: int
 
 
 def _store() -> str:
-    choice = app_settings.RATE_LIMIT_STORE
+    choice = str(app_settings.RATE_LIMIT_STORE)
     if choice == "auto":
         return "redis" if getattr(settings, "REDIS_URL", None) else "database"
     return choice
@@ -176,7 +176,7 @@ return {1, current, previous}
 
 REDIS_RETRY_SECONDS = 5.0  # after a failure, count in the database this long before asking Redis again
 _redis_down_until = [0.0]
-_clients: dict[str, Any] = {}
+_clients: dict[str, tuple[Any, Any]] = {}
 _clients_lock = threading.Lock()
 _warned = threading.Event()
 
