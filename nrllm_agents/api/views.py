@@ -332,6 +332,7 @@ class RunApproveView(RunAPIView):
             **BAD_REQUEST,
             **AUTH_ERRORS,
             **NOT_FOUND,
+            **THROTTLED,
             **ENQUEUE_FAILED,
         },
     )

@@ -18,6 +18,7 @@ from django.core.management import call_command
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from nrllm_agents import dispatch
 from nrllm_agents.models import AgentRun, RunStatus
 from nrllm_agents.run_request import RunRequest
 from nrllm_agents.web import interactive
@@ -152,3 +153,30 @@ def test_a_run_that_sets_no_deadline_gets_the_default_hour():
     request = RunRequest.from_mapping({"prompt": "p"})
     assert request.deadline_seconds == 3600 and request.row_fields()["deadline_at"] is not None
     assert RunRequest.from_mapping({"prompt": "p", "deadline_seconds": None}).deadline_seconds is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sync_approval_and_a_sync_fork_take_a_sync_slot(alice, runtime):
+    """The request's thread executes them like a ``mode: sync`` create, so the same cap holds."""
+    from nrllm_agents import admission
+
+    note = [{"tool_calls": [{"name": "write_note", "arguments": {"title": "t", "body": "b"}}]}, {"content": "ok"}]
+    waiting = runtime.run({"prompt": "p", "tools": ["write_note"], "script": note}, owner=alice).run_id
+    parent = cancelled_run(runtime, alice)
+    api = APIClient()
+    api.force_authenticate(alice)
+    held = [admission.hold(admission.Kind.SYNC, alice.pk) for _ in range(2)]  # the default cap: 2
+    try:
+        refused = api.post(f"/api/runs/{waiting}/approve/", {"approved": True}, format="json")
+        assert refused.status_code == 429 and "sync runs" in refused.json()["detail"]
+        forked = api.post(f"/api/runs/{parent.pk}/fork/", {"mode": "sync"}, format="json")
+        assert forked.status_code == 429 and AgentRun.objects.filter(parent=parent).count() == 0
+        assert (
+            api.post(f"/api/runs/{waiting}/approve/", {"approved": True, "queued": True}, format="json").status_code
+            == 202
+        )
+    finally:
+        for slot in held:
+            slot.release()
+    assert admission.in_use(admission.Kind.SYNC) == (0, {})
+    assert dispatch.wait_local_idle(30)  # the queued approval executes in this process
