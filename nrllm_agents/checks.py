@@ -180,6 +180,14 @@ def _consistency(v: dict[str, Any]) -> list[CheckMessage]:
                 id="nrllm_agents.E009",
             )
         )
+    if ok("RATE_LIMIT_STORE") and v["RATE_LIMIT_STORE"] == "redis" and not getattr(settings, "REDIS_URL", None):
+        found.append(
+            Error(
+                "NRLLM_AGENTS['RATE_LIMIT_STORE'] is 'redis' but REDIS_URL is not set",
+                hint="Set REDIS_URL, or choose 'auto' or 'database'.",
+                id="nrllm_agents.E013",
+            )
+        )
     from .admission import Action, rate_for
 
     for action in Action:

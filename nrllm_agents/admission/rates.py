@@ -125,9 +125,9 @@ def _refusal(allowed: int, period: int, into: float, current: int, previous: int
 
 def _store() -> str:
     choice = str(app_settings.RATE_LIMIT_STORE)
-    if choice == "auto":
-        return "redis" if getattr(settings, "REDIS_URL", None) else "database"
-    return choice
+    if choice == "database" or not getattr(settings, "REDIS_URL", None):
+        return "database"  # "redis" without REDIS_URL is refused by the checks (E013)
+    return "redis"
 
 
 # --- the database ---------------------------------------------------------------------------

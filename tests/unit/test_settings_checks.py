@@ -118,3 +118,10 @@ def test_a_malformed_rate_is_named():
     rest["DEFAULT_THROTTLE_RATES"]["run_create"] = "lots"
     with override_settings(REST_FRAMEWORK=rest):
         assert sorted(m.id for m in check_settings()) == ["nrllm_agents.E012"]
+
+
+def test_a_redis_rate_store_needs_redis():
+    with override_settings(REDIS_URL=None):
+        assert ids(RATE_LIMIT_STORE="redis") == ["nrllm_agents.E013"]
+    with override_settings(REDIS_URL="redis://127.0.0.1:6379/0"):
+        assert ids(RATE_LIMIT_STORE="redis") == []
