@@ -17,7 +17,6 @@ venv:
 
 migrate: venv
 	@$(PY) manage.py migrate --noinput -v0
-	@$(PY) manage.py createcachetable
 
 # The web app on the embedded default (SQLite, in-process executor): the playground at
 # http://127.0.0.1:8000/playground/ (a local superuser is created on first start; its

@@ -164,14 +164,13 @@ STATIC_ROOT = os.environ.get("DJANGO_STATIC_ROOT") or str(BASE_DIR / "staticfile
 LOGIN_URL = "nrllm_web:login"
 
 REDIS_URL = os.environ.get("REDIS_URL") or None
-# Rate limits (API and playground) count in the cache, so it must be one every process shares:
-# Redis when REDIS_URL is set, else a table in the database (``manage.py createcachetable``).
-# A per-process cache (LocMemCache) would multiply every limit by the number of processes.
+# Nothing of nrllm_agents counts in the cache (the rate limits count in Redis or in a table that
+# ``migrate`` creates: nrllm_agents.admission), so ``migrate`` is all a deploy needs.
 CACHES = {
     "default": (
         {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "nrllm"}
         if REDIS_URL
-        else {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "nrllm_cache"}
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     )
 }
 RQ_QUEUES = {"default": {"URL": REDIS_URL or "redis://127.0.0.1:6379/0", "DEFAULT_TIMEOUT": 360}}

@@ -11,5 +11,8 @@ os.environ.setdefault("DJANGO_DEBUG", "1")
 # No background sweeper thread in the test process (it would hold a connection to the test
 # database); tests of the sweep call it, or turn it on for the processes they start.
 os.environ.setdefault("NRLLM_QUEUED_SWEEP_SECONDS", "0")
+# pytest-django runs the tests with DEBUG off, where the scripted provider (the suite's model)
+# is closed to API and playground users; the tests of that rule set it back to None.
+os.environ.setdefault("NRLLM_ALLOW_SCRIPTED", "1")
 
 from .settings import *  # noqa: E402,F401,F403

@@ -80,6 +80,11 @@ RULES: dict[str, Rule] = {
     "METRICS_TOKEN": (lambda v: isinstance(v, str), "a string"),
     "METRICS_ALLOW_LOCALHOST": FLAG,
     "METRICS_STATE_TTL": NON_NEGATIVE,
+    "INTERACTIVE_MAX_PER_USER": COUNT,
+    "SYNC_MAX_PER_USER": COUNT,
+    "SYNC_MAX_OPEN": COUNT,
+    "RATE_LIMIT_STORE": (lambda v: v in ("auto", "redis", "database"), "one of 'auto', 'redis', 'database'"),
+    "ALLOW_SCRIPTED": (lambda v: v is None or isinstance(v, bool), "None (follow DEBUG), True or False"),
 }
 
 
@@ -175,6 +180,83 @@ def _consistency(v: dict[str, Any]) -> list[CheckMessage]:
                 id="nrllm_agents.E009",
             )
         )
+    if ok("RATE_LIMIT_STORE") and v["RATE_LIMIT_STORE"] == "redis" and not getattr(settings, "REDIS_URL", None):
+        found.append(
+            Error(
+                "NRLLM_AGENTS['RATE_LIMIT_STORE'] is 'redis' but REDIS_URL is not set",
+                hint="Set REDIS_URL, or choose 'auto' or 'database'.",
+                id="nrllm_agents.E013",
+            )
+        )
+    from .admission import Action, rate_for
+
+    for action in Action:
+        try:
+            rate_for(action)
+        except (ValueError, KeyError, TypeError):
+            found.append(
+                Error(
+                    f"REST_FRAMEWORK['DEFAULT_THROTTLE_RATES'][{action.value!r}] is not a rate such as '120/min'",
+                    hint="NRLLM_THROTTLE_CREATE / NRLLM_THROTTLE_CANCEL: a count, '/', and s, min, hour or day.",
+                    id="nrllm_agents.E012",
+                )
+            )
     if ok("RETRY_BASE_SECONDS", "RETRY_MAX_SECONDS") and v["RETRY_BASE_SECONDS"] > v["RETRY_MAX_SECONDS"]:
         found.append(Error("NRLLM_AGENTS['RETRY_BASE_SECONDS'] exceeds RETRY_MAX_SECONDS", id="nrllm_agents.E008"))
+    return found
+
+
+# Not tagged "database": Django runs those only with `check --database`, and a deploy check that
+# needs `--database` to speak would stay as silent as before.
+@register("deploy", deploy=True)
+def check_deploy_database(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``check --deploy``: what ``migrate`` (or a cache table) still owes the database.
+
+    Every table nrllm_agents needs, the rate limits' included, comes from a migration, so an
+    unapplied migration is the one thing a deploy can miss; a host project that keeps Django's
+    database cache is told when its table is missing (``createcachetable``).
+    """
+    from django.core.cache import caches
+    from django.core.cache.backends.db import DatabaseCache
+    from django.db import DatabaseError, connections
+    from django.db.migrations.executor import MigrationExecutor
+
+    found: list[CheckMessage] = []
+    for alias in databases or ["default"]:
+        connection = connections[alias]
+        try:
+            executor = MigrationExecutor(connection)
+            pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+            tables = set(connection.introspection.table_names())
+        except DatabaseError as exc:
+            found.append(
+                Warning(
+                    f"database {alias!r} could not be read to check its migrations: {type(exc).__name__}",
+                    id="nrllm_agents.W010",
+                )
+            )
+            continue
+        finally:
+            connection.close()
+        if pending:
+            names = ", ".join(f"{m.app_label}.{m.name}" for m, _ in pending[:5])
+            more = f" and {len(pending) - 5} more" if len(pending) > 5 else ""
+            found.append(
+                Error(
+                    f"database {alias!r} lacks {len(pending)} migrations ({names}{more})",
+                    hint="Run `python manage.py migrate`.",
+                    id="nrllm_agents.E010",
+                )
+            )
+        if alias == "default":
+            for name in settings.CACHES:
+                cache = caches[name]
+                if isinstance(cache, DatabaseCache) and cache._table not in tables:
+                    found.append(
+                        Error(
+                            f"cache {name!r} is a database cache and its table {cache._table!r} does not exist",
+                            hint="Run `python manage.py createcachetable`, or use another cache backend.",
+                            id="nrllm_agents.E011",
+                        )
+                    )
     return found

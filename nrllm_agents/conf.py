@@ -61,7 +61,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_ITERATIONS_LIMIT": 100,
     # Limits per run (nrllm_agents.limits). A request may set its own up to the *_LIMIT bound;
     # one that sets none gets the default (None: no deadline / no budget).
-    "DEFAULT_DEADLINE_SECONDS": None,
+    # a run that sets no deadline stops after an hour (None: no deadline unless the request sets one)
+    "DEFAULT_DEADLINE_SECONDS": Env("NRLLM_DEFAULT_DEADLINE_SECONDS", int, 3600),
     "DEADLINE_SECONDS_LIMIT": 7 * 24 * 3600,
     "DEFAULT_MAX_TOTAL_TOKENS": None,
     "MAX_TOTAL_TOKENS_LIMIT": 100_000_000,
@@ -77,8 +78,19 @@ DEFAULTS: dict[str, Any] = {
     # runs the in-process executor executes at once, one thread each; more wait.
     # A run holds no database connection between its step boundaries, so this can be large.
     "LOCAL_WORKERS": Env("NRLLM_LOCAL_WORKERS", int, 200),
-    # interactive playground runs executing at once in one web process; more are refused
+    # interactive playground runs executing at once in one web process, and per user; more are refused
     "INTERACTIVE_WORKERS": Env("NRLLM_INTERACTIVE_WORKERS", int, 8),
+    "INTERACTIVE_MAX_PER_USER": Env("NRLLM_INTERACTIVE_MAX_PER_USER", int, 2),
+    # API runs executing in the request's thread (mode sync, sync approvals), per user and per
+    # process; more get 429 (admission.slots). Keep both below the server's threads.
+    "SYNC_MAX_PER_USER": Env("NRLLM_SYNC_MAX_PER_USER", int, 2),
+    "SYNC_MAX_OPEN": Env("NRLLM_SYNC_MAX_OPEN", int, 8),
+    # where the rate limits count (admission.rates): "redis", "database", or "auto" (Redis when
+    # REDIS_URL is set, else the database)
+    "RATE_LIMIT_STORE": Env("NRLLM_RATE_LIMIT_STORE", str, "auto"),
+    # the scripted provider (a test double) for API and playground users: None follows DEBUG
+    # (on in development, off in production); the commands may always use it
+    "ALLOW_SCRIPTED": Env("NRLLM_ALLOW_SCRIPTED", bool, None),
     # RQ's default 180 s job timeout would kill long runs; -1 means no timeout.
     "JOB_TIMEOUT": Env("NRLLM_JOB_TIMEOUT", int, 3600),
     # how long a segment owns a run without renewing; renewed at every step boundary, so it
@@ -108,7 +120,7 @@ DEFAULTS: dict[str, Any] = {
     # on PostgreSQL, wake watchers by LISTEN/NOTIFY instead of polling (off: poll as on SQLite)
     "STREAM_PUSH": Env("NRLLM_STREAM_PUSH", bool, True),
     # open streams allowed per user and per process (0: unlimited); past them a new one gets 429
-    "STREAM_MAX_PER_USER": Env("NRLLM_STREAM_MAX_PER_USER", int, 20),
+    "STREAM_MAX_PER_USER": Env("NRLLM_STREAM_MAX_PER_USER", int, 6),
     "STREAM_MAX_OPEN": Env("NRLLM_STREAM_MAX_OPEN", int, 1000),
     # the model's words as they stream: pieces arriving within this window go out together
     "DELTA_COALESCE_SECONDS": Env("NRLLM_DELTA_COALESCE_SECONDS", float, 0.05),

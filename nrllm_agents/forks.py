@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .conf import app_settings
 from .domain import Step, StepKind
 from .domain.fork import fork_payload
 from .models import TERMINAL, AgentRun
@@ -66,6 +67,16 @@ def _sequence(value: Any, stream: list[tuple[int, str]]) -> int:
         last = f"0 to {stream[-1][0]}" if stream else "none"
         raise InvalidRequest({"from_sequence": f"no step {value} in the run's stream (its steps: {last})"})
     return value
+
+
+def provider_of(parent: AgentRun, overrides: Mapping[str, Any]) -> str:
+    """The provider a fork of ``parent`` with ``overrides`` would run on (as ``_request`` builds it)."""
+    chosen = (
+        overrides.get("provider") if isinstance(overrides, Mapping) and "provider" in overrides else parent.provider
+    )
+    if not isinstance(chosen, str):
+        return ""  # not a name: the request's validation says so
+    return chosen or app_settings.DEFAULT_PROVIDER
 
 
 def _request(parent: AgentRun, overrides: Mapping[str, Any], played: int, answered: bool) -> RunRequest:

@@ -203,3 +203,23 @@ class ReaperPass(models.Model):
         stale = cls.objects.order_by("-finished_at").values_list("pk", flat=True)[cls.KEEP : cls.KEEP + 1000]
         cls.objects.filter(pk__in=list(stale)).delete()
         return row
+
+
+class RateCounter(models.Model):
+    """Attempts of one caller in one window of one rate limit (``admission.rates``).
+
+    Written only by one atomic upsert (``INSERT … ON CONFLICT DO UPDATE … WHERE count <
+    allowed``); rows of finished windows are pruned by the first attempt of the next window.
+    """
+
+    scope = models.CharField(max_length=64)  # the action and its period, e.g. "run_create/60"
+    ident = models.CharField(max_length=128)  # "user:<pk>" or "addr:<ip>"
+    period = models.BigIntegerField()  # the window's number: unix time // its length
+    count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["scope", "ident", "period"], name="nrllm_rate_window")]
+        indexes = [models.Index(fields=["scope", "period"], name="nrllm_rate_prune")]
+
+    def __str__(self) -> str:
+        return f"{self.scope} {self.ident} #{self.period}: {self.count}"

@@ -16,8 +16,10 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from django.conf import settings
 from django.db.models import QuerySet
 
+from .conf import app_settings
 from .models import AgentRun
 
 CANCEL_PERMISSION = "nrllm_agents.cancel_agentrun"
@@ -132,3 +134,30 @@ REFUSALS = {
     Action.CANCEL: "You may not cancel this run: it is not yours and you lack the cancel permission.",
     Action.APPROVE: "You may not approve or deny this run: it is not yours and you lack the approve permission.",
 }
+
+
+TEST_DOUBLE_PROVIDERS = frozenset({"scripted"})  # plays a script the caller wrote: a test double
+
+
+def test_doubles_allowed() -> bool:
+    """Whether users of the API and the playground may start runs on a test double: as
+    ``NRLLM_AGENTS["ALLOW_SCRIPTED"]`` says, else only in development (``DEBUG``)."""
+    allowed = app_settings.ALLOW_SCRIPTED
+    return bool(settings.DEBUG if allowed is None else allowed)
+
+
+def provider_refusal(provider: str) -> str | None:
+    """Why a user of the API or the playground may not start (or fork into) a run on
+    ``provider``, or ``None`` when they may. The commands, for operators with a shell, are not
+    asked: they may always use the scripted provider."""
+    if provider in TEST_DOUBLE_PROVIDERS and not test_doubles_allowed():
+        return (
+            f"the {provider} provider is a test double and is off in production; choose another provider "
+            "(an operator may turn it on with NRLLM_ALLOW_SCRIPTED=1)"
+        )
+    return None
+
+
+def offered_providers(names: list[str]) -> list[str]:
+    """Of the registered provider ``names``, those the API and the playground offer now."""
+    return [name for name in names if provider_refusal(name) is None]

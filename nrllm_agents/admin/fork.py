@@ -2,7 +2,8 @@
 
 Each fork starts from its parent's default point (the last step before the stop), is
 queued for a worker and is owned by the operator; the parent is not changed. The summary
-says per outcome what happened, with a link to each new run.
+says per outcome what happened, with a link to each new run. Each fork spends one attempt of
+the create rate limit (``admission``), like a run started anywhere else.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from .. import admission
 from ..dispatch import EnqueueError
 from ..forks import ParentStillActive
 from ..models import AgentRun
@@ -36,7 +38,11 @@ def fork_selected(modeladmin: ModelAdmin, request: HttpRequest, queryset: QueryS
         return
     forked: list[Any] = []
     refused: list[str] = []
-    for parent in runs:
+    for i, parent in enumerate(runs):
+        limited = admission.take(request, admission.Action.CREATE)  # each fork is a new run
+        if limited is not None:
+            refused.append(f"{len(runs) - i} run(s): {limited.detail}")
+            break
         try:
             forked.append(AgentRuntime().fork(parent, owner=request.user).run_id)
         except (ParentStillActive, InvalidRequest, RunNotFound, EnqueueError) as exc:

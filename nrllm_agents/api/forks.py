@@ -16,13 +16,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ..dispatch import EnqueueError
-from ..forks import ParentStillActive
+from ..forks import ParentStillActive, provider_of
 from ..run_request import InvalidRequest
 from ..runtime import RunNotFound
 from . import serializers as s
 from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, RUN_ID, THROTTLED
 from .throttling import CREATE_SCOPE
-from .views import ENQUEUE_FAILED_DETAIL, NOT_FOUND_DETAIL, RunAPIView, checked_body
+from .views import ENQUEUE_FAILED_DETAIL, NOT_FOUND_DETAIL, RunAPIView, checked_body, refuse_provider, sync_slot
 
 
 class RunForkView(RunAPIView):
@@ -56,6 +56,8 @@ class RunForkView(RunAPIView):
         overrides = checked_body(request, s.ForkRequestSerializer)
         mode = overrides.pop("mode", "queued")
         from_sequence = overrides.pop("from_sequence", None)
+        refuse_provider(provider_of(parent, overrides))
+        slot = sync_slot(request) if mode == "sync" else None
         try:
             result = self.runtime.fork(
                 parent.pk, from_sequence=from_sequence, overrides=overrides, owner=request.user, queued=mode != "sync"
@@ -77,6 +79,9 @@ class RunForkView(RunAPIView):
             return Response(
                 {"detail": ENQUEUE_FAILED_DETAIL, "run_id": str(exc.run_id)}, status=status.HTTP_503_SERVICE_UNAVAILABLE
             )
+        finally:
+            if slot is not None:
+                slot.release()
         code = status.HTTP_201_CREATED if mode == "sync" else status.HTTP_202_ACCEPTED
         body: dict[str, Any] = {**self.fresh(result.run_id), "outcome": result.outcome.value}
         return Response(body, status=code, headers={"Location": reverse("nrllm_api:run-detail", args=[result.run_id])})

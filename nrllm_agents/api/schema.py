@@ -30,7 +30,11 @@ BAD_REQUEST: dict[int, Any] = {400: OpenApiResponse(s.ValidationErrorSerializer,
 NOT_FOUND: dict[int, Any] = {
     404: OpenApiResponse(s.ErrorSerializer, "Unknown run, a run the caller may not see, or a malformed id."),
 }
-THROTTLED: dict[int, Any] = {429: OpenApiResponse(s.ErrorSerializer, "Too many requests; see Retry-After.")}
+THROTTLED: dict[int, Any] = {
+    429: OpenApiResponse(
+        s.ErrorSerializer, "Too many requests, or too many sync runs executing for this caller; see Retry-After."
+    )
+}
 ENQUEUE_FAILED: dict[int, Any] = {
     503: OpenApiResponse(s.EnqueueFailedSerializer, "The queue is unavailable; the run was marked failed."),
 }

@@ -1,30 +1,30 @@
-"""Rate limits for the API's write operations (create, cancel)."""
+"""Rate limits for the API's write operations (create, fork, cancel): DRF's hook over
+``admission.rates``, the one limiter the playground asks too."""
 
 from __future__ import annotations
 
-from rest_framework.settings import api_settings
-from rest_framework.throttling import SimpleRateThrottle
+from typing import Any
+
+from rest_framework.throttling import BaseThrottle
+
+from .. import admission
 
 
-class RunRateThrottle(SimpleRateThrottle):
-    """Per-user (per-IP for anonymous callers) rate limit named by a scope.
+class RunRateThrottle(BaseThrottle):
+    """Spends one attempt of ``action`` per request (atomic across threads and processes);
+    a refused request is a 429 with ``Retry-After``."""
 
-    The rate comes from ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"][scope]``, read on each request
-    rather than at import (DRF's scoped throttle freezes the rates when first imported), so a
-    changed setting takes effect without a restart of the module.
-    """
+    def __init__(self, action: admission.Action) -> None:
+        self.action = action
+        self.refused: admission.RateRefused | None = None
 
-    def __init__(self, scope: str) -> None:
-        self.scope = scope
-        super().__init__()
+    def allow_request(self, request: Any, view: Any) -> bool:
+        self.refused = admission.take(request, self.action)
+        return self.refused is None
 
-    def get_rate(self) -> str | None:
-        return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
-
-    def get_cache_key(self, request, view) -> str:
-        ident = request.user.pk if request.user and request.user.is_authenticated else self.get_ident(request)
-        return self.cache_format % {"scope": self.scope, "ident": ident}
+    def wait(self) -> float | None:
+        return None if self.refused is None else float(self.refused.wait)
 
 
-CREATE_SCOPE = "run_create"
-CANCEL_SCOPE = "run_cancel"
+CREATE_SCOPE = admission.Action.CREATE
+CANCEL_SCOPE = admission.Action.CANCEL

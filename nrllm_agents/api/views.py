@@ -15,14 +15,14 @@ from django.urls import reverse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import generics, status
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied, Throttled, ValidationError
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import policy
+from .. import admission, policy
 from ..dispatch import EnqueueError
 from ..models import AgentRun, CancelSource
 from ..outcomes import bulk_wording, cancel_wording
@@ -59,6 +59,28 @@ def rejectunstorable(data: dict[str, Any]) -> None:
     }
     if errors:
         raise ValidationError(errors)
+
+
+def refuse_provider(provider: str) -> None:
+    """A 400 naming the field when users may not start runs on ``provider`` (``policy``)."""
+    refusal = policy.provider_refusal(provider)
+    if refusal is not None:
+        raise ValidationError({"provider": [refusal]})
+
+
+class SyncCapacity(Throttled):
+    """429: the caller (or this process) already executes as many sync runs as allowed."""
+
+    def __init__(self, refused: admission.SlotRefused) -> None:
+        super().__init__(wait=1, detail=refused.detail)
+
+
+def sync_slot(request: Request) -> admission.Slot:
+    """A slot for a run executed in this request (``mode: sync``, a sync approval), else 429."""
+    slot = admission.hold(admission.Kind.SYNC, request.user.pk)
+    if isinstance(slot, admission.SlotRefused):
+        raise SyncCapacity(slot)
+    return slot
 
 
 def checked_body(request: Request, shape: type[Any]) -> dict[str, Any]:
@@ -208,8 +230,10 @@ class RunListCreateView(generics.ListAPIView, RunAPIView):
             run_request = RunRequest.from_mapping(fields)
         except InvalidRequest as exc:
             raise ValidationError({field: [message] for field, message in exc.errors.items()}) from None
+        refuse_provider(run_request.provider)
         if mode == "sync":
-            result = self.runtime.run(run_request, owner=request.user)
+            with sync_slot(request):
+                result = self.runtime.run(run_request, owner=request.user)
             return Response(
                 {**self.fresh(result.run_id), "outcome": result.outcome.value},
                 status=status.HTTP_201_CREATED,
@@ -308,6 +332,7 @@ class RunApproveView(RunAPIView):
             **BAD_REQUEST,
             **AUTH_ERRORS,
             **NOT_FOUND,
+            **THROTTLED,
             **ENQUEUE_FAILED,
         },
     )
@@ -316,6 +341,7 @@ class RunApproveView(RunAPIView):
         body = s.ApproveRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         queued = body.validated_data["queued"]
+        slot = None if queued else sync_slot(request)
         try:
             result = self.runtime.approve(run.pk, body.validated_data["approved"], by=request.user, queued=queued)
         except RunNotFound:
@@ -329,6 +355,9 @@ class RunApproveView(RunAPIView):
             return Response(
                 {"detail": ENQUEUE_FAILED_DETAIL, "run_id": str(run.pk)}, status=status.HTTP_503_SERVICE_UNAVAILABLE
             )
+        finally:
+            if slot is not None:
+                slot.release()
         return Response(
             {**self.fresh(run.pk), "outcome": result.outcome.value},
             status=status.HTTP_202_ACCEPTED if queued else status.HTTP_200_OK,

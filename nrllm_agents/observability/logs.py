@@ -80,7 +80,10 @@ def run_event(
 
 
 def logging_config(fmt: str = "text", level: str = "WARNING") -> dict[str, Any]:
-    """The ``LOGGING`` setting: the ``nrllm_agents`` loggers to stderr, JSON or text, at ``level``."""
+    """The ``LOGGING`` setting: the ``nrllm_agents`` loggers to stderr, JSON or text, at ``level``;
+    and Django's request errors (a 500's traceback, ``django.request``) and security refusals
+    (``django.security``) to the same stderr in the same format, debug or not (Django's own
+    configuration prints them only with ``DEBUG`` on)."""
     formatter = "json" if fmt.strip().lower() == "json" else "text"
     handler = {"handlers": ["console"], "level": level.upper(), "propagate": False}
     return {
@@ -96,5 +99,9 @@ def logging_config(fmt: str = "text", level: str = "WARNING") -> dict[str, Any]:
             },
         },
         "handlers": {"console": {"class": "logging.StreamHandler", "formatter": formatter, "filters": ["run_context"]}},
-        "loggers": {"nrllm_agents": handler},
+        "loggers": {
+            "nrllm_agents": handler,
+            "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+            "django.security": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+        },
     }

@@ -4,7 +4,8 @@ Counters and histograms live in this module and are updated by ``observability.h
 Labels are bounded: statuses, reasons, sources and kinds are enums; tool names are the
 registered ones (anything else is ``other``); providers are the registered ones; models
 are recorded only when the model actually answered with usage, and at most
-``MODEL_LABELS_MAX`` distinct names per process (then ``other``). Never a run id or a user.
+``MODEL_LABELS_MAX`` distinct names (then ``other``), shared by all processes in
+multiprocess mode. Never a run id or a user.
 
 **Multiprocess mode.** With ``PROMETHEUS_MULTIPROC_DIR`` set, every process writes its
 values to files in that directory and ``/metrics`` merges them (prometheus-client's
@@ -118,11 +119,49 @@ def bounded(value: str, allowed: set[str] | frozenset[str] | None = None) -> str
 
 
 def model_label(model: str) -> str:
-    """A model name as a label, bounded per process to ``MODEL_LABELS_MAX`` distinct names."""
+    """A model name as a label, bounded to ``MODEL_LABELS_MAX`` distinct names.
+
+    In multiprocess mode the names are shared by every process of the directory (RQ forks a
+    work horse per job: a count of its own would start from zero each time); without it, they
+    are this process's.
+    """
     model = model or "default"
     if model in _models_seen:
         return model
-    if len(_models_seen) >= MODEL_LABELS_MAX or not _LABEL.match(model):
+    if not _LABEL.match(model) or model in _models_refused:
         return "other"
-    _models_seen.add(model)
-    return model
+    if MULTIPROC_DIR:
+        try:
+            admitted = _admit_shared(MULTIPROC_DIR, model)
+        except (ImportError, OSError):  # no flock, or the directory is gone: this process's count
+            admitted = len(_models_seen) < MODEL_LABELS_MAX
+    else:
+        admitted = len(_models_seen) < MODEL_LABELS_MAX
+    (_models_seen if admitted else _models_refused).add(model)
+    return model if admitted else "other"
+
+
+_models_refused: set[str] = set()
+MODEL_NAMES_FILE = "model-labels.txt"  # one admitted name per line; not a *.db file, so never scraped
+
+
+def _admit_shared(directory: str, model: str) -> bool:
+    """Whether ``model`` is (or now becomes) one of the directory's first ``MODEL_LABELS_MAX``
+    names; read and appended under an exclusive ``flock``, so two processes cannot both take
+    the last place."""
+    import fcntl
+
+    fd = os.open(os.path.join(directory, MODEL_NAMES_FILE), os.O_CREAT | os.O_RDWR | os.O_APPEND, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with os.fdopen(os.dup(fd), "r", encoding="utf-8") as f:
+            f.seek(0)
+            names = {line.rstrip("\n") for line in f}
+        if model in names:
+            return True
+        if len(names) >= MODEL_LABELS_MAX:
+            return False
+        os.write(fd, (model + "\n").encode())
+        return True
+    finally:
+        os.close(fd)  # closing drops the lock

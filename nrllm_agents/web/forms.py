@@ -6,7 +6,7 @@ from typing import Any
 
 from django import forms
 
-from .. import jsonlimits, registry
+from .. import jsonlimits, policy, registry
 from ..conf import app_settings
 from ..run_request import MAX_PROMPT_CHARS, InvalidRequest, RunRequest
 
@@ -50,8 +50,11 @@ class RunForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["provider"].choices = [(p, p) for p in registry.provider_names()]
-        self.fields["provider"].initial = app_settings.DEFAULT_PROVIDER
+        offered = policy.offered_providers(registry.provider_names())  # no test double in production
+        self.fields["provider"].choices = [(p, p) for p in offered]
+        self.fields["provider"].initial = (
+            app_settings.DEFAULT_PROVIDER if app_settings.DEFAULT_PROVIDER in offered else ""
+        )
         self.fields["tools"].choices = [(t, t) for t in registry.tool_names()]
         self.fields["tools"].initial = list(app_settings.DEFAULT_TOOLS)
         self.fields["max_iterations"].max_value = app_settings.MAX_ITERATIONS_LIMIT

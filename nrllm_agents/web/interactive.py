@@ -6,8 +6,9 @@ thread that closes its own database connections. Like the in-process executor, s
 does not survive the web process.
 
 At most ``INTERACTIVE_WORKERS`` segments execute at once in one process (each holds a
-thread and a database connection); beyond that ``launch`` raises ``AtCapacity`` at once, and
-the playground says so (queued runs have no such bound: workers take them in turn).
+thread and a database connection), and at most ``INTERACTIVE_MAX_PER_USER`` of one user
+(``admission.slots``, kind ``INTERACTIVE``); beyond that ``launch`` raises ``AtCapacity`` at
+once, and the playground says so (queued runs have no such bound: workers take them in turn).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from django.db import connections
 
-from ..conf import app_settings
+from .. import admission
 from ..inflight import InFlight
 from ..runtime import RunResult
 from ..segment import StepObserver
@@ -30,32 +31,13 @@ logger = logging.getLogger(__name__)
 Segment = Callable[[StepObserver], RunResult]
 
 _in_flight = InFlight()  # background segments started and not yet finished
-_slots: threading.BoundedSemaphore | None = None
-_slots_lock = threading.Lock()
 
 
 class AtCapacity(RuntimeError):
-    """Every interactive slot of this process is taken; nothing was started."""
+    """Every interactive slot of this process, or of this user, is taken; nothing was started."""
 
-    def __init__(self, slots: int) -> None:
-        super().__init__(
-            f"{slots} interactive runs are already executing in this web process; "
-            "try again in a moment, or queue the run for a worker."
-        )
-
-
-def _take_slot() -> None:
-    global _slots
-    with _slots_lock:
-        if _slots is None:
-            _slots = threading.BoundedSemaphore(app_settings.INTERACTIVE_WORKERS)
-    if not _slots.acquire(blocking=False):
-        raise AtCapacity(app_settings.INTERACTIVE_WORKERS)
-
-
-def _release_slot() -> None:
-    assert _slots is not None
-    _slots.release()
+    def __init__(self, refused: admission.SlotRefused) -> None:
+        super().__init__(refused.detail)
 
 
 class LaunchTimeout(RuntimeError):
@@ -65,16 +47,19 @@ class LaunchTimeout(RuntimeError):
         super().__init__(f"the run did not start within {timeout:g} s")
 
 
-def launch(segment: Segment, *, timeout: float = 30.0) -> uuid.UUID:
+def launch(segment: Segment, *, user_key: Any, timeout: float = 30.0) -> uuid.UUID:
     """Start ``segment(on_step)`` in a background thread; return its run id once known.
 
     The id is known at the segment's first step (the observer is called with it) or when the
     segment returns, whichever comes first. An exception raised before either (a bad request,
     ``ApprovalNotPending``, ``RunNotFound``) is re-raised here, in the caller's thread.
     Raises ``LaunchTimeout`` when neither happens within ``timeout`` seconds, and
-    ``AtCapacity`` (starting nothing) when every interactive slot is taken.
+    ``AtCapacity`` (starting nothing) when every interactive slot of the process, or of
+    ``user_key`` (the user's pk), is taken.
     """
-    _take_slot()
+    slot = admission.hold(admission.Kind.INTERACTIVE, user_key)
+    if isinstance(slot, admission.SlotRefused):
+        raise AtCapacity(slot)
     known = threading.Event()
     box: dict[str, Any] = {}
 
@@ -93,14 +78,14 @@ def launch(segment: Segment, *, timeout: float = 30.0) -> uuid.UUID:
         finally:
             known.set()
             connections.close_all()  # this thread's connections only; they are thread-local
-            _release_slot()
+            slot.release()
             _in_flight.finished()
 
     _in_flight.started()
     try:
         threading.Thread(target=target, name="nrllm-interactive", daemon=True).start()
     except BaseException:
-        _release_slot()
+        slot.release()
         _in_flight.finished()
         raise
     if not known.wait(timeout):

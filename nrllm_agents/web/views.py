@@ -9,7 +9,6 @@ decision (404 for a run the caller may not see, 403 or a message for one they ma
 
 from __future__ import annotations
 
-import math
 import uuid
 from typing import Any
 
@@ -20,10 +19,9 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from .. import dispatch, policy
-from ..api.throttling import CANCEL_SCOPE, CREATE_SCOPE, RunRateThrottle
+from .. import admission, dispatch, policy
 from ..describe import call_text, cancel_text
-from ..forks import ParentStillActive
+from ..forks import ParentStillActive, provider_of
 from ..models import ACTIVE, TERMINAL, AgentRun, CancelSource, RunStatus
 from ..observability import gantt
 from ..outcomes import cancel_wording
@@ -103,19 +101,17 @@ def _page(
     return render(request, "nrllm_agents/playground.html", context, status=status)
 
 
-def _throttled(request: HttpRequest, scope: str) -> HttpResponse | None:
-    """The API's rate limit for ``scope``, counted together with the API's (same cache keys):
+def _throttled(request: HttpRequest, action: admission.Action) -> HttpResponse | None:
+    """The rate limit of ``action``, the same counter the API spends (``admission.rates``):
     ``None`` when the request may go on, else a 429 (scripts) or a message (forms)."""
-    throttle = RunRateThrottle(scope)
-    if throttle.allow_request(request, None):
+    refused = admission.take(request, action)
+    if refused is None:
         return None
-    wait = max(1, math.ceil(throttle.wait() or 1))
-    message = f"Too many requests; try again in {wait} s."
     if wants_json(request):
-        response = JsonResponse({"detail": message}, status=429)
-        response["Retry-After"] = str(wait)
+        response = JsonResponse({"detail": refused.detail}, status=429)
+        response["Retry-After"] = str(refused.wait)
         return response
-    messages.error(request, message)
+    messages.error(request, refused.detail)
     return redirect("nrllm_web:playground")
 
 
@@ -142,7 +138,7 @@ def run_page(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
 @login_required
 def start_run(request: HttpRequest) -> HttpResponse:
     """Start a run from the form: interactive (a thread of this process) or queued."""
-    refused = _throttled(request, CREATE_SCOPE)
+    refused = _throttled(request, admission.Action.CREATE)
     if refused is not None:
         return refused
     form = RunForm(request.POST)
@@ -158,7 +154,9 @@ def start_run(request: HttpRequest) -> HttpResponse:
             return _answer(request, exc.run_id, 503, messages.ERROR, f"The queue refused the run: {exc}")
         return _answer(request, run_id, 202, messages.SUCCESS, "Run queued.")
     try:
-        run_id = interactive.launch(lambda on_step: runtime.run(run_request, owner=request.user, on_step=on_step))
+        run_id = interactive.launch(
+            lambda on_step: runtime.run(run_request, owner=request.user, on_step=on_step), user_key=request.user.pk
+        )
     except (interactive.LaunchTimeout, interactive.AtCapacity) as exc:
         if wants_json(request):
             return JsonResponse({"detail": str(exc)}, status=503)
@@ -191,7 +189,7 @@ def _cancel_answer(result: CancelResult) -> tuple[int, int, str]:
 @login_required
 def cancel_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     """Cancel from the playground (source ``playground``, by the signed-in user)."""
-    refused = _throttled(request, CANCEL_SCOPE)
+    refused = _throttled(request, admission.Action.CANCEL)
     if refused is not None:
         return refused
     run = _visible(request, run_id, policy.Action.CANCEL)
@@ -233,7 +231,9 @@ def approve_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         if run.request_payload is not None:
             runtime.approve(run.pk, approved, by=user, queued=True)
             return _answer(request, run.pk, 202, messages.SUCCESS, f"{verb}; a worker resumes the run.")
-        interactive.launch(lambda on_step: runtime.approve(run.pk, approved, by=user, on_step=on_step))
+        interactive.launch(
+            lambda on_step: runtime.approve(run.pk, approved, by=user, on_step=on_step), user_key=user.pk
+        )
     except ApprovalNotPending as exc:
         return _answer(request, run.pk, exc.HTTP_STATUS, messages.WARNING, str(exc))
     except RunNotFound:
@@ -251,17 +251,25 @@ def fork_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     """ "Continue from here": a new run from step ``from_sequence`` of a stopped run, executed in
     a background thread of this process like an interactive run; the parent is not changed."""
     run = _visible(request, run_id, policy.Action.SEE)
-    if isinstance(run, JsonResponse):
+    if not isinstance(run, AgentRun):
         return run
-    raw = request.POST.get("from_sequence", "")
-    if raw and not raw.isdigit():
+    raw = request.POST.get("from_sequence", "").strip()
+    # ASCII digits only ("²" and "①" are digits to str.isdigit, not to int) and few of them.
+    if raw and not (raw.isascii() and raw.isdigit() and len(raw) <= 10):
         return _answer(request, run.pk, 400, messages.ERROR, "Choose a step to continue from.")
+    refusal = policy.provider_refusal(provider_of(run, {}))
+    if refusal is not None:
+        return _answer(request, run.pk, 400, messages.ERROR, f"Cannot continue this run here: {refusal}.")
+    refused = _throttled(request, admission.Action.CREATE)
+    if refused is not None:
+        return refused
     runtime, user = AgentRuntime(), request.user
     try:
         fork_id = interactive.launch(
             lambda on_step: runtime.fork(
                 run.pk, from_sequence=int(raw) if raw else None, owner=user, queued=False, on_step=on_step
-            )
+            ),
+            user_key=user.pk,
         )
     except InvalidRequest as exc:
         return _answer(request, run.pk, 400, messages.ERROR, f"Cannot continue from there: {exc}")
@@ -269,6 +277,6 @@ def fork_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         return _answer(request, run.pk, 409, messages.WARNING, f"The run is {exc.status}; stop it first.")
     except RunNotFound:
         raise Http404("no such run") from None
-    except interactive.LaunchTimeout as exc:
+    except (interactive.LaunchTimeout, interactive.AtCapacity) as exc:
         return _answer(request, run.pk, 503, messages.ERROR, str(exc))
     return _answer(request, fork_id, 201, messages.SUCCESS, f"Continuing run {run.pk} as a new run.")

@@ -55,3 +55,21 @@ def test_viewers_may_fork_but_active_runs_have_no_fork_button(client, viewer, ru
     client.force_login(viewer)
     page = client.get(change_url(waiting(runtime))).content.decode()
     assert 'id="fork-run-form"' not in page
+
+
+def test_the_fork_action_spends_the_create_limit_per_fork(op_client, runtime, settings):
+    """Issue 20 item 4: every way of creating a run asks the one rate limiter, the admin's too."""
+    import copy
+
+    rest = copy.deepcopy(settings.REST_FRAMEWORK)
+    rest["DEFAULT_THROTTLE_RATES"]["run_create"] = "2/min"
+    settings.REST_FRAMEWORK = rest
+    settings.REDIS_URL = None  # counted in the database, which each test starts empty
+    parents = [completed(runtime) for _ in range(3)]
+    response = op_client.post(
+        CHANGELIST, {"action": "fork_selected", "_selected_action": [str(p) for p in parents]}, follow=True
+    )
+    said = shown(response)
+    assert "2 fork(s) queued" in said[0][1]
+    assert said[1][0] == messages.WARNING and "1 run(s): Too many requests; try again in" in said[1][1]
+    assert AgentRun.objects.filter(parent_id__in=parents).count() == 2

@@ -11,10 +11,10 @@ from __future__ import annotations
 import copy
 
 import pytest
-from django.core.cache import cache
 from django.test import Client
 from rest_framework.test import APIClient
 
+from nrllm_agents import admission
 from nrllm_agents.models import AgentRun, RunStatus
 from nrllm_agents.web import interactive
 from tests.conftest import manage
@@ -42,9 +42,9 @@ def rates(settings):
         rest["DEFAULT_THROTTLE_RATES"][scope] = rate
         settings.REST_FRAMEWORK = rest
 
-    cache.clear()
+    admission.reset()
     yield set_rate
-    cache.clear()
+    admission.reset()
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ def test_the_playground_and_the_api_draw_on_one_limit(alice, rates, web, setting
 
 
 @pytest.mark.django_db(transaction=True)
-def test_limits_are_counted_in_a_cache_every_process_shares(alice, rates, child_env):
+def test_limits_are_counted_in_a_store_every_process_shares(alice, rates, child_env):
     rates("run_create", "2/min")
     # Another process (its own memory) spends alice's two starts.
     script = (
@@ -97,22 +97,18 @@ def test_limits_are_counted_in_a_cache_every_process_shares(alice, rates, child_
 @pytest.mark.django_db(transaction=True)
 def test_interactive_runs_beyond_the_pool_are_refused_with_a_message(alice, settings, web):
     settings.NRLLM_AGENTS = {**settings.NRLLM_AGENTS, "INTERACTIVE_WORKERS": 1}
-    interactive._slots = None  # sized from the setting at first use
     browser = Client()
     browser.force_login(alice)
     slow = '[{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 3}}]}, {"content": "done"}]'
     body = {**form(slow, ("sleep",)), "mode": "interactive"}
-    try:
-        first = browser.post("/playground/runs/", body, headers=JSON)
-        assert first.status_code == 201, first.content
-        second = browser.post("/playground/runs/", body, headers=JSON)
-        assert second.status_code == 503
-        assert "1 interactive runs are already executing" in second.json()["detail"]
-        assert AgentRun.objects.count() == 1
-        assert interactive.wait_idle(30)
-        assert AgentRun.objects.get().status == RunStatus.COMPLETED
-        third = browser.post("/playground/runs/", {**body, "script": QUICK}, headers=JSON)
-        assert third.status_code == 201, third.content
-        assert interactive.wait_idle(30)
-    finally:
-        interactive._slots = None
+    first = browser.post("/playground/runs/", body, headers=JSON)
+    assert first.status_code == 201, first.content
+    second = browser.post("/playground/runs/", body, headers=JSON)
+    assert second.status_code == 503
+    assert "1 interactive runs are already executing" in second.json()["detail"]
+    assert AgentRun.objects.count() == 1
+    assert interactive.wait_idle(30)
+    assert AgentRun.objects.get().status == RunStatus.COMPLETED
+    third = browser.post("/playground/runs/", {**body, "script": QUICK}, headers=JSON)
+    assert third.status_code == 201, third.content
+    assert interactive.wait_idle(30)

@@ -27,7 +27,7 @@ PRODUCTION = {
 
 def run(args: list[str], **env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "PYTEST"))}
-    base.update(DJANGO_SETTINGS_MODULE="config.settings", DATABASE_URL="sqlite:///:memory:", **env)
+    base.update({"DJANGO_SETTINGS_MODULE": "config.settings", "DATABASE_URL": "sqlite:///:memory:", **env})
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=base, capture_output=True, text=True, timeout=120)
 
 
@@ -43,7 +43,17 @@ def test_debug_is_off_unless_asked_for():
     assert run(["-c", probe], DJANGO_SECRET_KEY=KEY, DJANGO_DEBUG="1").stdout.strip() == "True"
 
 
-def test_check_deploy_is_clean_with_the_documented_production_settings():
-    done = run(["manage.py", "check", "--deploy", "--fail-level", "WARNING"], **PRODUCTION)
+def test_check_deploy_is_clean_with_the_documented_production_settings(tmp_path):
+    database = {"DATABASE_URL": f"sqlite:///{tmp_path / 'deploy.sqlite3'}"}
+    assert run(["manage.py", "migrate", "-v0"], **PRODUCTION, **database).returncode == 0
+    done = run(["manage.py", "check", "--deploy", "--fail-level", "WARNING"], **PRODUCTION, **database)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no issues" in done.stdout
+
+
+def test_check_deploy_names_a_migrate_that_did_not_run(tmp_path):
+    """Issue 20 item 10: ``check --deploy`` was silent about what a deploy had not created."""
+    database = {"DATABASE_URL": f"sqlite:///{tmp_path / 'fresh.sqlite3'}"}
+    done = run(["manage.py", "check", "--deploy"], **PRODUCTION, **database)
+    assert done.returncode != 0
+    assert "nrllm_agents.E010" in done.stderr and "Run `python manage.py migrate`" in done.stderr

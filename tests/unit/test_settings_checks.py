@@ -98,3 +98,30 @@ def test_manage_py_check_names_an_unknown_executor():
     assert "nrllm_agents.E003" in ran.stderr
     ran = manage_py_check(NRLLM_EXECUTOR="rq")  # no REDIS_URL in this environment
     assert ran.returncode == 1 and "nrllm_agents.E009" in ran.stderr, ran.stdout + ran.stderr
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [("RATE_LIMIT_STORE", "memcached"), ("ALLOW_SCRIPTED", "yes"), ("SYNC_MAX_PER_USER", -1), ("SYNC_MAX_OPEN", 1.5)],
+)
+def test_the_limits_settings_are_checked(name, value):
+    assert ids(**{name: value}) == ["nrllm_agents.E003"]
+
+
+def test_a_malformed_rate_is_named():
+    """A bad NRLLM_THROTTLE_CREATE would otherwise fail every create (issue 20, the limiter)."""
+    import copy
+
+    from django.conf import settings
+
+    rest = copy.deepcopy(settings.REST_FRAMEWORK)
+    rest["DEFAULT_THROTTLE_RATES"]["run_create"] = "lots"
+    with override_settings(REST_FRAMEWORK=rest):
+        assert sorted(m.id for m in check_settings()) == ["nrllm_agents.E012"]
+
+
+def test_a_redis_rate_store_needs_redis():
+    with override_settings(REDIS_URL=None):
+        assert ids(RATE_LIMIT_STORE="redis") == ["nrllm_agents.E013"]
+    with override_settings(REDIS_URL="redis://127.0.0.1:6379/0"):
+        assert ids(RATE_LIMIT_STORE="redis") == []

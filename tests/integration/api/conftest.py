@@ -10,10 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.core.cache import cache
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from nrllm_agents import admission
 from nrllm_agents.models import AgentRun, RunStatus
 
 ANSWER = [{"content": "done", "usage": {"prompt_tokens": 5, "completion_tokens": 2}}]
@@ -29,10 +29,10 @@ EXHAUSTED = [{"tool_calls": [{"name": "calculator", "arguments": {"expression": 
 
 @pytest.fixture(autouse=True)
 def _fresh_throttle_history():
-    """Throttle counters live in the cache, keyed by user pk; pks repeat across tests."""
-    cache.clear()
+    """Rate counters are keyed by user pk (in Redis they outlive a test); pks repeat across tests."""
+    admission.reset()
     yield
-    cache.clear()
+    admission.reset()
 
 
 @pytest.fixture

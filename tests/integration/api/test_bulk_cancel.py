@@ -141,8 +141,8 @@ def test_cancelling_10000_queued_runs_takes_as_many_statements_as_cancelling_10(
         with CaptureQueriesContext(connection) as queries:
             response = api.post(BULK, {"status": ["queued"]}, format="json")
         assert response.status_code == 200
-        # The throttle's counter lives in the shared cache, a database table without Redis.
-        return len([q for q in queries if "nrllm_cache" not in q["sql"]]), response.json()
+        # The rate limit counts in a database table without Redis (admission.rates).
+        return len([q for q in queries if "ratecounter" not in q["sql"]]), response.json()
 
     _queued_runs(alice, 10)
     small, small_body = cancel_all()
