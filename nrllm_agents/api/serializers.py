@@ -382,6 +382,13 @@ class RunOutcomeSerializer(RunSerializer):
     outcome = serializers.ChoiceField([o.value for o in Outcome])
 
 
+class QueuedRunSerializer(RunOutcomeSerializer):
+    """A run handed to the workers: ``outcome`` ``queued``, or ``waiting_for_queue`` when the queue
+    was unreachable (the run is stored and starts once the queue is back), and that in words."""
+
+    detail = serializers.CharField()
+
+
 class EventSerializer(serializers.Serializer):
     run_id = serializers.UUIDField()
     sequence = serializers.IntegerField()

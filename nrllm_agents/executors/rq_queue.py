@@ -9,14 +9,23 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from ..conf import app_settings
-from .base import CLAIM_RETRY_DELAYS
+from .base import CLAIM_RETRY_DELAYS, QueueUnavailable
 
 JOB_FUNCTION = "nrllm_agents.jobs.execute_run"
+
+# What Redis raises while it is away (down, restarting, loading its data, a failover in
+# progress): transient, unlike a refused command or a bad configuration.
+OUTAGES: tuple[type[BaseException], ...] = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ReadOnlyError,
+)
 
 
 def job_timeout() -> int:
@@ -76,10 +85,13 @@ class RqExecutor:
             "description": f"agent run {run_id}",
             "retry": Retry(max=len(CLAIM_RETRY_DELAYS), interval=list(CLAIM_RETRY_DELAYS)),
         }
-        if delay_seconds > 0:
-            queue.enqueue_in(dt.timedelta(seconds=delay_seconds), JOB_FUNCTION, run_id, **options)
-        else:
-            queue.enqueue(JOB_FUNCTION, run_id, **options)
+        try:
+            if delay_seconds > 0:
+                queue.enqueue_in(dt.timedelta(seconds=delay_seconds), JOB_FUNCTION, run_id, **options)
+            else:
+                queue.enqueue(JOB_FUNCTION, run_id, **options)
+        except OUTAGES as exc:
+            raise QueueUnavailable(f"the queue is unreachable ({type(exc).__name__})") from exc
 
     def holds(self, run_id: str, *, job_id: str, stale_after: float) -> bool:
         """Whether job ``job_id`` is queued, scheduled (and not more than ``stale_after`` seconds

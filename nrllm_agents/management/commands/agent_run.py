@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nrllm_agents.dispatch import EnqueueError, uses_rq
 from nrllm_agents.management import console
+from nrllm_agents.outcomes import Outcome, queued_wording
 from nrllm_agents.run_request import InvalidRequest, RunRequest
 from nrllm_agents.runtime import AgentRuntime, RunNotFound
 
@@ -95,10 +96,13 @@ class Command(BaseCommand):
         self, runtime: AgentRuntime, request: RunRequest, printer: console.StreamPrinter, *, follow: bool
     ) -> int:
         try:
-            run_id = runtime.enqueue(request)
+            queued = runtime.submit(request)
         except EnqueueError as exc:
             raise console.enqueue_failed(exc) from None
+        run_id = queued.run_id
         printer.started(run_id, " queued")
+        if queued.outcome == Outcome.WAITING_FOR_QUEUE:  # stored; it starts once the queue is back
+            self.stderr.write(queued_wording(queued.outcome).sentence(run_id))
         console.stderr_hint(self.stderr, run_id)
         if not uses_rq() and not follow:
             # The embedded executor lives in this process: it finishes the run before we exit.
