@@ -368,6 +368,12 @@ class AgentRuntime:
         unwatch = watcher.watch(
             run_id, trace.token, deadline=deadline.timestamp() if deadline else None, on_deadline=on_deadline
         )
+
+        def late(read: limits.RunLimits) -> None:  # the limits were read only at a later boundary: arm them now
+            if read.deadline_at is not None:
+                watcher.watch(run_id, trace.token, deadline=read.deadline_at.timestamp(), on_deadline=on_deadline)
+
+        trace.limits.on_late_read = late
         try:
             return self._ladder(run_id, request, trace, drive)
         finally:

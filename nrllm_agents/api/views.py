@@ -194,7 +194,7 @@ class RunListCreateView(generics.ListAPIView, RunAPIView):
         "or execute it in this request (`mode` sync: 201 with the settled run and its outcome).",
         responses={
             202: OpenApiResponse(
-                s.QueuedRunSerializer,
+                s.RunOutcomeSerializer,
                 "Queued: a worker will run it (`outcome` `waiting_for_queue`: once the queue is reachable again).",
             ),
             201: OpenApiResponse(s.RunOutcomeSerializer, "Executed here: the run and its outcome."),
