@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from nrllm_agents import dispatch, executors, jobs, store
+from nrllm_agents import dispatch, executors, jobs, recovery, store
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, Note, RunStatus
 from nrllm_agents.outcomes import queued_wording
 from nrllm_agents.run_request import RunRequest
@@ -389,3 +389,21 @@ def test_without_redis_a_queued_approval_resumes_in_process(runtime, no_redis):
         with pytest.raises(ApprovalNotPending, match="is cancelled, not waiting for approval"):
             runtime.approve(cancelled, True, queued=queued)
     assert kinds(cancelled)[-1] == "cancelled" and not Note.objects.filter(run_id=cancelled).exists()
+
+
+# --- the queued sweep and a job being dequeued ------------------------------------------------
+@pytest.mark.django_db
+def test_a_job_a_worker_has_just_popped_is_live_for_the_sweep(runtime, rq_queue, django_capture_on_commit_callbacks):
+    """Issue 20 item 15: between RQ's pop (``BLMOVE`` into its intermediate list) and the start
+    of the job, ``holds`` found it neither queued nor started, deleted it and dispatched the run
+    again. Here the pop is RQ's own dequeue; the worker's next step never comes."""
+    from rq import Queue
+
+    with django_capture_on_commit_callbacks(execute=True):
+        run_id = runtime.enqueue(REQUEST)
+    job_id = dispatch.job_id(run_id)
+    job, _ = Queue.dequeue_any([rq_queue], None, connection=rq_queue.connection)
+    assert job.id == job_id and rq_queue.count == 0  # popped: no longer in the queue's list
+    assert executors.RQ.holds(str(run_id), job_id=job_id, stale_after=300)
+    assert rq_queue.fetch_job(job_id) is not None  # and not deleted
+    assert recovery.sweep_queued(older_than=0).recovered == []
