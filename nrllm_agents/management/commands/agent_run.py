@@ -9,7 +9,6 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nrllm_agents.dispatch import EnqueueError, uses_rq
 from nrllm_agents.management import console
-from nrllm_agents.outcomes import Outcome, queued_wording
 from nrllm_agents.run_request import InvalidRequest, RunRequest
 from nrllm_agents.runtime import AgentRuntime, RunNotFound
 
@@ -101,8 +100,7 @@ class Command(BaseCommand):
             raise console.enqueue_failed(exc) from None
         run_id = queued.run_id
         printer.started(run_id, " queued")
-        if queued.outcome == Outcome.WAITING_FOR_QUEUE:  # stored; it starts once the queue is back
-            self.stderr.write(queued_wording(queued.outcome).sentence(run_id))
+        console.waiting_for_queue(self.stderr, queued)
         console.stderr_hint(self.stderr, run_id)
         if not uses_rq() and not follow:
             # The embedded executor lives in this process: it finishes the run before we exit.
