@@ -82,6 +82,9 @@ class RidesOutOutages(_Base):
             self._redis_away(exc, "registering its death")
 
     # --- what the loop needs: wait until Redis is back ------------------------------------
+    def _set_ip_address(self, connection: Any) -> None:  # RQ's first call to Redis, in __init__
+        self.until_redis(lambda: super(RidesOutOutages, self)._set_ip_address(connection), "start")
+
     def bootstrap(self, *args: Any, **kwargs: Any) -> None:
         self.until_redis(lambda: super(RidesOutOutages, self).bootstrap(*args, **kwargs), "start")
 
@@ -148,14 +151,19 @@ class RidesOutOutages(_Base):
         if self._outage_since is None:
             return
         try:
-            with self.connection.pipeline() as pipeline:
-                pipeline.hset(self.key, mapping=self.serialize())
-                pipeline.hdel(self.key, "death")
-                worker_registration.register(self, pipeline)
-                pipeline.expire(self.key, self.worker_ttl + 60)
-                pipeline.execute()
+            if self.birth_date is not None:  # born: a worker that is still starting registers itself
+                self._register_again()
         except OUTAGES:
             return  # still away: the next call tries again
         away = time.monotonic() - self._outage_since
         self._outage_since = None
-        self.log.warning("Worker %s: Redis is back after %.1f s; registered again", self.name, away)
+        self.log.warning("Worker %s: Redis is back after %.1f s", self.name, away)
+
+    def _register_again(self) -> None:
+        """This worker's hash and its place in the workers' sets, written again (idempotent)."""
+        with self.connection.pipeline() as pipeline:
+            pipeline.hset(self.key, mapping=self.serialize())
+            pipeline.hdel(self.key, "death")
+            worker_registration.register(self, pipeline)
+            pipeline.expire(self.key, self.worker_ttl + 60)
+            pipeline.execute()

@@ -135,6 +135,25 @@ def test_a_10_s_redis_outage_while_runs_are_submitted_and_executing_stops_nothin
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_worker_started_while_redis_is_down_waits_for_it(kind, own_redis, child_env, runtime, tmp_path):
+    command, extra = KINDS[kind]
+    env = {**child_env, "REDIS_URL": own_redis.url, "NRLLM_MAINTENANCE_SECONDS": "1", "NRLLM_QUEUED_STALE_SECONDS": "1"}
+    own_redis.stop()
+    run_id = runtime.enqueue(QUICK)  # waits as a queued row
+    back = threading.Timer(5, own_redis.start)  # Redis comes back while the worker waits for it
+    back.start()
+    workers = Workers(env, count=1, log_dir=tmp_path / "logs", command=command, extra_args=extra)
+    try:
+        workers.start(timeout=90)  # fails if the process exits meanwhile
+        wait_for(lambda: all_terminal([run_id]), timeout=60, what="the run queued during the outage")
+        assert statuses([run_id]) == {str(run_id): (RunStatus.COMPLETED, "completed")}
+        assert_alive(workers)
+    finally:
+        back.join()
+        workers.stop()
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
 def test_a_busy_worker_reaps_a_dead_peer_s_run_within_a_lease_and_an_interval(
     kind, own_redis, child_env, runtime, tmp_path
 ):
