@@ -25,11 +25,13 @@ run: migrate
 	@$(PY) manage.py agent_bootstrap --url http://127.0.0.1:8000
 	@$(PY) manage.py runserver 127.0.0.1:8000
 
-# An RQ worker (with the scheduler) that starts again by itself whenever it exits, e.g. after
-# Redis went away and came back. Needs REDIS_URL. In production: a process manager (README).
+# A worker (with the scheduler) that starts again by itself whenever it exits. Needs REDIS_URL.
+# WORKER=rqworker (the default: a forked process per run) or WORKER=agent_worker (many runs per
+# process). In production: a process manager (README, "Supervise workers").
+WORKER ?= rqworker
 worker: migrate
 	@test -n "$$REDIS_URL" || { echo "make worker: set REDIS_URL (e.g. redis://127.0.0.1:6379/0)" >&2; exit 2; }
-	@bash scripts/worker.sh default
+	@bash scripts/worker.sh $(WORKER) default
 
 # A demo run streamed live in this terminal; the command that cancels it is printed first.
 demo: migrate

@@ -103,8 +103,9 @@ DEFAULTS: dict[str, Any] = {
     "RETRY_MAX_SECONDS": Env("NRLLM_RETRY_MAX_SECONDS", float, 300.0),
     # how often every worker runs the reaper and the queued sweep by itself (maintenance.py)
     "MAINTENANCE_SECONDS": Env("NRLLM_MAINTENANCE_SECONDS", float, 60.0),
-    # queued runs older than this with no job in the queue are dispatched again (recovery.py)
-    "QUEUED_STALE_SECONDS": Env("NRLLM_QUEUED_STALE_SECONDS", float, 300.0),
+    # queued runs older than this with no job anywhere in RQ are dispatched again (recovery.py); a
+    # grace for the instant between a commit and its enqueue, not a guard: the look is atomic
+    "QUEUED_STALE_SECONDS": Env("NRLLM_QUEUED_STALE_SECONDS", float, 30.0),
     # how often a process using the in-process executor sweeps by itself (0: never)
     "QUEUED_SWEEP_SECONDS": Env("NRLLM_QUEUED_SWEEP_SECONDS", float, 60.0),
     # hot statements (step boundary, cancel, claim) as server-side prepared statements on

@@ -16,7 +16,8 @@ from . import executors, store
 
 
 class EnqueueError(RuntimeError):
-    """The queue did not accept the job; the run was settled ``failed`` (``enqueue_failed``)."""
+    """The queue refused the job for good (a bad configuration, not an outage); the run was
+    settled ``failed`` (``enqueue_failed``)."""
 
     def __init__(self, run_id: uuid.UUID, cause: str) -> None:
         super().__init__(f"could not enqueue run {run_id}: {cause}")
@@ -46,12 +47,19 @@ def dispatch(run_id: uuid.UUID, *, delay_seconds: float = 0, segment: int | None
     ``delay_seconds`` (a retry's backoff) schedules the job instead: RQ workers must then
     run with ``--with-scheduler`` (one is enough). ``segment`` is the run's recorded step
     count when the caller knows it (0 for a new run); otherwise it is read. Raises whatever
-    the queue raised (Redis unreachable, bad configuration): the caller settles the run
-    ``failed`` so that no queued row waits for a job that does not exist.
+    the queue raised: an outage (``is_outage``) leaves the run queued for the queued sweep;
+    anything else (a bad configuration) makes the caller settle the run ``failed``.
     """
     jid = job_id(run_id, store.next_sequence(run_id) if segment is None else segment)
     executors.chosen().submit(str(run_id), job_id=jid, delay_seconds=delay_seconds)
     return jid
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether a dispatch failed because the queue is away for now (``QueueUnavailable``, a
+    refused or timed-out connection), not because it refused the job: the run then stays
+    ``queued`` and the queued sweep (``recovery.py``) dispatches it once the queue is back."""
+    return isinstance(exc, (executors.QueueUnavailable, ConnectionError, TimeoutError))
 
 
 def wait_local_idle(timeout: float = 30.0) -> bool:

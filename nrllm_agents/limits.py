@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -64,6 +65,11 @@ def deadline_at(run: AgentRun) -> datetime | None:
 
 def load(run_id: uuid.UUID) -> RunLimits:
     """The limits of a run; fail-soft (a store error answers "no limits": never a fabricated stop)."""
+    return read(run_id) or NO_LIMITS
+
+
+def read(run_id: uuid.UUID) -> RunLimits | None:
+    """The limits of a run, ``None`` when the store could not be read (logged): unknown, not "none"."""
     try:
         row = (
             AgentRun.objects.filter(pk=run_id)
@@ -72,8 +78,10 @@ def load(run_id: uuid.UUID) -> RunLimits:
             .first()
         )
     except DatabaseError as exc:
-        logger.warning("limits of run %s could not be read (%s); not enforced this segment", run_id, type(exc).__name__)
-        return NO_LIMITS
+        logger.warning(
+            "limits of run %s could not be read (%s); read again at the next boundary", run_id, type(exc).__name__
+        )
+        return None
     return RunLimits(**row) if row else NO_LIMITS
 
 
@@ -114,11 +122,18 @@ def stop(run_id: uuid.UUID, verdict: tuple[str, dict[str, Any], str]) -> store.T
 
 
 class Enforcer:
-    """Per segment: loads the run's limits on first use, then checks them at each boundary."""
+    """Per segment: reads the run's limits on first use, then checks them at each boundary.
+
+    Read once: a boundary after that costs no query. A read that fails (the database busy or
+    away) is not taken for "no limits": it is tried again at the next boundary, and once it
+    succeeds ``on_late_read`` is told (the runtime then arms the deadline of the call in flight).
+    """
 
     def __init__(self, run_id: uuid.UUID) -> None:
         self.run_id = run_id
         self._limits: RunLimits | None = None
+        self._failed = False
+        self.on_late_read: Callable[[RunLimits], None] | None = None
 
     def __call__(self, step: Step, usage: Usage) -> store.Transition | None:
         return enforce(self.run_id, usage=usage, step=step, limits=self.limits)
@@ -126,7 +141,13 @@ class Enforcer:
     @property
     def limits(self) -> RunLimits:
         if self._limits is None:
-            self._limits = load(self.run_id)
+            loaded = read(self.run_id)
+            if loaded is None:
+                self._failed = True
+                return NO_LIMITS  # for this boundary only
+            self._limits = loaded
+            if self._failed and self.on_late_read is not None and loaded.any:
+                self.on_late_read(loaded)
         return self._limits
 
 

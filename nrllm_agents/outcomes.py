@@ -22,6 +22,7 @@ class Outcome(enum.StrEnum):
     FAILED = "failed"  # settled failed
     CANCELLED = "cancelled"  # a cancel won the row; the segment stopped at a boundary
     QUEUED = "queued"  # handed to a worker (approve with queued=True)
+    WAITING_FOR_QUEUE = "waiting_for_queue"  # stored queued, but the queue was unreachable: dispatched once it is back
     REQUEUED = "requeued"  # handed back to the queue: a transient failure, or this worker shutting down
     LEASE_LOST = "lease_lost"  # this segment lost the run (reaped); it wrote nothing more
 
@@ -133,6 +134,20 @@ def cancel_wording(result: CancelResult) -> Wording:
     if result.outcome == CancelOutcome.ALREADY_FINISHED:
         return Wording(f"had already finished ({result.status}); nothing changed.", 409, changed=False, refused=True)
     return Wording("does not exist; nothing changed.", 404, changed=False, refused=True)
+
+
+_QUEUED = {
+    Outcome.QUEUED: "queued; a worker starts it.",
+    Outcome.WAITING_FOR_QUEUE: "queued; the queue is unreachable right now, so a worker starts it once the queue "
+    "is back.",
+}
+
+
+def queued_wording(outcome: Outcome) -> Wording:
+    """What every surface says about a run it handed to the workers (``AgentRuntime.submit``,
+    ``approve(queued=True)``, a queued ``fork``): a success (202) whether the queue took the job
+    at once or was unreachable (the run is stored either way and starts once the queue is back)."""
+    return Wording(_QUEUED.get(outcome, _QUEUED[Outcome.QUEUED]), 202)
 
 
 class Counts(Protocol):

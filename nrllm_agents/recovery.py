@@ -7,7 +7,10 @@ its claim. The run would then wait forever. ``sweep_queued`` finds queued runs o
 ``QUEUED_STALE_SECONDS`` that have no live job and dispatches them again.
 
 Dispatching twice is safe: the job carries only the run id and the claim (``queued →
-running``, one winner) decides, so a run whose job was merely slow executes once.
+running``, one winner) decides, so a run whose job was merely slow executes once. The sweep does
+not even do that: where the job is (queued, being dequeued, scheduled, started) is read in one
+atomic snapshot (``executors.rq_queue.job_state``), and a run found without a job is dispatched
+only if it is still queued after that look.
 
 The sweep runs in ``manage.py agent_reap`` (schedule it: README, "Security"), at every RQ
 worker's maintenance pass (``GracefulWorker``), and by itself every
@@ -68,6 +71,8 @@ def sweep_queued(*, limit: int = 100, dry_run: bool = False, older_than: float |
             if has_live_job(run_id, stale_after=older_than):
                 report.waiting += 1
                 continue
+            if not still_queued(run_id):  # claimed (and maybe finished) since it was listed: not stranded
+                continue
             if not dry_run:
                 dispatch.dispatch(run_id)
         except Exception as exc:  # the queue is unreachable: leave the rest for the next sweep
@@ -78,6 +83,12 @@ def sweep_queued(*, limit: int = 100, dry_run: bool = False, older_than: float |
     if report.recovered and not dry_run:
         logger.warning("queued sweep: dispatched %d stranded runs again", len(report.recovered))
     return report
+
+
+def still_queued(run_id: uuid.UUID) -> bool:
+    """Whether the run is still queued, read after its job was found gone: a job dequeued,
+    executed and finished between the listing and that look is not a stranded run."""
+    return AgentRun.objects.filter(pk=run_id, status=RunStatus.QUEUED).exists()
 
 
 def has_live_job(run_id: uuid.UUID, *, stale_after: float | None = None) -> bool:

@@ -2,14 +2,20 @@
 
 One object, asked everywhere a retry is decided: the runtime when a model call fails
 transiently, and the reaper when a worker was lost. They share the run's ``attempts`` counter,
-so a run cannot retry forever by alternating the two.
+so a run cannot retry forever by alternating the two. A worker waiting for Redis to come back
+asks the same kind of object (``RetryPolicy.reconnect()``): it retries without end, with a
+bounded wait between two tries.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from .conf import app_settings
+
+RECONNECT_BASE_SECONDS = 0.5
+RECONNECT_MAX_SECONDS = 4.0
 
 
 @dataclass(frozen=True)
@@ -28,10 +34,16 @@ class RetryPolicy:
             app_settings.RETRY_MAX_SECONDS,
         )
 
+    @classmethod
+    def reconnect(cls) -> RetryPolicy:
+        """How a worker waits for Redis during an outage: forever, 0.5 s, 1 s, 2 s, then every
+        ``RECONNECT_MAX_SECONDS`` (so it is back at most that long after Redis is)."""
+        return cls(sys.maxsize, RECONNECT_BASE_SECONDS, RECONNECT_MAX_SECONDS)
+
     def may_retry(self, attempts: int) -> bool:
         """Whether a run that was requeued ``attempts`` times may be requeued once more."""
         return attempts < self.max_attempts
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait before retry number ``attempt`` (0 for the first)."""
-        return min(self.base_seconds * 2**attempt, self.max_seconds)
+        return min(self.base_seconds * 2 ** min(attempt, 64), self.max_seconds)

@@ -174,8 +174,7 @@ class AgentRuntime:
         if not claim.applied:
             raise ApprovalNotPending(run_id, claim.status or "")
         if queued:
-            self._dispatch(run_id)
-            return _result(run_id, Outcome.QUEUED)
+            return _result(run_id, Outcome.QUEUED if self._dispatch(run_id) else Outcome.WAITING_FOR_QUEUE)
         run = AgentRun.objects.get(pk=run_id)
         return self._resume(run, segment, claim.data["suspended_state"], decision, who, on_step, on_delta=on_delta)
 
@@ -211,21 +210,35 @@ class AgentRuntime:
     def enqueue(self, request: RunRequest | dict[str, Any], *, owner: Any = None) -> uuid.UUID:
         """Store a ``queued`` run and wake a worker for it once the transaction commits.
 
-        Fail-closed: if the queue refuses the job, the run is settled ``failed``
-        (``enqueue_failed``) and ``EnqueueError`` is raised (logged instead when called inside
-        ``atomic()``: the dispatch then runs after COMMIT); no queued row is left that no job
-        will ever wake. Raises ``InvalidRequest`` for a bad request.
+        A queue outage (Redis unreachable) leaves the run ``queued``: it is a durable row, and
+        the queued sweep dispatches it once the queue is back (``submit`` says which happened).
+        A queue that refuses the job for good (a bad configuration) is fail-closed: the run is
+        settled ``failed`` (``enqueue_failed``) and ``EnqueueError`` is raised (logged instead
+        when called inside ``atomic()``: the dispatch then runs after COMMIT); no queued row is
+        left that nothing would ever wake. Raises ``InvalidRequest`` for a bad request.
         """
+        return self._enqueue(request, owner)[0]
+
+    def submit(self, request: RunRequest | dict[str, Any], *, owner: Any = None) -> RunResult:
+        """``enqueue``, answering ``Outcome.QUEUED`` when the queue took the job, or
+        ``Outcome.WAITING_FOR_QUEUE`` when it was unreachable (the run starts once it is back).
+        Inside ``atomic()`` the dispatch waits for COMMIT, so the answer is ``QUEUED``."""
+        run_id, dispatched = self._enqueue(request, owner)
+        return _result(run_id, Outcome.QUEUED if dispatched.get("ok", True) else Outcome.WAITING_FOR_QUEUE)
+
+    def _enqueue(self, request: RunRequest | dict[str, Any], owner: Any) -> tuple[uuid.UUID, dict[str, bool]]:
         request = request if isinstance(request, RunRequest) else RunRequest.from_mapping(request)
         run = store.create_queued({**request.row_fields(), "owner": owner}, request.as_dict())
         observe.started(run, "queued")
+        dispatched: dict[str, bool] = {}
         # Outside atomic() the hook runs now and EnqueueError reaches the caller. Inside, it runs
         # after COMMIT, where raising would drop the other hooks of that commit (other runs'
         # dispatches): there the failed run is settled and the error logged instead.
         transaction.on_commit(
-            lambda: self._dispatch(run.pk, segment=0), robust=transaction.get_connection().in_atomic_block
+            lambda: dispatched.update(ok=self._dispatch(run.pk, segment=0)),
+            robust=transaction.get_connection().in_atomic_block,
         )
-        return run.pk
+        return run.pk, dispatched
 
     def fork(
         self,
@@ -250,11 +263,13 @@ class AgentRuntime:
         fields = {**plan.request.row_fields(), "owner": owner, **plan.lineage}
         if queued:
             robust = transaction.get_connection().in_atomic_block  # as in enqueue
+            dispatched: dict[str, bool] = {}
             with transaction.atomic():
                 run = store.create_queued(fields, plan.request.as_dict())
                 store.append_event(run.pk, 0, plan.step, timezone.now())
-                transaction.on_commit(lambda: self._dispatch(run.pk), robust=robust)
-            return _result(run.pk, Outcome.QUEUED, steps=1)
+                transaction.on_commit(lambda: dispatched.update(ok=self._dispatch(run.pk)), robust=robust)
+            outcome = Outcome.QUEUED if dispatched.get("ok", True) else Outcome.WAITING_FOR_QUEUE
+            return _result(run.pk, outcome, steps=1)
         segment = identity("interactive")
         run = store.begin(fields, claimed_by=segment, lease_expires=store.lease_until())
         trace = SegmentTrace(run.pk, owner=segment, next_sequence=0, on_step=on_step)
@@ -266,10 +281,23 @@ class AgentRuntime:
 
         return self._execute(run.pk, plan.request, trace, drive)
 
-    def _dispatch(self, run_id: uuid.UUID, *, delay_seconds: float = 0, segment: int | None = None) -> None:
+    def _dispatch(self, run_id: uuid.UUID, *, delay_seconds: float = 0, segment: int | None = None) -> bool:
+        """Wake a worker for a queued run: ``True`` when the queue took the job, ``False`` when it
+        was unreachable (the run stays queued, a durable row, and the queued sweep dispatches it
+        once the queue is back: never failed for a transient outage). A refusal for good settles
+        the run ``failed`` (``enqueue_failed``) and raises ``EnqueueError``."""
         try:
             dispatch.dispatch(run_id, delay_seconds=delay_seconds, segment=segment)
+            return True
         except Exception as exc:
+            if dispatch.is_outage(exc):
+                logger.warning(
+                    "run %s: the queue is unreachable (%s); the run stays queued for the queued sweep",
+                    run_id,
+                    type(exc).__name__,
+                )
+                observe.enqueue_deferred(run_id, exc)
+                return False
             cause = f"{type(exc).__name__}: {_safe_message(exc)[:300]}"
             logger.error("run %s: enqueue failed (%s)", run_id, type(exc).__name__)
             store.settle(
@@ -350,6 +378,12 @@ class AgentRuntime:
         unwatch = watcher.watch(
             run_id, trace.token, deadline=deadline.timestamp() if deadline else None, on_deadline=on_deadline
         )
+
+        def late(read: limits.RunLimits) -> None:  # the limits were read only at a later boundary: arm them now
+            if read.deadline_at is not None:
+                watcher.watch(run_id, trace.token, deadline=read.deadline_at.timestamp(), on_deadline=on_deadline)
+
+        trace.limits.on_late_read = late
         try:
             return self._ladder(run_id, request, trace, drive)
         finally:
@@ -535,6 +569,7 @@ class AgentRuntime:
                 self._dispatch(run_id)
             except dispatch.EnqueueError:
                 logger.error("run %s: reaped but could not be enqueued; settled failed", run_id)
+            # A queue outage leaves the requeued run queued: the queued sweep dispatches it.
         return report
 
     def events(self, run_id: uuid.UUID | str, after: int = -1, limit: int | None = None) -> list[AgentRunEvent]:

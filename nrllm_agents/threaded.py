@@ -20,6 +20,12 @@ its work horse, this worker does with the run row instead:
   process exits when every thread has returned. A second SIGTERM exits at once (cold
   shutdown): nothing is lost, the leases lapse and the reaper requeues those runs.
 - **a crash** (SIGKILL, out of memory): the same as a cold shutdown.
+- **a Redis outage**: ridden out (``outages.RidesOutOutages``): the runs in flight go on (they
+  need only the database), dequeuing waits for Redis with bounded pauses, and the worker
+  registers itself again once Redis is back.
+
+Its maintenance (the reaper and the queued sweep) runs on a thread of its own
+(``maintenance.Maintainer``), whether a slot is free or not.
 
 Choose the forking worker (``rqworker``) for tools that are not thread-safe or that hold the
 GIL for long (CPU-bound work); this one when runs mostly wait on models and remote tools.
@@ -45,7 +51,9 @@ from rq.utils import now
 from rq.worker import BaseWorker, WorkerStatus
 
 from .executors.pool import SegmentExecutor
-from .maintenance import interval, maintain
+from .executors.rq_queue import OUTAGES
+from .maintenance import Maintainer, interval
+from .outages import RidesOutOutages
 from .segment import hand_back_all
 
 DEFAULT_CONCURRENCY = 100
@@ -71,7 +79,7 @@ def default_concurrency() -> int:
     return int(os.environ.get("NRLLM_WORKER_CONCURRENCY") or DEFAULT_CONCURRENCY)
 
 
-class ThreadedWorker(BaseWorker):
+class ThreadedWorker(RidesOutOutages, BaseWorker):
     """An RQ worker running up to ``concurrency`` jobs at once on threads (see the module)."""
 
     death_penalty_class = NoDeathPenalty
@@ -88,13 +96,12 @@ class ThreadedWorker(BaseWorker):
         self._last_maintained = 0.0
         self._last_heartbeat = 0.0
         self._state: str | None = None
+        self.maintainer: Maintainer | None = None
         sys.setswitchinterval(SWITCH_INTERVAL)
 
-    def run_maintenance_tasks(self) -> None:
-        """RQ's periodic maintenance (at start, then every ``MAINTENANCE_SECONDS``), plus ours:
-        the reaper and the queued sweep (``maintenance.maintain``), on the dequeuing thread."""
-        super().run_maintenance_tasks()
-        maintain(self.name, self.log)
+    def bootstrap(self, *args: Any, **kwargs: Any) -> None:
+        super().bootstrap(*args, **kwargs)
+        self.maintainer = Maintainer(self.name, interval(), self.log).start()
 
     # RQ keeps one "current execution" per worker; here each thread has its own.
     @property
@@ -112,7 +119,6 @@ class ThreadedWorker(BaseWorker):
         """Wait for a free slot, then for a job; ``None`` once a stop was requested (or, in burst
         mode, when the queues are empty), which ends the work loop."""
         idle_since = time.monotonic()
-        backoff = 1.0
         while not self._stop_requested:
             self._maintain()
             if not self.executor.wait_for_slot(POLL_SECONDS):
@@ -141,11 +147,10 @@ class ThreadedWorker(BaseWorker):
                 ):
                     return None
                 continue
-            except redis.exceptions.ConnectionError as exc:
-                self.log.error("Worker %s: Redis unreachable (%s); retrying in %.0f s", self.name, exc, backoff)
-                time.sleep(backoff)
-                backoff = min(backoff * 2, self.max_connection_wait_time)
+            except OUTAGES as exc:  # wait for Redis (bounded pauses); the runs in flight go on meanwhile
+                self.ride_out(exc, "dequeue")
                 continue
+            self._redis_back()
             if result is None:  # burst mode: the queues are empty
                 return None
             job, queue = result
@@ -163,12 +168,18 @@ class ThreadedWorker(BaseWorker):
 
     def _perform(self, job: Job, queue: Queue) -> None:
         self.execution = None
-        self.prepare_execution(job)
+        try:
+            self.prepare_execution(job)
+        except OUTAGES as exc:  # the job stays in RQ's intermediate list; the sweep recovers its run
+            self._redis_away(exc, f"preparing job {job.id}")
+            return
         assert self.execution is not None
         with self._in_flight_lock:
             self._in_flight[job.id] = (job, self.execution)
         try:
             self.perform_job(job, queue)
+        except OUTAGES as exc:  # RQ's bookkeeping of the job failed; the run's row holds its outcome
+            self._redis_away(exc, f"the bookkeeping of job {job.id}")
         finally:
             with self._in_flight_lock:
                 self._in_flight.pop(job.id, None)
@@ -238,6 +249,8 @@ class ThreadedWorker(BaseWorker):
             self.log.info("Worker %s: waiting for %d runs in flight", self.name, self.executor.in_flight)
         while not self.executor.wait_idle(POLL_SECONDS):
             self._maintain()
+        if self.maintainer is not None:
+            self.maintainer.stop()
         if self.scheduler:
             self.stop_scheduler()
         super().teardown()

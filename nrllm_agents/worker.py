@@ -7,6 +7,10 @@ continues it from its stream. Deploys neither kill runs nor wait for them to fin
 
 On PostgreSQL each horse also inherits a warm database connection opened by the worker while
 it was idle (``nrllm_agents.warm``), so a job claims its run without connecting first.
+
+It rides out a Redis outage (``outages.RidesOutOutages``): the horse in flight is watched to
+its end, and the worker waits for Redis instead of exiting. Its maintenance (the reaper and the
+queued sweep) runs on a thread of its own (``maintenance.Maintainer``), also while a horse runs.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from django.db import connections
 from rq.worker import Worker
 
 from . import warm
-from .maintenance import interval, maintain
+from .executors.rq_queue import OUTAGES
+from .maintenance import Maintainer, interval
+from .outages import RidesOutOutages
 from .segment import shutdown_requested
 
 HANDOFF_SIGNAL = signal.SIGRTMIN
@@ -30,7 +36,7 @@ def _hand_off(signum: int, frame: FrameType | None) -> None:
     shutdown_requested.set()  # checked at the next step boundary; nothing else happens in a handler
 
 
-class GracefulWorker(Worker):
+class GracefulWorker(RidesOutOutages, Worker):
     """``rq.Worker`` whose work horse requeues its run at the next boundary on shutdown.
 
     Its horses use no connection pool: each runs one job on one connection, which a pool
@@ -43,6 +49,17 @@ class GracefulWorker(Worker):
             conn.settings_dict.get("OPTIONS", {}).pop("pool", None)
         kwargs.setdefault("maintenance_interval", interval())
         super().__init__(*args, **kwargs)
+        self.maintainer: Maintainer | None = None
+
+    def bootstrap(self, *args: Any, **kwargs: Any) -> None:
+        super().bootstrap(*args, **kwargs)
+        if not self._is_horse:
+            self.maintainer = Maintainer(self.name, interval(), self.log).start()
+
+    def teardown(self) -> None:
+        if self.maintainer is not None and not self._is_horse:
+            self.maintainer.stop()
+        super().teardown()
 
     def setup_work_horse_signals(self) -> None:
         super().setup_work_horse_signals()
@@ -53,21 +70,30 @@ class GracefulWorker(Worker):
 
     @property
     def dequeue_timeout(self) -> int:
-        """An idle worker waits for a job at most one maintenance interval: RQ runs its maintenance
-        (and so ours) only between two waits, which otherwise last ``worker_ttl - 15`` s."""
+        """An idle worker waits for a job at most one maintenance interval: RQ runs its own registry
+        maintenance only between two waits, which otherwise last ``worker_ttl - 15`` s."""
         return min(super().dequeue_timeout, getattr(self, "maintenance_interval", interval()))
 
-    def run_maintenance_tasks(self) -> None:
-        """RQ's periodic maintenance (at start, then every ``MAINTENANCE_SECONDS``), plus ours:
-        the reaper and the queued sweep (``maintenance.maintain``)."""
-        super().run_maintenance_tasks()
-        maintain(self.name, self.log)
-
     def fork_work_horse(self, job: Any, queue: Any) -> None:
-        # The horse inherits a warm database connection (see nrllm_agents.warm).
+        # The horse inherits a warm database connection (see nrllm_agents.warm), and is never
+        # forked half-way through a maintenance pass of the worker's other thread.
         warm.before_fork()
-        super().fork_work_horse(job, queue)
+        if self.maintainer is None:
+            super().fork_work_horse(job, queue)
+        else:
+            with self.maintainer.fork_guard:
+                super().fork_work_horse(job, queue)
         warm.after_fork_in_worker()  # only the worker gets here: the horse exits in the call
+
+    def execute_job(self, job: Any, queue: Any) -> None:
+        """Fork and watch the horse; Redis away before the fork or after the horse's end costs
+        only RQ's bookkeeping of the job (the run's row is the truth: the sweep and the reaper
+        recover it), never the worker."""
+        try:
+            super().execute_job(job, queue)
+        except OUTAGES as exc:
+            self.log.warning("Worker %s: job %s: Redis away around its execution", self.name, job.id)
+            self.ride_out(exc, "a job's bookkeeping")
 
     def monitor_work_horse(self, job: Any, queue: Any) -> None:
         super().monitor_work_horse(job, queue)

@@ -380,6 +380,11 @@ class RunOutcomeSerializer(RunSerializer):
     """A run after a segment executed here (or was handed to a worker), with what that segment ended with."""
 
     outcome = serializers.ChoiceField([o.value for o in Outcome])
+    detail = serializers.CharField(
+        required=False,
+        help_text="For a run handed to the workers: that in words (`waiting_for_queue`: the queue was unreachable; "
+        "the run is stored and starts once the queue is back).",
+    )
 
 
 class EventSerializer(serializers.Serializer):

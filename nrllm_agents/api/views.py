@@ -25,7 +25,7 @@ from rest_framework.views import APIView
 from .. import admission, policy
 from ..dispatch import EnqueueError
 from ..models import AgentRun, CancelSource
-from ..outcomes import bulk_wording, cancel_wording
+from ..outcomes import bulk_wording, cancel_wording, queued_wording
 from ..presenters import event_dict, stream_finished
 from ..run_request import UNSTORABLE, InvalidRequest, RunRequest, unstorable
 from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, InvalidRunId, RunNotFound, parse_run_id
@@ -215,7 +215,10 @@ class RunListCreateView(generics.ListAPIView, RunAPIView):
         description="Validate the request, then queue it for a worker (`mode` queued, the default: 202) "
         "or execute it in this request (`mode` sync: 201 with the settled run and its outcome).",
         responses={
-            202: OpenApiResponse(s.RunSerializer, "Queued: a worker will run it."),
+            202: OpenApiResponse(
+                s.RunOutcomeSerializer,
+                "Queued: a worker will run it (`outcome` `waiting_for_queue`: once the queue is reachable again).",
+            ),
             201: OpenApiResponse(s.RunOutcomeSerializer, "Executed here: the run and its outcome."),
             **BAD_REQUEST,
             **AUTH_ERRORS,
@@ -240,12 +243,17 @@ class RunListCreateView(generics.ListAPIView, RunAPIView):
                 headers=self._location(result.run_id),
             )
         try:
-            run_id = self.runtime.enqueue(run_request, owner=request.user)
+            queued = self.runtime.submit(run_request, owner=request.user)
         except EnqueueError as exc:
             return Response(
                 {"detail": ENQUEUE_FAILED_DETAIL, "run_id": str(exc.run_id)}, status=status.HTTP_503_SERVICE_UNAVAILABLE
             )
-        return Response(self.fresh(run_id), status=status.HTTP_202_ACCEPTED, headers=self._location(run_id))
+        run_id, wording = queued.run_id, queued_wording(queued.outcome)  # a queue outage is still 202: it waits
+        return Response(
+            {**self.fresh(run_id), "outcome": queued.outcome.value, "detail": wording.sentence(run_id)},
+            status=wording.http_status,
+            headers=self._location(run_id),
+        )
 
     @staticmethod
     def _location(run_id: Any) -> dict[str, str]:

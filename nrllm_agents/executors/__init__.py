@@ -12,11 +12,11 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from ..conf import app_settings
-from .base import CLAIM_RETRY_DELAYS, Executor
+from .base import CLAIM_RETRY_DELAYS, Executor, QueueUnavailable
 from .local import LOCAL
 from .rq_queue import RQ
 
-__all__ = ["CHOICES", "CLAIM_RETRY_DELAYS", "LOCAL", "RQ", "Executor", "chosen"]
+__all__ = ["CHOICES", "CLAIM_RETRY_DELAYS", "LOCAL", "RQ", "Executor", "QueueUnavailable", "chosen"]
 
 CHOICES = ("auto", RQ.name, LOCAL.name)
 

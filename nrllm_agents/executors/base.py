@@ -17,6 +17,12 @@ from typing import Protocol
 CLAIM_RETRY_DELAYS = (1, 2, 5, 10, 30, 60)
 
 
+class QueueUnavailable(ConnectionError):
+    """The queue cannot be reached right now (Redis down, restarting, a network cut): a
+    transient outage. A run whose job it refused stays ``queued``; the queued sweep dispatches
+    it once the queue is back."""
+
+
 class Executor(Protocol):
     """Executes queued runs by their id; ``name`` is its value of ``NRLLM_AGENTS["EXECUTOR"]``."""
 
@@ -26,8 +32,9 @@ class Executor(Protocol):
         """Have ``jobs.execute_run(run_id)`` called, after ``delay_seconds`` (a retry's backoff).
 
         ``job_id`` names the job (``dispatch.job_id``): a repeated submit of the same segment
-        names the same job. Raises whatever the queue raised; the caller then settles the run
-        ``failed`` so that no queued row waits for a job that does not exist.
+        names the same job. Raises ``QueueUnavailable`` while the queue cannot be reached (the
+        run stays queued for the sweep), else whatever the queue raised (a bad configuration:
+        the caller then settles the run ``failed``).
         """
         ...
 

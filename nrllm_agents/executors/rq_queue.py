@@ -7,16 +7,26 @@ Named ``rq_queue`` so as not to shadow the ``rq`` library.
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from ..conf import app_settings
-from .base import CLAIM_RETRY_DELAYS
+from .base import CLAIM_RETRY_DELAYS, QueueUnavailable
 
 JOB_FUNCTION = "nrllm_agents.jobs.execute_run"
+
+# What Redis raises while it is away (down, restarting, loading its data, a failover in
+# progress): transient, unlike a refused command or a bad configuration.
+OUTAGES: tuple[type[BaseException], ...] = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ReadOnlyError,
+)
 
 
 def job_timeout() -> int:
@@ -37,6 +47,37 @@ def job_timeout() -> int:
             f"or -1 (no limit), not {str(value)[:40]!r}"
         )
     return value
+
+
+@dataclass(frozen=True)
+class JobState:
+    """Where one job is, read at one instant (``job_state``)."""
+
+    status: str | None  # the job hash's status; None when there is no such job
+    worker_name: str
+    in_queue: bool  # waiting in the queue's list
+    dequeuing: bool  # popped by a worker into RQ's intermediate list, not yet marked started
+    scheduled_at: float | None  # its score in the scheduled registry (a Unix time)
+
+
+def job_state(queue: Any, job_id: str) -> JobState:
+    """Read a job's status and its place in the queue, the intermediate list and the scheduled
+    registry in one ``MULTI``/``EXEC``: an atomic snapshot, so a job moving between them (a
+    worker's ``BLMOVE``, its start) is never missed in between."""
+    from rq.job import Job
+    from rq.registry import ScheduledJobRegistry
+
+    with queue.connection.pipeline(transaction=True) as pipeline:
+        pipeline.hmget(Job.key_for(job_id), "status", "worker_name")
+        pipeline.lpos(queue.key, job_id)
+        pipeline.lpos(queue.intermediate_queue_key, job_id)
+        pipeline.zscore(ScheduledJobRegistry(queue=queue).key, job_id)
+        (status, worker), in_queue, dequeuing, when = pipeline.execute()
+    return JobState(_text(status) or None, _text(worker), in_queue is not None, dequeuing is not None, when)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value or "")
 
 
 class RqExecutor:
@@ -76,42 +117,44 @@ class RqExecutor:
             "description": f"agent run {run_id}",
             "retry": Retry(max=len(CLAIM_RETRY_DELAYS), interval=list(CLAIM_RETRY_DELAYS)),
         }
-        if delay_seconds > 0:
-            queue.enqueue_in(dt.timedelta(seconds=delay_seconds), JOB_FUNCTION, run_id, **options)
-        else:
-            queue.enqueue(JOB_FUNCTION, run_id, **options)
+        try:
+            if delay_seconds > 0:
+                queue.enqueue_in(dt.timedelta(seconds=delay_seconds), JOB_FUNCTION, run_id, **options)
+            else:
+                queue.enqueue(JOB_FUNCTION, run_id, **options)
+        except OUTAGES as exc:
+            raise QueueUnavailable(f"the queue is unreachable ({type(exc).__name__})") from exc
 
     def holds(self, run_id: str, *, job_id: str, stale_after: float) -> bool:
-        """Whether job ``job_id`` is queued, scheduled (and not more than ``stale_after`` seconds
-        overdue, i.e. a scheduler runs) or executing on a live worker.
+        """Whether job ``job_id`` is queued, being dequeued, scheduled (and not more than
+        ``stale_after`` seconds overdue, i.e. a scheduler runs) or executing on a live worker.
 
-        A job that finished, failed or was stopped while the run is still queued is deleted here,
-        so that dispatching again starts from a clean job of the same id.
+        Everything that decides is read in one ``MULTI``/``EXEC`` (``job_state``), so a job a
+        worker is dequeuing at that moment is seen where it is: still in the queue, in RQ's
+        intermediate list (popped, not yet marked started) or started; never nowhere. A job that
+        finished, failed or was stopped while the run is still queued is deleted here, so that
+        dispatching again starts from a clean job of the same id.
         """
-        from rq.job import JobStatus
-        from rq.registry import ScheduledJobRegistry
+        from rq.job import Job, JobStatus
         from rq.worker import Worker
 
         queue = self.queue()
-        job = queue.fetch_job(job_id)
-        if job is None:
+        state = job_state(queue, job_id)
+        if state.status is None:  # no such job
             return False
-        status = job.get_status(refresh=False)
-        if status == JobStatus.QUEUED:
-            live = queue.connection.lpos(queue.key, job.id) is not None
-        elif status == JobStatus.SCHEDULED:
-            when = queue.connection.zscore(ScheduledJobRegistry(queue=queue).key, job.id)
-            overdue = (timezone.now().timestamp() - when) if when is not None else float("inf")
-            live = overdue <= stale_after
-        elif status == JobStatus.STARTED:
-            live = bool(job.worker_name) and (
-                Worker.find_by_key(Worker.redis_worker_namespace_prefix + job.worker_name, connection=queue.connection)
-                is not None
+        if state.in_queue or state.dequeuing or state.status == JobStatus.DEFERRED:
+            live = True
+        elif state.status == JobStatus.SCHEDULED:
+            overdue = (timezone.now().timestamp() - state.scheduled_at) if state.scheduled_at is not None else None
+            live = overdue is not None and overdue <= stale_after
+        elif state.status == JobStatus.STARTED:
+            live = bool(state.worker_name) and bool(
+                queue.connection.exists(Worker.redis_worker_namespace_prefix + state.worker_name)
             )
         else:
-            live = status == JobStatus.DEFERRED
+            live = False
         if not live:
-            job.delete()
+            Job(job_id, connection=queue.connection).delete()
         return live
 
     def wait_idle(self, timeout: float = 30.0) -> bool:

@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from .. import describe, jsonlimits, presenters
 from ..models import AgentRun, CancelSource, RunStatus
+from ..outcomes import Outcome, RunResult, queued_wording
 from ..run_request import InvalidRequest
 from ..runtime import AgentRuntime, InvalidRunId, parse_run_id
 from ..store import Operator
@@ -485,6 +486,13 @@ def stderr_hint(stderr: OutputWrapper, run_id: Any) -> None:
     """Tell, on stderr, the command that would cancel the run."""
     stderr.write(f"to cancel it: {cancel_hint(run_id)}", style_func=lambda s: s)
     stderr.flush()
+
+
+def waiting_for_queue(stderr: OutputWrapper, result: RunResult) -> None:
+    """Say on stderr when a run handed to the workers found the queue unreachable: it is stored
+    and starts once the queue is back (the command still succeeds)."""
+    if result.outcome == Outcome.WAITING_FOR_QUEUE:
+        stderr.write(queued_wording(result.outcome).sentence(result.run_id))
 
 
 def interrupted_follow(run_id: Any) -> CommandError:

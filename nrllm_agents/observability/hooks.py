@@ -167,6 +167,19 @@ def enqueue_failed(run_id: uuid.UUID, exc: BaseException) -> None:
     run_event("enqueue_failed", run_id, "the queue refused the job (%s)", type(exc).__name__, level=logging.ERROR)
 
 
+@_guarded
+def enqueue_deferred(run_id: uuid.UUID, exc: BaseException) -> None:
+    """The queue was unreachable for a run's job; the run stays queued for the queued sweep."""
+    metrics.ENQUEUE_DEFERRED.inc()
+    run_event(
+        "enqueue_deferred",
+        run_id,
+        "the queue is unreachable (%s); the run stays queued and is dispatched once the queue is back",
+        type(exc).__name__,
+        level=logging.WARNING,
+    )
+
+
 def segment(execute: F) -> F:
     """Decorator of the runtime's ladder: bind the segment to log records, count its outcome."""
 

@@ -104,6 +104,9 @@ REAPER_ACTIONS = Counter(
 )
 REAPER_PASSES = Counter("nrllm_reaper_passes", "Reaper passes (dry runs excluded).")
 ENQUEUE_FAILURES = Counter("nrllm_enqueue_failures", "Runs the queue refused (settled failed, enqueue_failed).")
+ENQUEUE_DEFERRED = Counter(
+    "nrllm_enqueue_deferred", "Dispatches that met a queue outage (the run stays queued for the queued sweep)."
+)
 LEASE_LOSSES = Counter("nrllm_lease_losses", "Segments that found their run reaped or owned by another segment.")
 RETRIES = Counter("nrllm_retries", "Runs handed back to the queue by their segment, by why.", ["kind"])
 

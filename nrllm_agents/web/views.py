@@ -24,7 +24,7 @@ from ..describe import call_text, cancel_text
 from ..forks import ParentStillActive, provider_of
 from ..models import ACTIVE, TERMINAL, AgentRun, CancelSource, RunStatus
 from ..observability import gantt
-from ..outcomes import cancel_wording
+from ..outcomes import Outcome, cancel_wording, queued_wording
 from ..presenters import event_dict, run_status_dict, stream_finished
 from ..run_request import InvalidRequest
 from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, CancelResult, RunNotFound
@@ -149,10 +149,19 @@ def start_run(request: HttpRequest) -> HttpResponse:
     runtime, run_request = AgentRuntime(), form.run_request
     if form.queued:
         try:
-            run_id = runtime.enqueue(run_request, owner=request.user)
+            queued = runtime.submit(run_request, owner=request.user)
         except dispatch.EnqueueError as exc:  # the run was settled failed (enqueue_failed)
             return _answer(request, exc.run_id, 503, messages.ERROR, f"The queue refused the run: {exc}")
-        return _answer(request, run_id, 202, messages.SUCCESS, "Run queued.")
+        wording = queued_wording(queued.outcome)  # a queue outage is still a success: the run waits for it
+        level = messages.SUCCESS if queued.outcome == Outcome.QUEUED else messages.WARNING
+        return _answer(
+            request,
+            queued.run_id,
+            wording.http_status,
+            level,
+            wording.sentence(queued.run_id),
+            outcome=queued.outcome.value,
+        )
     try:
         run_id = interactive.launch(
             lambda on_step: runtime.run(run_request, owner=request.user, on_step=on_step), user_key=request.user.pk
@@ -229,7 +238,10 @@ def approve_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     verb = "Approved" if approved else "Denied"
     try:
         if run.request_payload is not None:
-            runtime.approve(run.pk, approved, by=user, queued=True)
+            handed = runtime.approve(run.pk, approved, by=user, queued=True)
+            if handed.outcome == Outcome.WAITING_FOR_QUEUE:
+                wording = queued_wording(handed.outcome)
+                return _answer(request, run.pk, 202, messages.WARNING, f"{verb}. {wording.sentence(run.pk)}")
             return _answer(request, run.pk, 202, messages.SUCCESS, f"{verb}; a worker resumes the run.")
         interactive.launch(
             lambda on_step: runtime.approve(run.pk, approved, by=user, on_step=on_step), user_key=user.pk

@@ -1,12 +1,12 @@
-"""Issue 9 finding 6: a worker started the documented way comes back by itself.
+"""Issue 9 finding 6, issue 20 item 14: a worker started the documented way comes back by itself.
 
-Guards: RQ workers exit (rc 1) when Redis goes away at the wrong moment (outside their
-reconnecting dequeue: a heartbeat, maintenance), and nothing started them again, so an
-outage could leave no worker at all. ``scripts/worker.sh`` (``make worker``) starts its
-rqworker again after any exit, with backoff. This test runs its own redis-server on a free
-port (never the shared one) and restarts it under the loop (RQ's worker then typically quits
-from its maintenance pass); then the worker process is told to exit, and a new one must take
-over and execute a queued run. SIGTERM to the loop then ends the loop and its worker.
+Guards: a worker that exits for any reason (a crash, an out-of-memory kill; once also a Redis
+outage) was started again by nothing, and ``scripts/worker.sh`` restarted ``rqworker`` only,
+never ``agent_worker``. ``scripts/worker.sh [rqworker|agent_worker]`` (``make worker
+[WORKER=agent_worker]``) starts its worker again after any exit, with backoff. This test runs
+its own redis-server on a free port (never the shared one) and restarts it under the loop;
+then the worker process is told to exit, and a new one of the same kind must take over and
+execute a queued run. SIGTERM to the loop then ends the loop and its worker.
 """
 
 from __future__ import annotations
@@ -80,13 +80,14 @@ def worker_pids(url: str) -> set[int]:
         return set()
 
 
-def test_the_worker_loop_brings_a_worker_back(child_env, settings, runtime, tmp_path):
+@pytest.mark.parametrize("command", ["rqworker", "agent_worker"])
+def test_the_worker_loop_brings_a_worker_back(command, child_env, settings, runtime, tmp_path):
     port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
     server = start_redis(port, tmp_path)
     log = open(tmp_path / "worker.log", "wb")
     loop = subprocess.Popen(
-        ["bash", str(ROOT / "scripts" / "worker.sh"), "default"],
+        ["bash", str(ROOT / "scripts" / "worker.sh"), command, "default"],
         cwd=ROOT,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -122,13 +123,13 @@ def test_the_worker_loop_brings_a_worker_back(child_env, settings, runtime, tmp_
         server = start_redis(port, tmp_path)
         executes("after a Redis restart")
 
-        def loops_worker() -> set[int]:  # the loop's rqworker process (not its backoff sleep)
-            return {p for p in _children(loop.pid) if b"rqworker" in _cmdline(p)}
+        def loops_worker() -> set[int]:  # the loop's worker process of that kind (not its backoff sleep)
+            return {p for p in _children(loop.pid) if _cmdline(p).split(b"\0")[2:3] == [command.encode()]}
 
         [pid] = wait_for(loops_worker, timeout=120, what="the loop's worker")
         os.kill(pid, signal.SIGTERM)  # the worker process exits (warm shutdown: no job is in flight)
         wait_for(lambda: loops_worker() - {pid}, timeout=90, what="a new worker")
-        assert "rqworker exited with status" in (tmp_path / "worker.log").read_text(errors="replace")
+        assert f"{command} exited with status" in (tmp_path / "worker.log").read_text(errors="replace")
         executes("after the worker exited")
 
         workers = _children(loop.pid)

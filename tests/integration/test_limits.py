@@ -179,3 +179,28 @@ def test_defaults_come_from_settings(settings):
     with pytest.raises(InvalidRequest):
         RunRequest.from_mapping({"prompt": "p", "deadline_seconds": 61})
     assert TerminationReason.DEADLINE_EXCEEDED in TerminationReason.values
+
+
+def test_limits_that_could_not_be_read_are_read_again_at_the_next_boundary(runtime):
+    """Issue 20 item 15: a failed read of a segment's limits (an OperationalError in a statement
+    storm) left its deadline and budget unenforced for the rest of the segment. It is read again
+    at the next boundary, and once read, never again (no query per step)."""
+    from django.db import OperationalError, connection
+
+    reads = {"tried": 0, "failures": 2}  # the segment's start and its first boundary fail
+
+    def storm(execute, sql, params, many, context):
+        columns = sql.split(" FROM ")[0]
+        if columns.startswith("SELECT") and "max_total_tokens" in columns and columns.count(",") == 2:  # limits.read
+            reads["tried"] += 1
+            if reads["tried"] <= reads["failures"]:
+                raise OperationalError("canceling statement due to statement timeout")
+        return execute(sql, params, many, context)
+
+    request = {"prompt": "p", "tools": ["calculator"], "script": long_script(delay=0, tokens=100)}
+    with connection.execute_wrapper(storm):
+        result = runtime.run({**request, "max_total_tokens": 250})
+    run = runtime.status(result.run_id)
+    assert (run.status, run.termination_reason) == ("cancelled", "budget_exceeded")
+    assert run.total_tokens == 300  # stopped at the boundary that crossed it, as without the storm
+    assert reads["tried"] == 3  # two failures, one read, then none for the other boundaries

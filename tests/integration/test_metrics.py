@@ -178,17 +178,25 @@ def test_reaper_actions_and_lease_expired_gauge(client, runtime, token_settings,
     assert after[("nrllm_runs_lease_expired", ())] == 0
 
 
-def test_enqueue_failure_is_counted(client, runtime, token_settings, monkeypatch, django_capture_on_commit_callbacks):
+@pytest.mark.parametrize("refusal", [ConnectionError("queue down"), ValueError("refused for good")])
+def test_enqueue_failures_and_outages_are_counted_apart(
+    client, runtime, token_settings, monkeypatch, django_capture_on_commit_callbacks, refusal
+):
     from nrllm_agents import dispatch
 
     def refuse(*args, **kwargs):
-        raise ConnectionError("queue down")
+        raise refusal
 
     monkeypatch.setattr(dispatch, "dispatch", refuse)
     before = scrape(client)
     with django_capture_on_commit_callbacks(execute=True):  # inside atomic(): settled and logged, not raised
         run_id = runtime.enqueue({"prompt": "q", "script": [{"content": "x"}]})
-    assert AgentRun.objects.get(pk=run_id).termination_reason == "enqueue_failed"
     after = scrape(client)
-    assert delta(after, before, "nrllm_enqueue_failures_total") == 1
-    assert delta(after, before, "nrllm_runs_failed_total", reason="enqueue_failed", provider="scripted") == 1
+    outage = isinstance(refusal, ConnectionError)  # an outage leaves the run queued (issue 20 item 14)
+    run = AgentRun.objects.get(pk=run_id)
+    assert (run.status, run.termination_reason) == (("queued", "") if outage else ("failed", "enqueue_failed"))
+    assert delta(after, before, "nrllm_enqueue_deferred_total") == int(outage)
+    assert delta(after, before, "nrllm_enqueue_failures_total") == int(not outage)
+    assert delta(after, before, "nrllm_runs_failed_total", reason="enqueue_failed", provider="scripted") == int(
+        not outage
+    )

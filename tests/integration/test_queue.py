@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from nrllm_agents import dispatch, executors, jobs, store
+from nrllm_agents import dispatch, executors, jobs, recovery, store
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, Note, RunStatus
+from nrllm_agents.outcomes import queued_wording
 from nrllm_agents.run_request import RunRequest
 from nrllm_agents.runtime import ApprovalNotPending, InvalidRunId, Outcome
 from tests.conftest import is_postgres, manage
@@ -173,37 +174,35 @@ def unreachable_redis(settings, redis_url) -> str:
     return secret
 
 
-def assert_failed_closed(run_id: Any, secret: str) -> None:
+def assert_left_queued(run_id: Any, secret: str) -> None:
+    """Issue 20 item 14: an outage never fails a run; it stays a queued, durable row."""
     run = AgentRun.objects.get(pk=run_id)
-    assert (run.status, run.termination_reason) == (RunStatus.FAILED, "enqueue_failed")
-    assert run.error_class == "ConnectionError" and secret not in run.error_message
-    assert run.finished_at is not None and run.prompt == REQUEST["prompt"]  # the request is kept
-    assert not AgentRun.objects.filter(status=RunStatus.QUEUED).exists()
+    assert (run.status, run.termination_reason, run.finished_at) == (RunStatus.QUEUED, "", None)
+    assert run.request_payload and run.prompt == REQUEST["prompt"]  # what a worker rehydrates is kept
+    assert secret not in run.error_message
 
 
-# Real commits: the failure path settles the row from the dispatch hook.
+# Real commits: the dispatch is the on-commit hook of the row's creation.
 @pytest.mark.django_db(transaction=True)
-def test_unreachable_redis_at_enqueue_fails_closed_with_a_clear_error(runtime, unreachable_redis, caplog):
-    from nrllm_agents.dispatch import EnqueueError
-
-    with caplog.at_level(logging.DEBUG), pytest.raises(EnqueueError) as raised:
-        runtime.enqueue(REQUEST)
-    assert str(raised.value).startswith(f"could not enqueue run {raised.value.run_id}: ConnectionError")
-    assert unreachable_redis not in str(raised.value)
-    assert_failed_closed(raised.value.run_id, unreachable_redis)
+def test_unreachable_redis_at_enqueue_leaves_the_run_queued_and_says_so(runtime, unreachable_redis, caplog):
+    with caplog.at_level(logging.DEBUG):
+        submitted = runtime.submit(REQUEST)
+    assert (submitted.outcome, submitted.status) == (Outcome.WAITING_FOR_QUEUE, RunStatus.QUEUED)
+    assert_left_queued(submitted.run_id, unreachable_redis)
+    assert f"run {submitted.run_id}: the queue is unreachable (QueueUnavailable)" in caplog.text
     assert unreachable_redis not in caplog.text
+    assert "once the queue is back" in queued_wording(submitted.outcome).sentence(submitted.run_id)
 
 
 # Real commits: inside atomic() the dispatch hooks run at COMMIT.
 @pytest.mark.django_db(transaction=True)
-def test_unreachable_redis_inside_atomic_fails_every_run_of_the_commit(runtime, unreachable_redis, caplog):
+def test_unreachable_redis_inside_atomic_leaves_every_run_of_the_commit_queued(runtime, unreachable_redis, caplog):
     with caplog.at_level(logging.DEBUG), transaction.atomic():
         first = runtime.enqueue(REQUEST)
         second = runtime.enqueue(REQUEST)
-    # Raising from the first hook would have skipped the second: both are settled, and logged.
-    assert_failed_closed(first, unreachable_redis)
-    assert_failed_closed(second, unreachable_redis)
-    assert f"run {first}: enqueue failed" in caplog.text and f"run {second}: enqueue failed" in caplog.text
+    assert_left_queued(first, unreachable_redis)
+    assert_left_queued(second, unreachable_redis)
+    assert f"run {first}: the queue is unreachable" in caplog.text and f"run {second}: the queue" in caplog.text
     assert unreachable_redis not in caplog.text
 
 
@@ -390,3 +389,21 @@ def test_without_redis_a_queued_approval_resumes_in_process(runtime, no_redis):
         with pytest.raises(ApprovalNotPending, match="is cancelled, not waiting for approval"):
             runtime.approve(cancelled, True, queued=queued)
     assert kinds(cancelled)[-1] == "cancelled" and not Note.objects.filter(run_id=cancelled).exists()
+
+
+# --- the queued sweep and a job being dequeued ------------------------------------------------
+@pytest.mark.django_db
+def test_a_job_a_worker_has_just_popped_is_live_for_the_sweep(runtime, rq_queue, django_capture_on_commit_callbacks):
+    """Issue 20 item 15: between RQ's pop (``BLMOVE`` into its intermediate list) and the start
+    of the job, ``holds`` found it neither queued nor started, deleted it and dispatched the run
+    again. Here the pop is RQ's own dequeue; the worker's next step never comes."""
+    from rq import Queue
+
+    with django_capture_on_commit_callbacks(execute=True):
+        run_id = runtime.enqueue(REQUEST)
+    job_id = dispatch.job_id(run_id)
+    job, _ = Queue.dequeue_any([rq_queue], None, connection=rq_queue.connection)
+    assert job.id == job_id and rq_queue.count == 0  # popped: no longer in the queue's list
+    assert executors.RQ.holds(str(run_id), job_id=job_id, stale_after=300)
+    assert rq_queue.fetch_job(job_id) is not None  # and not deleted
+    assert recovery.sweep_queued(older_than=0).recovered == []

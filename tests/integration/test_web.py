@@ -198,6 +198,19 @@ def test_a_queued_run_is_executed_by_the_executor_not_the_web_thread(alice, web)
     assert run.status == RunStatus.COMPLETED and run.claimed_by.startswith("worker:")
 
 
+# The dispatch is the on-commit hook of the run's creation: it must really commit.
+@pytest.mark.django_db(transaction=True)
+def test_a_queued_start_while_the_queue_is_unreachable_is_a_success_that_says_it_waits(alice, web, settings):
+    """Issue 20 item 14: the run was settled enqueue_failed and the playground answered 503."""
+    dead = "redis://127.0.0.1:1/13"  # nothing listens on port 1
+    settings.REDIS_URL, settings.RQ_QUEUES = dead, {"default": {"URL": dead}}
+    response = signed_in(alice).post("/playground/runs/", form(mode="queued"), headers=JSON)
+    assert response.status_code == 202
+    body = response.json()
+    assert body["outcome"] == "waiting_for_queue" and "once the queue is back" in body["message"]
+    assert (only_run().status, only_run().termination_reason) == (RunStatus.QUEUED, "")
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     "changes, field",

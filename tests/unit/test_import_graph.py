@@ -119,7 +119,7 @@ FLOORS = [
     ("store", ("store",)),
     ("executors", ("dispatch", "executors", "executor", "recovery")),
     ("runtime", ("runtime", "segment", "forks", "limits", "interrupts", "push", "watch", "deltas")),
-    ("workers", ("jobs", "worker", "threaded", "maintenance")),
+    ("workers", ("jobs", "worker", "threaded", "maintenance", "outages")),
     ("surfaces", ("admin", "api", "web", "management")),
 ]
 

@@ -25,3 +25,12 @@ def test_a_settle_to_a_status_that_is_not_terminal_is_a_proper_error():
     """Once an ``assert``, which ``python -O`` removes: the store now refuses it in any mode."""
     with pytest.raises(InvalidArgument, match="completed or failed"):
         settle(None, status="running", reason="completed")  # refused before any query
+
+
+def test_a_worker_waits_for_redis_forever_with_a_bounded_pause():
+    """Issue 20 item 14: one policy object decides the reconnect too; it never gives up, its pause
+    is capped, and a long outage (many tries) never overflows the float."""
+    policy = RetryPolicy.reconnect()
+    assert policy.may_retry(10**9)
+    assert [policy.delay(n) for n in range(5)] == [0.5, 1, 2, 4, 4]
+    assert policy.delay(100_000) == 4

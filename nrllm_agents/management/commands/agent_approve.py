@@ -73,8 +73,9 @@ class Command(BaseCommand):
         self, runtime: AgentRuntime, run_id: Any, decision: bool, printer: console.StreamPrinter, *, follow: bool
     ) -> int:
         after = runtime.events(run_id)[-1:]  # the stream so far is not repeated when following
-        runtime.approve(run_id, decision, queued=True)
+        handed = runtime.approve(run_id, decision, queued=True)
         printer.started(run_id, f" {'approved' if decision else 'denied'}; a worker resumes it")
+        console.waiting_for_queue(self.stderr, handed)
         if not follow:
             return console.EXIT_OK
         try:

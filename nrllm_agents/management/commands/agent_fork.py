@@ -65,6 +65,7 @@ class Command(BaseCommand):
             if options["queued"]:
                 result = runtime.fork(parent, from_sequence=options["from_sequence"], overrides=overrides, owner=owner)
                 printer.started(result.run_id, f" queued (a fork of {parent})")
+                console.waiting_for_queue(self.stderr, result)
                 code = self._follow(runtime, result.run_id, printer) if options["follow"] else console.EXIT_OK
             else:
                 code = self._here(runtime, parent, options["from_sequence"], overrides, printer, owner)

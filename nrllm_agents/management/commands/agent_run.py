@@ -99,10 +99,12 @@ class Command(BaseCommand):
         self, runtime: AgentRuntime, request: RunRequest, printer: console.StreamPrinter, owner: Any, *, follow: bool
     ) -> int:
         try:
-            run_id = runtime.enqueue(request, owner=owner)
+            queued = runtime.submit(request, owner=owner)
         except EnqueueError as exc:
             raise console.enqueue_failed(exc) from None
+        run_id = queued.run_id
         printer.started(run_id, " queued")
+        console.waiting_for_queue(self.stderr, queued)
         console.stderr_hint(self.stderr, run_id)
         if not uses_rq() and not follow:
             # The embedded executor lives in this process: it finishes the run before we exit.

@@ -125,18 +125,19 @@ def test_a_form_body_is_415_unsupported(alice, api):
 
 
 # transaction=True: enqueue wakes the queue when the transaction commits; it must really commit
-# for the refusal to happen inside the request.
+# for the outage to be met inside the request.
 @pytest.mark.django_db(transaction=True)
-def test_a_refusing_queue_is_503_and_the_run_is_failed_not_stranded(alice, api):
+def test_an_unreachable_queue_is_still_202_and_the_run_waits_queued(alice, api):
     # Nothing listens on port 1: the Redis connection is refused at once.
     dead = "redis://127.0.0.1:1/13"
     with override_settings(REDIS_URL=dead, RQ_QUEUES={"default": {"URL": dead}}):
         response = api.post(LIST, {"prompt": "x", "script": ANSWER, "tools": []}, format="json")
-    assert response.status_code == 503
+    assert response.status_code == 202
     body = response.json()
-    assert "queue" in body["detail"] and "6379" not in body["detail"] and "redis" not in body["detail"].lower()
+    assert (body["status"], body["outcome"]) == ("queued", "waiting_for_queue")
+    assert "once the queue is back" in body["detail"] and "redis" not in body["detail"].lower()
     run = AgentRun.objects.get(pk=body["run_id"])
-    assert (run.status, run.termination_reason) == (RunStatus.FAILED, "enqueue_failed")
+    assert (run.status, run.termination_reason) == (RunStatus.QUEUED, "")
 
 
 def _rates(**rates: str) -> dict:

@@ -220,9 +220,22 @@ def test_approve_queued_stores_the_decision_and_a_worker_resumes_it(runtime, dis
     assert resumed.outcome == Outcome.COMPLETED and Note.objects.filter(run_id=first.run_id).count() == 1
 
 
-def test_approve_queued_with_the_queue_down_settles_the_run(runtime, queue_down):
+def test_approve_queued_with_the_queue_down_leaves_the_run_queued(runtime, queue_down):
     first = runtime.run(gated())
-    with pytest.raises(dispatch.EnqueueError, match="queue unreachable"):
+    handed = runtime.approve(first.run_id, True, queued=True)
+    assert (handed.outcome, handed.status) == (Outcome.WAITING_FOR_QUEUE, RunStatus.QUEUED)
+    stored = row(first.run_id)
+    assert (stored.status, stored.termination_reason) == ("queued", "")
+    assert stored.request_payload["resume"]["approved"] is True  # the decision waits with it
+
+
+def test_approve_queued_with_a_queue_that_refuses_for_good_settles_the_run(runtime, monkeypatch):
+    def refuse(run_id, **kwargs):
+        raise ValueError("not a queue")
+
+    monkeypatch.setattr(dispatch, "dispatch", refuse)
+    first = runtime.run(gated())
+    with pytest.raises(dispatch.EnqueueError, match="not a queue"):
         runtime.approve(first.run_id, True, queued=True)
     stored = row(first.run_id)
     assert (stored.status, stored.termination_reason) == ("failed", "enqueue_failed")
@@ -271,12 +284,12 @@ def test_enqueue_stores_the_run_and_dispatches_it_after_commit(runtime, dispatch
     assert dispatched == [(run_id, 0, 0)] and row(run_id).status == RunStatus.QUEUED
 
 
-def test_a_refused_enqueue_inside_a_transaction_settles_the_run_and_logs(
+def test_an_enqueue_during_an_outage_inside_a_transaction_leaves_the_run_queued_and_logs(
     runtime, queue_down, django_capture_on_commit_callbacks, caplog
 ):
     with django_capture_on_commit_callbacks(execute=True):
         run_id = runtime.enqueue(request())
-    assert row(run_id).termination_reason == "enqueue_failed" and "enqueue failed" in caplog.text
+    assert row(run_id).status == RunStatus.QUEUED and "the queue is unreachable" in caplog.text
 
 
 def test_run_queued_claims_and_completes_and_a_second_delivery_does_nothing(runtime, dispatched):
@@ -322,12 +335,12 @@ def test_a_permanent_provider_error_fails_a_queued_run_at_once(runtime, dispatch
     assert row(run_id).attempts == 0
 
 
-def test_a_retry_the_queue_refuses_leaves_the_run_failed(runtime, queue_down):
+def test_a_retry_that_meets_a_queue_outage_stays_queued(runtime, queue_down):
     run_id = store.create_queued(
         {"prompt": "p", "provider": "transient"}, {"prompt": "p", "provider": "transient", "tools": []}
     ).pk
     result = runtime.run_queued(run_id)
-    assert (result.outcome, result.status, result.termination_reason) == ("failed", "failed", "enqueue_failed")
+    assert (result.outcome, result.status, result.termination_reason) == ("requeued", "queued", "")
 
 
 def test_a_retry_refused_after_a_cancel_reports_cancelled(runtime, dispatched, monkeypatch):
@@ -437,11 +450,11 @@ def test_reap_requeues_a_dead_segments_run_and_dispatches_it(runtime, dispatched
     assert report.requeued == [run_id] and dispatched == [(run_id, 0, None)]
 
 
-def test_a_reaped_run_the_queue_refuses_is_settled_failed(runtime, queue_down, caplog):
+def test_a_reaped_run_that_meets_a_queue_outage_stays_queued_for_the_sweep(runtime, queue_down, caplog):
     run_id = running()
     AgentRun.objects.filter(pk=run_id).update(lease_expires=timezone.now() - timedelta(minutes=1))
-    runtime.reap()
-    assert row(run_id).termination_reason == "enqueue_failed" and "reaped but could not be enqueued" in caplog.text
+    assert runtime.reap().requeued == [run_id]
+    assert row(run_id).status == RunStatus.QUEUED and "the queue is unreachable" in caplog.text
 
 
 def test_a_dry_reap_dispatches_nothing(runtime, dispatched):
