@@ -375,19 +375,28 @@ class AgentRuntime:
         def on_deadline() -> bool:  # on the watcher's thread: a deadline cuts the step in flight short
             return limits.enforce(run_id, usage=trace.usage, limits=trace.limits.limits) is not None
 
-        unwatch = watcher.watch(
-            run_id, trace.token, deadline=deadline.timestamp() if deadline else None, on_deadline=on_deadline
-        )
+        unwatches = [
+            watcher.watch(
+                run_id, trace.token, deadline=deadline.timestamp() if deadline else None, on_deadline=on_deadline
+            )
+        ]
 
         def late(read: limits.RunLimits) -> None:  # the limits were read only at a later boundary: arm them now
             if read.deadline_at is not None:
-                watcher.watch(run_id, trace.token, deadline=read.deadline_at.timestamp(), on_deadline=on_deadline)
+                unwatches.append(
+                    watcher.watch(run_id, trace.token, deadline=read.deadline_at.timestamp(), on_deadline=on_deadline)
+                )
 
         trace.limits.on_late_read = late
         try:
             return self._ladder(run_id, request, trace, drive)
         finally:
-            unwatch()
+            # No watch outlives its segment, and the hook (which holds the trace) goes with it:
+            # the segment's token leaves this process's set of queued segments at once.
+            trace.limits.on_late_read = None
+            for unwatch in reversed(unwatches):
+                unwatch()
+            trace.ended()
 
     def _ladder(
         self, run_id: uuid.UUID, request: RunRequest, trace: SegmentTrace, drive: Callable[[ToolLoop], LoopResult]

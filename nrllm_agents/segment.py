@@ -201,6 +201,12 @@ class SegmentTrace:
         if self.interruptible and shutdown_requested.is_set():
             raise SegmentInterrupted()
 
+    def ended(self) -> None:
+        """The segment is over: a shutdown of this process has nothing more to hand back for it.
+        (Its token could outlive it in a reference cycle; the set must not wait for the GC.)"""
+        with _handing_back_lock:
+            _queued_tokens.discard(self.token)
+
     def before_start(self) -> None:
         """Right before a model call or tool starts: after a boundary that could not renew the
         lease, read the row again, and stop if the run was cancelled or lost meanwhile. Then give
