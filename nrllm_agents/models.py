@@ -108,6 +108,10 @@ class AgentRun(models.Model):
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
     forked_from_sequence = models.PositiveIntegerField(null=True, blank=True)
 
+    # Live push (push.py): how many processes watch this run now. The boundary returns it, so a
+    # run nobody watches announces none of its steps (migration 0010_targeted_push).
+    watchers = models.IntegerField(default=0, db_default=0, editable=False)
+
     class Meta:
         ordering = ["-created_at"]
         indexes = [

@@ -23,7 +23,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from .conf import app_settings
-from .push import Final, Hub, hub, read_stream
+from .push import REGISTER_TIMEOUT, Final, Hub, hub, read_stream
 
 # Watchers of a process reading the stored stream at once (each on a connection it then
 # closes): a burst of catch-ups (many streams opening, a listener reconnecting) waits here
@@ -141,6 +141,8 @@ class Watch:
 
     def _read(self) -> tuple[list[dict[str, Any]], Final | None]:
         pushed = self.pushed
+        if pushed:  # read only once the hub listens and is counted: no later step goes unannounced
+            self.sub.registered.wait(REGISTER_TIMEOUT)
         self.reads += 1
         with _reading:
             try:
