@@ -308,7 +308,8 @@ def test_after_ten_kills_of_the_listener_a_cancel_still_stops_the_step_in_flight
     assert segment.join().outcome == Outcome.CANCELLED
     stopped = segment.finished_at - committed
     print(
-        f"reconnects after each kill (ms): {[round(r * 1000) for r in reconnects]}; cancel -> stop {stopped * 1000:.0f} ms"
+        f"reconnects after each kill (ms): {[round(r * 1000) for r in reconnects]};",
+        f"cancel -> stop {stopped * 1000:.0f} ms",
     )
     # Generous bounds (a loaded machine); before the fix the later reconnects took about 1 s.
     assert max(reconnects[5:]) < 0.5, reconnects
