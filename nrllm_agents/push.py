@@ -61,6 +61,8 @@ logger = logging.getLogger(__name__)
 RUN_CHANNEL_PREFIX = "nrllm_run_"
 WATCH_CHANNEL = "nrllm_watch"  # payload: a run id that a process started watching
 REGISTER_TIMEOUT = 2.0  # a watcher's first read waits at most this long for its hub to count it
+LOCK_TIMEOUT = "SET LOCAL lock_timeout = '1s'"
+LOCK_NOT_AVAILABLE = "55P03"  # the SQLSTATE of a lock_timeout
 FEED_KEEP = 256  # steps a feed keeps for watchers a little behind; further behind, they read
 DELTA_BACKLOG = 512  # deltas a slow watcher may have pending; older ones are dropped (lossy by design)
 BATCH = 500  # steps read per query
@@ -248,8 +250,6 @@ class Hub:
     def _on_connection(self, conn: Any, fresh: bool) -> None:
         """On the listener's thread: LISTEN to the runs watched here and count this process in
         their rows; the reverse for runs no longer watched. A fresh connection listens to none."""
-        from .models import AgentRun
-
         if not self.available():
             return
         if fresh:
@@ -267,17 +267,29 @@ class Hub:
             )
             self._listened = (self._listened | listen) - unlisten
         count, uncount = sorted(wanted - self._counted), sorted(self._counted - wanted)
-        if count:  # announced too: a process executing one streams its deltas from now on
-            with conn.transaction():
-                conn.execute(f"UPDATE {table} SET watchers = watchers + 1 WHERE id = ANY(%s::uuid[])", [count])
-                conn.execute(f"SELECT count(pg_notify('{WATCH_CHANNEL}', r)) FROM unnest(%s::text[]) AS t(r)", [count])
-            self._counted.update(count)
-            self.counts["registrations"] += len(count)
-        if uncount:
-            conn.execute(
-                f"UPDATE {table} SET watchers = GREATEST(watchers - 1, 0) WHERE id = ANY(%s::uuid[])", [uncount]
-            )
-            self._counted.difference_update(uncount)
+        try:
+            if count:  # announced too: a process executing one streams its deltas from now on
+                with conn.transaction():
+                    conn.execute(LOCK_TIMEOUT)  # the listener's thread never waits long for a row lock
+                    conn.execute(f"UPDATE {table} SET watchers = watchers + 1 WHERE id = ANY(%s::uuid[])", [count])
+                    conn.execute(
+                        f"SELECT count(pg_notify('{WATCH_CHANNEL}', r)) FROM unnest(%s::text[]) AS t(r)", [count]
+                    )
+                self._counted.update(count)
+                self.counts["registrations"] += len(count)
+            if uncount:
+                with conn.transaction():
+                    conn.execute(LOCK_TIMEOUT)
+                    conn.execute(
+                        f"UPDATE {table} SET watchers = GREATEST(watchers - 1, 0) WHERE id = ANY(%s::uuid[])", [uncount]
+                    )
+                self._counted.difference_update(uncount)
+        except Exception as exc:
+            if getattr(exc, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            # A row held for long: tried again at the next wake; meanwhile the watchers read.
+            logger.warning("push: a watched run's row stayed locked; its registration is retried")
+            watcher.wake()
         with self._lock:
             ready = [s for r in wanted & self._listened & self._counted for s in self._subs.get(r, ())]
         for sub in ready:

@@ -89,6 +89,7 @@ class Watch:
         self.poll = float(app_settings.STREAM_POLL_SECONDS if poll is None else poll)
         self._next_poll = 0.0  # not pushed: when the next read is due (deltas wake it sooner)
         self._answered_round = -1  # the highest round whose llm step was seen
+        self._registered = False  # its hub listens to the run and counts this process in (or gave up)
 
     @property
     def pushed(self) -> bool:
@@ -141,8 +142,8 @@ class Watch:
 
     def _read(self) -> tuple[list[dict[str, Any]], Final | None]:
         pushed = self.pushed
-        if pushed:  # read only once the hub listens and is counted: no later step goes unannounced
-            self.sub.registered.wait(REGISTER_TIMEOUT)
+        if pushed and not self._registered:  # read once the hub listens and is counted: no later step goes unannounced
+            self._registered = self.sub.registered.wait(REGISTER_TIMEOUT) or True  # a failure waits only once
         self.reads += 1
         with _reading:
             try:
