@@ -18,6 +18,17 @@ its own in transaction mode and shows what survives it: our prepared statements 
 PgBouncer >= 1.21 with ``max_prepared_statements``; otherwise ``NRLLM_PREPARED_STATEMENTS=0``),
 unnamed server-side bound statements, and ``LISTEN`` (which does not survive it).
 
+First, the database side alone, past what Python can drive on a small machine: ``pgbench -M
+prepared`` runs the project's own boundary statement (``store.leases._RECORD_SQL``, each writer
+renewing and appending to a running run of its own) on the migrated schema, at 1 to 64
+concurrent writers (``--writers``), in four modes side by side (rotating within each writer
+count): push off (the run table's triggers disabled), push on with nobody watching, push on with
+every run watched (the boundary then returns a count above zero, and a second pgbench plays one
+publisher per writer sending ``deltas._NOTIFY_SQL`` at the publisher's bound, 50 notifying
+commits a second, ``synchronous_commit`` off as the publisher's connection has it, to a listener
+that drains them), and migration 0008's trigger (a ``NOTIFY`` from every boundary, as before).
+It prints boundary commits per second and the ratios to push off. ``--pgbench-only`` stops there.
+
 ``DATABASE_URL`` names the server (a throwaway database is created and dropped);
 ``--redis-url`` a Redis database that is **flushed**. Must run as a user that may read the
 backends' ``/proc/<pid>/stat`` (the same user as PostgreSQL, or root).
@@ -459,8 +470,15 @@ def pgbench_boundaries(url: str, writers: list[int], seconds: float, workdir: st
         command = [pgbench, "-n", "-M", "prepared", "-c", str(clients), "-j", str(min(clients, 4)), "-T", seconds_arg]
         if rate:
             command += ["-R", str(rate)]
+        env = dict(os.environ)
+        if script == "publish.sql":  # as the publisher's connection (deltas.py)
+            env["PGOPTIONS"] = "-c synchronous_commit=off"
         return subprocess.Popen(
-            [*command, "-f", str(scripts / script), url], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            [*command, "-f", str(scripts / script), url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
         )
 
     def tps(output: str) -> float:

@@ -15,7 +15,8 @@ boundary of every worker commit one at a time. Instead:
   ``DELTA_COALESCE_SECONDS`` (50 ms), merged.
 - **One notifying commit at a time, at a bounded rate.** One daemon thread sends everything due
   in ONE statement (``SELECT pg_notify(...) FROM unnest(...)``, one transaction) on a connection
-  of its own (opened on first use, closed after a quiet minute), and then waits at least
+  of its own (opened on first use, closed after a quiet minute; ``synchronous_commit`` off, so
+  the commit holds the notify lock without waiting for a WAL flush), and then waits at least
   ``PUSH_INTERVAL_SECONDS`` (20 ms) before the next: a process makes at most 50 notifying commits
   a second, whatever its step rate. Each notice goes to the run's own channel,
   ``nrllm_run_<run id hex>``, which only the processes watching that run listen to (``push.py``).
@@ -220,6 +221,10 @@ class Publisher:
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = raw_connection("nrllm-publisher")
+                # Lossy by design, so no commit here waits for the WAL flush: the notify lock,
+                # which every notifying commit of the cluster takes in turn, is held that much
+                # less. (The steps announced were committed durably by their own transactions.)
+                self._conn.execute("SET synchronous_commit = off")
             # One statement, one transaction: one notifying commit for everything that is due.
             self._conn.execute(_NOTIFY_SQL, [channels, payloads])
             self._conn_used = time.monotonic()
