@@ -10,6 +10,7 @@ trigger migration 0008 had on every step (``nrllm_step``). PostgreSQL only.
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from typing import Any
@@ -164,3 +165,50 @@ def test_a_process_receives_only_the_runs_its_watchers_follow(alice):
         assert hub.counts["notifies"] == before + 1
     finally:
         watch.close()
+
+
+def test_a_watcher_that_starts_while_the_run_steps_misses_no_step(alice):
+    """The boundary reads the watcher count under the row lock the hub's count takes too: each
+    step is either announced or already there when the new watcher first reads. A step that
+    fell between would never reach it (nothing polls while pushed), and the round times out."""
+    from django.utils import timezone
+
+    from nrllm_agents import store
+    from nrllm_agents.domain import Step, StepKind
+    from tests.conftest import race_rounds
+
+    steps = 12
+    for _ in range(race_rounds(20)):
+        run = store.begin(
+            {"prompt": "race", "provider": "scripted", "owner": alice},
+            claimed_by="me",
+            lease_expires=store.lease_until(),
+        )
+        start_at = random.randrange(steps)
+        go = threading.Event()
+
+        def write(run_id: Any = run.pk, start_at: int = start_at, go: threading.Event = go) -> None:
+            try:
+                for seq in range(steps):
+                    if seq == start_at:
+                        go.set()
+                    step = Step(StepKind.TOOL, 0, {"n": seq})
+                    assert store.record_step(run_id, "me", seq, step, timezone.now()) is store.Lease.HELD
+            finally:
+                go.set()
+                connections.close_all()
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        assert go.wait(10)
+        watch = Watch(run.pk)
+        seen: list[int] = []
+        try:
+            deadline = time.monotonic() + 10
+            while len(seen) < steps and time.monotonic() < deadline:
+                watch.wait(0.5)
+                seen += [s["sequence"] for s in watch.update().steps]
+        finally:
+            watch.close()
+            writer.join(10)
+        assert seen == list(range(steps)), (start_at, seen)
