@@ -142,7 +142,9 @@ class AgentRun(models.Model):
 class AgentRunEvent(models.Model):
     """One recorded step of a run. Append-only; ``(run, sequence)`` is unique."""
 
-    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: the unique (run, sequence) index serves every lookup by run, and one
+    # index fewer is one write fewer at every step boundary (migration 0010_targeted_push).
+    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="events", db_index=False)
     sequence = models.PositiveIntegerField()
     kind = models.CharField(max_length=16)
     round = models.PositiveIntegerField(default=0)
