@@ -95,6 +95,7 @@ def main() -> None:
 
         from nrllm_agents import store
         from nrllm_agents.models import ACTIVE, AgentRun, CancelSource, RunStatus
+        from nrllm_agents.runtime import AgentRuntime
         from nrllm_agents.store import prepared
 
         n = args.samples + 30  # 30 to warm up
@@ -103,9 +104,21 @@ def main() -> None:
                 AgentRun(status=RunStatus.QUEUED, prompt="cancel me", provider="scripted", request_payload={"x": 1})
                 for _ in range(3 * n)
             ]
+            + [
+                AgentRun(
+                    status=RunStatus.RUNNING,
+                    prompt="cancel me",
+                    provider="scripted",
+                    claimed_by="bench",
+                    lease_expires=store.lease_until(),
+                )
+                for _ in range(2 * n)
+            ]
         )
         ids = [r.pk for r in runs]
-        ours, legacy, floor_ids = ids[:n], ids[n : 2 * n], ids[2 * n :]
+        ours, legacy, floor_ids = ids[:n], ids[n : 2 * n], ids[2 * n : 3 * n]
+        running_ours, running_floor = ids[3 * n : 4 * n], ids[4 * n :]
+        runtime = AgentRuntime()
         raw = psycopg.connect(url, autocommit=True)
         active = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE))
         floor_sql = (
@@ -131,10 +144,15 @@ def main() -> None:
                 cur.execute(floor_sql, [run_id], prepare=True)
                 assert cur.rowcount == 1
 
+        def do_runtime(run_id: uuid.UUID) -> None:
+            assert runtime.cancel(run_id, source=CancelSource.SYSTEM).outcome == "cancelled"
+
         contenders: list[tuple[str, Callable[[uuid.UUID], None], list[uuid.UUID]]] = [
             ("store.cancel (one statement)", do_ours, ours),
             ("previous fence (ORM, 7 round trips)", do_legacy, legacy),
             ("floor: guarded UPDATE, raw, prepared", do_floor, floor_ids),
+            ("AgentRuntime.cancel, running run", do_runtime, running_ours),
+            ("floor: guarded UPDATE, running run", do_floor, running_floor),
         ]
         samples: dict[str, list[float]] = {name: [] for name, _, _ in contenders}
         peer = DbosPeer(args.dbos_python, server_url, args.database + "_dbos", n) if args.dbos_python else None
@@ -163,13 +181,19 @@ def main() -> None:
             f"cancel_op: PostgreSQL {version // 10000}.{version % 10000}, {args.samples} cancels of queued runs per "
             f"contender, interleaved, DEBUG off"
         )
-        print(f"  {'':40} {'mean':>8} {'p50':>8} {'p99':>8}   ms   x floor (p50)")
+        print(f"  {'':40} {'mean':>8} {'p50':>8} {'p99':>8}   ms   x queued floor (p50)")
         floor = summary(samples[contenders[2][0]])
         rows: list[tuple[str, dict[str, float]]] = [(name, summary(samples[name])) for name, _, _ in contenders]
         if dbos:
             rows.append(("DBOS cancel_workflow (enqueued)", summary(dbos)))
         for name, s in rows:
             print(f"  {name:40} {s['mean']:8.3f} {s['p50']:8.3f} {s['p99']:8.3f}   {s['p50'] / floor['p50']:6.2f}x")
+        running, running_floor_s = summary(samples[contenders[3][0]]), summary(samples[contenders[4][0]])
+        print(
+            f"  AgentRuntime.cancel of a running run (store, signal, metrics, log) / its guarded UPDATE: "
+            f"{running['p50'] / running_floor_s['p50']:.2f}x at p50, "
+            f"{running['mean'] / running_floor_s['mean']:.2f}x mean"
+        )
         if not dbos:
             print("  DBOS: not timed (pass --dbos-python with a Python that has dbos installed)")
 

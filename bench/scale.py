@@ -18,6 +18,18 @@ its own in transaction mode and shows what survives it: our prepared statements 
 PgBouncer >= 1.21 with ``max_prepared_statements``; otherwise ``NRLLM_PREPARED_STATEMENTS=0``),
 unnamed server-side bound statements, and ``LISTEN`` (which does not survive it).
 
+First, the database side alone, past what Python can drive on a small machine: ``pgbench -M
+prepared`` runs the project's own boundary statement (``store.leases._RECORD_SQL``, each writer
+renewing and appending to a running run of its own) on the migrated schema, at 1 to 64
+concurrent writers (``--writers``), in four modes side by side (rotating within each writer
+count): push off (the run table's triggers disabled), push on with nobody watching, push on with
+every run watched (the boundary then returns a count above zero, and a second pgbench plays a
+publisher per writer, as if each writer were a process of its own, sending
+``deltas._NOTIFY_SQL`` at the publisher's bound, 50 notifying commits a second each, over 4
+connections, ``synchronous_commit`` off as the publisher's connection has it, to a listener that
+drains them), and migration 0008's trigger (a ``NOTIFY`` from every boundary, as before). It
+prints boundary commits per second and the ratios to push off. ``--pgbench-only`` stops there.
+
 ``DATABASE_URL`` names the server (a throwaway database is created and dropped);
 ``--redis-url`` a Redis database that is **flushed**. Must run as a user that may read the
 backends' ``/proc/<pid>/stat`` (the same user as PostgreSQL, or root).
@@ -31,6 +43,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -346,6 +359,190 @@ def _listen_works(listen_url: str, notify_url: str) -> bool:
         return any(True for _ in listener.notifies(timeout=1.0, stop_after=1))
 
 
+# --- the database side alone: pgbench running the project's boundary statement ------------------
+MODES = ("off", "on, nobody watches", "on, every run watched", "0008: NOTIFY per step")
+PUBLISHER_RATE = 50  # notifying commits per second per process at most (PUSH_INTERVAL_SECONDS = 0.02)
+PUBLISHER_CLIENTS = 4  # connections sending them (the rate is what counts; max_connections is 100 here)
+
+
+def bench_run_id(n: int) -> str:
+    return f"00000000-0000-4000-8000-{n:012d}"
+
+
+def boundary_script() -> str:
+    """The project's boundary statement (``store.leases._RECORD_SQL``) as a pgbench script:
+    client ``i`` renews and appends to run ``i`` (its own row, as a segment does)."""
+    from nrllm_agents.store.leases import _RECORD_SQL
+
+    values = [
+        "now() + interval '300 seconds'",  # lease_expires
+        "('00000000-0000-4000-8000-' || lpad((:client_id + 1)::text, 12, '0'))::uuid",  # id
+        "'running'",
+        "'bench'",  # claimed_by
+        "nextval('nrllm_bench_sequence')",  # sequence: unique per run as a segment's is
+        "'tool'",
+        "0",
+        "1",
+        """'{"name": "calculator", "result": "2"}'""",
+        "now()",
+    ]
+    sql = _RECORD_SQL.replace("%s::jsonb", "%s")
+    for value in values:
+        sql = sql.replace("%s", value, 1)
+    assert "%s" not in sql
+    return sql + ";\n"
+
+
+def publisher_script() -> str:
+    """One publisher's notifying commit (``deltas._NOTIFY_SQL``), for client ``i``'s run."""
+    from nrllm_agents.deltas import _NOTIFY_SQL
+
+    channel = "'nrllm_run_00000000000040008000' || lpad((:client_id + 1)::text, 12, '0')"
+    payload = "('00000000-0000-4000-8000-' || lpad((:client_id + 1)::text, 12, '0')) || ':1'"
+    sql = _NOTIFY_SQL.replace("%s::text[]", f"ARRAY[{channel}]", 1).replace("%s::text[]", f"ARRAY[{payload}]", 1)
+    return sql + ";\n"
+
+
+OLD_STEP_TRIGGER = """
+CREATE OR REPLACE FUNCTION nrllm_bench_notify_step() RETURNS trigger AS $$
+BEGIN
+    PERFORM pg_notify('nrllm_step', NEW.run_id::text || ':' || NEW.sequence::text);
+    RETURN NULL;
+END;
+$$ LANGUAGE plpgsql;
+CREATE TRIGGER nrllm_bench_notify_step AFTER INSERT ON nrllm_agents_agentrunevent
+    FOR EACH ROW EXECUTE FUNCTION nrllm_bench_notify_step();
+"""
+
+
+def pgbench_boundaries(
+    url: str, writers: list[int], seconds: float, workdir: str, repeats: int = 3
+) -> list[dict[str, Any]]:
+    """Boundary commits per second at each number of concurrent writers, in each mode, side by
+    side (the modes rotate within each writer count, ``repeats`` times; the median is kept)."""
+    import subprocess
+
+    import psycopg
+
+    pgbench = shutil.which("pgbench")
+    if pgbench is None:
+        sys.exit("pgbench is needed for the database-side bench (Debian: postgresql-client)")
+    most = max(writers)
+    scripts = Path(workdir)
+    (scripts / "boundary.sql").write_text(boundary_script())
+    (scripts / "publish.sql").write_text(publisher_script())
+    admin = psycopg.connect(url, autocommit=True)
+    admin.execute("CREATE SEQUENCE IF NOT EXISTS nrllm_bench_sequence")
+    admin.execute(OLD_STEP_TRIGGER)
+    admin.execute("ALTER TABLE nrllm_agents_agentrunevent DISABLE TRIGGER nrllm_bench_notify_step")
+    from django.db import connection
+
+    from nrllm_agents.models import AgentRun, RunStatus
+    from nrllm_agents.store import lease_until
+
+    AgentRun.objects.bulk_create(
+        AgentRun(
+            id=bench_run_id(n), status=RunStatus.RUNNING, claimed_by="bench", lease_expires=lease_until(), prompt="p"
+        )
+        for n in range(1, most + 1)
+    )
+    connection.close()
+    # A process that watches every run, draining what it receives (as a hub would).
+    ear = psycopg.connect(url, autocommit=True)
+    ear.execute("; ".join(f"LISTEN nrllm_run_{bench_run_id(n).replace('-', '')}" for n in range(1, most + 1)))
+    ear.execute("LISTEN nrllm_step")
+    stop = threading.Event()
+
+    def drain() -> None:
+        while not stop.is_set():
+            for _ in ear.notifies(timeout=0.2):
+                pass
+
+    drainer = threading.Thread(target=drain, daemon=True)
+    drainer.start()
+
+    def configure(mode: str) -> None:
+        old = mode.startswith("0008")
+        admin.execute(
+            f"ALTER TABLE nrllm_agents_agentrunevent {'ENABLE' if old else 'DISABLE'} TRIGGER nrllm_bench_notify_step"
+        )
+        admin.execute(f"ALTER TABLE nrllm_agents_agentrun {'DISABLE' if mode == 'off' else 'ENABLE'} TRIGGER USER")
+        admin.execute("UPDATE nrllm_agents_agentrun SET watchers = %s", [1 if "every run" in mode else 0])
+        admin.execute("VACUUM nrllm_agents_agentrun")
+
+    def run_pgbench(script: str, clients: int, rate: int | None) -> subprocess.Popen[str]:
+        seconds_arg = str(max(1, round(seconds)))
+        command = [pgbench, "-n", "-M", "prepared", "-c", str(clients), "-j", str(min(clients, 4)), "-T", seconds_arg]
+        if rate:
+            command += ["-R", str(rate)]
+        env = dict(os.environ)
+        if script == "publish.sql":  # as the publisher's connection (deltas.py)
+            env["PGOPTIONS"] = "-c synchronous_commit=off"
+        return subprocess.Popen(
+            [*command, "-f", str(scripts / script), url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+
+    def tps(output: str) -> float:
+        for line in output.splitlines():
+            if line.startswith("tps = "):
+                return float(line.split()[2])
+        raise RuntimeError(f"pgbench failed:\n{output}")
+
+    rows = []
+    try:
+        for i, clients in enumerate(writers):
+            measured: dict[str, list[float]] = {}
+            for repeat in range(repeats):
+                shift = (i + repeat) % len(MODES)
+                for mode in MODES[shift:] + MODES[:shift]:
+                    configure(mode)
+                    publishers = (
+                        run_pgbench("publish.sql", min(clients, PUBLISHER_CLIENTS), clients * PUBLISHER_RATE)
+                        if "every run" in mode
+                        else None
+                    )
+                    out, _ = run_pgbench("boundary.sql", clients, None).communicate()
+                    measured.setdefault(mode, []).append(tps(out))
+                    if publishers is not None:
+                        pub_out, _ = publishers.communicate()
+                        measured.setdefault("notifying commits/s", []).append(tps(pub_out))
+            row: dict[str, Any] = {"writers": clients, **{k: statistics.median(v) for k, v in measured.items()}}
+            rows.append(row)
+            print(
+                f"  pgbench {clients} writers: " + ", ".join(f"{m} {row[m]:.0f}" for m in MODES) + " boundaries/s",
+                flush=True,
+            )
+    finally:
+        stop.set()
+        drainer.join(2)
+        ear.close()
+        admin.close()
+    return rows
+
+
+def print_pgbench(rows: list[dict[str, Any]], seconds: float) -> None:
+    print(
+        f"scale (database side): pgbench -M prepared running the boundary statement, each writer on a run of its "
+        f"own, {seconds:g} s per cell, median of the repeats; 'every run watched' adds a publisher per writer at "
+        f"{PUBLISHER_RATE} notifying commits/s (the rate bound; sent over {PUBLISHER_CLIENTS} connections) "
+        f"and a listener draining them"
+    )
+    print(
+        f"  {'writers':>7} {'push off':>9} {'on, none watched':>17} {'on, all watched':>16} {'0008 per step':>14}"
+        f"  {'on/off (watched)':>16} {'0008/off':>9}  {'publisher commits/s':>19}"
+    )
+    for r in rows:
+        off = r["off"]
+        print(
+            f"  {r['writers']:7d} {off:9.0f} {r[MODES[1]]:17.0f} {r[MODES[2]]:16.0f} {r[MODES[3]]:14.0f}"
+            f"  {r[MODES[2]] / off:15.2f}x {r[MODES[3]] / off:8.2f}x  {r.get('notifying commits/s', 0):19.0f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", default="1,2,4,8", help="worker process counts")
@@ -355,6 +552,10 @@ def main() -> None:
     parser.add_argument("--database", default="nrllm_bench_scale", help="throwaway database to create and drop")
     parser.add_argument("--pgbouncer", action="store_true", help="also check what survives a PgBouncer")
     parser.add_argument("--pgbouncer-port", type=int, default=6439)
+    parser.add_argument("--writers", default="1,2,4,8,16,32,64", help="pgbench writers (the database side)")
+    parser.add_argument("--pgbench-seconds", type=float, default=4.0, help="seconds per pgbench cell")
+    parser.add_argument("--pgbench-repeats", type=int, default=3, help="rotations per writer count (median kept)")
+    parser.add_argument("--pgbench-only", action="store_true", help="only the database side (no worker processes)")
     args = parser.parse_args()
     production_settings()
     server_url = os.environ.get("DATABASE_URL", "")
@@ -364,6 +565,12 @@ def main() -> None:
 
     rows = []
     with throwaway_database(args.database) as url, tempfile.TemporaryDirectory() as logs:
+        database_side = pgbench_boundaries(
+            url, [int(w) for w in args.writers.split(",")], args.pgbench_seconds, logs, args.pgbench_repeats
+        )
+        if args.pgbench_only:
+            print_pgbench(database_side, args.pgbench_seconds)
+            return
         for workers in [int(w) for w in args.workers.split(",")]:
             for delay in [int(d) for d in args.delays.split(",")]:
                 row = measure_cell(url, args.database, args.redis_url, workers, delay, args.window, logs)
@@ -389,6 +596,7 @@ def main() -> None:
         )
     for line in bouncer:
         print(line)
+    print_pgbench(database_side, args.pgbench_seconds)
 
 
 if __name__ == "__main__":

@@ -201,6 +201,83 @@ def run_many(rounds: int, runs: int) -> int:
     return steps
 
 
+PLAIN_TABLES = """
+CREATE TABLE bench_plain_run (id uuid PRIMARY KEY, status text NOT NULL, claimed_by text NOT NULL,
+                              lease_expires timestamptz);
+CREATE TABLE bench_plain_event (run_id uuid NOT NULL, sequence integer NOT NULL, kind text NOT NULL,
+                                round integer NOT NULL, duration_ms integer, payload jsonb NOT NULL,
+                                created_at timestamptz NOT NULL, PRIMARY KEY (run_id, sequence));
+"""
+PLAIN_SQL = (
+    "WITH renewed AS (UPDATE bench_plain_run SET lease_expires = %s "
+    "WHERE id = %s AND status = %s AND claimed_by = %s RETURNING id) "
+    "INSERT INTO bench_plain_event (run_id, sequence, kind, round, duration_ms, payload, created_at) "
+    "SELECT id, %s, %s, %s, %s, %s::jsonb, %s FROM renewed"
+)
+
+
+def end_to_end(url: str, rounds: int, runs: int) -> tuple[list[float], list[float]]:
+    """A step end to end against the floor, alternating run by run: the gaps between the
+    ``created_at`` of consecutive steps of zero-delay runs (everything a step costs: loop,
+    provider, tool, bookkeeping, the boundary), and, between runs, as many executions of a
+    fused prepared statement (the renewal feeding the insert) on two plain tables with nothing
+    but their primary keys."""
+    import psycopg
+
+    from nrllm_agents.models import AgentRunEvent
+    from nrllm_agents.runtime import AgentRuntime
+
+    runtime = AgentRuntime()
+    script = [
+        {"tool_calls": [{"name": "calculator", "arguments": {"expression": f"{i} * 7"}}]} for i in range(rounds)
+    ] + [{"content": "done"}]
+    request = {"prompt": "bench", "tools": ["calculator"], "script": script, "max_iterations": rounds + 1}
+    conn = psycopg.connect(url, autocommit=True)
+    conn.execute(PLAIN_TABLES)
+    plain_run = uuid.uuid4()
+    conn.execute("INSERT INTO bench_plain_run VALUES (%s, 'running', 'floor', now())", [plain_run])
+    payload = json.dumps({"name": "calculator", "arguments": {"expression": "1 * 7"}, "result": "7"})
+    gaps: list[float] = []
+    floor: list[float] = []
+    sequence = 0
+    try:
+        for i in range(runs + 1):  # the first of each is a warm-up
+            result = runtime.run(request)
+            assert result.outcome == "completed", result
+            stamps = list(
+                AgentRunEvent.objects.filter(run_id=result.run_id)
+                .order_by("sequence")
+                .values_list("created_at", flat=True)
+            )
+            if i:
+                gaps += [(b - a).total_seconds() for a, b in zip(stamps, stamps[1:], strict=False)]
+            for _ in range(len(stamps)):
+                sequence += 1
+                t0 = time.perf_counter()
+                with conn.cursor() as cur:
+                    cur.execute(
+                        PLAIN_SQL,
+                        [
+                            datetime.now(UTC),
+                            plain_run,
+                            "running",
+                            "floor",
+                            sequence,
+                            "tool",
+                            0,
+                            1,
+                            payload,
+                            datetime.now(UTC),
+                        ],
+                        prepare=True,
+                    )
+                if i:
+                    floor.append(time.perf_counter() - t0)
+    finally:
+        conn.close()
+    return gaps, floor
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=3000, help="steps to time (approximately)")
@@ -266,6 +343,18 @@ def main() -> None:
         )
         rest = wall - sum(sum(v) for v in samples.values())
         print(f"  everything else per step (loop, provider, tool, begin/settle): {rest / steps * 1000:.3f} ms")
+        gaps, plain = end_to_end(url, args.rounds, runs)
+        g, f = summary(gaps), summary(plain)
+        print(
+            f"end to end ({len(gaps)} steps: the gap between consecutive steps' created_at in zero-delay runs) "
+            f"against a fused prepared statement on two plain tables, alternating run by run"
+        )
+        print(f"  {'a step, end to end':44} {g['mean']:9.3f} {g['p50']:9.3f} {g['p99']:9.3f}")
+        print(f"  {'floor: fused statement, plain tables':44} {f['mean']:9.3f} {f['p50']:9.3f} {f['p99']:9.3f}")
+        print(
+            f"  {'ratio step / plain floor':44} {g['mean'] / f['mean']:8.2f}x {g['p50'] / f['p50']:8.2f}x "
+            f"{g['p99'] / f['p99']:8.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -16,8 +16,11 @@ one running run. It measures:
   to its arrival as ``event: delta`` (push) or, polling, to the arrival of the llm step that
   carries the text (there are no deltas without push).
 
-Before all that, the cost of the ``nrllm_step`` trigger on the step boundary itself: the
-boundary statement timed with the trigger enabled and disabled, alternating blocks.
+Before all that, what being watched costs the step boundary itself: the boundary statement
+(``store.record_step``) timed on a run nobody watches and on a watched one (its step is then
+handed to this process's publisher, which announces it after the commit), alternating blocks.
+No boundary notifies any more (migration ``0010_targeted_push``); before, a trigger sent a
+``NOTIFY`` from every boundary, watched or not.
 
 PostgreSQL only. ``DATABASE_URL`` names the server; a throwaway database is created, migrated
 and dropped (``nrllm_bench_fanout`` unless ``--database``). Numbers only; no assertions::
@@ -290,30 +293,28 @@ async def first_token(port: int, token: str, owner: Any, runs: int) -> list[floa
     return results
 
 
-def trigger_cost(blocks: int = 40, per_block: int = 100) -> tuple[float, float]:
-    """p50 of the boundary statement (ms) with the nrllm_step trigger disabled and enabled."""
-    from django.db import connection
+def boundary_cost(blocks: int = 40, per_block: int = 100) -> tuple[float, float]:
+    """p50 of the boundary statement (ms) on a run nobody watches and on a watched one."""
     from django.utils import timezone
 
-    from nrllm_agents import store
+    from nrllm_agents import deltas, store
     from nrllm_agents.domain import Step, StepKind
+    from nrllm_agents.models import AgentRun
 
+    assert deltas.publisher  # imported: the store hands watched boundaries to it
     run = new_running_run(None)
     times: dict[bool, list[float]] = {True: [], False: []}
     seq = 0
-    with connection.cursor() as cursor:
-        for block in range(blocks):
-            on = block % 2 == 1
-            cursor.execute(
-                f"ALTER TABLE nrllm_agents_agentrunevent {'ENABLE' if on else 'DISABLE'} "
-                f"TRIGGER nrllm_agents_notify_step"
-            )
-            for _ in range(per_block):
-                t = time.perf_counter()
-                store.record_step(run.pk, "bench", seq, Step(StepKind.TOOL, 0, {"n": seq}), timezone.now())
-                times[on].append(time.perf_counter() - t)
-                seq += 1
-        cursor.execute("ALTER TABLE nrllm_agents_agentrunevent ENABLE TRIGGER nrllm_agents_notify_step")
+    for block in range(blocks):
+        watched = block % 2 == 1
+        AgentRun.objects.filter(pk=run.pk).update(watchers=int(watched))
+        for _ in range(per_block):
+            t = time.perf_counter()
+            store.record_step(run.pk, "bench", seq, Step(StepKind.TOOL, 0, {"n": seq}), timezone.now())
+            times[watched].append(time.perf_counter() - t)
+            seq += 1
+    AgentRun.objects.filter(pk=run.pk).update(watchers=0)
+    deltas.publisher.flush()
     return statistics.median(times[False]) * 1000, statistics.median(times[True]) * 1000
 
 
@@ -343,11 +344,9 @@ def main() -> None:
         owner = get_user_model().objects.create_user("bench")
         token = Token.objects.create(user=owner).key
         admin_dsn = url.rsplit("/", 1)[0] + "/postgres"
-        off, on = trigger_cost()
+        off, on = boundary_cost()
         print(f"stream_fanout: PostgreSQL, uvicorn, watchers {counts}, {args.steps} steps each, {args.gap:g} s apart")
-        print(
-            f"  boundary statement p50 without / with the nrllm_step trigger: {off:.3f} / {on:.3f} ms ({on / off:.2f}x)"
-        )
+        print(f"  boundary statement p50, run not watched / watched: {off:.3f} / {on:.3f} ms ({on / off:.2f}x)")
         rows: dict[str, dict[str, str]] = {}
         for mode in args.modes.split(","):
             with server(url, mode == "push", Path(tmp)) as port:

@@ -125,6 +125,9 @@ DEFAULTS: dict[str, Any] = {
     "STREAM_MAX_OPEN": Env("NRLLM_STREAM_MAX_OPEN", int, 1000),
     # the model's words as they stream: pieces arriving within this window go out together
     "DELTA_COALESCE_SECONDS": Env("NRLLM_DELTA_COALESCE_SECONDS", float, 0.05),
+    # the least time between two notifying commits of one process's publisher (deltas.py):
+    # bounds what watched runs cost PostgreSQL's global notify lock, whatever their step rate
+    "PUSH_INTERVAL_SECONDS": Env("NRLLM_PUSH_INTERVAL_SECONDS", float, 0.02),
     # how often a process re-reads the status of the runs it executes, in one query, when no
     # cancel notification can reach it (SQLite; a PostgreSQL listening connection that is lost)
     "CANCEL_POLL_SECONDS": Env("NRLLM_CANCEL_POLL_SECONDS", float, 1.0),

@@ -1,21 +1,35 @@
-"""Publishing the model's words as they are written, to every watcher of the run.
+"""The process's one publisher: the steps of watched runs and the model's words as they are written.
 
-``SegmentTrace.delta`` hands each piece here. Pieces are coalesced per run and round: the
-first piece after a quiet moment goes out at once (the first token is not held back), later
-ones at most every ``DELTA_COALESCE_SECONDS`` (50 ms), merged. One daemon thread per process
-sends them:
+Nothing is announced from inside a boundary transaction: PostgreSQL serialises the commits of
+all transactions that notified (one lock, cluster-wide), so a NOTIFY per step would make every
+boundary of every worker commit one at a time. Instead:
 
-- on PostgreSQL as ``NOTIFY nrllm_delta, '<run id> <json>'`` on a connection of its own
-  (opened on first use, closed after a quiet minute), several in one round trip; every
-  process's push hub (``push.py``) receives them on the listening connection it already holds
-  and hands them to its watchers of that run. A payload stays under PostgreSQL's 8,000-byte
-  limit: longer text is sent in several deltas, each with its own offset;
-- elsewhere (SQLite) straight to this process's watchers: a run executed by the web process
-  (the playground's interactive runs, the in-process executor) is seen live there.
+- **Steps.** The boundary statement returns how many processes watch the run
+  (``agentrun.watchers``, migration ``0010_targeted_push``). For a run nobody watches nothing
+  is sent. For a watched one the segment hands ``step(run id, sequence)`` here once the step is
+  committed; pending notices of all runs go out together.
+- **Deltas.** ``SegmentTrace.delta`` hands each piece here, and it is sent only while the run is
+  watched (its last boundary said so, or a watcher announced itself on ``nrllm_watch`` since).
+  Pieces are coalesced per run and round: the first piece after a quiet moment goes out at
+  once (the first token is not held back), later ones at most every
+  ``DELTA_COALESCE_SECONDS`` (50 ms), merged.
+- **One notifying commit at a time, at a bounded rate.** One daemon thread sends everything due
+  in ONE statement (``SELECT pg_notify(...) FROM unnest(...)``, one transaction) on a connection
+  of its own (opened on first use, closed after a quiet minute; ``synchronous_commit`` off, so
+  the commit holds the notify lock without waiting for a WAL flush), and then waits at least
+  ``PUSH_INTERVAL_SECONDS`` (20 ms) before the next: a process makes at most 50 notifying commits
+  a second, whatever its step rate. Each notice goes to the run's own channel,
+  ``nrllm_run_<run id hex>``, which only the processes watching that run listen to (``push.py``).
+  A delta's payload stays under PostgreSQL's 8,000-byte limit: longer text is sent in several
+  deltas, each with its own offset.
+- Elsewhere (SQLite) deltas go straight to this process's watchers: a run executed by the web
+  process (the playground's interactive runs, the in-process executor) is seen live there;
+  steps are not announced (watchers poll).
 
 Deltas are lossy by design (a full buffer drops the oldest, a failed send is dropped) and
 never stored: the ``llm`` step recorded afterwards is the truth. Pieces still pending when
-that step is recorded are discarded (``discard``).
+that step is recorded are discarded (``discard``). A lost step notice costs a watcher only
+latency: the next one, or the run's settle, makes its hub read from where its feed ends.
 """
 
 from __future__ import annotations
@@ -31,8 +45,9 @@ from typing import Any
 from django.db import connections
 
 from .conf import app_settings
-from .interrupts import raw_connection
-from .push import DELTA_CHANNEL, hub
+from .interrupts import raw_connection, watcher
+from .push import WATCH_CHANNEL, hub, run_channel
+from .store import leases
 
 logger = logging.getLogger(__name__)
 
@@ -60,27 +75,67 @@ def chunks(delta: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-class DeltaPublisher:
-    """Coalesces this process's deltas and sends them (see the module docstring)."""
+class Publisher:
+    """Coalesces this process's step notices and deltas and sends them (see the module docstring)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._pending: dict[tuple[str, int], _Pending] = {}
         self._last_sent: dict[tuple[str, int], float] = {}
+        self._steps: dict[str, int] = {}  # watched run id -> its lowest sequence not yet announced
+        self._watched: set[str] = set()  # runs executed here that somebody watches (deltas go out)
+        self._next_send = 0.0  # the rate bound: no notifying commit before this (monotonic)
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self._conn: Any = None
         self._conn_used = 0.0
-        self.counts = {"published": 0, "sent": 0, "dropped": 0}
+        self.counts = {"published": 0, "sent": 0, "dropped": 0, "steps": 0, "commits": 0}
 
-    def publish(self, delta: dict[str, Any]) -> None:
-        """Queue a piece ``{"run_id", "round", "text", "offset"}``; returns at once."""
-        if not delta.get("text"):
-            return
+    def _forked(self) -> None:
         if self._pid != os.getpid():  # forked (an RQ work horse): the parent's thread is not here
             self.__init__()  # type: ignore[misc]
+
+    # --- steps ----------------------------------------------------------------------------------
+    def boundary(self, run_id: Any, sequence: int, watched: bool) -> None:
+        """A boundary of ``run_id`` committed ``sequence``; ``watched``: some process watches it.
+        Watched, the step is announced (soon, with whatever else is pending); not, its deltas
+        stop going out. No database work here."""
+        run_id = str(run_id)
+        if not watched:
+            if self._watched:
+                with self._lock:
+                    self._watched.discard(run_id)
+            return
+        self._forked()
+        with self._lock:
+            self._watched.add(run_id)
+            self._steps[run_id] = min(sequence, self._steps.get(run_id, sequence))
+            self.counts["steps"] += 1
+            self._ensure_running()
+        self._wake.set()
+
+    def _on_watch(self, batch: list[Any]) -> None:
+        """``nrllm_watch`` (on the listener's thread): a watcher announced itself; if this
+        process executes the run, its deltas go out from now on, not from its next boundary."""
+        announced = {n.payload for n in batch if n.channel == WATCH_CHANNEL}
+        if not announced:
+            return
+        mine = announced & {str(run_id) for run_id in watcher.watched()}
+        if mine:
+            with self._lock:
+                self._watched |= mine
+
+    # --- deltas ---------------------------------------------------------------------------------
+    def publish(self, delta: dict[str, Any]) -> None:
+        """Queue a piece ``{"run_id", "round", "text", "offset"}``; returns at once. On
+        PostgreSQL it is dropped while nobody watches the run."""
+        if not delta.get("text"):
+            return
+        self._forked()
         key = (str(delta["run_id"]), int(delta["round"]))
+        if key[0] not in self._watched and connections["default"].vendor == "postgresql":
+            return
         now = time.monotonic()
         with self._lock:
             self.counts["published"] += 1
@@ -105,7 +160,7 @@ class DeltaPublisher:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
-                if not self._pending:
+                if not self._pending and not self._steps:
                     return True
             self._wake.set()
             time.sleep(0.005)
@@ -114,6 +169,10 @@ class DeltaPublisher:
     @staticmethod
     def _window() -> float:
         return max(0.0, app_settings.DELTA_COALESCE_SECONDS)
+
+    @staticmethod
+    def _interval() -> float:
+        return max(0.0, app_settings.PUSH_INTERVAL_SECONDS)
 
     def _ensure_running(self) -> None:  # under self._lock
         if self._thread is None or not self._thread.is_alive():
@@ -124,41 +183,57 @@ class DeltaPublisher:
         while True:
             now = time.monotonic()
             with self._lock:
-                due = [p for p in self._pending.values() if p.due <= now]
-                for p in due:
-                    del self._pending[(p.run_id, p.round)]
-                    self._last_sent[(p.run_id, p.round)] = now
-                wait = min((p.due for p in self._pending.values()), default=now + IDLE_CLOSE_SECONDS) - now
+                if now >= self._next_send:
+                    due = [p for p in self._pending.values() if p.due <= now]
+                    for p in due:
+                        del self._pending[(p.run_id, p.round)]
+                        self._last_sent[(p.run_id, p.round)] = now
+                    steps, self._steps = self._steps, {}
+                else:
+                    due, steps = [], {}
+                soonest = min((p.due for p in self._pending.values()), default=now + IDLE_CLOSE_SECONDS)
+                if self._steps:
+                    soonest = now
+                wait = max(soonest, self._next_send) - now
                 if len(self._last_sent) > 1000:  # forget rounds quiet for longer than a window
                     horizon = now - self._window()
                     self._last_sent = {k: t for k, t in self._last_sent.items() if t > horizon}
-            if due:
-                self._send([{"run_id": p.run_id, "round": p.round, "text": p.text, "offset": p.offset} for p in due])
+            if due or steps:
+                pieces = [{"run_id": p.run_id, "round": p.round, "text": p.text, "offset": p.offset} for p in due]
+                self._send(pieces, steps)
                 continue
             if not self._wake.wait(max(0.0, wait)):
                 self._close_if_idle()
             self._wake.clear()
 
-    def _send(self, deltas: list[dict[str, Any]]) -> None:
+    def _send(self, deltas: list[dict[str, Any]], steps: dict[str, int]) -> None:
         pieces = [piece for delta in deltas for piece in chunks(delta)]
         if connections["default"].vendor != "postgresql":
             for piece in pieces:
                 hub.deliver_delta(piece)
             self.counts["sent"] += len(pieces)
             return
-        rows = [
-            (DELTA_CHANNEL, f"{p['run_id']} {json.dumps(p, ensure_ascii=False, separators=(',', ':'))}") for p in pieces
-        ]
+        channels = [run_channel(run_id) for run_id in steps]
+        payloads = [f"{run_id}:{sequence}" for run_id, sequence in steps.items()]
+        for p in pieces:
+            channels.append(run_channel(p["run_id"]))
+            payloads.append(json.dumps(p, ensure_ascii=False, separators=(",", ":")))
         try:
             if self._conn is None or self._conn.closed:
-                self._conn = raw_connection("nrllm-delta-publisher")
-            with self._conn.cursor() as cursor:
-                cursor.executemany("SELECT pg_notify(%s, %s)", rows)
+                self._conn = raw_connection("nrllm-publisher")
+                # Lossy by design, so no commit here waits for the WAL flush: the notify lock,
+                # which every notifying commit of the cluster takes in turn, is held that much
+                # less. (The steps announced were committed durably by their own transactions.)
+                self._conn.execute("SET synchronous_commit = off")
+            # One statement, one transaction: one notifying commit for everything that is due.
+            self._conn.execute(_NOTIFY_SQL, [channels, payloads])
             self._conn_used = time.monotonic()
-            self.counts["sent"] += len(rows)
+            self._next_send = self._conn_used + self._interval()
+            self.counts["sent"] += len(pieces)
+            self.counts["commits"] += 1
         except Exception as exc:  # lossy by design: the recorded step is the truth
-            self.counts["dropped"] += len(rows)
-            logger.warning("could not publish %d delta(s) (%s); dropped", len(rows), type(exc).__name__)
+            self.counts["dropped"] += len(pieces)
+            logger.warning("could not publish %d notice(s) (%s); dropped", len(channels), type(exc).__name__)
             self._close()
 
     def stop(self) -> None:
@@ -181,5 +256,10 @@ class DeltaPublisher:
                 pass
 
 
-publisher = DeltaPublisher()
+_NOTIFY_SQL = "SELECT count(pg_notify(c, p)) FROM unnest(%s::text[], %s::text[]) AS t(c, p)"
+
+publisher = Publisher()
 """This process's publisher."""
+
+watcher.tap("publisher", (WATCH_CHANNEL,), publisher._on_watch, lambda up: None)
+leases.on_boundary = publisher.boundary

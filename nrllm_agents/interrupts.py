@@ -16,8 +16,16 @@ the cancel tokens of the segments this process is executing.
   system's guarded cancel, which trips the token like any cancel, so a deadline also cuts the
   step in flight short.
 
-The listening connection is the process's only one: ``push.py`` taps it (``tap``) for the
-live stream's channels, so a process that both executes runs and serves watchers listens once.
+The listening connection is the process's only one, and this watcher is its one owner: the
+live stream (``push.py``) and the publisher (``deltas.py``) are its clients (``tap``). A client
+LISTENs on channels of its own and runs its statements on that connection, on this thread,
+when it connects and whenever it asks (``wake``), so a process that both executes runs and
+serves watchers listens once.
+
+A lost connection is retried after 50 ms, then after twice as long each time it fails again
+(at most 5 s); once connected again the delay starts over at 50 ms. While it is down the
+runs this process executes are polled every ``DOWN_POLL_SECONDS`` (0.1 s), not every
+``CANCEL_POLL_SECONDS``: a cancel then still stops a step within about 100 ms.
 
 The row is the truth; the signal only makes the stop sooner. A notification trips nothing
 until the row reads ``cancelled``, so a stray or forged ``NOTIFY`` stops nothing. The boundary
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import threading
 import time
 import uuid
@@ -46,7 +55,9 @@ logger = logging.getLogger(__name__)
 
 CHANNEL = "nrllm_cancel"
 _RECENT = 1024  # notified run ids remembered for a segment that registers just after
+_BACKOFF_MIN = 0.05
 _BACKOFF_MAX = 5.0
+DOWN_POLL_SECONDS = 0.1  # the poll while the listening connection is lost (PostgreSQL)
 
 
 def raw_connection(application_name: str) -> Any:
@@ -61,11 +72,12 @@ def raw_connection(application_name: str) -> Any:
 
 @dataclass(frozen=True)
 class Tap:
-    """Another listener sharing the watcher's connection (see ``CancelWatcher.tap``)."""
+    """A client of the watcher's connection (see ``CancelWatcher.tap``)."""
 
     channels: tuple[str, ...]
     on_batch: Callable[[list[Any]], None]
     on_state: Callable[[bool], None]
+    on_connection: Callable[[Any, bool], None] | None = None
 
 
 class CancelWatcher:
@@ -83,7 +95,10 @@ class CancelWatcher:
         self.listening = threading.Event()  # set while the LISTEN connection is up
         self.listener_pid: int | None = None  # its backend pid (tests terminate it)
         self.counts = {"notified": 0, "stray": 0, "tripped": 0, "polls": 0, "connects": 0}
-        self._taps: dict[str, Tap] = {}  # other listeners sharing this connection (push.py)
+        self._taps: dict[str, Tap] = {}  # the clients sharing this connection (push.py, deltas.py)
+        self._wake_r, self._wake_w = os.pipe()  # ``wake``: the thread runs the clients' requests
+        os.set_blocking(self._wake_r, False)
+        self._backoff = _BACKOFF_MIN
 
     # --- one listening connection per process -------------------------------------------------
     def tap(
@@ -92,12 +107,23 @@ class CancelWatcher:
         channels: Iterable[str],
         on_batch: Callable[[list[Any]], None],
         on_state: Callable[[bool], None],
+        on_connection: Callable[[Any, bool], None] | None = None,
     ) -> None:
         """Share this process's listening connection: LISTEN on ``channels`` too, hand every
         batch of notifications (all channels) to ``on_batch`` and tell ``on_state(True)`` once
-        listening, ``on_state(False)`` once the connection is lost; both on the watcher's
-        thread. Register before the thread connects (at import); ``ensure_running`` starts it."""
-        self._taps[name] = Tap(tuple(channels), on_batch, on_state)
+        listening, ``on_state(False)`` once the connection is lost; all on the watcher's
+        thread. ``on_connection(conn, fresh)`` runs the client's own statements on the
+        connection (its LISTENs, its writes): with ``fresh`` once connected, before
+        ``on_state(True)``, and without it after each ``wake``. Register before the thread
+        connects (at import); ``ensure_running`` starts it."""
+        self._taps[name] = Tap(tuple(channels), on_batch, on_state, on_connection)
+
+    def wake(self) -> None:
+        """Have the thread run its clients' ``on_connection`` soon (a client has requests)."""
+        try:
+            os.write(self._wake_w, b"x")
+        except BlockingIOError:  # the pipe is full: the thread is awake already
+            pass
 
     def ensure_running(self) -> None:
         """Start the thread if it is not running (a tap needs it without any segment)."""
@@ -163,6 +189,8 @@ class CancelWatcher:
     def _ensure_running(self) -> None:
         if self._pid != os.getpid():  # forked (an RQ work horse): the parent's thread is not here
             taps = self._taps
+            os.close(self._wake_r)
+            os.close(self._wake_w)
             self.__init__()  # type: ignore[misc]
             self._taps = taps
         with self._lock:
@@ -182,12 +210,12 @@ class CancelWatcher:
 
     def _run(self) -> None:
         postgres = connections["default"].vendor == "postgresql"
-        backoff = 0.05
+        self._backoff = _BACKOFF_MIN
+        retry_at = 0.0
         while not self._stop.is_set():
-            if postgres:
+            if postgres and time.monotonic() >= retry_at:
                 try:
-                    self._listen()
-                    backoff = 0.05
+                    self._listen()  # sets the back-off to its minimum once connected
                 except Exception as exc:  # the connection is lost: poll, then reconnect
                     logger.warning(
                         "cancel listener lost its connection (%s); polling until it is back", type(exc).__name__
@@ -198,10 +226,14 @@ class CancelWatcher:
                     self.listener_pid = None
                     if was:
                         self._tell(False)
+                retry_at = time.monotonic() + self._backoff
+                self._backoff = min(self._backoff * 2, _BACKOFF_MAX)
             self._poll()
             self._fire_due()
-            self._stop.wait(self._next_wait() if not postgres else min(backoff, self._next_wait()))
-            backoff = min(backoff * 2, _BACKOFF_MAX)
+            if postgres:  # down: poll fast, and try again when the back-off says so
+                self._stop.wait(max(0.0, min(DOWN_POLL_SECONDS, retry_at - time.monotonic(), self._next_wait())))
+            else:
+                self._stop.wait(self._next_wait())
 
     def _poll_seconds(self) -> float:
         return max(0.01, app_settings.CANCEL_POLL_SECONDS)
@@ -235,29 +267,55 @@ class CancelWatcher:
     def _listen(self) -> None:
         with raw_connection("nrllm-cancel-listener") as conn:
             taps = list(self._taps.values())
-            for channel in dict.fromkeys([CHANNEL, *(c for tap in taps for c in tap.channels)]):
-                conn.execute(f"LISTEN {channel}")
+            channels = dict.fromkeys([CHANNEL, *(c for tap in taps for c in tap.channels)])
+            conn.execute("; ".join(f"LISTEN {channel}" for channel in channels))
+            self._serve(conn, taps, fresh=True)
             self.listener_pid = conn.info.backend_pid
             self.counts["connects"] += 1
+            self._backoff = _BACKOFF_MIN  # connected again: the next loss is retried quickly
             self.listening.set()
             self._tell(True)
             # Cancels that committed before LISTEN took effect sent nothing this connection saw.
             self._trip(self._confirmed(conn, self.watched()))
             while not self._stop.is_set():
-                batch = list(conn.notifies(timeout=self._next_wait(), stop_after=1))
-                if not batch:
-                    self._fire_due()
-                    continue
-                batch.extend(conn.notifies(timeout=0))  # drain what is already buffered
-                ids = {run_id for n in batch if n.channel == CHANNEL for run_id in self._parse(n.payload)}
-                if ids:
-                    self._route(ids, conn)
-                for tap in taps:
-                    try:
-                        tap.on_batch(batch)
-                    except Exception:
-                        logger.exception("a listener tap failed; the cancel watcher goes on")
+                ready, _, _ = select.select([conn.fileno(), self._wake_r], [], [], self._next_wait())
+                if self._wake_r in ready:
+                    self._drain_wake()
+                    self._serve(conn, taps, fresh=False)
+                batch = list(conn.notifies(timeout=0))  # what arrived (also during the clients' statements)
+                if batch:
+                    ids = {run_id for n in batch if n.channel == CHANNEL for run_id in self._parse(n.payload)}
+                    if ids:
+                        self._route(ids, conn)
+                    for tap in taps:
+                        try:
+                            tap.on_batch(batch)
+                        except Exception:
+                            logger.exception("a listener tap failed; the cancel watcher goes on")
                 self._fire_due()
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self._wake_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    @staticmethod
+    def _serve(conn: Any, taps: list[Tap], *, fresh: bool) -> None:
+        """The clients' statements on the listening connection. A failure of the connection
+        itself propagates (the thread reconnects); a client's own mistake is logged."""
+        import psycopg
+
+        for tap in taps:
+            if tap.on_connection is None:
+                continue
+            try:
+                tap.on_connection(conn, fresh)
+            except psycopg.OperationalError:
+                raise
+            except Exception:
+                logger.exception("a listener client failed; the cancel watcher goes on")
 
     def _parse(self, payload: str) -> Iterable[uuid.UUID]:
         try:

@@ -110,6 +110,10 @@ class AgentRun(models.Model):
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
     forked_from_sequence = models.PositiveIntegerField(null=True, blank=True)
 
+    # Live push (push.py): how many processes watch this run now. The boundary returns it, so a
+    # run nobody watches announces none of its steps (migration 0010_targeted_push).
+    watchers = models.IntegerField(default=0, db_default=0, editable=False)
+
     class Meta:
         ordering = ["-created_at"]
         indexes = [
@@ -140,7 +144,9 @@ class AgentRun(models.Model):
 class AgentRunEvent(models.Model):
     """One recorded step of a run. Append-only; ``(run, sequence)`` is unique."""
 
-    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: the unique (run, sequence) index serves every lookup by run, and one
+    # index fewer is one write fewer at every step boundary (migration 0010_targeted_push).
+    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="events", db_index=False)
     sequence = models.PositiveIntegerField()
     kind = models.CharField(max_length=16)
     round = models.PositiveIntegerField(default=0)

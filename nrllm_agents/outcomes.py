@@ -87,6 +87,7 @@ class CancelResult:
     outcome: CancelOutcome
     status: str | None
     previous_status: str | None
+    provider: str | None = None  # the run's provider, when the cancel applied (from the fence)
 
     @property
     def was_executing(self) -> bool:

@@ -3,18 +3,27 @@
 Watchers (the browser stream, ``agent_events --follow``, ``agent_run --queued --follow``)
 subscribe to a run here instead of polling its stored stream.
 
-- On PostgreSQL the process's ONE listening connection (the cancel watcher's, in
-  ``interrupts.py``, which this hub taps) also LISTENs on ``nrllm_step`` (a new step,
-  ``<run id>:<sequence>``, or a run settling, ``<run id>:s``; triggers of migration
-  ``0003_push_step_notify``) and ``nrllm_delta`` (the model's words as they are written,
-  ``deltas.py``); the hub sees ``nrllm_cancel`` too. Steps and cancels are sent inside the
-  writing transaction, so they arrive after COMMIT.
+- On PostgreSQL the hub is a client of the process's ONE listening connection (the cancel
+  watcher's, in ``interrupts.py``, which owns it). For each run it watches, the hub LISTENs on
+  the run's own channel ``nrllm_run_<run id hex>`` and counts itself in the run's row
+  (``agentrun.watchers += 1``, announced on ``nrllm_watch``), both on that connection and
+  before any watcher of the run reads; when the run's last watcher goes, it UNLISTENs and
+  uncounts itself. So a process receives only the runs its watchers follow, and a run nobody
+  watches announces nothing.
+- On a run's channel come its new steps (``<run id>:<sequence>``, from the publisher of the
+  process executing it, ``deltas.py``, after the boundary committed), its settling or the
+  acknowledgement of its cancel (``<run id>:s``, a trigger of migration
+  ``0010_targeted_push``) and the model's words as they are written (a JSON delta). The hub
+  also sees ``nrllm_cancel`` (every cancel, on the listener's channel).
 - For a run somebody watches, the hub reads the new steps and the run's status ONCE, on its
   own connection, into a small per-run *feed*, and wakes the run's watchers; each takes what
   it has not seen from the feed. A watcher that is behind the feed (it just connected, it
   resumed from an old ``Last-Event-ID``, the listener reconnected) reads the stored stream
   itself, once, then releases its connection. The stored stream stays the truth; the feed is
   a shared read of it.
+- The count is read by each boundary under the run's row lock, which the hub's ``UPDATE``
+  takes too: a boundary either sees the new watcher (and its step is announced) or committed
+  before the count did (and the watcher's first read, which waits for the count, sees it).
 - So a process holds two connections for any number of watchers (the listening one and the
   hub's reading one, both on the listener's thread), an idle watcher costs no query, and a
   step reaches every watcher after one read.
@@ -22,6 +31,9 @@ subscribe to a run here instead of polling its stored stream.
   lost, ``Watch.pushed`` is false and watchers poll the stored stream every
   ``STREAM_POLL_SECONDS`` as before. Deltas of runs executed by this very process still reach
   its watchers in-process.
+- A process that dies with watchers leaves its count in their rows: those runs keep announcing
+  their steps (at the publisher's bounded rate) to nobody until they finish. That costs a
+  little, never correctness.
 """
 
 from __future__ import annotations
@@ -46,13 +58,21 @@ from .presenters import event_dict, final_event_name, run_status_dict, stream_fi
 
 logger = logging.getLogger(__name__)
 
-STEP_CHANNEL = "nrllm_step"
-DELTA_CHANNEL = "nrllm_delta"
+RUN_CHANNEL_PREFIX = "nrllm_run_"
+WATCH_CHANNEL = "nrllm_watch"  # payload: a run id that a process started watching
+REGISTER_TIMEOUT = 2.0  # a watcher's first read waits at most this long for its hub to count it
+LOCK_TIMEOUT = "SET LOCAL lock_timeout = '1s'"
+LOCK_NOT_AVAILABLE = "55P03"  # the SQLSTATE of a lock_timeout
 FEED_KEEP = 256  # steps a feed keeps for watchers a little behind; further behind, they read
 DELTA_BACKLOG = 512  # deltas a slow watcher may have pending; older ones are dropped (lossy by design)
 BATCH = 500  # steps read per query
 
 Final = tuple[str, dict[str, Any] | None]  # (event name, run status) — ("", None): the run is gone
+
+
+def run_channel(run_id: Any) -> str:
+    """The run's own channel: ``nrllm_run_`` and its id in hex (42 characters)."""
+    return RUN_CHANNEL_PREFIX + str(run_id).replace("-", "")
 
 
 class StepData(dict):
@@ -108,6 +128,7 @@ class Subscription:
         self._event = threading.Event()
         self._loop = loop
         self._aevent = asyncio.Event() if loop is not None else None
+        self.registered = threading.Event()  # set once its hub listens to and counts the run
 
     def changed(self, resync: bool = False) -> None:
         with self._lock:
@@ -186,7 +207,9 @@ class Hub:
         self._subs: dict[str, set[Subscription]] = {}
         self._feeds: dict[str, Feed] = {}
         self._pid = os.getpid()
-        self.counts = {"connects": 0, "notifies": 0, "refreshes": 0, "deltas": 0}
+        self._counted: set[str] = set()  # runs whose ``watchers`` include this process
+        self._listened: set[str] = set()  # runs whose channel the current connection LISTENs to
+        self.counts = {"connects": 0, "notifies": 0, "refreshes": 0, "deltas": 0, "registrations": 0}
 
     @staticmethod
     def available() -> bool:
@@ -200,8 +223,12 @@ class Hub:
         sub = Subscription(str(run_id), loop)
         with self._lock:
             self._subs.setdefault(sub.run_id, set()).add(sub)
-        if self.available():
+            known = sub.run_id in self._listened and sub.run_id in self._counted
+        if known:
+            sub.registered.set()
+        elif self.available():
             self._ensure_running()
+            watcher.wake()  # the listener's thread listens to the run and counts this process in
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
@@ -212,6 +239,61 @@ class Hub:
                 if not subs:
                     del self._subs[sub.run_id]
                     self._feeds.pop(sub.run_id, None)
+                    last = True
+                else:
+                    last = False
+            else:
+                last = False
+        if last and self.available():
+            watcher.wake()  # the listener's thread unlistens and uncounts
+
+    def _on_connection(self, conn: Any, fresh: bool) -> None:
+        """On the listener's thread: LISTEN to the runs watched here and count this process in
+        their rows; the reverse for runs no longer watched. A fresh connection listens to none."""
+        if not self.available():
+            return
+        if fresh:
+            self._listened = set()
+        with self._lock:
+            wanted = set(self._subs)
+        table = AgentRun._meta.db_table
+        listen, unlisten = wanted - self._listened, self._listened - wanted
+        if listen or unlisten:
+            conn.execute(
+                "; ".join(
+                    [f"LISTEN {run_channel(r)}" for r in sorted(listen)]
+                    + [f"UNLISTEN {run_channel(r)}" for r in sorted(unlisten)]
+                )
+            )
+            self._listened = (self._listened | listen) - unlisten
+        count, uncount = sorted(wanted - self._counted), sorted(self._counted - wanted)
+        try:
+            if count:  # announced too: a process executing one streams its deltas from now on
+                with conn.transaction():
+                    conn.execute(LOCK_TIMEOUT)  # the listener's thread never waits long for a row lock
+                    conn.execute(f"UPDATE {table} SET watchers = watchers + 1 WHERE id = ANY(%s::uuid[])", [count])
+                    conn.execute(
+                        f"SELECT count(pg_notify('{WATCH_CHANNEL}', r)) FROM unnest(%s::text[]) AS t(r)", [count]
+                    )
+                self._counted.update(count)
+                self.counts["registrations"] += len(count)
+            if uncount:
+                with conn.transaction():
+                    conn.execute(LOCK_TIMEOUT)
+                    conn.execute(
+                        f"UPDATE {table} SET watchers = GREATEST(watchers - 1, 0) WHERE id = ANY(%s::uuid[])", [uncount]
+                    )
+                self._counted.difference_update(uncount)
+        except Exception as exc:
+            if getattr(exc, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise
+            # A row held for long: tried again at the next wake; meanwhile the watchers read.
+            logger.warning("push: a watched run's row stayed locked; its registration is retried")
+            watcher.wake()
+        with self._lock:
+            ready = [s for r in wanted & self._listened & self._counted for s in self._subs.get(r, ())]
+        for sub in ready:
+            sub.registered.set()
 
     def watchers(self) -> int:
         with self._lock:
@@ -265,6 +347,7 @@ class Hub:
         if up:
             self.counts["connects"] += 1
         else:  # this thread's reading connection goes too; the next refresh opens a fresh one
+            self._listened = set()
             connections["default"].close()
         # Up: whatever committed before LISTEN took effect sent nothing; down: watchers poll.
         self._wake_all(resync=True)
@@ -276,14 +359,17 @@ class Hub:
         with self._lock:
             watched = set(self._subs)
         for notify in notifies:
+            if notify.channel == WATCH_CHANNEL:
+                continue
             self.counts["notifies"] += 1
-            if notify.channel == DELTA_CHANNEL:
-                run_id, _, body = notify.payload.partition(" ")
-                if run_id in watched:
-                    try:
-                        self.deliver_delta(json.loads(body))
-                    except ValueError:
-                        logger.warning("malformed delta notification ignored")
+            if notify.channel.startswith(RUN_CHANNEL_PREFIX) and notify.payload.startswith("{"):
+                try:
+                    delta = json.loads(notify.payload)
+                except ValueError:
+                    logger.warning("malformed delta notification ignored")
+                    continue
+                if isinstance(delta, dict) and str(delta.get("run_id")) in watched:
+                    self.deliver_delta(delta)
                 continue
             run_id, _, tail = notify.payload.partition(":")
             if run_id not in watched:
@@ -336,4 +422,4 @@ class Hub:
 hub = Hub()
 """This process's hub."""
 
-watcher.tap("push", (STEP_CHANNEL, CANCEL_CHANNEL, DELTA_CHANNEL), hub._dispatch, hub._on_state)
+watcher.tap("push", (CANCEL_CHANNEL,), hub._dispatch, hub._on_state, hub._on_connection)

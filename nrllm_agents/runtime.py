@@ -551,7 +551,7 @@ class AgentRuntime:
             outcome = CancelOutcome.ALREADY_CANCELLED
         else:
             outcome = CancelOutcome.ALREADY_FINISHED
-        return CancelResult(run_id, outcome, fence.status, fence.previous)
+        return CancelResult(run_id, outcome, fence.status, fence.previous, fence.data.get("provider"))
 
     @observe.cancel_many
     def cancel_many(

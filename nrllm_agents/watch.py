@@ -23,7 +23,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from .conf import app_settings
-from .push import Final, Hub, hub, read_stream
+from .push import REGISTER_TIMEOUT, Final, Hub, hub, read_stream
 
 # Watchers of a process reading the stored stream at once (each on a connection it then
 # closes): a burst of catch-ups (many streams opening, a listener reconnecting) waits here
@@ -89,6 +89,7 @@ class Watch:
         self.poll = float(app_settings.STREAM_POLL_SECONDS if poll is None else poll)
         self._next_poll = 0.0  # not pushed: when the next read is due (deltas wake it sooner)
         self._answered_round = -1  # the highest round whose llm step was seen
+        self._registered = False  # its hub listens to the run and counts this process in (or gave up)
 
     @property
     def pushed(self) -> bool:
@@ -141,6 +142,8 @@ class Watch:
 
     def _read(self) -> tuple[list[dict[str, Any]], Final | None]:
         pushed = self.pushed
+        if pushed and not self._registered:  # read once the hub listens and is counted: no later step goes unannounced
+            self._registered = self.sub.registered.wait(REGISTER_TIMEOUT) or True  # a failure waits only once
         self.reads += 1
         with _reading:
             try:

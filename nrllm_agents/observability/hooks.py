@@ -229,7 +229,7 @@ def cancel(method: F) -> F:
 def _cancel_done(result: Any, source: str) -> None:
     outcome = str(result.outcome.value)
     if outcome == "cancelled":
-        provider = _provider_of(result.run_id)
+        provider = _provider_label(result.provider) if result.provider is not None else _provider_of(result.run_id)
         metrics.RUNS_CANCELLED.labels(metrics.bounded(source), result.previous_status, provider).inc()
         _finished(RunStatus.CANCELLED, "cancelled", provider)
     run_event(

@@ -5,7 +5,8 @@ that lock is held (``clock_timestamp()``, so a step committed while the cancel w
 lock never looks as if it came after the cancel); the ``UPDATE`` applies only to an active
 row; for a quiescent run (queued or waiting) the ``cancelled`` step is appended in the same
 statement. It returns the status the lock found, so the caller builds the same
-``Transition`` as the read-check-write fence in ``runs.cancel``.
+``Transition`` as the read-check-write fence in ``runs.cancel``, and the run's provider
+(``data["provider"]``, for the metrics: no query after the cancel).
 
 One case is left to that fence: a quiescent run whose row changed while the statement waited
 for its lock (e.g. a segment requeued it). The statement's snapshot predates that change and
@@ -30,7 +31,7 @@ _ACTIVE = "(" + ", ".join(f"'{s.value}'" for s in sorted(ACTIVE)) + ")"
 # Parameters: id, id, reason code, by id, by name, source, reason text, detail (JSON or NULL), by name.
 _CANCEL_SQL = f"""
 WITH locked AS (
-    SELECT r.id, r.status, r.xmin = (SELECT s.xmin FROM {_RUN} s WHERE s.id = %s) AS fresh
+    SELECT r.id, r.status, r.provider, r.xmin = (SELECT s.xmin FROM {_RUN} s WHERE s.id = %s) AS fresh
     FROM {_RUN} r WHERE r.id = %s FOR UPDATE OF r
 ), stamp AS (
     SELECT clock_timestamp() AS at FROM locked
@@ -59,7 +60,7 @@ WITH locked AS (
     FROM changed c CROSS JOIN LATERAL (SELECT MAX(e.sequence) AS mx FROM {_EVENT} e WHERE e.run_id = c.id) m
     WHERE c.previous <> 'running'
 )
-SELECT l.status, l.fresh, (SELECT count(*) FROM changed) FROM locked l
+SELECT l.status, l.fresh, (SELECT count(*) FROM changed), l.provider FROM locked l
 """
 
 
@@ -96,9 +97,9 @@ def cancel_one_trip(
     )
     if not rows:
         return NOT_FOUND
-    previous, fresh, changed = rows[0]
-    if changed:
-        return Transition(True, RunStatus.CANCELLED, previous)
+    previous, fresh, changed, provider = rows[0]
+    if changed:  # the provider: what the cancel metric is labelled with, without another query
+        return Transition(True, RunStatus.CANCELLED, previous, {"provider": provider})
     if previous in (RunStatus.QUEUED, RunStatus.WAITING_FOR_APPROVAL) and not fresh:
         return None
     return Transition(False, previous, previous)

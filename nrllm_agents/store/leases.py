@@ -43,6 +43,11 @@ def lease_until(now: datetime | None = None) -> datetime:
     return (now or timezone.now()) + timedelta(seconds=app_settings.LEASE_SECONDS)
 
 
+on_boundary: Callable[[uuid.UUID, int, bool], None] | None = None
+"""Told of every boundary that held: ``(run id, sequence, watched)``. Set by the process's
+publisher (``deltas.py``), which announces watched steps; the store imports nothing above it."""
+
+
 def _held(matched: bool) -> Lease:
     return Lease.HELD if matched else Lease.NOT_HELD
 
@@ -68,7 +73,13 @@ def renew(run_id: uuid.UUID, owner: str, *, effect: dict[str, Any] | None = None
 
 
 @observe.timed_boundary_write
-def record_step(run_id: uuid.UUID, owner: str, sequence: int, step: Step, created_at: datetime) -> Lease:
+def record_step(
+    run_id: uuid.UUID,
+    owner: str,
+    sequence: int,
+    step: Step,
+    created_at: datetime,
+) -> Lease:
     """Renew this segment's lease and, only if that matched, append the step: one commit.
 
     ``HELD``: renewed and recorded. ``NOT_HELD``: the renewal matched no row (cancelled or
@@ -77,6 +88,12 @@ def record_step(run_id: uuid.UUID, owner: str, sequence: int, step: Step, create
     the ``INSERT``) and, since ``lease_expires`` is in no index, the renewal is a HOT update;
     elsewhere both statements run in one transaction. A duplicate sequence
     (another segment wrote it) raises ``IntegrityError``.
+
+    The statement also returns how many processes watch the run (``watchers``, read under the
+    row lock the renewal holds, so a watcher that registers meanwhile is either seen here or
+    reads this step itself), and hands it to ``on_boundary`` (the process's publisher,
+    ``deltas.py``): once the step is committed when some do (the push announces it; a
+    boundary transaction itself never notifies), at once when none do.
     """
     until = lease_until()
     try:
@@ -93,8 +110,14 @@ def record_step(run_id: uuid.UUID, owner: str, sequence: int, step: Step, create
                 json.dumps(step.payload, default=str),
                 created_at,
             ]
-            rowcount, _ = _isolated(lambda: prepared.execute(_RECORD_SQL, params))
-            return _held(rowcount == 1)
+            _, rows = _isolated(lambda: prepared.execute(_RECORD_SQL, params, fetch=True))
+            hook = on_boundary
+            if rows and hook is not None:
+                if rows[0][0] > 0:
+                    transaction.on_commit(lambda: hook(run_id, sequence, True))  # at once in autocommit
+                else:
+                    hook(run_id, sequence, False)
+            return _held(len(rows) == 1)
         with transaction.atomic():
             if not owned(run_id, owner).update(lease_expires=until):
                 return Lease.NOT_HELD
@@ -109,9 +132,11 @@ def record_step(run_id: uuid.UUID, owner: str, sequence: int, step: Step, create
 
 _RECORD_SQL = (
     f"WITH renewed AS (UPDATE {AgentRun._meta.db_table} SET lease_expires = %s "
-    f"WHERE id = %s AND status = %s AND claimed_by = %s RETURNING id) "
-    f"INSERT INTO {AgentRunEvent._meta.db_table} (run_id, sequence, kind, round, duration_ms, payload, created_at) "
-    f"SELECT id, %s, %s, %s, %s, %s::jsonb, %s FROM renewed"
+    f"WHERE id = %s AND status = %s AND claimed_by = %s RETURNING id, watchers), "
+    f"appended AS (INSERT INTO {AgentRunEvent._meta.db_table} "
+    f"(run_id, sequence, kind, round, duration_ms, payload, created_at) "
+    f"SELECT id, %s, %s, %s, %s, %s::jsonb, %s FROM renewed) "
+    f"SELECT watchers FROM renewed"
 )
 
 

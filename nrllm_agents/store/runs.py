@@ -190,7 +190,7 @@ def cancel(
         if done is not None:
             return done
     with transaction.atomic():
-        row = AgentRun.objects.select_for_update().filter(pk=run_id).values("status").first()
+        row = AgentRun.objects.select_for_update().filter(pk=run_id).values("status", "provider").first()
         if row is None:
             return NOT_FOUND
         previous = row["status"]
@@ -209,7 +209,7 @@ def cancel(
         )
         if quiescent:
             append_cancelled(run_id, now)
-    return Transition(True, RunStatus.CANCELLED, previous)
+    return Transition(True, RunStatus.CANCELLED, previous, {"provider": row["provider"]})
 
 
 def cancel_fields(
