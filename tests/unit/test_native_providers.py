@@ -25,7 +25,7 @@ from nrllm_agents.domain.tools.base import schema
 from nrllm_agents.testing.chat_server import ChatCompletionServer
 
 USER = [{"role": "user", "content": "hi"}]
-KINDS = ["anthropic"]
+KINDS = ["anthropic", "gemini"]
 # Keys shaped like each vendor's, and one shaped like nobody's: none may reach a message.
 KEYS = {"anthropic": "sk-ant-api03-S3CRET-" + "a" * 40, "gemini": "AIzaSyS3CRET" + "g" * 27}
 ODD_KEY = "hunter2-correct-horse-battery-staple-0042"
@@ -173,7 +173,9 @@ def test_a_calculator_call_round_trips_in_the_vendors_format(kind: str, server: 
         assert first["systemInstruction"]["parts"] == [{"text": "be brief"}]
         [declaration] = first["tools"][0]["functionDeclarations"]
         assert declaration["name"] == "calculator"
-        assert declaration["parametersJsonSchema"] == Calculator.parameters
+        # (the SDK writes this one field in the proto's own spelling, which Google's JSON parser takes too)
+        schema_key = "parametersJsonSchema" if "parametersJsonSchema" in declaration else "parameters_json_schema"
+        assert declaration[schema_key] == Calculator.parameters
         user, model, results = second["contents"]
         assert user == {"role": "user", "parts": [{"text": "what is (17 + 25) * 3?"}]}
         [function_call] = model["parts"]
