@@ -41,6 +41,8 @@ SLOW = {
 
 
 def server_class(kind: str) -> type[ChatCompletionServer]:
+    if kind == "openai":
+        return ChatCompletionServer
     if kind == "anthropic":
         from nrllm_agents.testing.anthropic_server import AnthropicServer
 
