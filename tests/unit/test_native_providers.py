@@ -7,6 +7,7 @@ Every test runs for both providers unless it checks one vendor's wire shape.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,7 +28,11 @@ from nrllm_agents.testing.chat_server import ChatCompletionServer
 USER = [{"role": "user", "content": "hi"}]
 KINDS = ["anthropic", "gemini"]
 # Keys shaped like each vendor's, and one shaped like nobody's: none may reach a message.
-KEYS = {"anthropic": "sk-ant-api03-S3CRET-" + "a" * 40, "gemini": "AIzaSyS3CRET" + "g" * 27}
+KEYS = {
+    "openai": "sk-proj-S3CRET-" + "o" * 40,
+    "anthropic": "sk-ant-api03-S3CRET-" + "a" * 40,
+    "gemini": "AIzaSyS3CRET" + "g" * 27,
+}
 ODD_KEY = "hunter2-correct-horse-battery-staple-0042"
 ENV = {
     "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
@@ -53,6 +58,10 @@ def server_class(kind: str) -> type[ChatCompletionServer]:
 
 
 def provider_class(kind: str) -> Callable[..., Any]:
+    if kind == "openai":
+        from nrllm_agents.domain.providers.openai_compat import OpenAIProvider
+
+        return OpenAIProvider
     if kind == "anthropic":
         from nrllm_agents.domain.providers.anthropic_messages import AnthropicProvider
 
@@ -244,6 +253,7 @@ def test_a_wrong_key_names_the_error_class_the_status_and_the_variable(kind: str
 
 
 @pytest.mark.parametrize("key", ["vendor", "odd"])
+@pytest.mark.parametrize("kind", ["openai", *KINDS])  # all three providers share the description
 def test_a_key_echoed_near_the_cut_never_leaks(kind: str, key: str) -> None:
     secret = KEYS[kind] if key == "vendor" else ODD_KEY
     with server_class(kind)(api_key=secret) as srv:
@@ -332,18 +342,33 @@ def _mutate(value: Any, data: st.DataObject) -> Any:
     return data.draw(HOSTILE)
 
 
+def _renumber(value: Any, n: Any) -> Any:
+    """``value`` with every integer inside replaced by ``n`` (token counts, indexes...)."""
+    if isinstance(value, dict):
+        return {k: _renumber(v, n) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_renumber(v, n) for v in value]
+    return n if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+HUGE = st.sampled_from([3_000_000_000, -1, 2**63, 10**30, 1.5, float("inf")])
+
+
 def _hostile_body(kind: str, stream: bool, data: st.DataObject) -> str:
     srv = server_class(kind)()  # a fresh one, never started: the same ids every example
     entry = data.draw(st.sampled_from(ENTRIES))
-    how = data.draw(st.sampled_from(["mutate", "garbage", "truncate"]))
+    how = data.draw(st.sampled_from(["mutate", "garbage", "truncate", "numbers"]))
     if not stream:
         body: Any = srv.answer(entry, {"model": "m"})
         if how == "garbage":
             return data.draw(st.sampled_from(["{not json", "[]", "null", '"text"', "1e999999", "{}"]))
-        text = json.dumps(_mutate(body, data))
+        text = json.dumps(_renumber(body, data.draw(HUGE)) if how == "numbers" else _mutate(body, data))
         return text[: data.draw(st.integers(0, len(text)))] if how == "truncate" else text
-    frames = [raw.decode() for raw, _ in srv.frames(entry, {"model": "m"})]
+    frames = [raw.decode() for raw, _ in srv.frames(entry, {"model": "m", "stream_options": {"include_usage": True}})]
     i = data.draw(st.integers(0, len(frames) - 1))
+    if how == "numbers":
+        n = data.draw(HUGE)
+        return "".join(re.sub(r"(?<![\w.])\d+(?![\w.])", lambda _: json.dumps(n), f) for f in frames)
     if how == "garbage":
         frames[i] = "data: " + data.draw(st.sampled_from(["{oops", "[1,2]", "null", "\x00", "9" * 5000])) + "\n\n"
     elif how == "truncate":
@@ -352,16 +377,33 @@ def _hostile_body(kind: str, stream: bool, data: st.DataObject) -> str:
     else:
         head, _, payload = frames[i].partition("data: ")
         payload, _, tail = payload.partition("\n")
-        frames[i] = f"{head}data: {json.dumps(_mutate(json.loads(payload.strip()), data))}\n{tail}"
+        try:
+            value = json.loads(payload.strip())
+        except ValueError:  # an end marker ("[DONE]")
+            value = payload.strip()
+        frames[i] = f"{head}data: {json.dumps(_mutate(value, data))}\n{tail}"
     return "".join(frames)
 
 
+HOSTILE_SERVERS: dict[str, ChatCompletionServer] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _hostile_servers() -> Iterator[None]:
+    """One server per wire format for every fuzz example (hypothesis runs many in one test)."""
+    for name in ("openai", *KINDS):
+        HOSTILE_SERVERS[name] = server_class(name)(api_key=KEYS[name]).start()
+    yield
+    for srv in HOSTILE_SERVERS.values():
+        srv.stop()
+
+
+@pytest.mark.parametrize("kind", ["openai", *KINDS])
 @pytest.mark.parametrize("stream", [True, False])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_hostile_server_output_is_a_provider_error_never_a_crash(
-    kind: str, server: ChatCompletionServer, stream: bool, data: st.DataObject
-) -> None:
+def test_hostile_server_output_is_a_provider_error_never_a_crash(kind: str, stream: bool, data: st.DataObject) -> None:
+    server = HOSTILE_SERVERS[kind]
     server.queue({"raw": _hostile_body(kind, stream, data)})
     try:
         response = provider(kind, server, stream=stream, timeout=2.0).complete(USER, [schema(Calculator())])
@@ -372,3 +414,38 @@ def test_hostile_server_output_is_a_provider_error_never_a_crash(
     assert all(0 <= n <= 100_000_000 for n in (response.usage.prompt_tokens, response.usage.completion_tokens))
     assert response.content is None or isinstance(response.content, str)
     assert all(isinstance(c.arguments, dict) and isinstance(c.name, str) for c in response.tool_calls)
+
+
+# --- the shared description -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "leak",
+    [
+        "sk-proj-abcdEFGH1234",
+        "sk-ant-api03-abcd_EFGH-1234",
+        "sk-abc***xyz9",  # masked by the server, still a key's shape
+        "AIzaSyA-abcdefghijklmnop",
+        "Bearer eyJhbGciOi.J9.abc",
+        "x-api-key: abcdef123456",
+        "x-goog-api-key=abcdef123456",
+        '"api_key": "abcdef123456"',
+        "https://host/v1beta/models/m:generateContent?key=abcdef123456&alt=sse",
+    ],
+)
+def test_every_vendors_key_shape_is_scrubbed(leak: str) -> None:
+    from nrllm_agents.domain.providers.failures import describe_failure
+
+    secret_part = leak.replace("***", "").split()[-1].strip('"').split("key=")[-1].split("&")[0][-6:]
+    message = describe_failure("APIError", 400, f"rejected {leak} here", None)
+    assert (
+        secret_part not in message and "[redacted]" in message and message.startswith("APIError (HTTP 400): rejected")
+    )
+
+
+def test_the_cut_comes_after_the_scrub_and_a_masked_piece_of_the_key_goes_too() -> None:
+    from nrllm_agents.domain.providers.failures import MAX_DESCRIPTION_CHARS, describe_failure
+
+    for pad in range(MAX_DESCRIPTION_CHARS - len(ODD_KEY), MAX_DESCRIPTION_CHARS + 1):
+        message = describe_failure("E", None, "x" * pad + ODD_KEY + " tail", ODD_KEY)
+        assert not any(ODD_KEY[i : i + 8] in message for i in range(len(ODD_KEY) - 7))
+    masked = f"key {ODD_KEY[:10]}...{ODD_KEY[-4:]} refused"  # the server shows the key's ends
+    assert ODD_KEY[:10] not in describe_failure("E", 401, masked, ODD_KEY)

@@ -72,6 +72,8 @@ def bounded_tokens(value: Any) -> int:
     """A token count from a response (absent: 0); ``ProviderError`` for a wrong type or range."""
     if value is None:
         return 0
+    if isinstance(value, float) and value.is_integer():  # 12.0 from a lenient server
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_CALL_TOKENS:
         raise ProviderError(f"malformed response: a token count is not an integer from 0 to {MAX_CALL_TOKENS}")
     return value
@@ -140,7 +142,7 @@ def guarded_call(
         error = translate(exc)
     except ValueError as exc:  # an undecodable body or event
         error = ProviderError(redact(f"malformed response: {type(exc).__name__}", secret))
-    except (TypeError, AttributeError, KeyError, IndexError):  # fields of the wrong type in a lenient parse
+    except (TypeError, AttributeError, KeyError, IndexError, ArithmeticError):  # wrong types in a lenient parse
         error = ProviderError("malformed response: unexpected field types")
     except Exception:
         if not context.token.cancelled:

@@ -23,7 +23,7 @@ from ..cancel import CallContext, StepInterrupted
 from ..errors import ConfigurationError, ProviderError
 from ..steps import ModelResponse, ToolCall, Usage
 from .abortable import AbortableHttp
-from .failures import guarded_call, sdk_failure
+from .failures import bounded_tokens, guarded_call, sdk_failure
 from .scripted import CallJournal
 from .wire import estimate_usage, parse_arguments
 from .wire import field as _get
@@ -96,7 +96,7 @@ def parse_completion(completion: Any) -> ModelResponse:
     return ModelResponse(
         content=content if content is None or isinstance(content, str) else str(content),
         tool_calls=tuple(calls),
-        usage=Usage(int(_get(usage, "prompt_tokens") or 0), int(_get(usage, "completion_tokens") or 0)),
+        usage=Usage(bounded_tokens(_get(usage, "prompt_tokens")), bounded_tokens(_get(usage, "completion_tokens"))),
         finish_reason=str(finish_reason),
     )
 
@@ -242,7 +242,9 @@ class _Received:
         self.chunks += 1
         usage = _get(chunk, "usage")
         if usage is not None:
-            self.usage = Usage(int(_get(usage, "prompt_tokens") or 0), int(_get(usage, "completion_tokens") or 0))
+            self.usage = Usage(
+                bounded_tokens(_get(usage, "prompt_tokens")), bounded_tokens(_get(usage, "completion_tokens"))
+            )
         for choice in _get(chunk, "choices") or ():
             if _get(choice, "index") not in (None, 0):
                 continue
