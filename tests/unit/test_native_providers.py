@@ -290,6 +290,30 @@ def test_a_stream_cut_by_the_server_is_a_retryable_error(kind: str, server: Chat
     assert "ended before" in str(info.value) and info.value.retryable is True
 
 
+def test_an_overload_in_the_middle_of_a_claude_stream_is_retryable() -> None:
+    from nrllm_agents.testing.anthropic_server import AnthropicServer
+
+    with AnthropicServer(api_key=KEYS["anthropic"]) as srv:
+        frames = [data.decode() for data, _ in srv.frames({"content": "half an answer"}, {})][:4]
+        error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+        srv.queue({"raw": "".join(frames) + f"event: error\ndata: {json.dumps(error)}\n\n"})
+        with pytest.raises(ProviderError) as info:
+            provider("anthropic", srv).complete(USER, [])
+    assert info.value.retryable is True and "Overloaded" in str(info.value) and "HTTP 200" not in str(info.value)
+
+
+def test_a_prompt_gemini_blocks_is_not_retried() -> None:
+    from nrllm_agents.testing.gemini_server import GeminiServer
+
+    blocked = {"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": {"promptTokenCount": 4}}
+    with GeminiServer(api_key=KEYS["gemini"]) as srv:
+        for stream in (True, False):
+            srv.queue({"raw": f"data: {json.dumps(blocked)}\r\n\r\n" if stream else json.dumps(blocked)})
+            with pytest.raises(ProviderError) as info:
+                provider("gemini", srv, stream=stream).complete(USER, [])
+            assert info.value.retryable is False and "SAFETY" in str(info.value)
+
+
 def test_a_cancel_closes_the_connection_and_keeps_the_partial_answer(kind: str, server: ChatCompletionServer) -> None:
     server.queue(SLOW)
     token = CancelToken()

@@ -30,6 +30,7 @@ from .wire import call_arguments, call_name, declarations, estimate_usage, field
 
 DEFAULT_MAX_TOKENS = 4096
 VARIABLES = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")
+_TRANSIENT_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 _FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length", "stop_sequence": "stop"}
 
 
@@ -137,16 +138,21 @@ def translate_error(exc: anthropic.AnthropicError, api_key: str | None, base_url
     body = field(exc, "body")
     inner = field(body, "error") if isinstance(body, dict) else None
     detail = field(inner, "message") if isinstance(inner, dict) else None
-    return sdk_failure(
+    status = exc.status_code if isinstance(exc, anthropic.APIStatusError) else None
+    in_stream = status is not None and status < 400  # an ``error`` event inside a streamed 200
+    error = sdk_failure(
         type(exc).__name__,
         detail if isinstance(detail, str) and detail else field(exc, "message") or str(exc),
         api_key,
-        status=exc.status_code if isinstance(exc, anthropic.APIStatusError) else None,
+        status=None if in_stream else status,
         unreachable=isinstance(exc, anthropic.APIConnectionError),
         timed_out=isinstance(exc, anthropic.APITimeoutError),
         variables=VARIABLES,
         base_url=base_url,
     )
+    if in_stream:  # e.g. overloaded_error mid-answer: as retryable as its HTTP status would be
+        error.retryable = field(inner, "type") in _TRANSIENT_ERRORS
+    return error
 
 
 class AnthropicProvider:

@@ -102,11 +102,11 @@ def sdk_failure(
     if status is not None:
         retryable = retryable_status(status)
         if status in (401, 403):
-            hint = f"the server refused the key: set {key_variable}"
+            hint = f"set {key_variable}: the server refused the key"
     else:
         retryable = unreachable or timed_out
         if unreachable and not timed_out:
-            hint = f"no server answered at {base_url or 'the default API'}: set {url_variable}"
+            hint = f"set {url_variable}: no server answered at {base_url or 'the default API'}"
     message = describe_failure(kind, status, description, secret, hint=hint)
     return ProviderError(message, retryable=retryable, status_code=status)
 

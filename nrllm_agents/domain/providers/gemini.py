@@ -253,6 +253,10 @@ class _Received:
         metadata = field(chunk, "usage_metadata")
         if metadata is not None:
             self.usage = _usage(metadata)
+        blocked = field(field(chunk, "prompt_feedback"), "block_reason")
+        if blocked is not None:  # refused before any answer: asking again gives the same
+            reason = str(getattr(blocked, "value", blocked))[:40]
+            raise ProviderError(f"the model refused the prompt (blockReason {reason})", retryable=False)
         candidates = field(chunk, "candidates")
         if candidates is None:
             return
