@@ -21,12 +21,13 @@ MAX_DESCRIPTION_CHARS = 200
 MAX_CALL_TOKENS = 100_000_000  # per model call; a count above it is a broken or hostile server
 REDACTED = "[redacted]"
 # Key-shaped tokens, even partially masked ("sk-abc***xyz"): OpenAI and Anthropic keys
-# (sk-..., sk-ant-...), Google API keys (AIza...), auth headers and the key query parameter.
+# (sk-..., sk-ant-...), Google API keys (AIza...), auth headers and the key query parameter (a
+# value of six characters or more: "set OPENAI_API_KEY: the server..." is advice, not a key).
 _KEY_PATTERN = re.compile(
     r"\bsk-[A-Za-z0-9_\-*.]{4,}"
     r"|\bAIza[A-Za-z0-9_\-*.]{4,}"
     r"|(?i:bearer)\s+\S+"
-    r"|(?i:x-api-key|x-goog-api-key|api[_-]?key)[\"']?\s*[:=]\s*[\"']?[^\s\"',;}&]+"
+    r"|(?i:x-api-key|x-goog-api-key|api[_-]?key)[\"']?\s*[:=]\s*[\"']?[^\s\"',;}&]{6,}"
     r"|(?i:[?&]key=)[^\s&\"']+"
 )
 _FRAGMENT = 8  # a token holding this many leading or trailing characters of the key is the key, masked
@@ -53,13 +54,14 @@ def describe_failure(
 ) -> str:
     """``Kind (HTTP 401): description (hint)`` on one line: scrubbed first, then cut to ``limit``.
 
-    ``hint`` (what to set to fix it) is appended whole after the cut, scrubbed too.
+    ``hint`` (what to set to fix it: the caller's own words, anything from outside in it
+    scrubbed by the caller) is appended whole after the cut.
     """
     text = redact(" ".join(str(description or "no description").split()), secret)
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     where = f" (HTTP {status})" if status is not None else ""
-    advice = f" ({redact(hint, secret)})" if hint else ""
+    advice = f" ({hint})" if hint else ""
     return f"{kind}{where}: {text}{advice}"
 
 
@@ -106,7 +108,8 @@ def sdk_failure(
     else:
         retryable = unreachable or timed_out
         if unreachable and not timed_out:
-            hint = f"set {url_variable}: no server answered at {base_url or 'the default API'}"
+            where = redact(base_url, secret) if base_url else "the default API"
+            hint = f"set {url_variable}: no server answered at {where}"
     message = describe_failure(kind, status, description, secret, hint=hint)
     return ProviderError(message, retryable=retryable, status_code=status)
 
