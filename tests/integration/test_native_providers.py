@@ -58,6 +58,7 @@ def test_a_calculator_run_end_to_end(kind: str, runtime, monkeypatch: pytest.Mon
     assert len(deltas) > 1
     run = AgentRun.objects.get(pk=result.run_id)
     assert (run.prompt_tokens, run.completion_tokens, run.iterations) == (110, 21, 2)
+    assert run.model == default_model  # the run records the model it ran with
     assert len(server.requests) == 2  # the second carried the tool's result in the vendor's format
 
 
