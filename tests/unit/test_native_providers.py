@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -336,6 +337,35 @@ def test_a_cancel_closes_the_connection_and_keeps_the_partial_answer(kind: str, 
     assert info.value.usage_estimated is True and partial.usage.completion_tokens > 0
     if kind == "anthropic":  # message_start counted the input exactly
         assert partial.usage.prompt_tokens == 9
+
+
+def test_a_cancel_aborts_a_call_that_does_not_stream(kind: str, server: ChatCompletionServer) -> None:
+    server.queue({"content": "too late", "delay": 5})
+    token = CancelToken()
+    model = provider(kind, server, stream=False)
+    threading.Timer(0.3, token.cancel).start()
+    started = time.monotonic()
+    with pytest.raises(StepInterrupted) as info:
+        model.complete(USER, [], context=CallContext(token=token))
+    assert time.monotonic() - started < 2.0, "the call ran on after the cancel"
+    assert info.value.partial is not None and info.value.partial.content == ""
+
+
+@pytest.mark.parametrize("kind", ["openai", *KINDS])
+def test_a_cancel_before_the_connection_opens_still_cuts_it(kind: str) -> None:
+    """The token trips after the call began but before its socket connected: the socket is
+    shut down as it opens, so the call cannot run on unaborted."""
+    with server_class(kind)([{"content": "never", "delay": 5}]) as srv:
+        token = CancelToken()
+        model = provider(kind, srv, stream=False)
+        model._http.arm()
+        model._http.abort()  # as the cancel's callback would, between arm() and the connect
+        started = time.monotonic()
+        original_arm, model._http.arm = model._http.arm, lambda: None  # keep the abort in force
+        with pytest.raises((StepInterrupted, ProviderError)):
+            model.complete(USER, [], context=CallContext(token=token))
+        model._http.arm = original_arm
+        assert time.monotonic() - started < 2.0
 
 
 # --- hostile servers ----------------------------------------------------------------------------

@@ -236,7 +236,7 @@ class AnthropicProvider:
         return guarded_call(
             call,
             context,
-            self._http.abort,
+            self._http,
             received,
             sdk_errors=(anthropic.AnthropicError,),
             translate=lambda exc: translate_error(exc, self._api_key, self.base_url),

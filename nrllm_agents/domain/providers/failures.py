@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from ..cancel import CallContext, StepInterrupted
 from ..errors import ProviderError
 from ..steps import ModelResponse
+from .abortable import AbortableHttp
 
 MAX_DESCRIPTION_CHARS = 200
 MAX_CALL_TOKENS = 100_000_000  # per model call; a count above it is a broken or hostile server
@@ -123,7 +124,7 @@ class Interruptible(Protocol):
 def guarded_call(
     call: Callable[[], ModelResponse],
     context: CallContext,
-    abort: Callable[[], None],
+    http: AbortableHttp,
     received: Interruptible,
     *,
     sdk_errors: tuple[type[Exception], ...],
@@ -131,11 +132,12 @@ def guarded_call(
     secret: str | None,
 ) -> ModelResponse:
     """Run one model call so that it ends in a ``ModelResponse``, a ``ProviderError`` or, once the
-    context's token trips (``abort`` then cuts the connection), the ``StepInterrupted`` holding
-    what had arrived. The error is raised outside every handler, so it chains nothing: SDK
-    exceptions carry the request and its headers.
+    context's token trips (``http.abort`` then cuts the connection, even one not yet opened), the
+    ``StepInterrupted`` holding what had arrived. The error is raised outside every handler, so it
+    chains nothing: SDK exceptions carry the request and its headers.
     """
-    unregister = context.token.on_cancel(abort)
+    http.arm()
+    unregister = context.token.on_cancel(http.abort)
     error: ProviderError
     try:
         return call()

@@ -228,7 +228,7 @@ class GeminiProvider:
         return guarded_call(
             call,
             context,
-            self._http.abort,
+            self._http,
             received,
             sdk_errors=(genai_errors.APIError, httpx2.HTTPError),
             translate=lambda exc: translate_error(exc, self._api_key, self.base_url),

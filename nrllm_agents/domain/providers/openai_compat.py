@@ -195,7 +195,7 @@ class OpenAIProvider:
         return guarded_call(
             call,
             context,
-            self._http.abort,
+            self._http,
             received,
             sdk_errors=(openai.OpenAIError,),
             translate=lambda exc: translate_error(exc, self._api_key, self.base_url),
