@@ -143,6 +143,14 @@ def test_the_sdks_own_variables_configure_it(kind: str, monkeypatch: pytest.Monk
             assert provider_class(kind)("m").complete(USER, []).content == "google"
 
 
+def test_a_gateway_token_works_for_claude_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    with server_class("anthropic")([{"content": "via the gateway"}], api_key="gateway-token-0001") as srv:
+        monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", "gateway-token-0001")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", srv.base_url)
+        assert provider_class("anthropic")("m").complete(USER, []).content == "via the gateway"
+    assert srv.request_headers[0]["authorization"] == "Bearer gateway-token-0001"
+
+
 def test_a_calculator_call_round_trips_in_the_vendors_format(kind: str, server: ChatCompletionServer) -> None:
     """The model asks for the calculator; its result goes back in the vendor's own shape (the
     server refuses a transcript whose calls and results do not match, as the real APIs do)."""

@@ -161,7 +161,7 @@ class AnthropicProvider:
     Parameters
     ----------
     model: the model name sent with each request; required.
-    api_key: defaults to the SDK's ``ANTHROPIC_API_KEY``.
+    api_key: defaults to the SDK's ``ANTHROPIC_API_KEY`` (else its ``ANTHROPIC_AUTH_TOKEN``).
     base_url: the API root; defaults to the SDK's ``ANTHROPIC_BASE_URL``, then Anthropic's.
     timeout: seconds per request. The SDK never retries; retrying is the runtime's decision.
     stream: stream the answer (the default); a cancel then keeps what had arrived.
@@ -191,18 +191,21 @@ class AnthropicProvider:
         self.stream = stream
         self.journal = journal or CallJournal()
         self.max_tokens = max_tokens
+        # A gateway's bearer token, the SDK's other variable, when no key is set.
+        token = None if self._api_key else os.environ.get("ANTHROPIC_AUTH_TOKEN") or None
         self._http = AbortableHttp(anthropic.DefaultHttpxClient, timeout=timeout)
         self._client = (
             anthropic.Anthropic(
-                api_key=self._api_key,
+                **({"api_key": self._api_key} if self._api_key else {"auth_token": token}),
                 base_url=self.base_url,
                 timeout=timeout,
                 max_retries=0,
                 http_client=self._http.client,
             )
-            if self._api_key
+            if self._api_key or token
             else None
         )
+        self._api_key = self._api_key or token  # the secret every message is scrubbed of
 
     def __repr__(self) -> str:
         return f"AnthropicProvider(model={self.model!r}, base_url={self.base_url!r})"
