@@ -58,7 +58,9 @@ def describe_failure(
     ``hint`` (what to set to fix it: the caller's own words, anything from outside in it
     scrubbed by the caller) is appended whole after the cut.
     """
-    text = redact(" ".join(str(description or "no description").split()), secret)
+    # Scrubbed over far more than is kept: a key that starts within the kept part ends well
+    # inside the scrubbed one, and a megabyte of error body costs no more than this much.
+    text = redact(" ".join(str(description or "no description").split())[: 50 * limit], secret)
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     where = f" (HTTP {status})" if status is not None else ""
