@@ -8,7 +8,8 @@ turns). Point ``GeminiProvider`` (or the ``google-genai`` SDK) at ``server.base_
 ``POST /v1beta/models/<model>:generateContent`` answers one ``GenerateContentResponse``;
 ``:streamGenerateContent?alt=sse`` answers server-sent events, each a ``GenerateContentResponse``
 holding one piece: the text in word pieces ``chunk_delay`` apart, each ``functionCall`` whole,
-and the last one the ``finishReason`` and ``usageMetadata``. ``streams`` logs what was sent and
+and the last one the ``finishReason`` and ``usageMetadata``. A turn's first ``functionCall``
+carries a ``thoughtSignature`` (base64 of ``signed <call id>``), as Gemini 3 sends. ``streams`` logs what was sent and
 when the client went away.
 
 Like the real API, a request is refused with HTTP 400 when a turn's ``functionCall`` parts are
@@ -21,6 +22,7 @@ Run ``python -m nrllm_agents.testing.gemini_server --port 8767`` for manual demo
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from typing import Any
@@ -114,15 +116,11 @@ class GeminiServer(ChatCompletionServer):
             arguments = call.get("arguments") or {}
             if isinstance(arguments, str):
                 arguments = json.loads(arguments)
-            parts.append(
-                {
-                    "functionCall": {
-                        "id": str(call.get("id") or f"fc_{n}_{i + 1}"),
-                        "name": call["name"],
-                        "args": arguments,
-                    }
-                }
-            )
+            call_id = str(call.get("id") or f"fc_{n}_{i + 1}")
+            part: dict[str, Any] = {"functionCall": {"id": call_id, "name": call["name"], "args": arguments}}
+            if i == 0:  # Gemini 3 signs a turn's first call, and wants the signature back with it
+                part["thoughtSignature"] = base64.b64encode(f"signed {call_id}".encode()).decode()
+            parts.append(part)
         usage = entry.get("usage") or {}
         prompt, completion = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
         return parts, {

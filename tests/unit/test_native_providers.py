@@ -6,6 +6,7 @@ Every test runs for both providers unless it checks one vendor's wire shape.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import threading
@@ -200,6 +201,7 @@ def test_a_calculator_call_round_trips_in_the_vendors_format(kind: str, server: 
         assert user == {"role": "user", "parts": [{"text": "what is (17 + 25) * 3?"}]}
         [function_call] = model["parts"]
         assert model["role"] == "model"
+        assert base64.b64decode(function_call["thoughtSignature"]) == f"signed {call['id']}".encode()
         assert function_call["functionCall"]["name"] == "calculator"
         assert function_call["functionCall"]["args"] == {"expression": "(17 + 25) * 3"}
         [function_response] = results["parts"]
@@ -511,3 +513,58 @@ def test_the_cut_comes_after_the_scrub_and_a_masked_piece_of_the_key_goes_too() 
         assert not any(ODD_KEY[i : i + 8] in message for i in range(len(ODD_KEY) - 7))
     masked = f"key {ODD_KEY[:10]}...{ODD_KEY[-4:]} refused"  # the server shows the key's ends
     assert ODD_KEY[:10] not in describe_failure("E", 401, masked, ODD_KEY)
+
+
+# --- the transcript in each vendor's shape (pure) ---------------------------------------------------
+TRANSCRIPT = [
+    {"role": "system", "content": "be brief"},
+    {"role": "user", "content": "add"},
+    {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "add", "arguments": {"a": 1}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "1"},
+    {"role": "user", "content": "and now?"},  # follows the result: the same user message
+    {"role": "assistant", "content": None},  # neither text nor calls: left out
+    {"role": "assistant", "content": "done"},
+]
+
+
+def test_the_transcript_in_anthropics_shape() -> None:
+    from nrllm_agents.domain.providers.anthropic_messages import to_anthropic
+
+    snapshot = json.dumps(TRANSCRIPT)
+    system, wire = to_anthropic(TRANSCRIPT)
+    assert json.dumps(TRANSCRIPT) == snapshot  # input untouched
+    assert system == "be brief"
+    assert wire == [
+        {"role": "user", "content": [{"type": "text", "text": "add"}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "add", "input": {"a": 1}}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "c1", "content": "1"},
+                {"type": "text", "text": "and now?"},
+            ],
+        },
+        {"role": "assistant", "content": [{"type": "text", "text": "done"}]},
+    ]
+
+
+def test_the_transcript_in_geminis_shape() -> None:
+    from nrllm_agents.domain.providers.gemini import UNSIGNED, to_gemini
+
+    system, contents = to_gemini(TRANSCRIPT, {})
+    assert system == "be brief"
+    call = {"function_call": {"id": "c1", "name": "add", "args": {"a": 1}}, "thought_signature": UNSIGNED}
+    assert contents == [
+        {"role": "user", "parts": [{"text": "add"}]},
+        {"role": "model", "parts": [call]},
+        {
+            "role": "user",
+            "parts": [
+                {"function_response": {"id": "c1", "name": "add", "response": {"output": 1}}},
+                {"text": "and now?"},
+            ],
+        },
+        {"role": "model", "parts": [{"text": "done"}]},
+    ]
+    _, signed = to_gemini(TRANSCRIPT, {"c1": b"sig"})  # a signature the model gave is sent back
+    assert signed[1]["parts"][0]["thought_signature"] == b"sig"
