@@ -10,9 +10,10 @@ the kind of step the cancel interrupted, and, from the call journal the workers 
 model calls and tools started after each cancel was requested and after each stop boundary.
 Since a cancel interrupts the step in flight, the target is p99 ≤ 50 ms whatever ``d``.
 
-Then the ``openai`` provider against the shipped chat server streaming slowly: how many
-pieces of the answer the server sent after the cancel committed, and how long after it the
-server saw the connection close. No assertions.
+Then each HTTP provider (``--stream-providers``: ``openai``, ``anthropic``, ``gemini``) against
+the shipped server of its wire format streaming slowly, through its SDK: how many pieces of the
+answer the server sent after the cancel committed, and how long after it the server saw the
+connection close, side by side. No assertions.
 
 PostgreSQL (``DATABASE_URL`` names the server; the benchmark creates, migrates and drops its own
 database) and Redis (``--redis-url``, flushed before and after: use a db of its own)::
@@ -56,7 +57,8 @@ def main() -> None:
     parser.add_argument("--delays", default="0.1,5", help="d: seconds per model turn and per tool, comma-separated")
     parser.add_argument("--rounds", type=int, default=None, help="tool rounds per run (default: 6, or 2 for d >= 1)")
     parser.add_argument("--long-runs", type=int, default=12, help="K for d >= 1 s")
-    parser.add_argument("--stream-runs", type=int, default=8, help="runs cut off mid-stream (0: skip)")
+    parser.add_argument("--stream-runs", type=int, default=8, help="runs cut off mid-stream, per provider (0: skip)")
+    parser.add_argument("--stream-providers", default="openai,anthropic,gemini", help="providers cut off mid-stream")
     parser.add_argument("--cancel-fraction", type=float, default=0.7, help="share of runs to cancel")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--database", default="nrllm_bench_cancel", help="throwaway database to create and drop")
@@ -76,9 +78,9 @@ def main() -> None:
             rounds = args.rounds or (6 if d < 1 else 2)
             redis.Redis.from_url(args.redis_url).flushdb()
             measure(args, rng, seed, Path(workdir) / f"d{d}", url, d=d, runs=runs, rounds=rounds)
-        if args.stream_runs:
+        for provider in [p.strip() for p in args.stream_providers.split(",") if p.strip()] if args.stream_runs else []:
             redis.Redis.from_url(args.redis_url).flushdb()
-            measure_stream(args, rng, Path(workdir) / "stream", url)
+            measure_stream(args, rng, Path(workdir) / f"stream-{provider}", url, provider)
     redis.Redis.from_url(args.redis_url).flushdb()
 
 
@@ -206,12 +208,23 @@ def measure(
             print(f"  model calls + tools started after the stop boundary: {sum(after_boundary)}")
 
 
-def measure_stream(args: argparse.Namespace, rng: random.Random, workdir: Path, url: str) -> None:
-    """Runs on the ``openai`` provider against a slowly streaming server, cut off mid-answer."""
+STREAM_SERVERS = {  # provider -> (server class, key variable, base URL variable)
+    "openai": ("nrllm_agents.testing.chat_server.ChatCompletionServer", "OPENAI_API_KEY", "OPENAI_BASE_URL"),
+    "anthropic": ("nrllm_agents.testing.anthropic_server.AnthropicServer", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+    "gemini": ("nrllm_agents.testing.gemini_server.GeminiServer", "GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL"),
+}
+
+
+def measure_stream(args: argparse.Namespace, rng: random.Random, workdir: Path, url: str, provider: str) -> None:
+    """Runs on an HTTP provider against a slowly streaming server of its wire format, cut off mid-answer."""
+    from django.utils.module_loading import import_string
+
     from nrllm_agents.models import AgentRun, AgentRunEvent
     from nrllm_agents.runtime import AgentRuntime
-    from nrllm_agents.testing.chat_server import ChatCompletionServer
     from tests.e2e.workers import Canceller, Workers, wait_for
+
+    server_path, key_variable, url_variable = STREAM_SERVERS[provider]
+    server_class = import_string(server_path)
 
     workdir.mkdir(parents=True, exist_ok=True)
     answer = {
@@ -219,13 +232,14 @@ def measure_stream(args: argparse.Namespace, rng: random.Random, workdir: Path, 
         "chunk_delay": 0.01,
         "usage": {"prompt_tokens": 10, "completion_tokens": 2000},
     }
-    with ChatCompletionServer([answer], by_turn=True) as server:
+    with server_class([answer], by_turn=True) as server:
         env = {k: v for k, v in os.environ.items() if k != "NRLLM_CALL_JOURNAL"}
         env.update(
             {
                 "DATABASE_URL": url,
                 "REDIS_URL": args.redis_url,
-                "OPENAI_BASE_URL": server.base_url,
+                key_variable: "bench-key",
+                url_variable: server.base_url,
                 "DJANGO_SETTINGS_MODULE": "config.settings",
                 "PYTHONPATH": str(ROOT),
             }
@@ -238,7 +252,7 @@ def measure_stream(args: argparse.Namespace, rng: random.Random, workdir: Path, 
             canceller.start()
             runtime = AgentRuntime()
             run_ids = [
-                str(runtime.enqueue({"prompt": "bench", "provider": "openai", "model": "slow", "tools": []}))
+                str(runtime.enqueue({"prompt": "bench", "provider": provider, "model": "slow", "tools": []}))
                 for _ in range(args.stream_runs)
             ]
             for run_id in run_ids:
@@ -264,7 +278,9 @@ def measure_stream(args: argparse.Namespace, rng: random.Random, workdir: Path, 
             print(f"  unexpected: run {run.pk} ended {run.status} ({run.error_class}: {run.error_message[:200]})")
     after = [sum(1 for t, _ in log.sent if t > at) for log, at in zip(logs, cut_at.values())]
     closed = [(log.disconnected_at - at) * 1000 for log, at in zip(logs, cut_at.values()) if log.disconnected_at]
-    print(f"streaming: {len(logs)} answers of 2000 pieces, 10 ms apart, on the openai provider, cancelled mid-answer")
+    print(
+        f"streaming: {len(logs)} answers of 2000 pieces, 10 ms apart, on the {provider} provider, cancelled mid-answer"
+    )
     if after:
         print(
             f"  pieces the server sent after the cancel returned: p50 {percentile(after, 0.5)}, "

@@ -47,6 +47,8 @@ DEFAULTS: dict[str, Any] = {
     "PROVIDERS": {
         "scripted": "nrllm_agents.registry.scripted_provider",
         "openai": "nrllm_agents.registry.openai_provider",
+        "anthropic": "nrllm_agents.registry.anthropic_provider",
+        "gemini": "nrllm_agents.registry.gemini_provider",
     },
     # name -> dotted path of a factory ``(run_id) -> Tool``
     "TOOLS": {
@@ -71,6 +73,11 @@ DEFAULTS: dict[str, Any] = {
     # stream model answers (live text, and a cancel keeps what arrived); off: one response,
     # and a cancel still aborts the call by closing its connection
     "OPENAI_STREAM": Env("NRLLM_OPENAI_STREAM", bool, True),
+    # the anthropic and gemini providers take OPENAI_TIMEOUT and OPENAI_STREAM too; a run that
+    # names no model gets these (the key and server: each SDK's own variables, README)
+    "ANTHROPIC_MODEL": Env("NRLLM_ANTHROPIC_MODEL", str, "claude-sonnet-4-5"),
+    "ANTHROPIC_MAX_TOKENS": Env("NRLLM_ANTHROPIC_MAX_TOKENS", int, 4096),
+    "GEMINI_MODEL": Env("NRLLM_GEMINI_MODEL", str, "gemini-2.5-flash"),
     "QUEUE_NAME": "default",
     # who executes queued runs: "rq" (RQ workers; needs REDIS_URL), "local" (threads of the
     # process that queued them), or "auto": RQ when REDIS_URL is set, else local

@@ -124,6 +124,8 @@ def _request(p: dict[str, Any]) -> Lines:
 
 
 def _llm(p: dict[str, Any]) -> Lines:
+    if p.get("failed"):
+        return [("error", _text(p.get("error")))]
     lines: Lines = [("interrupted", INTERRUPTED_ANSWER)] if p.get("interrupted") else []
     if p.get("content") is not None:
         lines.append(("content", _text(p["content"])))
@@ -218,6 +220,8 @@ def _headline_text(kind: str, p: dict[str, Any]) -> str:
         count = p.get("message_count")
         return f"to {p.get('provider')}/{p.get('model')} ({count} message{'' if count == 1 else 's'})"
     if kind == "llm":
+        if p.get("failed"):
+            return f"FAILED: {short(p.get('error'))}"
         if p.get("interrupted"):
             text = f"INTERRUPTED, {INTERRUPTED_ANSWER} {short(p.get('content') or '')}"
         elif p.get("tool_calls"):

@@ -57,6 +57,29 @@ def openai_provider(request: RunRequest, run_id: Any = None) -> Provider:
     )
 
 
+def anthropic_provider(request: RunRequest, run_id: Any = None) -> Provider:
+    from .domain.providers.anthropic_messages import AnthropicProvider
+
+    return AnthropicProvider(
+        request.model or app_settings.ANTHROPIC_MODEL,
+        timeout=app_settings.OPENAI_TIMEOUT,
+        stream=bool(app_settings.OPENAI_STREAM),
+        journal=CallJournal(run_id=run_id),
+        max_tokens=int(app_settings.ANTHROPIC_MAX_TOKENS),
+    )
+
+
+def gemini_provider(request: RunRequest, run_id: Any = None) -> Provider:
+    from .domain.providers.gemini import GeminiProvider
+
+    return GeminiProvider(
+        request.model or app_settings.GEMINI_MODEL,
+        timeout=app_settings.OPENAI_TIMEOUT,
+        stream=bool(app_settings.OPENAI_STREAM),
+        journal=CallJournal(run_id=run_id),
+    )
+
+
 def calculator_tool(run_id: Any = None) -> Tool:
     return Calculator(journal=CallJournal(run_id=run_id))
 

@@ -91,6 +91,8 @@ class RunRequest:
             errors["model"] = "a string of at most 200 characters"
         elif provider == "openai" and not model:
             errors["model"] = "the openai provider needs a model name"
+        elif not model:  # stored on the run: the model it ran with, even when the caller named none
+            model = {"anthropic": app_settings.ANTHROPIC_MODEL, "gemini": app_settings.GEMINI_MODEL}.get(provider, "")
 
         tools = data.get("tools")
         if tools is None:

@@ -138,7 +138,7 @@ class SegmentTrace:
             # Cut short by a shutdown, not a cancel: record nothing; the next worker repeats it.
             raise SegmentInterrupted()
         sequence, created_at = self.next_sequence, timezone.now()
-        if step.kind == StepKind.LLM:
+        if step.kind == StepKind.LLM and not step.payload.get("failed"):  # a failed call is no iteration
             self.usage = self.usage + Usage.from_dict(step.payload.get("usage"))
             self.iterations += 1
         self.round = step.round

@@ -21,6 +21,7 @@ from typing import Any
 from .cancel import NEVER, CallContext, CancelToken, StepInterrupted
 from .errors import RunCancellationRequested, ToolError
 from .providers.base import Provider
+from .providers.failures import redact
 from .sanitize import clean_response, clean_text, clean_value
 from .steps import LoopOutcome, LoopResult, LoopState, Step, StepKind, ToolCall, Trace, Usage
 from .tools.base import Tool, schema
@@ -31,7 +32,8 @@ _MAX_ERROR_CHARS = 500
 
 
 def _safe_error(exc: BaseException) -> str:
-    return clean_text(f"{type(exc).__name__}: {exc}"[:_MAX_ERROR_CHARS])
+    """The error's class and text, key-shaped tokens scrubbed before the cut, made storable."""
+    return clean_text(redact(f"{type(exc).__name__}: {exc}")[:_MAX_ERROR_CHARS])
 
 
 def _elapsed_ms(t0: float) -> float:
@@ -201,6 +203,7 @@ class ToolLoop:
             except Exception as exc:  # a provider failure ends the run; control flow is BaseException
                 if self.token.cancelled:  # the abort broke the call: an interruption, not a failure
                     self._interrupted_llm(state, StepInterrupted(), t0)
+                self._failed_llm(state, exc, t0)
                 return LoopResult(LoopOutcome.PROVIDER_FAILED, state, error=exc)
             response, usage_note = clean_response(response)  # what the provider sent, made storable
             state.iterations += 1
@@ -274,6 +277,15 @@ class ToolLoop:
             payload["usage_note"] = usage_note
         self.trace(Step(StepKind.LLM, state.round, payload, duration_ms=_elapsed_ms(t0)))
         raise RunCancellationRequested()  # when the boundary probe could not confirm it
+
+    def _failed_llm(self, state: LoopState, exc: Exception, t0: float) -> None:
+        """Record a model call that failed, with its error: the stream tells why the run stopped.
+
+        It is no turn of the transcript and no iteration (a retry asks the model again).
+        """
+        payload: dict[str, Any] = {"content": None, "tool_calls": [], "usage": Usage().as_dict()}
+        payload.update({"finish_reason": "error", "failed": True, "error": _safe_error(exc)})
+        self.trace(Step(StepKind.LLM, state.round, payload, duration_ms=_elapsed_ms(t0)))
 
     def _run_calls(self, state: LoopState, calls: Sequence[ToolCall]) -> LoopResult | None:
         for call in calls:

@@ -37,6 +37,8 @@ def rebuild_state(steps: Iterable[Mapping[str, Any]]) -> LoopState:
         if kind in ("request", "forked"):  # a fork's first step holds the transcript it copied
             messages.extend(payload.get("messages") or [])
         elif kind == "llm":
+            if payload.get("failed"):
+                continue  # the model server failed: no turn, no iteration (a retry asked again)
             iterations += 1
             usage = usage + Usage.from_dict(payload.get("usage"))
             if payload.get("interrupted"):

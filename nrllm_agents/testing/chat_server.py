@@ -8,6 +8,7 @@ only. Each script entry is one of::
     {"tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}}]}
     {"status": 500, "error": "upstream exploded"}      # an OpenAI-shaped error body
     {"raw": "{not json"}                               # a verbatim (malformed) 200 body
+                                                       # (an event stream when one is asked for)
 
 with optional ``"usage"`` (``prompt_tokens``/``completion_tokens``; omitted from the
 response when absent), ``"delay"`` (seconds before answering), ``"chunk_delay"`` (seconds
@@ -181,7 +182,7 @@ class ChatCompletionServer:
         if self._httpd is not None:
             return self
         self._stopping.clear()
-        handler = type("_BoundHandler", (_Handler,), {"owner": self})
+        handler = type("_BoundHandler", (_Handler,), {"owner": self})  # the wire format: this class's hooks
         self._httpd = ThreadingHTTPServer(self._address, handler)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="chat-completion-server", daemon=True
@@ -216,8 +217,7 @@ class ChatCompletionServer:
     def _next_entry(self, body: Any) -> dict[str, Any] | None:
         with self._lock:
             if self.by_turn:
-                messages = body.get("messages") if isinstance(body, dict) else None
-                index = sum(1 for m in messages or () if isinstance(m, dict) and m.get("role") == "assistant")
+                index = self.turn_index(body)
             else:
                 index = self._played
             if index >= len(self._script):
@@ -225,10 +225,49 @@ class ChatCompletionServer:
             self._played += 1
             return self._script[index]
 
-    def _completion(self, entry: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    def _next_id(self) -> int:
         with self._lock:
             self._ids += 1
-            n = self._ids
+            return self._ids
+
+    # The wire format: a server for another API overrides these (see anthropic_server.py).
+
+    def route(self, path: str, body: Any) -> bool | None:
+        """For ``POST path``: ``None`` when no such route, else whether to stream the answer."""
+        if path.split("?", 1)[0].rstrip("/") != COMPLETIONS_PATH:
+            return None
+        return isinstance(body, dict) and bool(body.get("stream"))
+
+    def authorized(self, headers: Any) -> bool:
+        """Whether the request carries the key (always, when the server has none)."""
+        return self.api_key is None or headers.get("Authorization") == f"Bearer {self.api_key}"
+
+    def error_body(self, message: str, status: int) -> dict[str, Any]:
+        return _error_body(message, status)
+
+    def problem(self, body: dict[str, Any]) -> str | None:
+        """Why the API refuses this request (HTTP 400), or ``None``."""
+        return transcript_problem(body.get("messages"))
+
+    def turn_index(self, body: Any) -> int:
+        """How many model turns the request's transcript holds (``by_turn`` plays that entry)."""
+        messages = body.get("messages") if isinstance(body, dict) else None
+        return sum(1 for m in messages or () if isinstance(m, dict) and m.get("role") == "assistant")
+
+    def answer(self, entry: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+        """The whole (non-streamed) answer body."""
+        return self._completion(entry, body)
+
+    def frames(self, entry: dict[str, Any], body: dict[str, Any]) -> list[tuple[bytes, str]]:
+        """A streamed answer: each frame's bytes and the text it carries, the end marker last."""
+        frames = []
+        for chunk in self._chunks(entry, body):
+            delta = (chunk.get("choices") or [{}])[0].get("delta") or {}
+            frames.append((f"data: {json.dumps(chunk)}\n\n".encode(), delta.get("content") or ""))
+        return [*frames, (b"data: [DONE]\n\n", "")]
+
+    def _completion(self, entry: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+        n = self._next_id()
         message: dict[str, Any] = {"role": "assistant", "content": entry.get("content")}
         finish_reason = "stop"
         if entry.get("tool_calls"):
@@ -308,43 +347,45 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "nrllm-chat-server/1"
 
     def do_POST(self) -> None:
-        if self.path.split("?", 1)[0].rstrip("/") != COMPLETIONS_PATH:
-            self._read_body()
-            self._send_json(404, _error_body(f"no route for POST {self.path}", 404))
-            return
+        owner = self.owner
         raw = self._read_body()
         try:
             body: Any = json.loads(raw)
         except ValueError:
             body = None
-        owner = self.owner
+        stream = owner.route(self.path, body)
+        if stream is None:
+            self._send_json(404, owner.error_body(f"no route for POST {self.path}", 404))
+            return
         owner._record(body, {k.lower(): v for k, v in self.headers.items()})
-        if owner.api_key is not None and self.headers.get("Authorization") != f"Bearer {owner.api_key}":
-            self._send_json(401, _error_body("Incorrect API key provided.", 401))
+        if not owner.authorized(self.headers):
+            self._send_json(401, owner.error_body("Incorrect API key provided.", 401))
             return
         if not isinstance(body, dict):
-            self._send_json(400, _error_body("the request body is not a JSON object", 400))
+            self._send_json(400, owner.error_body("the request body is not a JSON object", 400))
             return
-        problem = transcript_problem(body.get("messages"))
+        problem = owner.problem(body)
         if problem is not None:
-            self._send_json(400, _error_body(problem, 400))
+            self._send_json(400, owner.error_body(problem, 400))
             return
         entry = owner._next_entry(body)
         if entry is None:
-            self._send_json(500, _error_body("chat_server script exhausted", 500))
+            self._send_json(500, owner.error_body("script exhausted", 500))
             return
         if entry.get("delay") and owner._stopping.wait(float(entry["delay"])):
             return  # stopping: drop the connection unanswered
-        if "raw" in entry:
-            self._send(int(entry.get("status", 200)), str(entry["raw"]).encode())
+        if "raw" in entry:  # verbatim, as an event stream when one was asked for
+            kind = "text/event-stream" if stream else "application/json"
+            self._send(int(entry.get("status", 200)), str(entry["raw"]).encode(), kind)
         elif "error" in entry:
-            self._send_json(int(entry["status"]), _error_body(str(entry["error"]), int(entry["status"])))
-        elif body.get("stream"):
-            self._stream(owner._chunks(entry, body), float(entry.get("chunk_delay") or 0))
+            self._send_json(int(entry["status"]), owner.error_body(str(entry["error"]), int(entry["status"])))
+        elif stream:
+            self._stream(owner.frames(entry, body), float(entry.get("chunk_delay") or 0))
         else:
-            self._send_json(200, owner._completion(entry, body))
+            self._send_json(200, owner.answer(entry, body))
 
-    def _stream(self, chunks: list[dict[str, Any]], pause: float) -> None:
+    def _stream(self, frames: list[tuple[bytes, str]], pause: float) -> None:
+        """Send the frames ``pause`` apart; the last one (the end marker) marks it finished."""
         log = StreamLog()
         with self.owner._lock:
             self.owner.streams.append(log)
@@ -354,15 +395,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Cache-Control", "no-cache")
             self.end_headers()
             self.wfile.flush()
-            for i, chunk in enumerate(chunks):
-                if i and pause and self._client_left(pause):
+            for i, (data, text) in enumerate(frames):
+                if i and pause and i < len(frames) - 1 and self._client_left(pause):
                     raise ConnectionResetError
-                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.write(data)
                 self.wfile.flush()
-                delta = (chunk.get("choices") or [{}])[0].get("delta") or {}
-                log.sent.append((time.time(), delta.get("content") or ""))
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.wfile.flush()
+                if i < len(frames) - 1:
+                    log.sent.append((time.time(), text))
             log.finished = True
         except (BrokenPipeError, ConnectionResetError, OSError):
             log.disconnected_at = time.time()
@@ -382,7 +421,7 @@ class _Handler(BaseHTTPRequestHandler):
             return True
 
     def do_GET(self) -> None:
-        self._send_json(404, _error_body(f"no route for GET {self.path}", 404))
+        self._send_json(404, self.owner.error_body(f"no route for GET {self.path}", 404))
 
     def _read_body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
@@ -391,10 +430,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, payload: dict[str, Any]) -> None:
         self._send(status, json.dumps(payload).encode())
 
-    def _send(self, status: int, data: bytes) -> None:
+    def _send(self, status: int, data: bytes, content_type: str = "application/json") -> None:
         try:
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -406,18 +445,17 @@ class _Handler(BaseHTTPRequestHandler):
             super().log_message(format, *args)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Serve a script until interrupted."""
-    parser = argparse.ArgumentParser(
-        prog="python -m nrllm_agents.testing.chat_server",
-        description="A scripted OpenAI-compatible chat-completions server.",
-    )
+def serve(
+    server_class: type[ChatCompletionServer], module: str, description: str, port: int, argv: list[str] | None
+) -> None:
+    """Serve a script until interrupted: the command line of each shipped server."""
+    parser = argparse.ArgumentParser(prog=f"python -m nrllm_agents.testing.{module}", description=description)
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default: loopback)")
-    parser.add_argument("--port", type=int, default=8765, help="port to listen on (0: any free port)")
+    parser.add_argument("--port", type=int, default=port, help="port to listen on (0: any free port)")
     parser.add_argument(
         "--script", help="JSON file holding a list of script entries (default: the scripted provider's demo turns)"
     )
-    parser.add_argument("--api-key", help="require 'Authorization: Bearer <key>'")
+    parser.add_argument("--api-key", help="require this key")
     parser.add_argument(
         "--queue", action="store_true", help="consume entries in order across requests instead of by assistant turn"
     )
@@ -432,7 +470,7 @@ def main(argv: list[str] | None = None) -> None:
     if not isinstance(script, list):
         parser.error("the script file must hold a JSON list")
     try:
-        server = ChatCompletionServer(
+        server = server_class(
             script, api_key=args.api_key, by_turn=not args.queue, host=args.host, port=args.port, verbose=True
         )
     except ValueError as exc:
@@ -443,6 +481,10 @@ def main(argv: list[str] | None = None) -> None:
             threading.Event().wait()
         except KeyboardInterrupt:
             pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    serve(ChatCompletionServer, "chat_server", "A scripted OpenAI-compatible chat-completions server.", 8765, argv)
 
 
 if __name__ == "__main__":

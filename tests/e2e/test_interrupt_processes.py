@@ -35,6 +35,31 @@ def journal(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def cut_off_mid_stream(server, env: dict[str, str], *options: str) -> tuple[str, list[dict], float, tuple]:
+    """``agent_run --json`` with ``options`` streams from ``server``; once five pieces of the answer
+    were printed, this process cancels the run. Returns the run id, the pieces printed, when the
+    cancel returned, and the child's ``(returncode, stdout, stderr)``."""
+    proc = manage("agent_run", "say many tokens", *options, "--tool", "calculator", "--json", env=env)
+    try:
+        first = json.loads(proc.stdout.readline())
+        assert first["event"] == "started", first
+        run_id = first["run_id"]
+        deltas = []
+        while len(deltas) < 5:  # the CLI prints the model's words as they stream in
+            line = json.loads(proc.stdout.readline())
+            if line["event"] == "delta":
+                deltas.append(line)
+        AgentRuntime().cancel(run_id, source=CancelSource.SYSTEM, reason="stop it")
+        committed = time.time()
+        assert server.disconnected.wait(5), "the server never saw the client go away"
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return run_id, deltas, committed, (proc.returncode, out, err)
+
+
 def test_agent_run_with_the_openai_provider_is_cut_off_mid_stream(child_env):
     """The cancel closes the HTTP connection: the server sees the disconnect at once, the
     partial answer is recorded as an interrupted step, and ``agent_run`` exits 3."""
@@ -45,36 +70,10 @@ def test_agent_run_with_the_openai_provider_is_cut_off_mid_stream(child_env):
             "OPENAI_API_KEY": "sk-test",
             "NRLLM_CANCEL_POLL_SECONDS": "0.2",
         }
-        proc = manage(
-            "agent_run",
-            "say many tokens",
-            "--provider",
-            "openai",
-            "--model",
-            "slow",
-            "--tool",
-            "calculator",
-            "--json",
-            env=env,
+        run_id, deltas, committed, (returncode, out, err) = cut_off_mid_stream(
+            server, env, "--provider", "openai", "--model", "slow"
         )
-        try:
-            first = json.loads(proc.stdout.readline())
-            assert first["event"] == "started", first
-            run_id = first["run_id"]
-            deltas = []
-            while len(deltas) < 5:  # the CLI prints the model's words as they stream in
-                line = json.loads(proc.stdout.readline())
-                if line["event"] == "delta":
-                    deltas.append(line)
-            AgentRuntime().cancel(run_id, source=CancelSource.SYSTEM, reason="stop it")
-            committed = time.time()
-            assert server.disconnected.wait(5), "the server never saw the client go away"
-            out, err = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-        assert proc.returncode == 3, (out, err)
+        assert returncode == 3, (out, err)
         log = server.streams[0]
         assert not log.finished and log.disconnected_at is not None
         assert log.disconnected_at - committed < 1.0

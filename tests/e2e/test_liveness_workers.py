@@ -419,10 +419,12 @@ def test_transient_model_failures_retry_with_growing_delays_until_the_budget(
     run = AgentRun.objects.get(pk=run_id)
     assert (run.status, run.termination_reason, run.attempts) == (RunStatus.FAILED, "retries_exhausted", 2)
     assert "503" in run.error_message
-    requests = events(run_id)
-    assert [(e.kind, e.sequence) for e in requests] == [("request", 0), ("request", 1), ("request", 2)]
+    recorded = events(run_id)  # each attempt: its request, then its failure as a failed llm step
+    assert [(e.kind, e.sequence) for e in recorded] == [(k, n) for n, k in enumerate(["request", "llm"] * 3)]
+    assert all(e.payload["failed"] and "(HTTP 503)" in e.payload["error"] for e in recorded if e.kind == "llm")
+    requests = [e for e in recorded if e.kind == "request"]
     assert len(asked) == 3 and all(h["authorization"] == f"Bearer {API_KEY}" for h in asked)
-    jobs = [dispatch.job_id(run_id, n) for n in range(3)]
+    jobs = [dispatch.job_id(run_id, n) for n in (0, 2, 4)]  # named by the steps recorded before each
     assert [results_of(queue, j) for j in jobs] == [["requeued"], ["requeued"], ["failed"]]
     # The first job was enqueued at once; each retry went through the scheduler.
     assert sorted(tap.scores) == jobs[1:]
@@ -452,7 +454,8 @@ def test_an_unauthorized_model_server_dead_letters_at_once(runtime, queue, start
     run = AgentRun.objects.get(pk=run_id)
     assert (run.status, run.termination_reason, run.attempts) == (RunStatus.FAILED, "not_retryable", 0)
     assert "401" in run.error_message
-    assert [e.kind for e in events(run_id)] == ["request"] and asked == 1
+    assert [e.kind for e in events(run_id)] == ["request", "llm"] and asked == 1
+    assert "OPENAI_API_KEY" in events(run_id)[1].payload["error"]  # what to set
     assert results_of(queue, dispatch.job_id(run_id)) == ["failed"]
     assert queue.scheduled_job_registry.get_job_ids() == [] and queue.job_ids == []  # no retry anywhere
     assert_secret_kept(run_id, workers)

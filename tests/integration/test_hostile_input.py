@@ -14,6 +14,7 @@ import pytest
 from django.db import DatabaseError, transaction
 from django.test import Client
 
+from nrllm_agents.domain import ModelResponse, Usage
 from nrllm_agents.domain.sanitize import MAX_TOKENS_PER_CALL
 from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus
 from nrllm_agents.runtime import _safe_message
@@ -129,11 +130,35 @@ def test_a_database_error_is_stored_without_sql(runtime):
 
 # --- item 3: token counts out of range -----------------------------------------------------------
 @pytest.mark.parametrize("stream", [True, False])
-def test_token_counts_out_of_range_are_bounded_and_said(runtime, openai_server, stream):
+def test_token_counts_out_of_range_from_the_openai_provider_fail_the_call_clearly(runtime, openai_server, stream):
+    """The shipped providers read a count outside 0..100,000,000 as a malformed response: the run
+    fails at once for the provider, saying so, instead of sitting running until the reaper."""
     openai_server(
         {"content": "done", "usage": {"prompt_tokens": 3_000_000_000, "completion_tokens": -7}}, stream=stream
     )
     result = runtime.run({"prompt": "p", "provider": "openai", "model": "m", "tools": []})
+    run = AgentRun.objects.get(pk=result.run_id)
+    assert (run.status, run.termination_reason) == (RunStatus.FAILED, "provider_failed")
+    assert "token count" in run.error_message and "LINE" not in run.error_message
+    assert (run.prompt_tokens, run.completion_tokens) == (0, 0)
+
+
+class WildUsageProvider:
+    """A provider of a host project's own that passes on whatever its server counted."""
+
+    name, model = "wild", "w"
+
+    def __init__(self, request=None, run_id=None):
+        pass
+
+    def complete(self, messages, tools):
+        return ModelResponse(content="done", usage=Usage(3_000_000_000, -7))
+
+
+def test_token_counts_out_of_range_from_any_provider_are_bounded_and_said(runtime, settings):
+    """Whatever provider a project plugs in, the loop bounds the counts before they are stored."""
+    settings.NRLLM_AGENTS = {"PROVIDERS": {"wild": "tests.integration.test_hostile_input.WildUsageProvider"}}
+    result = runtime.run({"prompt": "p", "provider": "wild", "tools": []})
     run = AgentRun.objects.get(pk=result.run_id)
     assert (run.status, run.final_text) == (RunStatus.COMPLETED, "done")
     assert (run.prompt_tokens, run.completion_tokens) == (MAX_TOKENS_PER_CALL, 0)

@@ -226,7 +226,13 @@ class TestRetries:
             run, delays = self.run_against(server, monkeypatch, settings)
         assert (run.status, run.termination_reason, run.attempts) == (RunStatus.FAILED, "retries_exhausted", 3)
         assert delays[0] == 0 and delays[1:] == [0.05, 0.1, 0.2]
-        assert kinds(run.pk) == ["request"] * 4  # each attempt asked once; the stream continues across them
+        # each attempt asked once, its failure recorded; the stream continues across them
+        assert kinds(run.pk) == ["request", "llm"] * 4
+        failures = AgentRunEvent.objects.filter(run_id=run.pk, kind="llm").values_list("payload", flat=True)
+        assert all(
+            p["failed"] and p["error"].startswith("ProviderError: InternalServerError (HTTP 503)") for p in failures
+        )
+        assert run.iterations == 0  # a failed call is no turn
         assert "sk-test-secret-key-123" not in run.error_message
 
     def test_a_transient_failure_then_success_completes(self, monkeypatch, settings):
@@ -234,7 +240,7 @@ class TestRetries:
             server.queue({"status": 500, "error": "boom"}, {"content": "recovered"})
             run, delays = self.run_against(server, monkeypatch, settings)
         assert (run.status, run.final_text, run.attempts) == (RunStatus.COMPLETED, "recovered", 1)
-        assert kinds(run.pk) == ["request", "request", "llm"]
+        assert kinds(run.pk) == ["request", "llm", "request", "llm"]
 
     def test_a_handed_back_run_keeps_its_spend_and_stays_queued_when_the_queue_is_away(self, monkeypatch, settings):
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")

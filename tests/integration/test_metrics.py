@@ -134,9 +134,10 @@ def test_completed_cancelled_and_failed_runs_are_counted(client, runtime, token_
         delta(after, before, "nrllm_runs_finished_total", status="cancelled", reason="cancelled", provider="scripted")
         == 2
     )
-    # Steps: four model answers (2 + 1 + 1) and three tool calls (one per run), by registered names.
+    # Steps: four model answers (2 + 1 + 1), the failed call (recorded too) and three tool calls
+    # (one per run), by registered names.
     assert delta(after, before, "nrllm_step_duration_seconds_count", kind="tool", tool="calculator") == 3
-    assert delta(after, before, "nrllm_step_duration_seconds_count", kind="llm", tool="") == 4
+    assert delta(after, before, "nrllm_step_duration_seconds_count", kind="llm", tool="") == 5
     assert (
         delta(after, before, "nrllm_tokens_total", provider="scripted", model="scripted-demo", kind="prompt")
         == 10 + 20 + 7

@@ -35,6 +35,15 @@ def test_llm_and_tool_steps_read_the_same_in_lines_and_headline():
     assert describe.INTERRUPTED_TOOL in describe.headline({"kind": "tool", "payload": cut})
 
 
+def test_a_failed_model_call_says_why_in_lines_and_headline():
+    failed = {"content": None, "tool_calls": [], "usage": {"total_tokens": 0}, "failed": True}
+    failed["error"] = "ProviderError: APIConnectionError: Connection error. (set OPENAI_BASE_URL: no server)"
+    assert describe.lines("llm", failed) == [("error", failed["error"])]
+    headline = describe.headline({"sequence": 1, "kind": "llm", "round": 1, "payload": failed})
+    assert headline.startswith("  #1   llm       r1  FAILED: ProviderError: APIConnectionError")
+    assert "OPENAI_BASE_URL" in headline
+
+
 def test_a_cancel_says_who_where_and_at_which_step():
     base = {"source": "api", "by": "alice", "reason": "runaway", "requested_at": "2026-12-01T10:00:00+00:00"}
     at_boundary = describe.lines("cancelled", {**base, "boundary_sequence": 4})

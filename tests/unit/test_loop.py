@@ -19,6 +19,7 @@ from nrllm_agents.domain import (
     ToolLoop,
 )
 from nrllm_agents.domain.providers import ScriptedProvider
+from nrllm_agents.domain.replay import rebuild_state
 from nrllm_agents.domain.tools import Calculator
 
 
@@ -213,7 +214,27 @@ def test_provider_failure_ends_the_run():
     trace = Recorder()
     result = ToolLoop(Broken(), {}, trace=trace).start("go")
     assert result.outcome == LoopOutcome.PROVIDER_FAILED
-    assert isinstance(result.error, ProviderError) and trace.kinds == ["request"]
+    assert isinstance(result.error, ProviderError) and trace.kinds == ["request", "llm"]
+    failed = trace.steps[-1].payload  # the failure is a step of the stream, saying why
+    assert failed["failed"] is True and failed["error"] == "ProviderError: upstream 503"
+    assert failed["usage"]["total_tokens"] == 0 and result.state.iterations == 0
+    rebuilt = rebuild_state([{"kind": s.kind.value, "round": s.round, "payload": s.payload} for s in trace.steps])
+    assert rebuilt.iterations == 0 and [m["role"] for m in rebuilt.messages] == ["user"]  # no turn
+
+
+def test_a_key_in_a_provider_error_is_scrubbed_before_the_cut():
+    key = "sk-ant-api03-" + "k" * 40
+
+    class Leaky:
+        name, model = "leaky", "m"
+
+        def complete(self, messages, tools):
+            raise RuntimeError("x" * 480 + f" key={key}")
+
+    trace = Recorder()
+    ToolLoop(Leaky(), {}, trace=trace).start("go")
+    error = trace.steps[-1].payload["error"]
+    assert "sk-ant" not in error and "kkkk" not in error and error.startswith("RuntimeError: xxx")
 
 
 def test_tool_error_is_fed_back_unknown_tool_too():

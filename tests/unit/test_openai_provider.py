@@ -272,7 +272,8 @@ def test_tool_loop_with_a_failing_server_reports_provider_failed(server: ChatCom
     result = ToolLoop(provider_for(server), {"add": Adder()}, trace=steps.append).start("hi")
     assert result.outcome == LoopOutcome.PROVIDER_FAILED
     assert isinstance(result.error, ProviderError) and result.error.retryable
-    assert [s.kind for s in steps] == [StepKind.REQUEST]
+    assert [s.kind for s in steps] == [StepKind.REQUEST, StepKind.LLM]
+    assert steps[-1].payload["failed"] is True and "HTTP 502" in steps[-1].payload["error"]
 
 
 def test_wire_conversion_is_pure() -> None:

@@ -35,12 +35,11 @@ def _httpx_module(client_class: type) -> Any:
 
 
 class _TrackingBackend:
-    """Wraps an ``httpcore`` network backend and remembers the sockets it connects."""
+    """Wraps an ``httpcore`` network backend and hands the sockets it connects to its owner."""
 
-    def __init__(self, inner: Any, sockets: weakref.WeakSet[socket.socket], lock: threading.Lock) -> None:
+    def __init__(self, inner: Any, owner: AbortableHttp) -> None:
         self._inner = inner
-        self._sockets = sockets
-        self._lock = lock
+        self._owner = owner
 
     def connect_tcp(self, *args: Any, **kwargs: Any) -> Any:
         stream = self._inner.connect_tcp(*args, **kwargs)
@@ -58,8 +57,14 @@ class _TrackingBackend:
     def _remember(self, stream: Any) -> None:
         sock = stream.get_extra_info("socket")
         if isinstance(sock, socket.socket):
-            with self._lock:
-                self._sockets.add(sock)
+            self._owner._remember(sock)
+
+
+def _shutdown(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed
 
 
 class AbortableHttp:
@@ -73,26 +78,39 @@ class AbortableHttp:
         module = _httpx_module(client_class)
         self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
         self._lock = threading.Lock()
+        self._aborted = False
         transport = module.HTTPTransport()
         pool = getattr(transport, "_pool", None)
         self.tracking = pool is not None and hasattr(pool, "_network_backend")
         if pool is not None and self.tracking:
-            pool._network_backend = _TrackingBackend(pool._network_backend, self._sockets, self._lock)
+            pool._network_backend = _TrackingBackend(pool._network_backend, self)
         else:
             logger.warning("the HTTP transport offers no network backend hook; a cancel closes the client instead")
         self.client = client_class(transport=transport, **client_options)
 
-    def abort(self) -> None:
-        """Shut down every socket this client opened; a blocked read returns at once."""
+    def arm(self) -> None:
+        """A call starts: connections are allowed again (until the next ``abort``)."""
         with self._lock:
+            self._aborted = False
+
+    def abort(self) -> None:
+        """Shut down every socket this client opened, and any it opens before the next ``arm``
+        (a cancel that lands between the call's start and its connect); a blocked read returns
+        at once."""
+        with self._lock:
+            self._aborted = True
             sockets = list(self._sockets)
         for sock in sockets:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass  # already closed
+            _shutdown(sock)
         if not self.tracking:
             self.client.close()
+
+    def _remember(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.add(sock)
+            cut = self._aborted
+        if cut:
+            _shutdown(sock)
 
     def close(self) -> None:
         self.client.close()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,21 +23,14 @@ from ..cancel import CallContext, StepInterrupted
 from ..errors import ConfigurationError, ProviderError
 from ..steps import ModelResponse, ToolCall, Usage
 from .abortable import AbortableHttp
+from .failures import bounded_tokens, guarded_call, sdk_failure
 from .scripted import CallJournal
+from .wire import estimate_usage, parse_arguments
+from .wire import field as _get
+
+__all__ = ["OpenAIProvider", "parse_arguments", "parse_completion", "to_wire_messages", "translate_error"]
 
 PLACEHOLDER_API_KEY = "not-needed"  # local servers (Ollama, llama.cpp) ignore the key
-RETRYABLE_STATUSES = frozenset({408, 409, 429})
-_MAX_DESCRIPTION_CHARS = 200
-_REDACTED = "[redacted]"
-# Key-shaped tokens a server may echo back, even partially masked ("sk-abc***xyz").
-_KEY_PATTERN = re.compile(r"\bsk-[A-Za-z0-9_\-*.]{4,}|(?i:bearer)\s+\S+")
-
-
-def _get(obj: Any, name: str) -> Any:
-    """A field of an SDK model or of a plain dict; ``None`` when absent."""
-    if isinstance(obj, dict):
-        return obj.get(name)
-    return getattr(obj, name, None)
 
 
 def to_wire_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -66,25 +58,6 @@ def _wire_call(call: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(arguments, str):
         arguments = json.dumps(arguments or {}, ensure_ascii=False)
     return {"id": call["id"], "type": "function", "function": {"name": call["name"], "arguments": arguments}}
-
-
-def parse_arguments(raw: Any) -> dict[str, Any]:
-    """Tool-call arguments as a dict.
-
-    An empty string means no arguments. Anything that is not a JSON object becomes
-    ``{"_raw": <string>}`` so the tool rejects it with a ``ToolError`` the model can
-    read, instead of the run crashing.
-    """
-    if isinstance(raw, dict):
-        return raw
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return {}
-    text = raw if isinstance(raw, str) else str(raw)
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {"_raw": text}
-    return value if isinstance(value, dict) else {"_raw": text}
 
 
 def parse_completion(completion: Any) -> ModelResponse:
@@ -123,16 +96,9 @@ def parse_completion(completion: Any) -> ModelResponse:
     return ModelResponse(
         content=content if content is None or isinstance(content, str) else str(content),
         tool_calls=tuple(calls),
-        usage=Usage(int(_get(usage, "prompt_tokens") or 0), int(_get(usage, "completion_tokens") or 0)),
+        usage=Usage(bounded_tokens(_get(usage, "prompt_tokens")), bounded_tokens(_get(usage, "completion_tokens"))),
         finish_reason=str(finish_reason),
     )
-
-
-def redact(text: str, secret: str | None) -> str:
-    """``text`` with the secret and any key-shaped token replaced by a marker."""
-    if secret and secret != PLACEHOLDER_API_KEY:
-        text = text.replace(secret, _REDACTED)
-    return _KEY_PATTERN.sub(_REDACTED, text)
 
 
 def _description(exc: openai.OpenAIError) -> str:
@@ -145,24 +111,23 @@ def _description(exc: openai.OpenAIError) -> str:
     return str(_get(exc, "message") or "no description")
 
 
-def translate_error(exc: openai.OpenAIError, api_key: str | None) -> ProviderError:
+def translate_error(exc: openai.OpenAIError, api_key: str | None, base_url: str | None = None) -> ProviderError:
     """A safe ``ProviderError`` for an SDK failure.
 
     Retryable: connection errors, timeouts, 408/409/429 and 5xx. Not retryable: other
-    4xx, invalid response bodies and anything else the SDK raises.
+    4xx, invalid response bodies and anything else the SDK raises. A server that cannot be
+    reached, or refuses the key, is told with the variable to set.
     """
-    status: int | None = None
-    if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
-        retryable = True
-    elif isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        retryable = status in RETRYABLE_STATUSES or status >= 500
-    else:
-        retryable = False
-    where = f" (HTTP {status})" if status is not None else ""
-    description = " ".join(_description(exc).split())[:_MAX_DESCRIPTION_CHARS]
-    message = redact(f"{type(exc).__name__}{where}: {description}", api_key)
-    return ProviderError(message, retryable=retryable, status_code=status)
+    return sdk_failure(
+        type(exc).__name__,
+        _description(exc),
+        None if api_key == PLACEHOLDER_API_KEY else api_key,
+        status=exc.status_code if isinstance(exc, openai.APIStatusError) else None,
+        unreachable=isinstance(exc, openai.APIConnectionError),
+        timed_out=isinstance(exc, openai.APITimeoutError),
+        variables=("OPENAI_API_KEY", "OPENAI_BASE_URL"),
+        base_url=base_url,
+    )
 
 
 class OpenAIProvider:
@@ -221,30 +186,21 @@ class OpenAIProvider:
         if tools:
             kwargs["tools"] = list(tools)
         received = _Received(messages)
-        unregister = context.token.on_cancel(self._http.abort)
-        error: ProviderError
-        try:
+
+        def call() -> ModelResponse:
             if self.stream:
                 return self._streamed(kwargs, received, context)
             return parse_completion(self._client.chat.completions.create(**kwargs))
-        except ProviderError as exc:
-            error = exc
-        except openai.OpenAIError as exc:
-            error = translate_error(exc, self._api_key)
-        except ValueError as exc:  # a JSON content type with an undecodable body
-            error = ProviderError(redact(f"malformed response: {type(exc).__name__}", self._api_key))
-        except (TypeError, AttributeError):  # fields of the wrong type in a lenient parse
-            error = ProviderError("malformed response: unexpected field types")
-        except Exception:
-            if not context.token.cancelled:
-                raise
-            error = ProviderError("aborted")
-        finally:
-            unregister()
-        if context.token.cancelled:  # the abort broke the call: keep what had arrived
-            raise received.interrupted() from None
-        # Raised outside the handlers so neither __cause__ nor __context__ holds the SDK error.
-        raise error from None
+
+        return guarded_call(
+            call,
+            context,
+            self._http,
+            received,
+            sdk_errors=(openai.OpenAIError,),
+            translate=lambda exc: translate_error(exc, self._api_key, self.base_url),
+            secret=self._api_key,
+        )
 
     def _streamed(self, kwargs: dict[str, Any], received: _Received, context: CallContext) -> ModelResponse:
         try:
@@ -286,7 +242,9 @@ class _Received:
         self.chunks += 1
         usage = _get(chunk, "usage")
         if usage is not None:
-            self.usage = Usage(int(_get(usage, "prompt_tokens") or 0), int(_get(usage, "completion_tokens") or 0))
+            self.usage = Usage(
+                bounded_tokens(_get(usage, "prompt_tokens")), bounded_tokens(_get(usage, "completion_tokens"))
+            )
         for choice in _get(chunk, "choices") or ():
             if _get(choice, "index") not in (None, 0):
                 continue
@@ -335,9 +293,7 @@ class _Received:
         return StepInterrupted(partial=partial, usage_estimated=self.usage is None, partial_tool_calls=fragments)
 
     def _estimate(self) -> Usage:
-        """About four characters a token: what was sent, and what arrived."""
-        sent = len(json.dumps(list(self._messages), default=str, ensure_ascii=False))
         arrived = sum(len(t) for t in self.content) + sum(
             len(c["arguments"]) + len(c["name"]) for c in self.calls.values()
         )
-        return Usage(-(-sent // 4), -(-arrived // 4))
+        return estimate_usage(self._messages, arrived)
