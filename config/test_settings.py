@@ -11,5 +11,8 @@ os.environ.setdefault("DJANGO_DEBUG", "1")
 # No background sweeper thread in the test process (it would hold a connection to the test
 # database); tests of the sweep call it, or turn it on for the processes they start.
 os.environ.setdefault("NRLLM_QUEUED_SWEEP_SECONDS", "0")
+# The key that encrypts connections' API keys (the tests run with DEBUG off, where no key is
+# derived from SECRET_KEY); a fixed test-only Fernet key, inherited by child processes.
+os.environ.setdefault("NRLLM_SECRET_KEYS", "dGVzdC1vbmx5LWZlcm5ldC1rZXktMzItYnl0ZXMhISE=")
 
 from .settings import *  # noqa: E402,F401,F403

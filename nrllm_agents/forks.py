@@ -21,7 +21,17 @@ from .outcomes import RunNotFound
 from .presenters import event_dict
 from .run_request import InvalidRequest, RunRequest
 
-OVERRIDABLE = ("script", "tools", "max_iterations", "provider", "model", "deadline_seconds", "max_total_tokens")
+OVERRIDABLE = (
+    "script",
+    "tools",
+    "max_iterations",
+    "provider",
+    "model",
+    "deadline_seconds",
+    "max_total_tokens",
+    "connection",
+    "max_cost",
+)
 MAX_SEQUENCE = 2**31 - 1
 
 
@@ -87,7 +97,16 @@ def _request(parent: AgentRun, overrides: Mapping[str, Any]) -> RunRequest:
         **(parent.options or {}),
         "deadline_seconds": parent.deadline_seconds,
         "max_total_tokens": parent.max_total_tokens,
+        "max_cost": parent.max_cost,
+        "connection": parent.connection or None,
     }
+    if "provider" in overrides or "connection" in overrides:
+        # Another provider or connection: the parent's connection does not follow.
+        base.pop("connection")
+        if "connection" in overrides:
+            base.pop("provider")
+            if "model" not in overrides:
+                base["model"] = ""  # the new connection's default model
     base.pop("system", None)  # already part of the copied transcript
     if overrides.get("provider", base["provider"]) != "scripted" and "script" not in overrides:
         base.pop("script", None)  # the parent's script does not go to another provider

@@ -132,3 +132,32 @@ REFUSALS = {
     Action.CANCEL: "You may not cancel this run: it is not yours and you lack the cancel permission.",
     Action.APPROVE: "You may not approve or deny this run: it is not yours and you lack the approve permission.",
 }
+
+
+class Setup(enum.StrEnum):
+    """What a caller wants to do with the run setup: connections, prices, agents."""
+
+    VIEW = "view"
+    ADD = "add"
+    CHANGE = "change"
+    DELETE = "delete"
+
+
+SETUP_MODELS = ("connection", "price", "agent")
+
+
+def may_configure(user: Any, action: Setup, model: str) -> bool:
+    """Connections, prices and agents (admin and API): staff holding the model's permission
+    (``nrllm_agents.<action>_<model>``; viewing is also granted by the change permission).
+    Anyone signed in may name one in a run request; a connection's key is never shown to anybody."""
+    if model not in SETUP_MODELS or not sees_all(user):
+        return False
+    if action == Setup.VIEW and user.has_perm(f"nrllm_agents.change_{model}"):
+        return True
+    return bool(user.has_perm(f"nrllm_agents.{action.value}_{model}"))
+
+
+def may_see_agents(user: Any) -> bool:
+    """The list of agents and their definitions (no secret in them): every signed-in user, who
+    may start runs from them."""
+    return authenticated(user)

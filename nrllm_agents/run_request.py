@@ -7,6 +7,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.utils import timezone
@@ -14,6 +15,7 @@ from django.utils import timezone
 from .conf import app_settings
 from .domain import ConfigurationError
 from .domain.providers import validate_script
+from .domain.steps import decimal_text
 from .jsonlimits import DEPTH_ERROR, value_too_deep
 
 MAX_PROMPT_CHARS = 20_000
@@ -64,6 +66,8 @@ class RunRequest:
     on_deny: str = "continue"
     deadline_seconds: int | None = None
     max_total_tokens: int | None = None
+    connection: str | None = None  # a Connection's name (never its key): it sets the provider kind
+    max_cost: Decimal | None = None  # in NRLLM_AGENTS["CURRENCY"]
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> RunRequest:
@@ -82,13 +86,19 @@ class RunRequest:
         elif len(prompt) > MAX_PROMPT_CHARS:
             errors["prompt"] = f"at most {MAX_PROMPT_CHARS} characters"
 
-        provider = data.get("provider") or app_settings.DEFAULT_PROVIDER
-        if not isinstance(provider, str) or provider not in app_settings.PROVIDERS:
+        connection, kind, default_model = _connection(data.get("connection"), errors)
+        provider = data.get("provider") or kind or app_settings.DEFAULT_PROVIDER
+        if kind is not None:
+            if provider != kind:
+                errors["provider"] = f"the connection speaks {kind}; leave the provider out"
+        elif not isinstance(provider, str) or provider not in app_settings.PROVIDERS:
             errors["provider"] = f"unknown provider; one of {', '.join(sorted(app_settings.PROVIDERS))}"
 
-        model = data.get("model") or ""
+        model = data.get("model") or default_model or ""
         if not isinstance(model, str) or len(model) > 200:
             errors["model"] = "a string of at most 200 characters"
+        elif connection is not None and not model:
+            errors["model"] = "the connection has no default model; name one"
         elif provider == "openai" and not model:
             errors["model"] = "the openai provider needs a model name"
 
@@ -146,6 +156,8 @@ class RunRequest:
             )
         }
 
+        max_cost = _money(data, "max_cost", app_settings.DEFAULT_MAX_COST, app_settings.MAX_COST_LIMIT, errors)
+
         # PostgreSQL cannot store NUL or lone surrogates (text, jsonb): refuse them here, for
         # every surface, rather than fail later with a server error.
         for key, value in data.items():
@@ -164,6 +176,8 @@ class RunRequest:
             script=script,
             system=system,
             on_deny=on_deny,
+            connection=connection,
+            max_cost=max_cost,
             **limits,
         )
 
@@ -183,6 +197,9 @@ class RunRequest:
             data["system"] = self.system
         data["deadline_seconds"] = self.deadline_seconds  # None stays None: "no limit", not "the default"
         data["max_total_tokens"] = self.max_total_tokens
+        data["max_cost"] = None if self.max_cost is None else decimal_text(self.max_cost)
+        if self.connection is not None:
+            data["connection"] = self.connection
         return data
 
     def row_fields(self) -> dict[str, Any]:
@@ -203,6 +220,8 @@ class RunRequest:
             "options": options,
             "deadline_seconds": self.deadline_seconds,
             "max_total_tokens": self.max_total_tokens,
+            "max_cost": self.max_cost,
+            "connection": self.connection or "",
             "deadline_at": deadline_at,
         }
 
@@ -218,6 +237,8 @@ class RunRequest:
                 **(run.options or {}),
                 "deadline_seconds": run.deadline_seconds,
                 "max_total_tokens": run.max_total_tokens,
+                "max_cost": None if run.max_cost is None else decimal_text(run.max_cost),
+                **({"connection": run.connection} if run.connection else {}),
             }
         )
 
@@ -232,3 +253,39 @@ def _limit(data: Mapping[str, Any], name: str, default: Any, bound: Any, errors:
         errors[name] = f"an integer from 1 to {bound}"
         return None
     return value
+
+
+def _connection(name: Any, errors: dict[str, str]) -> tuple[str | None, str | None, str]:
+    """``(name, kind, default model)`` of the named connection; ``(None, None, "")`` for none."""
+    if name is None or name == "":
+        return None, None, ""
+    from .models import Connection
+
+    row = None
+    if isinstance(name, str) and len(name) <= 100 and not unstorable(name):
+        row = Connection.objects.filter(name=name).values("kind", "default_model").first()
+    if row is None:
+        known = list(Connection.objects.values_list("name", flat=True)[:20])
+        errors["connection"] = "unknown connection" + (f"; one of {', '.join(known)}" if known else "; none is set up")
+        return None, None, ""
+    return name, row["kind"], row["default_model"]
+
+
+def _money(data: Mapping[str, Any], name: str, default: Any, bound: Any, errors: dict[str, str]) -> Decimal | None:
+    """A money limit: a decimal (number or string) above 0, at most ``bound``; ``None``: no limit."""
+    value = data[name] if name in data else default
+    if value is None:
+        return None
+    try:
+        amount = (
+            None
+            if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal))
+            else Decimal(str(value))
+        )
+    except InvalidOperation:
+        amount = None
+    top = Decimal(str(bound))
+    if amount is None or not amount.is_finite() or not 0 < amount <= top or amount.as_tuple().exponent < -12:  # type: ignore[operator]
+        errors[name] = f"a decimal amount above 0 and at most {decimal_text(top)}, at most 12 decimal places"
+        return None
+    return amount

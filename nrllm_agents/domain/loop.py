@@ -20,6 +20,7 @@ from typing import Any
 
 from .cancel import NEVER, CallContext, CancelToken, StepInterrupted
 from .errors import RunCancellationRequested, ToolError
+from .pricing import Price
 from .providers.base import Provider
 from .steps import LoopOutcome, LoopResult, LoopState, Step, StepKind, ToolCall, Trace, Usage
 from .tools.base import Tool, schema
@@ -76,6 +77,8 @@ class ToolLoop:
     before_start: called right before any model call or tool call starts; may raise to stop
         the loop (the runtime re-checks the row there after a boundary it could not guard).
     on_delta: receives ``(round, text)`` as a streaming model call produces its answer.
+    price: the model's price in force for this drive; each model call's usage (and step)
+        then carries its cost, and the step the price it was costed at.
     """
 
     def __init__(
@@ -90,6 +93,7 @@ class ToolLoop:
         token: CancelToken = NEVER,
         before_start: Callable[[], None] | None = None,
         on_delta: Callable[[int, str], None] | None = None,
+        price: Price | None = None,
     ) -> None:
         self.provider = provider
         self.tools = dict(tools)
@@ -100,6 +104,7 @@ class ToolLoop:
         self.token = token
         self.before_start = before_start
         self.on_delta = on_delta
+        self.price = price
         self._schemas = [schema(t) for t in self.tools.values()]
         self._provider_context = accepts_context(provider.complete)
         self._tool_context = {name: accepts_context(t.execute) for name, t in self.tools.items()}
@@ -202,7 +207,8 @@ class ToolLoop:
                     self._interrupted_llm(state, StepInterrupted(), t0)
                 return LoopResult(LoopOutcome.PROVIDER_FAILED, state, error=exc)
             state.iterations += 1
-            state.usage = state.usage + response.usage
+            usage = self._priced(response.usage)
+            state.usage = state.usage + usage
             calls = list(response.tool_calls)
             assistant: dict[str, Any] = {"role": "assistant", "content": response.content}
             if calls:
@@ -216,8 +222,9 @@ class ToolLoop:
                     {
                         "content": response.content,
                         "tool_calls": [c.as_dict() for c in calls],
-                        "usage": response.usage.as_dict(),
+                        "usage": usage.as_dict(),
                         "finish_reason": response.finish_reason,
+                        **self._price_record(),
                     },
                     duration_ms=_elapsed_ms(t0),
                 )
@@ -260,7 +267,7 @@ class ToolLoop:
         finished, and tool calls it had begun must not stand unanswered); its spend counts.
         """
         partial = stop.partial
-        usage = partial.usage if partial is not None else Usage()
+        usage = self._priced(partial.usage if partial is not None else Usage(), estimated=stop.usage_estimated)
         state.iterations += 1
         state.usage = state.usage + usage
         self.trace(
@@ -275,11 +282,18 @@ class ToolLoop:
                     "usage_estimated": stop.usage_estimated,
                     "finish_reason": "interrupted",
                     "interrupted": True,
+                    **self._price_record(),
                 },
                 duration_ms=_elapsed_ms(t0),
             )
         )
         raise RunCancellationRequested()  # when the boundary probe could not confirm it
+
+    def _priced(self, usage: Usage, *, estimated: bool = False) -> Usage:
+        return usage if self.price is None else self.price.priced(usage, estimated=estimated)
+
+    def _price_record(self) -> dict[str, Any]:
+        return {} if self.price is None else {"price": self.price.as_dict()}
 
     def _run_calls(self, state: LoopState, calls: Sequence[ToolCall]) -> LoopResult | None:
         for call in calls:

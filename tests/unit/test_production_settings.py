@@ -22,11 +22,12 @@ PRODUCTION = {
     "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS": "1",
     "DJANGO_SECURE_HSTS_PRELOAD": "1",
     "DJANGO_SECURE_COOKIES": "1",
+    "NRLLM_SECRET_KEYS": "cHJvZHVjdGlvbi10ZXN0LWZlcm5ldC1rZXktMzJieXQ=",  # encrypts connections' keys
 }
 
 
 def run(args: list[str], **env: str) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "PYTEST"))}
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "PYTEST", "NRLLM_SECRET_KEYS"))}
     base.update(DJANGO_SETTINGS_MODULE="config.settings", DATABASE_URL="sqlite:///:memory:", **env)
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=base, capture_output=True, text=True, timeout=120)
 
@@ -47,3 +48,10 @@ def test_check_deploy_is_clean_with_the_documented_production_settings():
     done = run(["manage.py", "check", "--deploy", "--fail-level", "WARNING"], **PRODUCTION)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no issues" in done.stdout
+
+
+def test_check_refuses_production_without_a_key_for_connections():
+    settings = {k: v for k, v in PRODUCTION.items() if k != "NRLLM_SECRET_KEYS"}
+    done = run(["manage.py", "check", "--deploy"], **settings)
+    assert done.returncode != 0
+    assert "nrllm_agents.E010" in done.stderr and "NRLLM_SECRET_KEYS" in done.stderr
