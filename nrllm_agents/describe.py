@@ -65,6 +65,14 @@ def usage_text(payload: dict[str, Any]) -> str:
     return f"{prompt} prompt + {completion} completion = {total} tokens{estimated}"
 
 
+def run_cost_text(cost: dict[str, Any] | None) -> str:
+    """A run's cost (``presenters.run_status_dict``'s ``cost``): ``0.0042 USD``, ``… (estimated
+    in part)``, or ``not priced``."""
+    if not cost:
+        return "not priced"
+    return f"{cost.get('amount')} {cost.get('currency')}" + (" (estimated in part)" if cost.get("estimated") else "")
+
+
 def cost_text(payload: dict[str, Any]) -> str | None:
     """A model call's cost and the price it was costed at, or ``None`` for an unpriced call."""
     usage, price = _dict(payload.get("usage")), _dict(payload.get("price"))

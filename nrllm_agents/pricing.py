@@ -17,6 +17,7 @@ from django.db import DatabaseError
 from django.db.models import Q
 
 from .conf import app_settings
+from .describe import run_cost_text
 from .domain import Price
 from .domain.steps import decimal_text
 from .models import AgentRun, Connection
@@ -67,11 +68,8 @@ def cost_dict(run: AgentRun) -> dict[str, Any] | None:
 
 
 def cost_text(run: AgentRun) -> str:
-    """The run's cost in words: ``0.0042 USD``, ``0.0042 USD (estimated in part)``, ``not priced``."""
-    cost = cost_dict(run)
-    if cost is None:
-        return "not priced"
-    return f"{cost['amount']} {cost['currency']}" + (" (estimated in part)" if cost["estimated"] else "")
+    """The run's cost in words (``describe.run_cost_text``)."""
+    return run_cost_text(cost_dict(run))
 
 
 def set_price(

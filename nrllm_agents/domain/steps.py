@@ -87,8 +87,9 @@ class Usage:
 
 
 def decimal_text(value: Decimal) -> str:
-    """A decimal as plain text, never in exponent form (``0.0000001``, not ``1E-7``)."""
-    return format(value, "f")
+    """A decimal as plain text, without trailing zeros and never in exponent form
+    (``0.0000001``, not ``1E-7`` or ``0.000000100``)."""
+    return format(value.normalize(), "f")
 
 
 @dataclass(frozen=True)
