@@ -31,6 +31,7 @@ OVERRIDABLE = (
     "max_total_tokens",
     "connection",
     "max_cost",
+    "agent",
 )
 MAX_SEQUENCE = 2**31 - 1
 
@@ -107,8 +108,14 @@ def _request(parent: AgentRun, overrides: Mapping[str, Any]) -> RunRequest:
             base.pop("provider")
             if "model" not in overrides:
                 base["model"] = ""  # the new connection's default model
+    if "agent" in overrides:
+        # Started from an agent: its definition, not the parent's settings, fills what the
+        # overrides leave out (its instructions excepted: the copied transcript has the parent's).
+        base = {"prompt": parent.prompt}
+    elif parent.agent_snapshot and parent.agent_version_id is not None:  # the version still exists
+        base.update(agent=parent.agent_snapshot["name"], agent_version=parent.agent_snapshot["version"])
     base.pop("system", None)  # already part of the copied transcript
-    if overrides.get("provider", base["provider"]) != "scripted" and "script" not in overrides:
+    if overrides.get("provider", base.get("provider")) != "scripted" and "script" not in overrides:
         base.pop("script", None)  # the parent's script does not go to another provider
     return RunRequest.from_mapping({**base, **overrides})
 

@@ -115,6 +115,13 @@ class AgentRun(models.Model):
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
     forked_from_sequence = models.PositiveIntegerField(null=True, blank=True)
 
+    # Agents (nrllm_agents.agents): the exact version it was started from, and a copy of that
+    # version's definition, which no later edit (or deletion) of the agent changes.
+    agent_version = models.ForeignKey(
+        "AgentVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    agent_snapshot = models.JSONField(null=True, blank=True)  # {"name", "version", "definition"}
+
     class Meta:
         ordering = ["-created_at"]
         indexes = [
@@ -218,7 +225,22 @@ class ConnectionKind(models.TextChoices):
     GEMINI = "gemini"  # Google's Gemini API
 
 
-class Connection(models.Model):
+class Named(models.Model):
+    """What connections and agents share: a unique slug name and when they changed."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Connection(Named):
     """A model server to run through: its protocol, address, default model and API key.
 
     The key is stored encrypted (``nrllm_agents.vault``) and is write-only: ``set_key`` takes
@@ -226,19 +248,10 @@ class Connection(models.Model):
     else (``str``, ``repr``, forms, the API, the commands) ever shows it.
     """
 
-    name = models.SlugField(max_length=100, unique=True)
     kind = models.CharField(max_length=16, choices=ConnectionKind.choices)
     base_url = models.URLField(max_length=500)  # where the key goes: never taken from the environment
     default_model = models.CharField(max_length=200, blank=True)
     encrypted_key = models.TextField(blank=True, editable=False)  # a Fernet token; blank: no key
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return self.name
 
     def __repr__(self) -> str:
         return f"<Connection {self.name} ({self.kind})>"
@@ -295,3 +308,39 @@ class Price(models.Model):
     def __str__(self) -> str:
         where = f"connection {self.connection}" if self.connection_id else f"provider {self.provider}"
         return f"{self.model} via {where}: {self.input_per_million} in / {self.output_per_million} out per 1M tokens"
+
+
+class Agent(Named):
+    """A named agent: instructions, a connection or provider and model, tools and limits.
+
+    Its definition lives in versions: editing an agent adds a version, never changes one, so a
+    run records exactly what it was started with (``AgentRun.agent_version`` and its snapshot).
+    """
+
+    description = models.TextField(blank=True)
+
+    def latest(self) -> AgentVersion | None:
+        return self.versions.order_by("-version").first()
+
+
+class AgentVersion(models.Model):
+    """One immutable version of an agent's definition (the run request fields it sets)."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="versions")
+    version = models.PositiveIntegerField()
+    definition = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["agent", "-version"]
+        constraints = [models.UniqueConstraint(fields=["agent", "version"], name="agentversion_agent_version")]
+
+    def __str__(self) -> str:
+        return f"{self.agent.name} v{self.version}"
+
+    def snapshot(self) -> dict[str, Any]:
+        """What a run records of the version it started from."""
+        return {"name": self.agent.name, "version": self.version, "definition": self.definition}

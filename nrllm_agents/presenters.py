@@ -100,6 +100,9 @@ def run_status_dict(run: AgentRun) -> dict[str, Any]:
             "deadline_at": _iso(run.deadline_at),
         },
         "connection": run.connection or None,
+        "agent": {"name": run.agent_snapshot.get("name"), "version": run.agent_snapshot.get("version")}
+        if run.agent_snapshot
+        else None,
         "parent": {"run_id": str(run.parent_id), "from_sequence": run.forked_from_sequence} if run.parent_id else None,
     }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -68,6 +68,10 @@ class RunRequest:
     max_total_tokens: int | None = None
     connection: str | None = None  # a Connection's name (never its key): it sets the provider kind
     max_cost: Decimal | None = None  # in NRLLM_AGENTS["CURRENCY"]
+    agent: str | None = None  # an Agent's name: its definition fills every field the request leaves out
+    agent_version: int | None = None  # the version used (the latest when the request names none)
+    # The version's row id and snapshot, for the run's record; not part of the request itself.
+    agent_record: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> RunRequest:
@@ -75,10 +79,11 @@ class RunRequest:
         errors: dict[str, str] = {}
         if not isinstance(data, Mapping):
             raise InvalidRequest({"non_field_errors": "expected an object"})
-        known = {f.name for f in dataclasses.fields(cls)}
+        known = {f.name for f in dataclasses.fields(cls)} - {"agent_record"}
         unknown = sorted(set(data) - known)
         if unknown:
             errors["non_field_errors"] = f"unknown fields: {', '.join(map(str, unknown))}"
+        data, agent = _with_agent(data, errors)
 
         prompt = data.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
@@ -178,6 +183,9 @@ class RunRequest:
             on_deny=on_deny,
             connection=connection,
             max_cost=max_cost,
+            agent=agent["name"] if agent else None,
+            agent_version=agent["version"] if agent else None,
+            agent_record=agent,
             **limits,
         )
 
@@ -200,6 +208,8 @@ class RunRequest:
         data["max_cost"] = None if self.max_cost is None else decimal_text(self.max_cost)
         if self.connection is not None:
             data["connection"] = self.connection
+        if self.agent is not None:
+            data["agent"], data["agent_version"] = self.agent, self.agent_version
         return data
 
     def row_fields(self) -> dict[str, Any]:
@@ -223,6 +233,8 @@ class RunRequest:
             "max_cost": self.max_cost,
             "connection": self.connection or "",
             "deadline_at": deadline_at,
+            "agent_version_id": self.agent_record["id"] if self.agent_record else None,
+            "agent_snapshot": {k: v for k, v in self.agent_record.items() if k != "id"} if self.agent_record else None,
         }
 
     @classmethod
@@ -239,6 +251,7 @@ class RunRequest:
                 "max_total_tokens": run.max_total_tokens,
                 "max_cost": None if run.max_cost is None else decimal_text(run.max_cost),
                 **({"connection": run.connection} if run.connection else {}),
+                **_agent_of(run),
             }
         )
 
@@ -289,3 +302,61 @@ def _money(data: Mapping[str, Any], name: str, default: Any, bound: Any, errors:
         errors[name] = f"a decimal amount above 0 and at most {decimal_text(top)}, at most 12 decimal places"
         return None
     return amount
+
+
+AGENT_FIELDS = (
+    "system",
+    "connection",
+    "provider",
+    "model",
+    "tools",
+    "max_iterations",
+    "on_deny",
+    "deadline_seconds",
+    "max_total_tokens",
+    "max_cost",
+)
+"""The request fields an agent's definition may set."""
+
+
+def _with_agent(data: Mapping[str, Any], errors: dict[str, str]) -> tuple[Mapping[str, Any], dict[str, Any] | None]:
+    """The request with its agent's definition under it (the request's own fields win), and the
+    agent version's record (``{"id", "name", "version", "definition"}``); unchanged without an agent.
+
+    A request that names its own provider or connection takes none of the agent's (nor its
+    model, unless it names none either).
+    """
+    name, version = data.get("agent"), data.get("agent_version")
+    if name is None:
+        if version is not None:
+            errors["agent_version"] = "goes with agent"
+        return data, None
+    from .models import AgentVersion
+
+    found = None
+    if isinstance(name, str) and len(name) <= 100 and not unstorable(name):
+        versions = AgentVersion.objects.select_related("agent").filter(agent__name=name)
+        if version is None:
+            found = versions.order_by("-version").first()
+        elif isinstance(version, int) and not isinstance(version, bool) and 0 < version < 2**31:
+            found = versions.filter(version=version).first()
+    if found is None:
+        field = "agent_version" if version is not None and isinstance(name, str) else "agent"
+        errors[field] = "no such agent" if field == "agent" else "no such version of this agent"
+        return data, None
+    definition = {k: v for k, v in (found.definition or {}).items() if k in AGENT_FIELDS}
+    if "provider" in data or "connection" in data:
+        definition.pop("provider", None)
+        definition.pop("connection", None)
+        if "model" not in data:
+            definition.pop("model", None)
+    record = {"id": found.pk, **found.snapshot()}
+    return {**definition, **data}, record
+
+
+def _agent_of(run: Any) -> dict[str, Any]:
+    """The agent fields a stored run was started with (the exact version)."""
+    snapshot = run.agent_snapshot or {}
+    if not snapshot.get("name") or getattr(run, "agent_version_id", None) is None:
+        return {}  # a deleted agent: the run's own columns still hold everything it ran with
+    return {"agent": snapshot["name"], "agent_version": snapshot.get("version")}

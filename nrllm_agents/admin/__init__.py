@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from .notes import NoteAdmin
 from .runs import AgentRunAdmin
-from .setup import ConnectionAdmin, PriceAdmin
+from .setup import AgentAdmin, ConnectionAdmin, PriceAdmin
 
-__all__ = ["AgentRunAdmin", "ConnectionAdmin", "NoteAdmin", "PriceAdmin"]
+__all__ = ["AgentAdmin", "AgentRunAdmin", "ConnectionAdmin", "NoteAdmin", "PriceAdmin"]

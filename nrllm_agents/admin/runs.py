@@ -122,6 +122,7 @@ class AgentRunAdmin(admin.ModelAdmin):
         ),
         ("Limits", {"fields": ("deadline_seconds", "max_total_tokens", "max_cost", "deadline_at")}),
         ("Forks", {"fields": ("parent_link", "forked_from_sequence", "children_links")}),
+        ("Agent", {"fields": ("agent_version", "agent_snapshot")}),
         ("Options", {"fields": ("options",), "classes": ("collapse",)}),
     )
     readonly_fields = tuple(f for _, spec in fieldsets for f in spec["fields"])

@@ -1,4 +1,4 @@
-"""The admin of what runs are set up with: connections (their key write-only) and prices.
+"""The admin of what runs are set up with: connections (their key write-only), prices, agents.
 
 Who may view, add, change and delete them is ``policy.may_configure``'s decision. A
 connection's key is a password field that never renders its value: leaving it empty keeps
@@ -13,8 +13,8 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
-from .. import policy
-from ..models import Connection, Price
+from .. import agents, policy
+from ..models import Agent, AgentVersion, Connection, Price
 
 
 class _Configured(admin.ModelAdmin):
@@ -91,3 +91,63 @@ class PriceAdmin(_Configured):
                 "Per million tokens, in NRLLM_AGENTS['CURRENCY']; new calls use it, past ones keep theirs."
             )
         return field
+
+
+class AgentForm(forms.ModelForm):
+    definition = forms.JSONField(
+        initial=dict,
+        help_text="Run request fields the agent sets (system, connection, provider, model, tools, max_iterations, "
+        "on_deny, deadline_seconds, max_total_tokens, max_cost). Saving adds a version; runs keep theirs.",
+        widget=forms.Textarea(attrs={"rows": 12, "spellcheck": "false"}),
+    )
+
+    class Meta:
+        model = Agent
+        fields = ("name", "description")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        latest = self.instance.latest() if self.instance.pk else None
+        if latest is not None:
+            self.fields["definition"].initial = latest.definition
+
+    def clean_definition(self) -> dict[str, Any]:
+        try:
+            return agents.validated(self.cleaned_data.get("definition"))
+        except agents.InvalidAgent as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+class AgentVersionInline(admin.TabularInline):
+    model = AgentVersion
+    fields = ("version", "definition", "created_at", "created_by")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    ordering = ("-version",)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Agent)
+class AgentAdmin(_Configured):
+    form = AgentForm
+    list_display = ("name", "description", "latest_version", "updated_at")
+    search_fields = ("name", "description")
+    inlines = [AgentVersionInline]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        return ("name",) if obj is not None else ()
+
+    @admin.display(description="version")
+    def latest_version(self, agent: Agent) -> int | None:
+        latest = agent.latest()
+        return latest.version if latest else None
+
+    def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        agents.save(obj.name, form.cleaned_data["definition"], by=request.user)

@@ -267,6 +267,14 @@ class CreateRunSerializer(serializers.Serializer):
         max_length=100,
         help_text="Run through this connection (its kind sets the provider, its default model the model).",
     )
+    agent = StrictCharField(
+        required=False,
+        max_length=100,
+        help_text="Start from this agent (see /api/agents/): its definition fills every field left out.",
+    )
+    agent_version = StrictIntegerField(
+        required=False, min_value=1, help_text="With agent: this version of it (default: the latest)."
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -292,6 +300,7 @@ class ForkRequestSerializer(CreateRunSerializer):
     prompt = None  # type: ignore[assignment]
     system = None  # type: ignore[assignment]
     on_deny = None  # type: ignore[assignment]
+    agent_version = None  # type: ignore[assignment]
     from_sequence = StrictIntegerField(
         required=False,
         min_value=0,
@@ -325,6 +334,11 @@ class LimitDetailSerializer(serializers.Serializer):
         help_text="What was measured when it stopped the run (a number; for max_cost a decimal string)."
     )
     unit = serializers.CharField(help_text="s, tokens, or the currency (max_cost).")
+
+
+class AgentRefSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    version = serializers.IntegerField(help_text="Exactly this version (its definition is kept with the run).")
 
 
 class CostSerializer(serializers.Serializer):
@@ -386,6 +400,7 @@ class RunSerializer(serializers.Serializer):
     usage = UsageSerializer()
     cost = CostSerializer(allow_null=True, help_text="null: no price was in force for its model calls.")
     connection = serializers.CharField(allow_null=True, help_text="The connection it ran through, if any.")
+    agent = AgentRefSerializer(allow_null=True, help_text="The agent version it was started from, if any.")
     final_text = serializers.CharField(allow_null=True)
     error = serializers.CharField(allow_null=True)
     pending_approval = PendingCallSerializer(many=True, help_text="Calls awaiting a decision (waiting runs).")

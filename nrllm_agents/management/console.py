@@ -82,6 +82,7 @@ REQUEST_OPTIONS = (
     "max_total_tokens",
     "max_cost",
     "connection",
+    "agent",
 )
 
 

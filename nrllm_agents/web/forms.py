@@ -11,7 +11,7 @@ from django import forms
 from .. import registry
 from ..conf import app_settings
 from ..jsonlimits import DEPTH_ERROR, text_too_deep
-from ..models import Connection
+from ..models import Agent, Connection
 from ..run_request import MAX_PROMPT_CHARS, InvalidRequest, RunRequest
 
 SCRIPT_HELP = (
@@ -59,6 +59,11 @@ class RunForm(forms.Form):
     connection = forms.ChoiceField(
         required=False, help_text="Run through a connection (its kind is the provider). Empty: the provider above."
     )
+    agent = forms.ChoiceField(
+        required=False,
+        help_text="Start from an agent: its definition sets the provider or connection, model, tools, "
+        "iterations and instructions (the limits and a model given here win).",
+    )
     script = forms.CharField(
         required=False, help_text=SCRIPT_HELP, widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"})
     )
@@ -74,6 +79,7 @@ class RunForm(forms.Form):
         self.fields["max_iterations"].initial = app_settings.DEFAULT_MAX_ITERATIONS
         names = Connection.objects.values_list("name", flat=True)
         self.fields["connection"].choices = [("", "—"), *((n, n) for n in names)]
+        self.fields["agent"].choices = [("", "—"), *((n, n) for n in Agent.objects.values_list("name", flat=True))]
         self.run_request: RunRequest | None = None
 
     def clean_script(self) -> Any:
@@ -98,6 +104,12 @@ class RunForm(forms.Form):
         if data.get("connection"):
             mapping["connection"] = data["connection"]
             mapping.pop("provider")  # the connection's kind is the provider
+        if data.get("agent"):
+            mapping["agent"] = data["agent"]
+            for name in ("provider", "tools", "max_iterations"):  # the agent's, unless a connection is chosen
+                mapping.pop(name, None)
+            if not mapping.get("model"):
+                mapping.pop("model", None)
         if data.get("script") is not None:
             mapping["script"] = data["script"]
         try:

@@ -40,6 +40,11 @@ class Command(BaseCommand):
         parser.add_argument("--script", metavar="JSON|@FILE", help="Override the scripted provider's turns.")
         parser.add_argument("--max-iterations", type=int, metavar="N", help="Override the cap on model calls.")
         parser.add_argument("--connection", metavar="NAME", help="Override the connection the fork runs through.")
+        parser.add_argument(
+            "--agent",
+            metavar="NAME",
+            help="Continue as this agent (its latest version) instead of the parent's settings.",
+        )
         console.add_limit_arguments(parser)
         parser.add_argument("--json", action="store_true", help="Print one JSON object per line.")
         parser.add_argument("--queued", action="store_true", help="Hand the fork to a worker; print its id at once.")

@@ -30,6 +30,11 @@ class Command(BaseCommand):
             "--connection", metavar="NAME", help="Run through this connection (see agent_connections list)."
         )
         parser.add_argument(
+            "--agent",
+            metavar="NAME",
+            help="Start from this agent's latest version: its definition fills every flag not given.",
+        )
+        parser.add_argument(
             "--tool",
             dest="tools",
             action="append",
