@@ -33,10 +33,12 @@ def save(
     default_model: str = "",
     api_key: str | None = None,
     replace: bool = False,
+    keep_key: bool = False,
 ) -> tuple[Connection, bool]:
     """Create (or, with ``replace``, change) the connection ``name``; ``(row, created)``.
 
-    ``api_key`` ``None`` or blank stores no key. Raises ``InvalidConnection``.
+    ``api_key`` ``None`` or blank stores no key, unless ``keep_key`` keeps the stored one.
+    Raises ``InvalidConnection``.
     """
     row = Connection.objects.filter(name=name).first()
     created = row is None
@@ -46,11 +48,14 @@ def save(
     row.kind, row.base_url, row.default_model = kind, base_url, default_model or ""
     if api_key is not None and ("\x00" in api_key or len(api_key) > 4000):
         raise InvalidConnection({KEY_FIELD: "at most 4000 characters, no NUL"})
+    if not (default_model or "").isprintable() or len(default_model or "") > 200:
+        raise InvalidConnection({"default_model": "a printable name of at most 200 characters"})
     try:
         row.full_clean(exclude=["name"] if not created else None)
     except ValidationError as exc:
         raise InvalidConnection({field: " ".join(messages) for field, messages in exc.message_dict.items()}) from None
-    row.set_key(api_key.strip() if api_key else None)
+    if not (keep_key and api_key is None):
+        row.set_key(api_key.strip() if api_key else None)
     row.save()
     return row, created
 

@@ -209,3 +209,35 @@ def test_the_admin_takes_a_key_and_never_shows_it(admin_client):
     assert kept.status_code == 302
     row.refresh_from_db()
     assert row.default_model == "m2" and row.api_key() == KEY  # an empty field keeps the key
+
+
+@pytest.mark.django_db
+def test_the_api_takes_a_key_and_never_returns_it(django_user_model, alice):
+    from django.contrib.auth.models import Permission
+    from rest_framework.test import APIClient
+
+    staff = django_user_model.objects.create_user("ops", password="pw", is_staff=True)
+    staff.user_permissions.add(*Permission.objects.filter(codename__endswith="_connection"))
+    ops, outsider = APIClient(), APIClient()
+    ops.force_authenticate(staff)
+    outsider.force_authenticate(alice)
+    body = {"name": "api", "kind": "openai", "base_url": "http://127.0.0.1:9/v1", "default_model": "m", "api_key": KEY}
+    assert outsider.post("/api/connections/", body, format="json").status_code == 403
+    assert outsider.get("/api/connections/").status_code == 403
+    created = ops.post("/api/connections/", body, format="json")
+    assert created.status_code == 201 and created.json()["has_key"] is True
+    answers = [created, ops.get("/api/connections/"), ops.get("/api/connections/api/")]
+    edited = ops.put("/api/connections/api/", {**body, "api_key": None} | {"default_model": "m2"}, format="json")
+    assert edited.status_code == 400  # null is not a key
+    kept = {k: v for k, v in body.items() if k not in ("name", "api_key")} | {"default_model": "m2"}
+    answers.append(ops.put("/api/connections/api/", kept, format="json"))
+    assert answers[-1].status_code == 200 and answers[-1].json()["default_model"] == "m2"
+    assert Connection.objects.get(name="api").api_key() == KEY  # left out: kept
+    refused = ops.post("/api/connections/", {**body, "name": "api2", "base_url": "not a url"}, format="json")
+    assert refused.status_code == 400 and "base_url" in refused.json()
+    answers.append(refused)
+    for answer in answers:
+        assert KEY not in answer.content.decode()
+    cleared = ops.put("/api/connections/api/", {**kept, "clear_key": True}, format="json")
+    assert cleared.json()["has_key"] is False and not Connection.objects.get(name="api").has_key
+    assert ops.delete("/api/connections/api/").status_code == 204 and not Connection.objects.exists()
