@@ -232,3 +232,46 @@ def test_spend_is_counted_by_provider_and_model():
     scripted_price(Decimal("1000"), Decimal("0"))
     AgentRuntime().run({"prompt": "p", "tools": [], "script": [turn(500, 7, content="x")]})
     assert REGISTRY.get_sample_value("nrllm_spend_total", labels) == pytest.approx(before + 0.5)
+
+
+def test_the_playground_and_the_api_take_max_cost_a_connection_and_an_agent(client, alice):
+    from nrllm_agents import agents
+    from nrllm_agents.web.forms import RunForm
+
+    connections.save("vendor", kind="openai", base_url="http://127.0.0.1:9/v1", default_model="gpt-x")
+    agents.save("adder", {"system": "Add.", "provider": "scripted", "tools": ["calculator"]})
+    base = {"prompt": "p", "provider": "scripted", "model": "", "max_iterations": "5", "mode": "queued", "script": ""}
+    through = RunForm({**base, "connection": "vendor", "max_cost": "0.25"})
+    assert through.is_valid(), through.errors
+    assert (through.run_request.connection, through.run_request.model) == ("vendor", "gpt-x")
+    assert through.run_request.max_cost == Decimal("0.25")
+    from_agent = RunForm({**base, "agent": "adder"})
+    assert from_agent.is_valid(), from_agent.errors
+    assert from_agent.run_request.tools == ("calculator",) and from_agent.run_request.agent_version == 1
+    bad = RunForm({**base, "max_cost": "-1"})
+    assert not bad.is_valid() and "max_cost" in bad.errors
+
+    client.force_login(alice)
+    refused = client.post("/api/runs/", {"prompt": "p", "max_cost": "abc"}, content_type="application/json")
+    assert refused.status_code == 400 and "max_cost" in refused.json()
+    scripted_price()
+    ran = client.post(
+        "/api/runs/",
+        {"prompt": "p", "agent": "adder", "max_cost": "5", "mode": "sync", "script": [turn(4, 2, content="6")]},
+        content_type="application/json",
+    )
+    assert ran.status_code == 201, ran.json()
+    body = ran.json()
+    assert body["limits"]["max_cost"] == "5" and body["agent"] == {"name": "adder", "version": 1}
+    amount = (4 * IN + 2 * OUT) / 1_000_000
+    assert Decimal(body["cost"]["amount"]) == amount
+    page = client.get(f"/playground/runs/{body['run_id']}/").content.decode()
+    assert f"{amount.normalize():f} USD" in page and "adder v1" in page
+
+
+def test_the_admin_shows_a_runs_cost(admin_client):
+    scripted_price()
+    result = AgentRuntime().run({"prompt": "p", "tools": [], "script": [turn(4, 2, content="6")]})
+    amount = f"{((4 * IN + 2 * OUT) / 1_000_000).normalize():f} USD"
+    assert amount in admin_client.get("/admin/nrllm_agents/agentrun/").content.decode()
+    assert amount in admin_client.get(f"/admin/nrllm_agents/agentrun/{result.run_id}/change/").content.decode()
