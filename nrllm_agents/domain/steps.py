@@ -78,10 +78,12 @@ class Usage:
             parsed = Decimal(str(cost)) if cost not in (None, "") else None
         except InvalidOperation:
             parsed = None
+        if parsed is not None and not parsed.is_finite():
+            parsed = None
         return cls(
             int(data.get("prompt_tokens") or 0),
             int(data.get("completion_tokens") or 0),
-            parsed if parsed is None or parsed.is_finite() else None,
+            parsed,
             bool(data.get("cost_estimated")) and parsed is not None,
         )
 
