@@ -88,9 +88,9 @@ def connection_provider(request: RunRequest, run_id: Any = None) -> Provider:
         api_key = row.api_key()
     except VaultError as exc:
         raise ConfigurationError(f"connection {row.name!r}: {exc}") from None
-    if api_key is None and row.kind == "openai":
-        # A keyless connection (a local server) must not fall back to OPENAI_API_KEY: that key
-        # would go to the connection's server.
+    if api_key is None:
+        # A keyless connection (a local server) must not fall back to the SDK's own variable
+        # (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY): that key would go to its server.
         from .domain.providers.openai_compat import PLACEHOLDER_API_KEY
 
         api_key = PLACEHOLDER_API_KEY

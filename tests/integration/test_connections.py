@@ -8,6 +8,7 @@ the real ``openai`` SDK to the shipped chat-completions server, which records th
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import subprocess
 
@@ -148,12 +149,14 @@ def test_a_queued_run_stores_the_connection_name_and_never_its_key():
 
 
 @pytest.mark.django_db
-def test_a_failed_call_through_a_connection_never_names_its_key():
+def test_a_failed_call_through_a_connection_never_names_its_key(caplog):
+    caplog.set_level(logging.DEBUG)
     with ChatCompletionServer([{"content": "x"}], api_key="sk-the-right-one") as server:
         connections.save("wrong", kind="openai", base_url=server.base_url, default_model="m", api_key=KEY)
         result = _run_through("wrong")
     assert result.outcome == Outcome.FAILED and "401" in result.error
     assert KEY not in result.error and KEY not in json.dumps(list(AgentRunEvent.objects.values("payload")))
+    assert caplog.records and KEY not in caplog.text  # nor in any log line, at any level
 
 
 @pytest.mark.django_db
