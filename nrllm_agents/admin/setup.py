@@ -40,6 +40,7 @@ class _Configured(admin.ModelAdmin):
 
 
 class ConnectionForm(forms.ModelForm):
+    base_url = forms.URLField(max_length=500, assume_scheme="https", help_text="Where the key is sent.")
     api_key = forms.CharField(
         required=False,
         strip=True,
