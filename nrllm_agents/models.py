@@ -294,6 +294,7 @@ class Price(models.Model):
                 condition=(models.Q(connection__isnull=True) & ~models.Q(provider=""))
                 | (models.Q(connection__isnull=False) & models.Q(provider="")),
                 name="price_connection_xor_provider",
+                violation_error_message="A price is for a connection or for a provider: set exactly one of them.",
             ),
             models.UniqueConstraint(
                 fields=["connection", "model"],

@@ -65,7 +65,7 @@ class Migration(migrations.Migration):
             ],
             options={
                 'ordering': ['connection__name', 'provider', 'model'],
-                'constraints': [models.CheckConstraint(condition=models.Q(models.Q(('connection__isnull', True), models.Q(('provider', ''), _negated=True)), models.Q(('connection__isnull', False), ('provider', '')), _connector='OR'), name='price_connection_xor_provider'), models.UniqueConstraint(condition=models.Q(('connection__isnull', False)), fields=('connection', 'model'), name='price_connection_model'), models.UniqueConstraint(condition=models.Q(('connection__isnull', True)), fields=('provider', 'model'), name='price_provider_model')],
+                'constraints': [models.CheckConstraint(condition=models.Q(models.Q(('connection__isnull', True), models.Q(('provider', ''), _negated=True)), models.Q(('connection__isnull', False), ('provider', '')), _connector='OR'), name='price_connection_xor_provider', violation_error_message='A price is for a connection or for a provider: set exactly one of them.'), models.UniqueConstraint(condition=models.Q(('connection__isnull', False)), fields=('connection', 'model'), name='price_connection_model'), models.UniqueConstraint(condition=models.Q(('connection__isnull', True)), fields=('provider', 'model'), name='price_provider_model')],
             },
         ),
     ]

@@ -275,3 +275,14 @@ def test_the_admin_shows_a_runs_cost(admin_client):
     amount = f"{((4 * IN + 2 * OUT) / 1_000_000).normalize():f} USD"
     assert amount in admin_client.get("/admin/nrllm_agents/agentrun/").content.decode()
     assert amount in admin_client.get(f"/admin/nrllm_agents/agentrun/{result.run_id}/change/").content.decode()
+
+
+def test_the_admin_sets_a_price_for_a_connection_or_a_provider_not_both(admin_client):
+    row, _ = connections.save("vendor", kind="openai", base_url="http://127.0.0.1:9/v1")
+    form = {"model": "m", "input_per_million": "1.5", "output_per_million": "2"}
+    both = admin_client.post("/admin/nrllm_agents/price/add/", {**form, "connection": row.pk, "provider": "openai"})
+    assert both.status_code == 200 and "set exactly one of them" in both.content.decode()
+    assert not Price.objects.exists()
+    done = admin_client.post("/admin/nrllm_agents/price/add/", {**form, "connection": row.pk, "provider": ""})
+    assert done.status_code == 302
+    assert pricing.resolve("openai", "m", "vendor").input_per_million == Decimal("1.5")
