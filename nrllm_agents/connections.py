@@ -48,8 +48,6 @@ def save(
     row.kind, row.base_url, row.default_model = kind, base_url, default_model or ""
     if api_key is not None and ("\x00" in api_key or len(api_key) > 4000):
         raise InvalidConnection({KEY_FIELD: "at most 4000 characters, no NUL"})
-    if not (default_model or "").isprintable() or len(default_model or "") > 200:
-        raise InvalidConnection({"default_model": "a printable name of at most 200 characters"})
     try:
         row.full_clean(exclude=["name"] if not created else None)
     except ValidationError as exc:

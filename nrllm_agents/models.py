@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
@@ -255,6 +256,10 @@ class Connection(Named):
 
     def __repr__(self) -> str:
         return f"<Connection {self.name} ({self.kind})>"
+
+    def clean(self) -> None:
+        if not self.default_model.isprintable():  # it is printed by commands and pages
+            raise ValidationError({"default_model": "printable characters only"})
 
     @property
     def has_key(self) -> bool:

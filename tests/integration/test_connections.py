@@ -66,6 +66,8 @@ def test_add_reads_the_key_from_stdin_and_list_never_shows_it(child_env):
 
     again = add(child_env, "local", "sk-other", "--base-url", "http://127.0.0.1:9/v1")
     assert again.returncode == 2 and "exists" in again.stderr and "sk-other" not in again.stderr
+    escape = add(child_env, "esc", KEY, "--base-url", "http://127.0.0.1:9/v1", "--model", "\x1b[31mred")
+    assert escape.returncode == 2 and "default_model" in escape.stderr and "\x1b" not in escape.stderr
     bad = add(child_env, "bad name", KEY, "--base-url", "not a url")
     assert bad.returncode == 2 and KEY not in bad.stderr
     assert "name" in bad.stderr and "base_url" in bad.stderr
