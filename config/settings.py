@@ -215,6 +215,7 @@ SPECTACULAR_SETTINGS = {
         "RunStatusEnum": "nrllm_agents.models.RunStatus",
         "TerminationReasonEnum": "nrllm_agents.models.TerminationReason",
         "CancelSourceEnum": "nrllm_agents.models.CancelSource",
+        "ConnectionKindEnum": "nrllm_agents.models.ConnectionKind",
     },
 }
 

@@ -14,5 +14,8 @@ os.environ.setdefault("NRLLM_QUEUED_SWEEP_SECONDS", "0")
 # pytest-django runs the tests with DEBUG off, where the scripted provider (the suite's model)
 # is closed to API and playground users; the tests of that rule set it back to None.
 os.environ.setdefault("NRLLM_ALLOW_SCRIPTED", "1")
+# The key that encrypts connections' API keys (the tests run with DEBUG off, where no key is
+# derived from SECRET_KEY); a fixed test-only Fernet key, inherited by child processes.
+os.environ.setdefault("NRLLM_SECRET_KEYS", "dGVzdC1vbmx5LWZlcm5ldC1rZXktMzItYnl0ZXMhISE=")
 
 from .settings import *  # noqa: E402,F401,F403

@@ -8,6 +8,7 @@ instead of failing on the first run that reads it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
@@ -16,6 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from .conf import DEFAULTS, Env, app_settings
 from .executors import CHOICES as EXECUTORS
+from .vault import problem as vault_problem
 
 Rule = tuple[Callable[[Any], bool], str]
 
@@ -40,7 +42,25 @@ PATHS: Rule = (
     "a dict of names to dotted paths",
 )
 
+
+def _amount(value: Any) -> bool:
+    try:
+        amount = Decimal(str(value)) if isinstance(value, (int, str, Decimal)) and not isinstance(value, bool) else None
+    except InvalidOperation:
+        return False
+    return amount is not None and amount.is_finite() and amount > 0
+
+
+AMOUNT: Rule = (_amount, "a decimal amount above 0 (a string such as '12.50', or a whole number)")
+
 RULES: dict[str, Rule] = {
+    "CURRENCY": NAME,
+    "DEFAULT_MAX_COST": (lambda v: v is None or _amount(v), "None or " + AMOUNT[1]),
+    "MAX_COST_LIMIT": AMOUNT,
+    "SECRET_KEYS": (
+        lambda v: isinstance(v, str) or (isinstance(v, (list, tuple)) and all(isinstance(k, str) for k in v)),
+        "a list of Fernet keys, or a comma-separated string of them",
+    ),
     "PROVIDERS": PATHS,
     "TOOLS": PATHS,
     "DEFAULT_PROVIDER": NAME,
@@ -204,6 +224,14 @@ def _consistency(v: dict[str, Any]) -> list[CheckMessage]:
                     id="nrllm_agents.E012",
                 )
             )
+    if ok("SECRET_KEYS") and (problem := vault_problem()) is not None:
+        found.append(
+            Error(
+                problem,
+                hint="The first key encrypts connections' API keys; all of them decrypt.",
+                id="nrllm_agents.E014",
+            )
+        )
     if ok("RETRY_BASE_SECONDS", "RETRY_MAX_SECONDS") and v["RETRY_BASE_SECONDS"] > v["RETRY_MAX_SECONDS"]:
         found.append(Error("NRLLM_AGENTS['RETRY_BASE_SECONDS'] exceeds RETRY_MAX_SECONDS", id="nrllm_agents.E008"))
     return found

@@ -68,6 +68,15 @@ DEFAULTS: dict[str, Any] = {
     "DEADLINE_SECONDS_LIMIT": 7 * 24 * 3600,
     "DEFAULT_MAX_TOTAL_TOKENS": None,
     "MAX_TOTAL_TOKENS_LIMIT": 100_000_000,
+    # Spend (nrllm_agents.pricing): the currency every price is in, and a cost limit per run
+    # (a decimal amount; None: no limit unless the request sets one).
+    "CURRENCY": Env("NRLLM_CURRENCY", str, "USD"),
+    "DEFAULT_MAX_COST": None,
+    "MAX_COST_LIMIT": "1000000",
+    # Keys that encrypt connections' API keys at rest (nrllm_agents.vault): Fernet keys, a list
+    # or a comma-separated string; the first encrypts, every one decrypts (rotation). Empty: in
+    # development a key derived from SECRET_KEY; in production a system check error.
+    "SECRET_KEYS": Env("NRLLM_SECRET_KEYS", str, ""),
     "SLEEP_MAX_SECONDS": 30.0,
     "OPENAI_TIMEOUT": 60.0,
     # stream model answers (live text, and a cancel keeps what arrived); off: one response,

@@ -65,6 +65,26 @@ def usage_text(payload: dict[str, Any]) -> str:
     return f"{prompt} prompt + {completion} completion = {total} tokens{estimated}"
 
 
+def run_cost_text(cost: dict[str, Any] | None) -> str:
+    """A run's cost (``presenters.run_status_dict``'s ``cost``): ``0.0042 USD``, ``… (estimated
+    in part)``, or ``not priced``."""
+    if not cost:
+        return "not priced"
+    return f"{cost.get('amount')} {cost.get('currency')}" + (" (estimated in part)" if cost.get("estimated") else "")
+
+
+def cost_text(payload: dict[str, Any]) -> str | None:
+    """A model call's cost and the price it was costed at, or ``None`` for an unpriced call."""
+    usage, price = _dict(payload.get("usage")), _dict(payload.get("price"))
+    if usage.get("cost") is None:
+        return None
+    currency = price.get("currency") or ""
+    estimated = ", from estimated tokens" if usage.get("cost_estimated") else ""
+    rate = f"{price.get('input_per_million')} in / {price.get('output_per_million')} out per 1M tokens"
+    where = f", {price['source']}" if price.get("source") else ""
+    return f"{usage['cost']} {currency} at {rate}{where}{estimated}"
+
+
 def who_cancelled(payload: dict[str, Any]) -> str:
     """``by alice via api``; ``by the system via system`` for a limit's cancel."""
     source = payload.get("source")
@@ -132,6 +152,9 @@ def _llm(p: dict[str, Any]) -> Lines:
     lines.extend(("tool call", call_text(c)) for c in _list(p.get("tool_calls")))
     if isinstance(p.get("usage"), dict):
         lines.append(("usage", usage_text(p)))
+    cost = cost_text(p)
+    if cost is not None:
+        lines.append(("cost", cost))
     if p.get("finish_reason"):
         lines.append(("finish", str(p["finish_reason"])))
     return lines
@@ -212,7 +235,8 @@ def _tokens(p: dict[str, Any]) -> str:
     if not (usage.get("total_tokens") or p.get("interrupted")):
         return ""
     estimated = "~" if p.get("usage_estimated") else ""
-    return f" [{estimated}{usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens]"
+    cost = f", {estimated}{usage['cost']} {_dict(p.get('price')).get('currency', '')}" if usage.get("cost") else ""
+    return f" [{estimated}{usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens{cost}]"
 
 
 def _headline_text(kind: str, p: dict[str, Any]) -> str:

@@ -22,7 +22,18 @@ from .outcomes import RunNotFound
 from .presenters import event_dict
 from .run_request import InvalidRequest, RunRequest
 
-OVERRIDABLE = ("script", "tools", "max_iterations", "provider", "model", "deadline_seconds", "max_total_tokens")
+OVERRIDABLE = (
+    "script",
+    "tools",
+    "max_iterations",
+    "provider",
+    "model",
+    "deadline_seconds",
+    "max_total_tokens",
+    "connection",
+    "max_cost",
+    "agent",
+)
 MAX_SEQUENCE = 2**31 - 1
 
 
@@ -102,10 +113,25 @@ def _request(parent: AgentRun, overrides: Mapping[str, Any], played: int, answer
         **(parent.options or {}),
         "deadline_seconds": parent.deadline_seconds,
         "max_total_tokens": parent.max_total_tokens,
+        "max_cost": parent.max_cost,
+        "connection": parent.connection or None,
     }
+    if "provider" in overrides or "connection" in overrides:
+        # Another provider or connection: the parent's connection does not follow.
+        base.pop("connection")
+        if "connection" in overrides:
+            base.pop("provider")
+            if "model" not in overrides:
+                base["model"] = ""  # the new connection's default model
+    if "agent" in overrides:
+        # Started from an agent: its definition, not the parent's settings, fills what the
+        # overrides leave out (its instructions excepted: the copied transcript has the parent's).
+        base = {"prompt": parent.prompt}
+    elif parent.agent_snapshot and parent.agent_version_id is not None:  # the version still exists
+        base.update(agent=parent.agent_snapshot["name"], agent_version=parent.agent_snapshot["version"])
     base.pop("system", None)  # already part of the copied transcript
     if "script" not in overrides and base.get("script") is not None:
-        if overrides.get("provider", base["provider"]) != "scripted":
+        if overrides.get("provider", base.get("provider")) != "scripted":
             base.pop("script")  # the parent's script does not go to another provider
         elif isinstance(base["script"], list):
             rest = base["script"][played:]

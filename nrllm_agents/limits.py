@@ -13,6 +13,8 @@ measured value, taken from ``cancel_detail``).
   expired lease), by ``sweep``, which the reaper runs first.
 - ``max_total_tokens``: the run's total spend; checked at the boundary after each model
   answer, so the call that crossed it is recorded and nothing starts after it.
+- ``max_cost``: the run's total cost in money (``pricing``), checked like the token budget;
+  it ends the run with ``cost_exceeded``. Calls with no price in force cost nothing here.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.db import DatabaseError
@@ -29,13 +32,16 @@ from django.db.models import Q
 from django.utils import timezone
 
 from . import store
+from .conf import app_settings
 from .domain import Step, StepKind, Usage
+from .domain.steps import decimal_text
 from .models import AgentRun, CancelSource, RunStatus, TerminationReason
 
 logger = logging.getLogger(__name__)
 
 DEADLINE = "deadline_seconds"
 BUDGET = "max_total_tokens"
+COST = "max_cost"
 
 
 @dataclass(frozen=True)
@@ -45,10 +51,11 @@ class RunLimits:
     deadline_at: datetime | None = None
     deadline_seconds: int | None = None
     max_total_tokens: int | None = None
+    max_cost: Decimal | None = None
 
     @property
     def any(self) -> bool:
-        return self.deadline_at is not None or self.max_total_tokens is not None
+        return self.deadline_at is not None or self.max_total_tokens is not None or self.max_cost is not None
 
 
 NO_LIMITS = RunLimits()
@@ -74,7 +81,7 @@ def read(run_id: uuid.UUID) -> RunLimits | None:
         row = (
             AgentRun.objects.filter(pk=run_id)
             .order_by()
-            .values("deadline_at", "deadline_seconds", "max_total_tokens")
+            .values("deadline_at", "deadline_seconds", "max_total_tokens", "max_cost")
             .first()
         )
     except DatabaseError as exc:
@@ -101,6 +108,17 @@ def exceeded(
                 TerminationReason.BUDGET_EXCEEDED,
                 detail,
                 f"token budget exceeded: {spent} tokens spent of {limits.max_total_tokens}",
+            )
+    if limits.max_cost is not None and step_kind in (None, StepKind.LLM):
+        cost = usage.cost or Decimal(0)
+        if cost > limits.max_cost:
+            currency = app_settings.CURRENCY
+            value, measured = decimal_text(limits.max_cost.normalize()), decimal_text(cost)
+            detail = {"limit": COST, "value": value, "measured": measured, "unit": currency}
+            return (
+                TerminationReason.COST_EXCEEDED,
+                detail,
+                f"cost limit exceeded: {measured} {currency} spent of {value} {currency}",
             )
     if limits.deadline_at is not None:
         now = now or timezone.now()

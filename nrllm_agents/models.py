@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
@@ -40,6 +41,7 @@ class TerminationReason(models.TextChoices):
     CANCELLED = "cancelled"  # an operator cancelled it
     DEADLINE_EXCEEDED = "deadline_exceeded"  # its deadline passed; cancelled by the system
     BUDGET_EXCEEDED = "budget_exceeded"  # its token budget was spent; cancelled by the system
+    COST_EXCEEDED = "cost_exceeded"  # its cost limit (money) was spent; cancelled by the system
     ENQUEUE_FAILED = "enqueue_failed"  # the queue could not take the job
     INVALID_REQUEST = "invalid_request"  # the stored request could not be rehydrated
     RETRIES_EXHAUSTED = "retries_exhausted"  # transient failures or lost workers used up the requeue budget
@@ -70,6 +72,7 @@ class AgentRun(models.Model):
     prompt = models.TextField()
     provider = models.CharField(max_length=64)
     model = models.CharField(max_length=200, blank=True)
+    connection = models.CharField(max_length=100, blank=True)  # the Connection's name, when it ran through one
     tools = models.JSONField(default=list, blank=True)
     options = models.JSONField(default=dict, blank=True)  # max_iterations, script, on_deny, system
     request_payload = models.JSONField(null=True, blank=True)  # what a queued run is rehydrated from
@@ -86,6 +89,10 @@ class AgentRun(models.Model):
     iterations = models.PositiveIntegerField(default=0)
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
+    # Money (nrllm_agents.pricing): the sum of its model calls' costs at the prices in force when
+    # they ran; null while no call was priced. Estimated: an interrupted call's tokens were estimated.
+    cost = models.DecimalField(max_digits=24, decimal_places=12, null=True, blank=True)
+    cost_estimated = models.BooleanField(default=False)
     final_text = models.TextField(blank=True)
     error_class = models.CharField(max_length=200, blank=True)
     error_message = models.TextField(blank=True)
@@ -104,6 +111,7 @@ class AgentRun(models.Model):
     # Limits (nrllm_agents.limits): wall time excluding approval waits, and total token spend.
     deadline_seconds = models.PositiveIntegerField(null=True, blank=True)
     max_total_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    max_cost = models.DecimalField(max_digits=24, decimal_places=12, null=True, blank=True)  # in CURRENCY
     deadline_at = models.DateTimeField(null=True, blank=True)  # created_at + deadline, pushed back by approval waits
 
     # Forks (nrllm_agents.forks): the run this one continues, and the last step it copied.
@@ -113,6 +121,12 @@ class AgentRun(models.Model):
     # Live push (push.py): how many processes watch this run now. The boundary returns it, so a
     # run nobody watches announces none of its steps (migration 0010_targeted_push).
     watchers = models.IntegerField(default=0, db_default=0, editable=False)
+    # Agents (nrllm_agents.agents): the exact version it was started from, and a copy of that
+    # version's definition, which no later edit (or deletion) of the agent changes.
+    agent_version = models.ForeignKey(
+        "AgentVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    agent_snapshot = models.JSONField(null=True, blank=True)  # {"name", "version", "definition"}
 
     class Meta:
         ordering = ["-created_at"]
@@ -229,3 +243,137 @@ class RateCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scope} {self.ident} #{self.period}: {self.count}"
+
+
+class ConnectionKind(models.TextChoices):
+    """Which wire protocol a connection speaks (each has its provider class)."""
+
+    OPENAI = "openai"  # chat completions: OpenAI and compatible servers (Ollama, vLLM, ...)
+    ANTHROPIC = "anthropic"  # Anthropic's Messages API
+    GEMINI = "gemini"  # Google's Gemini API
+
+
+class Named(models.Model):
+    """What connections and agents share: a unique slug name and when they changed."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Connection(Named):
+    """A model server to run through: its protocol, address, default model and API key.
+
+    The key is stored encrypted (``nrllm_agents.vault``) and is write-only: ``set_key`` takes
+    it, ``api_key()`` decrypts it for the provider about to call the server, and nothing
+    else (``str``, ``repr``, forms, the API, the commands) ever shows it.
+    """
+
+    kind = models.CharField(max_length=16, choices=ConnectionKind.choices)
+    base_url = models.URLField(max_length=500)  # where the key goes: never taken from the environment
+    default_model = models.CharField(max_length=200, blank=True)
+    encrypted_key = models.TextField(blank=True, editable=False)  # a Fernet token; blank: no key
+
+    def __repr__(self) -> str:
+        return f"<Connection {self.name} ({self.kind})>"
+
+    def clean(self) -> None:
+        if not self.default_model.isprintable():  # it is printed by commands and pages
+            raise ValidationError({"default_model": "printable characters only"})
+
+    @property
+    def has_key(self) -> bool:
+        return bool(self.encrypted_key)
+
+    def set_key(self, key: str | None) -> None:
+        """Encrypt and keep ``key`` (``None`` or blank: no key). Call ``save()`` afterwards."""
+        from .vault import encrypt
+
+        self.encrypted_key = encrypt(key) if key else ""
+
+    def api_key(self) -> str | None:
+        """The decrypted key, or ``None``; raises ``vault.VaultError`` when it cannot be opened."""
+        from .vault import decrypt
+
+        return decrypt(self.encrypted_key) if self.encrypted_key else None
+
+
+class Price(models.Model):
+    """What a model costs, per million tokens, through a connection or a provider.
+
+    The price in force when a model call runs is the one its cost is recorded at
+    (``nrllm_agents.pricing``); changing a price later changes no recorded cost.
+    """
+
+    connection = models.ForeignKey(Connection, null=True, blank=True, on_delete=models.CASCADE, related_name="prices")
+    provider = models.CharField(max_length=64, blank=True)  # for runs of an environment-configured provider
+    model = models.CharField(max_length=200)
+    input_per_million = models.DecimalField(max_digits=18, decimal_places=6)
+    output_per_million = models.DecimalField(max_digits=18, decimal_places=6)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["connection__name", "provider", "model"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(connection__isnull=True) & ~models.Q(provider=""))
+                | (models.Q(connection__isnull=False) & models.Q(provider="")),
+                name="price_connection_xor_provider",
+                violation_error_message="A price is for a connection or for a provider: set exactly one of them.",
+            ),
+            models.UniqueConstraint(
+                fields=["connection", "model"],
+                condition=models.Q(connection__isnull=False),
+                name="price_connection_model",
+            ),
+            models.UniqueConstraint(
+                fields=["provider", "model"], condition=models.Q(connection__isnull=True), name="price_provider_model"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        where = f"connection {self.connection}" if self.connection_id else f"provider {self.provider}"
+        return f"{self.model} via {where}: {self.input_per_million} in / {self.output_per_million} out per 1M tokens"
+
+
+class Agent(Named):
+    """A named agent: instructions, a connection or provider and model, tools and limits.
+
+    Its definition lives in versions: editing an agent adds a version, never changes one, so a
+    run records exactly what it was started with (``AgentRun.agent_version`` and its snapshot).
+    """
+
+    description = models.TextField(blank=True)
+
+    def latest(self) -> AgentVersion | None:
+        return self.versions.order_by("-version").first()
+
+
+class AgentVersion(models.Model):
+    """One immutable version of an agent's definition (the run request fields it sets)."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="versions")
+    version = models.PositiveIntegerField()
+    definition = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["agent", "-version"]
+        constraints = [models.UniqueConstraint(fields=["agent", "version"], name="agentversion_agent_version")]
+
+    def __str__(self) -> str:
+        return f"{self.agent.name} v{self.version}"
+
+    def snapshot(self) -> dict[str, Any]:
+        """What a run records of the version it started from."""
+        return {"name": self.agent.name, "version": self.version, "definition": self.definition}

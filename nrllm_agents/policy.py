@@ -161,3 +161,32 @@ def provider_refusal(provider: str) -> str | None:
 def offered_providers(names: list[str]) -> list[str]:
     """Of the registered provider ``names``, those the API and the playground offer now."""
     return [name for name in names if provider_refusal(name) is None]
+
+
+class Setup(enum.StrEnum):
+    """What a caller wants to do with the run setup: connections, prices, agents."""
+
+    VIEW = "view"
+    ADD = "add"
+    CHANGE = "change"
+    DELETE = "delete"
+
+
+SETUP_MODELS = ("connection", "price", "agent")
+
+
+def may_configure(user: Any, action: Setup, model: str) -> bool:
+    """Connections, prices and agents (admin and API): staff holding the model's permission
+    (``nrllm_agents.<action>_<model>``; viewing is also granted by the change permission).
+    Anyone signed in may name one in a run request; a connection's key is never shown to anybody."""
+    if model not in SETUP_MODELS or not sees_all(user):
+        return False
+    if action == Setup.VIEW and user.has_perm(f"nrllm_agents.change_{model}"):
+        return True
+    return bool(user.has_perm(f"nrllm_agents.{action.value}_{model}"))
+
+
+def may_see_agents(user: Any) -> bool:
+    """The list of agents and their definitions (no secret in them): every signed-in user, who
+    may start runs from them."""
+    return authenticated(user)

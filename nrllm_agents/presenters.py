@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
+from .domain.steps import decimal_text
 from .models import AgentRun, AgentRunEvent, RunStatus
+from .pricing import cost_dict
 
 
 def step_dict(
@@ -73,6 +76,7 @@ def run_status_dict(run: AgentRun) -> dict[str, Any]:
             "completion_tokens": run.completion_tokens,
             "total_tokens": run.total_tokens,
         },
+        "cost": cost_dict(run),
         "final_text": run.final_text or None,
         "error": f"{run.error_class}: {run.error_message}" if run.error_class else None,
         "pending_approval": pending,
@@ -92,10 +96,20 @@ def run_status_dict(run: AgentRun) -> dict[str, Any]:
         "limits": {
             "deadline_seconds": run.deadline_seconds,
             "max_total_tokens": run.max_total_tokens,
+            "max_cost": amount_text(run.max_cost),
             "deadline_at": _iso(run.deadline_at),
         },
+        "connection": run.connection or None,
+        "agent": {"name": run.agent_snapshot.get("name"), "version": run.agent_snapshot.get("version")}
+        if run.agent_snapshot
+        else None,
         "parent": {"run_id": str(run.parent_id), "from_sequence": run.forked_from_sequence} if run.parent_id else None,
     }
+
+
+def amount_text(amount: Any) -> str | None:
+    """A money amount as plain decimal text (``None`` stays ``None``)."""
+    return None if amount is None else decimal_text(Decimal(amount).normalize())
 
 
 def summary_event(run: AgentRun) -> dict[str, Any]:

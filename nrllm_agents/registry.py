@@ -24,7 +24,20 @@ def tool_names() -> list[str]:
     return sorted(app_settings.TOOLS)
 
 
+# The provider class of each connection kind, by import string (a kind whose class is not
+# installed fails the run's build with a ConfigurationError, never at import).
+CONNECTION_CLASSES = {
+    "openai": "nrllm_agents.domain.providers.openai_compat.OpenAIProvider",
+    "anthropic": "nrllm_agents.domain.providers.anthropic_messages.AnthropicProvider",
+    "gemini": "nrllm_agents.domain.providers.gemini.GeminiProvider",
+}
+
+
 def build_provider(request: RunRequest, run_id: uuid.UUID | None = None) -> Provider:
+    """The provider of a run: through its connection (the key decrypted here, and only here),
+    else the factory named by ``NRLLM_AGENTS["PROVIDERS"]``."""
+    if request.connection:
+        return connection_provider(request, run_id)
     path = app_settings.PROVIDERS.get(request.provider)
     if path is None:
         raise ConfigurationError(f"unknown provider {request.provider!r}")
@@ -78,6 +91,41 @@ def gemini_provider(request: RunRequest, run_id: Any = None) -> Provider:
         stream=bool(app_settings.OPENAI_STREAM),
         journal=CallJournal(run_id=run_id),
     )
+
+
+def connection_provider(request: RunRequest, run_id: Any = None) -> Provider:
+    from .models import Connection
+    from .vault import VaultError
+
+    row = Connection.objects.filter(name=request.connection).first()
+    if row is None:
+        raise ConfigurationError(f"connection {request.connection!r} does not exist (any more)")
+    path = CONNECTION_CLASSES.get(row.kind)
+    try:
+        cls = import_string(path) if path else None
+    except ImportError:
+        cls = None
+    if cls is None:
+        raise ConfigurationError(f"connection {row.name!r}: no provider for kind {row.kind!r} is installed")
+    try:
+        api_key = row.api_key()
+    except VaultError as exc:
+        raise ConfigurationError(f"connection {row.name!r}: {exc}") from None
+    if api_key is None:
+        # A keyless connection (a local server) must not fall back to the SDK's own variable
+        # (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY): that key would go to its server.
+        from .domain.providers.openai_compat import PLACEHOLDER_API_KEY
+
+        api_key = PLACEHOLDER_API_KEY
+    provider: Provider = cls(
+        request.model or row.default_model,
+        api_key=api_key,
+        base_url=row.base_url,
+        timeout=app_settings.OPENAI_TIMEOUT,
+        stream=bool(app_settings.OPENAI_STREAM),
+        journal=CallJournal(run_id=run_id),
+    )
+    return provider
 
 
 def calculator_tool(run_id: Any = None) -> Tool:

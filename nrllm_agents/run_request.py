@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.utils import timezone
@@ -14,6 +15,7 @@ from django.utils import timezone
 from .conf import app_settings
 from .domain import ConfigurationError
 from .domain.providers import validate_script
+from .domain.steps import decimal_text
 from .jsonlimits import DEPTH_ERROR, value_too_deep
 
 MAX_PROMPT_CHARS = 20_000
@@ -64,6 +66,12 @@ class RunRequest:
     on_deny: str = "continue"
     deadline_seconds: int | None = None
     max_total_tokens: int | None = None
+    connection: str | None = None  # a Connection's name (never its key): it sets the provider kind
+    max_cost: Decimal | None = None  # in NRLLM_AGENTS["CURRENCY"]
+    agent: str | None = None  # an Agent's name: its definition fills every field the request leaves out
+    agent_version: int | None = None  # the version used (the latest when the request names none)
+    # The version's row id and snapshot, for the run's record; not part of the request itself.
+    agent_record: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> RunRequest:
@@ -71,10 +79,11 @@ class RunRequest:
         errors: dict[str, str] = {}
         if not isinstance(data, Mapping):
             raise InvalidRequest({"non_field_errors": "expected an object"})
-        known = {f.name for f in dataclasses.fields(cls)}
+        known = {f.name for f in dataclasses.fields(cls)} - {"agent_record"}
         unknown = sorted(set(data) - known)
         if unknown:
             errors["non_field_errors"] = f"unknown fields: {', '.join(map(str, unknown))}"
+        data, agent = _with_agent(data, errors)
 
         prompt = data.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
@@ -82,13 +91,19 @@ class RunRequest:
         elif len(prompt) > MAX_PROMPT_CHARS:
             errors["prompt"] = f"at most {MAX_PROMPT_CHARS} characters"
 
-        provider = data.get("provider") or app_settings.DEFAULT_PROVIDER
-        if not isinstance(provider, str) or provider not in app_settings.PROVIDERS:
+        connection, kind, default_model = _connection(data.get("connection"), errors)
+        provider = data.get("provider") or kind or app_settings.DEFAULT_PROVIDER
+        if kind is not None:
+            if provider != kind:
+                errors["provider"] = f"the connection speaks {kind}; leave the provider out"
+        elif not isinstance(provider, str) or provider not in app_settings.PROVIDERS:
             errors["provider"] = f"unknown provider; one of {', '.join(sorted(app_settings.PROVIDERS))}"
 
-        model = data.get("model") or ""
+        model = data.get("model") or default_model or ""
         if not isinstance(model, str) or len(model) > 200:
             errors["model"] = "a string of at most 200 characters"
+        elif connection is not None and not model:
+            errors["model"] = "the connection has no default model; name one"
         elif provider == "openai" and not model:
             errors["model"] = "the openai provider needs a model name"
         elif not model:  # stored on the run: the model it ran with, even when the caller named none
@@ -148,6 +163,8 @@ class RunRequest:
             )
         }
 
+        max_cost = _money(data, "max_cost", app_settings.DEFAULT_MAX_COST, app_settings.MAX_COST_LIMIT, errors)
+
         # PostgreSQL cannot store NUL or lone surrogates (text, jsonb): refuse them here, for
         # every surface, rather than fail later with a server error.
         for key, value in data.items():
@@ -166,6 +183,11 @@ class RunRequest:
             script=script,
             system=system,
             on_deny=on_deny,
+            connection=connection,
+            max_cost=max_cost,
+            agent=agent["name"] if agent else None,
+            agent_version=agent["version"] if agent else None,
+            agent_record=agent,
             **limits,
         )
 
@@ -185,6 +207,11 @@ class RunRequest:
             data["system"] = self.system
         data["deadline_seconds"] = self.deadline_seconds  # None stays None: "no limit", not "the default"
         data["max_total_tokens"] = self.max_total_tokens
+        data["max_cost"] = None if self.max_cost is None else decimal_text(self.max_cost)
+        if self.connection is not None:
+            data["connection"] = self.connection
+        if self.agent is not None:
+            data["agent"], data["agent_version"] = self.agent, self.agent_version
         return data
 
     def row_fields(self) -> dict[str, Any]:
@@ -205,7 +232,11 @@ class RunRequest:
             "options": options,
             "deadline_seconds": self.deadline_seconds,
             "max_total_tokens": self.max_total_tokens,
+            "max_cost": self.max_cost,
+            "connection": self.connection or "",
             "deadline_at": deadline_at,
+            "agent_version_id": self.agent_record["id"] if self.agent_record else None,
+            "agent_snapshot": {k: v for k, v in self.agent_record.items() if k != "id"} if self.agent_record else None,
         }
 
     @classmethod
@@ -220,6 +251,9 @@ class RunRequest:
                 **(run.options or {}),
                 "deadline_seconds": run.deadline_seconds,
                 "max_total_tokens": run.max_total_tokens,
+                "max_cost": None if run.max_cost is None else decimal_text(run.max_cost),
+                **({"connection": run.connection} if run.connection else {}),
+                **_agent_of(run),
             }
         )
 
@@ -234,3 +268,97 @@ def _limit(data: Mapping[str, Any], name: str, default: Any, bound: Any, errors:
         errors[name] = f"an integer from 1 to {bound}"
         return None
     return value
+
+
+def _connection(name: Any, errors: dict[str, str]) -> tuple[str | None, str | None, str]:
+    """``(name, kind, default model)`` of the named connection; ``(None, None, "")`` for none."""
+    if name is None or name == "":
+        return None, None, ""
+    from .models import Connection
+
+    row = None
+    if isinstance(name, str) and len(name) <= 100 and not unstorable(name):
+        row = Connection.objects.filter(name=name).values("kind", "default_model").first()
+    if row is None:
+        known = list(Connection.objects.values_list("name", flat=True)[:20])
+        errors["connection"] = "unknown connection" + (f"; one of {', '.join(known)}" if known else "; none is set up")
+        return None, None, ""
+    return name, row["kind"], row["default_model"]
+
+
+def _money(data: Mapping[str, Any], name: str, default: Any, bound: Any, errors: dict[str, str]) -> Decimal | None:
+    """A money limit: a decimal (number or string) above 0, at most ``bound``; ``None``: no limit."""
+    value = data[name] if name in data else default
+    if value is None:
+        return None
+    try:
+        amount = (
+            None
+            if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal))
+            else Decimal(str(value))
+        )
+    except InvalidOperation:
+        amount = None
+    top = Decimal(str(bound))
+    if amount is None or not amount.is_finite() or not 0 < amount <= top or amount.as_tuple().exponent < -12:  # type: ignore[operator]
+        errors[name] = f"a decimal amount above 0 and at most {decimal_text(top)}, at most 12 decimal places"
+        return None
+    return amount
+
+
+AGENT_FIELDS = (
+    "system",
+    "connection",
+    "provider",
+    "model",
+    "tools",
+    "max_iterations",
+    "on_deny",
+    "deadline_seconds",
+    "max_total_tokens",
+    "max_cost",
+)
+"""The request fields an agent's definition may set."""
+
+
+def _with_agent(data: Mapping[str, Any], errors: dict[str, str]) -> tuple[Mapping[str, Any], dict[str, Any] | None]:
+    """The request with its agent's definition under it (the request's own fields win), and the
+    agent version's record (``{"id", "name", "version", "definition"}``); unchanged without an agent.
+
+    A request that names its own provider or connection takes none of the agent's (nor its
+    model, unless it names none either).
+    """
+    name, version = data.get("agent"), data.get("agent_version")
+    if name is None:
+        if version is not None:
+            errors["agent_version"] = "goes with agent"
+        return data, None
+    from .models import AgentVersion
+
+    found = None
+    if isinstance(name, str) and len(name) <= 100 and not unstorable(name):
+        versions = AgentVersion.objects.select_related("agent").filter(agent__name=name)
+        if version is None:
+            found = versions.order_by("-version").first()
+        elif isinstance(version, int) and not isinstance(version, bool) and 0 < version < 2**31:
+            found = versions.filter(version=version).first()
+    if found is None:
+        field = "agent_version" if version is not None and isinstance(name, str) else "agent"
+        errors[field] = "no such agent" if field == "agent" else "no such version of this agent"
+        return data, None
+    definition = {k: v for k, v in (found.definition or {}).items() if k in AGENT_FIELDS}
+    if "provider" in data or "connection" in data:
+        definition.pop("provider", None)
+        definition.pop("connection", None)
+        if "model" not in data:
+            definition.pop("model", None)
+    record = {"id": found.pk, **found.snapshot()}
+    return {**definition, **data}, record
+
+
+def _agent_of(run: Any) -> dict[str, Any]:
+    """The agent fields a stored run was started with (the exact version)."""
+    snapshot = run.agent_snapshot or {}
+    if not snapshot.get("name") or getattr(run, "agent_version_id", None) is None:
+        return {}  # a deleted agent: the run's own columns still hold everything it ran with
+    return {"agent": snapshot["name"], "agent_version": snapshot.get("version")}

@@ -15,7 +15,7 @@ from typing import Any
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from . import dispatch, forks, limits, registry, store
+from . import dispatch, forks, limits, pricing, registry, store
 from .domain import (
     LoopOutcome,
     LoopResult,
@@ -412,6 +412,7 @@ class AgentRuntime:
                 token=trace.token,
                 before_start=trace.before_start,
                 on_delta=trace.delta,
+                price=pricing.for_request(request),  # once per segment: the price in force now
             )
             result = drive(loop)
         except RunCancellationRequested:

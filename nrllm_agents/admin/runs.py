@@ -31,7 +31,7 @@ from django.template.defaultfilters import truncatechars
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
-from .. import policy
+from .. import policy, pricing
 from ..models import AgentRun, AgentRunEvent, CancelSource
 from ..observability import gantt
 from ..outcomes import EXECUTING_STOPS
@@ -68,6 +68,7 @@ class AgentRunAdmin(admin.ModelAdmin):
         "started_at",
         "finished_at",
         "step_count",
+        "cost_display",
     )
     list_filter = (
         "status",
@@ -94,6 +95,7 @@ class AgentRunAdmin(admin.ModelAdmin):
                     "termination_reason",
                     "owner",
                     "provider",
+                    "connection",
                     "model",
                     "tools",
                     "prompt",
@@ -102,7 +104,7 @@ class AgentRunAdmin(admin.ModelAdmin):
             },
         ),
         ("Times", {"fields": ("created_at", "started_at", "finished_at", "lease_expires")}),
-        ("Usage", {"fields": ("iterations", "prompt_tokens", "completion_tokens", "total_tokens")}),
+        ("Usage", {"fields": ("iterations", "prompt_tokens", "completion_tokens", "total_tokens", "cost_display")}),
         ("Result", {"fields": ("final_text", "error", "pending_approval")}),
         (
             "Cancel record",
@@ -118,8 +120,9 @@ class AgentRunAdmin(admin.ModelAdmin):
                 )
             },
         ),
-        ("Limits", {"fields": ("deadline_seconds", "max_total_tokens", "deadline_at")}),
+        ("Limits", {"fields": ("deadline_seconds", "max_total_tokens", "max_cost", "deadline_at")}),
         ("Forks", {"fields": ("parent_link", "forked_from_sequence", "children_links")}),
+        ("Agent", {"fields": ("agent_version", "agent_snapshot")}),
         ("Options", {"fields": ("options",), "classes": ("collapse",)}),
     )
     readonly_fields = tuple(f for _, spec in fieldsets for f in spec["fields"])
@@ -185,6 +188,10 @@ class AgentRunAdmin(admin.ModelAdmin):
         return run.total_tokens
 
     @admin.display(description="error")
+    @admin.display(description="cost")
+    def cost_display(self, run: AgentRun) -> str:
+        return pricing.cost_text(run)
+
     def error(self, run: AgentRun) -> str:
         return f"{run.error_class}: {run.error_message}" if run.error_class else "-"
 

@@ -17,6 +17,7 @@ SCHEMA_SETTINGS: dict[str, Any] = {
         "RunStatusEnum": "nrllm_agents.models.RunStatus",
         "TerminationReasonEnum": "nrllm_agents.models.TerminationReason",
         "CancelSourceEnum": "nrllm_agents.models.CancelSource",
+        "ConnectionKindEnum": "nrllm_agents.models.ConnectionKind",
     },
 }
 

@@ -12,6 +12,7 @@ and the responses agree.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django.core.validators import MaxValueValidator
@@ -253,6 +254,27 @@ class CreateRunSerializer(serializers.Serializer):
         help_text="Cancel the run (budget_exceeded) after the model call that "
         "takes its total spend above this; default from settings.",
     )
+    max_cost = serializers.DecimalField(
+        required=False,
+        max_digits=24,
+        decimal_places=12,
+        min_value=Decimal("0.000000000001"),
+        help_text="Cancel the run (cost_exceeded) after the model call that takes its cost above this "
+        'amount (a decimal string such as "0.50", in the configured currency); default from settings.',
+    )
+    connection = StrictCharField(
+        required=False,
+        max_length=100,
+        help_text="Run through this connection (its kind sets the provider, its default model the model).",
+    )
+    agent = StrictCharField(
+        required=False,
+        max_length=100,
+        help_text="Start from this agent (see /api/agents/): its definition fills every field left out.",
+    )
+    agent_version = StrictIntegerField(
+        required=False, min_value=1, help_text="With agent: this version of it (default: the latest)."
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -278,6 +300,7 @@ class ForkRequestSerializer(CreateRunSerializer):
     prompt = None  # type: ignore[assignment]
     system = None  # type: ignore[assignment]
     on_deny = None  # type: ignore[assignment]
+    agent_version = None  # type: ignore[assignment]
     from_sequence = StrictIntegerField(
         required=False,
         min_value=0,
@@ -303,15 +326,31 @@ class PendingCallSerializer(serializers.Serializer):
 
 
 class LimitDetailSerializer(serializers.Serializer):
-    limit = serializers.ChoiceField(["deadline_seconds", "max_total_tokens"], help_text="The limit exceeded.")
-    value = serializers.IntegerField(help_text="The limit's value.")
-    measured = serializers.FloatField(help_text="What was measured when it stopped the run.")
-    unit = serializers.ChoiceField(["s", "tokens"])
+    limit = serializers.ChoiceField(
+        ["deadline_seconds", "max_total_tokens", "max_cost"], help_text="The limit exceeded."
+    )
+    value = serializers.JSONField(help_text="The limit's value (a number; for max_cost a decimal string).")
+    measured = serializers.JSONField(
+        help_text="What was measured when it stopped the run (a number; for max_cost a decimal string)."
+    )
+    unit = serializers.CharField(help_text="s, tokens, or the currency (max_cost).")
+
+
+class AgentRefSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    version = serializers.IntegerField(help_text="Exactly this version (its definition is kept with the run).")
+
+
+class CostSerializer(serializers.Serializer):
+    amount = serializers.CharField(help_text="A decimal string, exact: the run's model calls at the prices in force.")
+    currency = serializers.CharField()
+    estimated = serializers.BooleanField(help_text="Part of it was priced from an interrupted call's estimated tokens.")
 
 
 class LimitsSerializer(serializers.Serializer):
     deadline_seconds = serializers.IntegerField(allow_null=True, help_text="null: no deadline.")
     max_total_tokens = serializers.IntegerField(allow_null=True, help_text="null: no token budget.")
+    max_cost = serializers.CharField(allow_null=True, help_text="A decimal string; null: no cost limit.")
     deadline_at = serializers.DateTimeField(
         allow_null=True, help_text="When the deadline passes (approval waits so far added back); null: no deadline."
     )
@@ -359,6 +398,9 @@ class RunSerializer(serializers.Serializer):
     termination_reason = serializers.ChoiceField(TerminationReason.choices, allow_null=True)
     iterations = serializers.IntegerField()
     usage = UsageSerializer()
+    cost = CostSerializer(allow_null=True, help_text="null: no price was in force for its model calls.")
+    connection = serializers.CharField(allow_null=True, help_text="The connection it ran through, if any.")
+    agent = AgentRefSerializer(allow_null=True, help_text="The agent version it was started from, if any.")
     final_text = serializers.CharField(allow_null=True)
     error = serializers.CharField(allow_null=True)
     pending_approval = PendingCallSerializer(many=True, help_text="Calls awaiting a decision (waiting runs).")

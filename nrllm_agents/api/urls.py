@@ -10,7 +10,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.permissions import IsAuthenticated
 
-from . import forks, views
+from . import agents, connections, forks, views
 from .schema import SCHEMA_SETTINGS
 
 app_name = "nrllm_api"
@@ -25,6 +25,10 @@ urlpatterns = [
     path("runs/<str:id>/approve/", views.RunApproveView.as_view(), name="run-approve"),
     path("runs/<str:id>/events/", views.RunEventsView.as_view(), name="run-events"),
     path("runs/<str:id>/fork/", forks.RunForkView.as_view(), name="run-fork"),
+    path("agents/", agents.AgentListView.as_view(), name="agent-list"),
+    path("agents/<str:name>/", agents.AgentDetailView.as_view(), name="agent-detail"),
+    path("connections/", connections.ConnectionListView.as_view(), name="connection-list"),
+    path("connections/<str:name>/", connections.ConnectionDetailView.as_view(), name="connection-detail"),
     # Token first, as on every endpoint: an anonymous caller gets 401 with a challenge, not 403.
     path(
         "schema/",

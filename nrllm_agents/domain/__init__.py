@@ -10,6 +10,7 @@ from .errors import (
     ToolError,
 )
 from .loop import DENIED_RESULT, INTERRUPTED_RESULT, ToolLoop, accepts_context, tool_content
+from .pricing import Price
 from .replay import rebuild_state
 from .steps import LoopOutcome, LoopResult, LoopState, ModelResponse, Step, StepKind, ToolCall, Trace, Usage
 
@@ -28,6 +29,7 @@ __all__ = [
     "LoopResult",
     "LoopState",
     "ModelResponse",
+    "Price",
     "ProviderError",
     "RunCancellationRequested",
     "Step",

@@ -20,6 +20,7 @@ from typing import Any
 
 from .cancel import NEVER, CallContext, CancelToken, StepInterrupted
 from .errors import RunCancellationRequested, ToolError
+from .pricing import Price
 from .providers.base import Provider
 from .providers.failures import redact
 from .sanitize import clean_response, clean_text, clean_value
@@ -79,6 +80,8 @@ class ToolLoop:
     before_start: called right before any model call or tool call starts; may raise to stop
         the loop (the runtime re-checks the row there after a boundary it could not guard).
     on_delta: receives ``(round, text)`` as a streaming model call produces its answer.
+    price: the model's price in force for this drive; each model call's usage (and step)
+        then carries its cost, and the step the price it was costed at.
     """
 
     def __init__(
@@ -93,6 +96,7 @@ class ToolLoop:
         token: CancelToken = NEVER,
         before_start: Callable[[], None] | None = None,
         on_delta: Callable[[int, str], None] | None = None,
+        price: Price | None = None,
     ) -> None:
         self.provider = provider
         self.tools = dict(tools)
@@ -103,6 +107,7 @@ class ToolLoop:
         self.token = token
         self.before_start = before_start
         self.on_delta = on_delta
+        self.price = price
         self._schemas = [schema(t) for t in self.tools.values()]
         self._provider_context = accepts_context(provider.complete)
         self._tool_context = {name: accepts_context(t.execute) for name, t in self.tools.items()}
@@ -207,7 +212,8 @@ class ToolLoop:
                 return LoopResult(LoopOutcome.PROVIDER_FAILED, state, error=exc)
             response, usage_note = clean_response(response)  # what the provider sent, made storable
             state.iterations += 1
-            state.usage = state.usage + response.usage
+            usage = self._priced(response.usage)
+            state.usage = state.usage + usage
             calls = list(response.tool_calls)
             assistant: dict[str, Any] = {"role": "assistant", "content": response.content}
             if calls:
@@ -217,8 +223,9 @@ class ToolLoop:
             answer: dict[str, Any] = {
                 "content": response.content,
                 "tool_calls": [c.as_dict() for c in calls],
-                "usage": response.usage.as_dict(),
+                "usage": usage.as_dict(),
                 "finish_reason": response.finish_reason,
+                **self._price_record(),
             }
             if usage_note is not None:
                 answer["usage_note"] = usage_note
@@ -261,7 +268,7 @@ class ToolLoop:
         finished, and tool calls it had begun must not stand unanswered); its spend counts.
         """
         partial, usage_note = clean_response(stop.partial) if stop.partial is not None else (None, None)
-        usage = partial.usage if partial is not None else Usage()
+        usage = self._priced(partial.usage if partial is not None else Usage(), estimated=stop.usage_estimated)
         state.iterations += 1
         state.usage = state.usage + usage
         payload: dict[str, Any] = {
@@ -272,6 +279,7 @@ class ToolLoop:
             "usage_estimated": stop.usage_estimated,
             "finish_reason": "interrupted",
             "interrupted": True,
+            **self._price_record(),
         }
         if usage_note is not None:
             payload["usage_note"] = usage_note
@@ -286,6 +294,12 @@ class ToolLoop:
         payload: dict[str, Any] = {"content": None, "tool_calls": [], "usage": Usage().as_dict()}
         payload.update({"finish_reason": "error", "failed": True, "error": _safe_error(exc)})
         self.trace(Step(StepKind.LLM, state.round, payload, duration_ms=_elapsed_ms(t0)))
+
+    def _priced(self, usage: Usage, *, estimated: bool = False) -> Usage:
+        return usage if self.price is None else self.price.priced(usage, estimated=estimated)
+
+    def _price_record(self) -> dict[str, Any]:
+        return {} if self.price is None else {"price": self.price.as_dict()}
 
     def _run_calls(self, state: LoopState, calls: Sequence[ToolCall]) -> LoopResult | None:
         for call in calls:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 
@@ -32,32 +33,65 @@ class LoopOutcome(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Usage:
-    """Token spend; adds up across model calls."""
+    """Token spend, and its cost once priced; adds up across model calls.
+
+    ``cost`` is money at the price in force when each call ran (``None`` while no call was
+    priced), a ``Decimal``, never a float; ``cost_estimated`` says that part of it was priced
+    from estimated tokens (a call cut short before the server reported its usage).
+    """
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cost: Decimal | None = None
+    cost_estimated: bool = False
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
     def __add__(self, other: Usage) -> Usage:
+        cost = None if self.cost is None and other.cost is None else (self.cost or 0) + (other.cost or 0)
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
+            cost if cost is None else Decimal(cost),
+            self.cost_estimated or other.cost_estimated,
         )
 
-    def as_dict(self) -> dict[str, int]:
-        return {
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.total_tokens,
         }
+        if self.cost is not None:
+            data["cost"] = decimal_text(self.cost)
+            if self.cost_estimated:
+                data["cost_estimated"] = True
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Usage:
         data = data or {}
-        return cls(int(data.get("prompt_tokens") or 0), int(data.get("completion_tokens") or 0))
+        cost = data.get("cost")
+        try:
+            parsed = Decimal(str(cost)) if cost not in (None, "") else None
+        except InvalidOperation:
+            parsed = None
+        if parsed is not None and not parsed.is_finite():
+            parsed = None
+        return cls(
+            int(data.get("prompt_tokens") or 0),
+            int(data.get("completion_tokens") or 0),
+            parsed,
+            bool(data.get("cost_estimated")) and parsed is not None,
+        )
+
+
+def decimal_text(value: Decimal) -> str:
+    """A decimal as plain text, without trailing zeros and never in exponent form
+    (``0.0000001``, not ``1E-7`` or ``0.000000100``)."""
+    return format(value.normalize(), "f")
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from django.core.management.color import Style
 from django.db import connections
 from django.utils import timezone
 
-from .. import describe, jsonlimits, presenters
+from .. import describe, jsonlimits, presenters, pricing
 from ..models import AgentRun, CancelSource, RunStatus
 from ..outcomes import Outcome, RunResult, queued_wording
 from ..run_request import InvalidRequest
@@ -93,6 +93,9 @@ _FLAGS = {
     "script": "--script",
     "deadline_seconds": "--deadline-seconds",
     "max_total_tokens": "--max-total-tokens",
+    "max_cost": "--max-cost",
+    "connection": "--connection",
+    "agent": "--agent",
     "from_sequence": "--from",
 }
 
@@ -112,6 +115,25 @@ def terminal_safe(text: str) -> str:
 def json_line(obj: Any) -> str:
     """One JSON line; ``json`` escapes C0 controls itself, the C1 ones are escaped here."""
     return _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(obj, default=str, ensure_ascii=False))
+
+
+# The flags agent_run and agent_fork share, by RunRequest field (the script is parsed apart).
+REQUEST_OPTIONS = (
+    "provider",
+    "model",
+    "tools",
+    "max_iterations",
+    "deadline_seconds",
+    "max_total_tokens",
+    "max_cost",
+    "connection",
+    "agent",
+)
+
+
+def request_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The request fields a command's flags set (those given), keyed by ``RunRequest`` field."""
+    return {key: options[key] for key in REQUEST_OPTIONS if options.get(key) is not None}
 
 
 def exit_code(status: str) -> int:
@@ -210,6 +232,12 @@ def add_limit_arguments(parser: Any) -> None:
         metavar="N",
         help="Cancel the run (budget_exceeded) after the model call that takes its spend "
         "above N tokens (default: NRLLM_AGENTS['DEFAULT_MAX_TOTAL_TOKENS'], none).",
+    )
+    parser.add_argument(
+        "--max-cost",
+        metavar="AMOUNT",
+        help="Cancel the run (cost_exceeded) after the model call that takes its cost above AMOUNT, "
+        "in NRLLM_AGENTS['CURRENCY'] (default: NRLLM_AGENTS['DEFAULT_MAX_COST'], none).",
     )
 
 
@@ -324,7 +352,8 @@ class StreamPrinter:
     def _human_summary(self, run: AgentRun, event: dict[str, Any]) -> tuple[str, Callable[[str], str]]:
         head = f"run {run.pk}"
         tokens = event["usage"]["total_tokens"]
-        spend = f" [{run.iterations} model calls, {tokens} tokens]"
+        cost = f", {pricing.cost_text(run)}" if run.cost is not None else ""
+        spend = f" [{run.iterations} model calls, {tokens} tokens{cost}]"
         if run.status == RunStatus.COMPLETED:
             why = "" if run.termination_reason == "completed" else f" ({run.termination_reason})"
             return f"{head} completed{why}{spend}: {describe.short(run.final_text or '', 300)}", self.style.SUCCESS

@@ -18,7 +18,7 @@ def backfill(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("nrllm_agents", "0010_targeted_push"),
+        ("nrllm_agents", "0012_agents"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
+from ..domain import Usage
 from ..models import ACTIVE, TERMINAL, AgentRun, RunStatus
 from . import metrics
 from .logs import bind_segment, run_event, unbind_segment
@@ -40,7 +41,8 @@ def _guarded(hook: F) -> F:
 def _provider_label(provider: str | None) -> str:
     from .. import registry
 
-    return metrics.bounded(provider or "", set(registry.provider_names())) if provider else "unknown"
+    known = set(registry.provider_names()) | set(registry.CONNECTION_CLASSES)
+    return metrics.bounded(provider or "", known) if provider else "unknown"
 
 
 def _tool_label(name: Any) -> str:
@@ -103,6 +105,10 @@ def step(trace: Any, step: Any, sequence: int) -> None:
             labels = (_provider_label(provider), metrics.model_label(model))
             metrics.TOKENS.labels(*labels, "prompt").inc(prompt)
             metrics.TOKENS.labels(*labels, "completion").inc(completion)
+            cost = Usage.from_dict(usage).cost
+            if cost:
+                currency = metrics.bounded(str((payload.get("price") or {}).get("currency") or ""))
+                metrics.SPEND.labels(*labels, currency).inc(float(cost))
     run_event(
         "boundary",
         trace.run_id,

@@ -99,6 +99,12 @@ BOUNDARY_WRITE_SECONDS = Histogram(
 TOKENS = Counter(
     "nrllm_tokens", "Tokens spent, by provider, model and kind (prompt, completion).", ["provider", "model", "kind"]
 )
+SPEND = Counter(
+    "nrllm_spend",
+    "Money spent on model calls at the prices in force when they ran, by provider, model and currency "
+    "(interrupted calls at their estimated tokens).",
+    ["provider", "model", "currency"],
+)
 REAPER_ACTIONS = Counter(
     "nrllm_reaper_actions", "What the reaper did to runs whose lease expired.", ["action", "reason"]
 )

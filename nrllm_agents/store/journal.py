@@ -23,11 +23,14 @@ def owned(run_id: uuid.UUID, owner: str | None) -> Any:
     return qs.filter(claimed_by=owner) if owner is not None else qs
 
 
-def spend_fields(iterations: int | None, usage: Usage | None) -> dict[str, int]:
-    """The row's spend columns for what a segment measured (only those given)."""
-    fields = {} if iterations is None else {"iterations": iterations}
+def spend_fields(iterations: int | None, usage: Usage | None) -> dict[str, Any]:
+    """The row's spend columns for what a segment measured (only those given; the cost only
+    once a call was priced)."""
+    fields: dict[str, Any] = {} if iterations is None else {"iterations": iterations}
     if usage is not None:
         fields.update(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
+        if usage.cost is not None:
+            fields.update(cost=usage.cost, cost_estimated=usage.cost_estimated)
     return fields
 
 

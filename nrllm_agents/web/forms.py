@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django import forms
 
 from .. import jsonlimits, policy, registry
 from ..conf import app_settings
+from ..models import Agent, Connection
 from ..run_request import MAX_PROMPT_CHARS, InvalidRequest, RunRequest
 
 SCRIPT_HELP = (
@@ -43,6 +45,23 @@ class RunForm(forms.Form):
         label="Token budget",
         help_text="Cancel the run after the model call that spends more. Empty: the default.",
     )
+    max_cost = forms.DecimalField(
+        required=False,
+        min_value=Decimal("0.000000000001"),
+        max_digits=24,
+        decimal_places=12,
+        label="Cost limit",
+        help_text="Cancel the run after the model call that costs more in total (in the configured currency). "
+        "Empty: the default.",
+    )
+    connection = forms.ChoiceField(
+        required=False, help_text="Run through a connection (its kind is the provider). Empty: the provider above."
+    )
+    agent = forms.ChoiceField(
+        required=False,
+        help_text="Start from an agent: its definition sets the provider or connection, model, tools, "
+        "iterations and instructions (the limits and a model given here win).",
+    )
     script = forms.CharField(
         required=False, help_text=SCRIPT_HELP, widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"})
     )
@@ -59,6 +78,9 @@ class RunForm(forms.Form):
         self.fields["tools"].initial = list(app_settings.DEFAULT_TOOLS)
         self.fields["max_iterations"].max_value = app_settings.MAX_ITERATIONS_LIMIT
         self.fields["max_iterations"].initial = app_settings.DEFAULT_MAX_ITERATIONS
+        names = Connection.objects.values_list("name", flat=True)
+        self.fields["connection"].choices = [("", "—"), *((n, n) for n in names)]
+        self.fields["agent"].choices = [("", "—"), *((n, n) for n in Agent.objects.values_list("name", flat=True))]
         self.run_request: RunRequest | None = None
 
     def clean_script(self) -> Any:
@@ -75,7 +97,18 @@ class RunForm(forms.Form):
         if self.errors:
             return data
         mapping = {k: data[k] for k in ("prompt", "provider", "model", "tools", "max_iterations")}
-        mapping.update({k: data[k] for k in ("deadline_seconds", "max_total_tokens") if data.get(k) is not None})
+        mapping.update(
+            {k: data[k] for k in ("deadline_seconds", "max_total_tokens", "max_cost") if data.get(k) is not None}
+        )
+        if data.get("connection"):
+            mapping["connection"] = data["connection"]
+            mapping.pop("provider")  # the connection's kind is the provider
+        if data.get("agent"):
+            mapping["agent"] = data["agent"]
+            for name in ("provider", "tools", "max_iterations"):  # the agent's, unless a connection is chosen
+                mapping.pop(name, None)
+            if not mapping.get("model"):
+                mapping.pop("model", None)
         if data.get("script") is not None:
             mapping["script"] = data["script"]
         try:

@@ -71,6 +71,7 @@ def final_data(status: dict[str, Any]) -> dict[str, Any]:
     return {
         **status,
         "cancel_text": describe.cancel_text(cancel) if cancel else None,
+        "cost_text": describe.run_cost_text(status.get("cost")),
         "pending_text": [describe.call_text(call) for call in status.get("pending_approval") or []],
     }
 

@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from .. import admission, dispatch, policy
-from ..describe import call_text, cancel_text
+from ..describe import call_text, cancel_text, run_cost_text
 from ..forks import ParentStillActive, provider_of
 from ..models import ACTIVE, TERMINAL, AgentRun, CancelSource, RunStatus
 from ..observability import gantt
@@ -83,6 +83,7 @@ def _page(
                 "status": status_dict,
                 "pending": [call_text(c) for c in status_dict["pending_approval"]],
                 "cancel_text": cancel_text(status_dict["cancel"]) if status_dict["cancel"] else "",
+                "cost_text": run_cost_text(status_dict["cost"]),
                 "elapsed": elapsed(run.started_at, run.finished_at),
                 "steps": steps,
                 "picture": gantt.build(run, events),

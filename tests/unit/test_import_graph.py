@@ -115,7 +115,7 @@ def test_the_executors_sit_below_the_runtime():
 FLOORS = [
     ("domain", ("domain",)),
     ("models", ("models",)),
-    ("vocabulary", ("policy", "outcomes", "describe", "presenters", "run_request")),
+    ("vocabulary", ("policy", "outcomes", "describe", "presenters", "run_request", "pricing", "connections", "agents")),
     ("store", ("store",)),
     ("executors", ("dispatch", "executors", "executor", "recovery")),
     ("runtime", ("runtime", "segment", "forks", "limits", "interrupts", "push", "watch", "deltas")),

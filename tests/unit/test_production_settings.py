@@ -22,11 +22,12 @@ PRODUCTION = {
     "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS": "1",
     "DJANGO_SECURE_HSTS_PRELOAD": "1",
     "DJANGO_SECURE_COOKIES": "1",
+    "NRLLM_SECRET_KEYS": "cHJvZHVjdGlvbi10ZXN0LWZlcm5ldC1rZXktMzJieXQ=",  # encrypts connections' keys
 }
 
 
 def run(args: list[str], **env: str) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "PYTEST"))}
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "PYTEST", "NRLLM_SECRET_KEYS"))}
     base.update({"DJANGO_SETTINGS_MODULE": "config.settings", "DATABASE_URL": "sqlite:///:memory:", **env})
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=base, capture_output=True, text=True, timeout=120)
 
@@ -57,3 +58,10 @@ def test_check_deploy_names_a_migrate_that_did_not_run(tmp_path):
     done = run(["manage.py", "check", "--deploy"], **PRODUCTION, **database)
     assert done.returncode != 0
     assert "nrllm_agents.E010" in done.stderr and "Run `python manage.py migrate`" in done.stderr
+
+
+def test_check_refuses_production_without_a_key_for_connections():
+    settings = {k: v for k, v in PRODUCTION.items() if k != "NRLLM_SECRET_KEYS"}
+    done = run(["manage.py", "check", "--deploy"], **settings)
+    assert done.returncode != 0
+    assert "nrllm_agents.E014" in done.stderr and "NRLLM_SECRET_KEYS" in done.stderr

@@ -39,6 +39,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--script", metavar="JSON|@FILE", help="Override the scripted provider's turns.")
         parser.add_argument("--max-iterations", type=int, metavar="N", help="Override the cap on model calls.")
+        parser.add_argument("--connection", metavar="NAME", help="Override the connection the fork runs through.")
+        parser.add_argument(
+            "--agent",
+            metavar="NAME",
+            help="Continue as this agent (its latest version) instead of the parent's settings.",
+        )
         console.add_limit_arguments(parser)
         console.add_owner_argument(parser)
         parser.add_argument("--json", action="store_true", help="Print one JSON object per line.")
@@ -51,11 +57,7 @@ class Command(BaseCommand):
         parent = console.run_id_arg(options["run_id"])
         if options["follow"] and not options["queued"]:
             raise console.usage_error("--follow goes with --queued (a fork run here always streams)")
-        overrides = {
-            k: options[k]
-            for k in ("provider", "model", "tools", "max_iterations", "deadline_seconds", "max_total_tokens")
-            if options[k] is not None
-        }
+        overrides = console.request_options(options)
         if options["script"] is not None:
             overrides["script"] = console.parse_script(options["script"])
         owner = console.owner_arg(options["owner"])

@@ -25,7 +25,15 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("prompt", metavar="PROMPT", help="What the agent should do.")
         parser.add_argument("--provider", help="Model provider (default: the configured default, 'scripted').")
-        parser.add_argument("--model", help="Model name passed to the provider.")
+        parser.add_argument("--model", help="Model name passed to the provider (default: the connection's).")
+        parser.add_argument(
+            "--connection", metavar="NAME", help="Run through this connection (see agent_connections list)."
+        )
+        parser.add_argument(
+            "--agent",
+            metavar="NAME",
+            help="Start from this agent's latest version: its definition fills every flag not given.",
+        )
         parser.add_argument(
             "--tool",
             dest="tools",
@@ -67,10 +75,7 @@ class Command(BaseCommand):
             sys.exit(code)
 
     def _request(self, options: dict[str, Any]) -> RunRequest:
-        data: dict[str, Any] = {"prompt": options["prompt"]}
-        for key in ("provider", "model", "tools", "max_iterations", "deadline_seconds", "max_total_tokens"):
-            if options[key] is not None:
-                data[key] = options[key]
+        data: dict[str, Any] = {"prompt": options["prompt"], **console.request_options(options)}
         if options["script"] is not None:
             data["script"] = console.parse_script(options["script"])
         try:

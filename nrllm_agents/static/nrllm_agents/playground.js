@@ -206,6 +206,7 @@
     text("st-reason", payload.termination_reason || "—");
     text("st-iterations", payload.iterations);
     text("st-tokens", payload.usage.total_tokens);
+    if (document.getElementById("st-cost")) text("st-cost", payload.cost_text || "not priced");
     strip.dataset.startedAt = payload.started_at || strip.dataset.startedAt || "";
     strip.dataset.finishedAt = payload.finished_at || "";
     tick();

@@ -1,0 +1,154 @@
+"""The admin of what runs are set up with: connections (their key write-only), prices, agents.
+
+Who may view, add, change and delete them is ``policy.may_configure``'s decision. A
+connection's key is a password field that never renders its value: leaving it empty keeps
+the stored key, "clear the key" removes it; no page, list or message shows it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.http import HttpRequest
+
+from .. import agents, policy
+from ..models import Agent, AgentVersion, Connection, Price
+
+
+class _Configured(admin.ModelAdmin):
+    """Permissions from ``policy.may_configure`` for the model this admin serves."""
+
+    def _may(self, request: HttpRequest, action: policy.Setup) -> bool:
+        return policy.may_configure(request.user, action, self.model._meta.model_name or "")
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self._may(request, policy.Setup.VIEW)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._may(request, policy.Setup.VIEW)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return self._may(request, policy.Setup.ADD)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._may(request, policy.Setup.CHANGE)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._may(request, policy.Setup.DELETE)
+
+
+class ConnectionForm(forms.ModelForm):
+    base_url = forms.URLField(max_length=500, assume_scheme="https", help_text="Where the key is sent.")
+    api_key = forms.CharField(
+        required=False,
+        strip=True,
+        max_length=4000,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="Write-only: never shown again. Leave empty to keep the stored key.",
+    )
+    clear_key = forms.BooleanField(required=False, label="Clear the key", help_text="Store no key any more.")
+
+    class Meta:
+        model = Connection
+        fields = ("name", "kind", "base_url", "default_model")
+
+    def save(self, commit: bool = True) -> Connection:
+        row: Connection = super().save(commit=False)
+        if self.cleaned_data.get("clear_key"):
+            row.set_key(None)
+        elif self.cleaned_data.get("api_key"):
+            row.set_key(self.cleaned_data["api_key"])
+        if commit:
+            row.save()
+        return row
+
+
+@admin.register(Connection)
+class ConnectionAdmin(_Configured):
+    form = ConnectionForm
+    list_display = ("name", "kind", "base_url", "default_model", "key_state", "updated_at")
+    search_fields = ("name", "base_url", "default_model")
+    fields = ("name", "kind", "base_url", "default_model", "key_state", "api_key", "clear_key")
+    readonly_fields = ("key_state",)
+
+    @admin.display(description="key")
+    def key_state(self, row: Connection) -> str:
+        return "set (write-only)" if row.has_key else "none"
+
+
+@admin.register(Price)
+class PriceAdmin(_Configured):
+    list_display = ("model", "connection", "provider", "input_per_million", "output_per_million", "updated_at")
+    list_filter = ("connection", "provider")
+    search_fields = ("model",)
+    fields = ("connection", "provider", "model", "input_per_million", "output_per_million")
+
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        field = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if field is not None and db_field.name in ("input_per_million", "output_per_million"):
+            field.help_text = (
+                "Per million tokens, in NRLLM_AGENTS['CURRENCY']; new calls use it, past ones keep theirs."
+            )
+        return field
+
+
+class AgentForm(forms.ModelForm):
+    definition = forms.JSONField(
+        initial=dict,
+        help_text="Run request fields the agent sets (system, connection, provider, model, tools, max_iterations, "
+        "on_deny, deadline_seconds, max_total_tokens, max_cost). Saving adds a version; runs keep theirs.",
+        widget=forms.Textarea(attrs={"rows": 12, "spellcheck": "false"}),
+    )
+
+    class Meta:
+        model = Agent
+        fields = ("name", "description")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        latest = self.instance.latest() if self.instance.pk else None
+        if latest is not None:
+            self.fields["definition"].initial = latest.definition
+
+    def clean_definition(self) -> dict[str, Any]:
+        try:
+            return agents.validated(self.cleaned_data.get("definition"))
+        except agents.InvalidAgent as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+
+class AgentVersionInline(admin.TabularInline):
+    model = AgentVersion
+    fields = ("version", "definition", "created_at", "created_by")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    ordering = ("-version",)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Agent)
+class AgentAdmin(_Configured):
+    form = AgentForm
+    list_display = ("name", "description", "latest_version", "updated_at")
+    search_fields = ("name", "description")
+    inlines = [AgentVersionInline]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        return ("name",) if obj is not None else ()
+
+    @admin.display(description="version")
+    def latest_version(self, agent: Agent) -> int | None:
+        latest = agent.latest()
+        return latest.version if latest else None
+
+    def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        agents.save(obj.name, form.cleaned_data["definition"], by=request.user)
