@@ -80,6 +80,9 @@ RULES: dict[str, Rule] = {
     "METRICS_TOKEN": (lambda v: isinstance(v, str), "a string"),
     "METRICS_ALLOW_LOCALHOST": FLAG,
     "METRICS_STATE_TTL": NON_NEGATIVE,
+    "MCP_SERVERS": (lambda v: isinstance(v, dict), 'a dict in the mcpServers shape ({"mcpServers": {...}})'),
+    "MCP_CALL_TIMEOUT": POSITIVE,
+    "MCP_MAX_RESULT_CHARS": POSITIVE_INT,
 }
 
 
@@ -178,3 +181,32 @@ def _consistency(v: dict[str, Any]) -> list[CheckMessage]:
     if ok("RETRY_BASE_SECONDS", "RETRY_MAX_SECONDS") and v["RETRY_BASE_SECONDS"] > v["RETRY_MAX_SECONDS"]:
         found.append(Error("NRLLM_AGENTS['RETRY_BASE_SECONDS'] exceeds RETRY_MAX_SECONDS", id="nrllm_agents.E008"))
     return found
+
+
+@register(Tags.compatibility)
+def check_mcp_servers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """The MCP configuration parses; under ``manage.py check`` every server is also started and listed.
+
+    Only the ``check`` command probes the servers: every other command (a worker, ``runserver``)
+    runs the checks too, and must not start servers it may never use.
+    """
+    import sys
+
+    from .domain import ConfigurationError
+    from .mcp import catalog
+
+    try:
+        catalog.servers()
+    except ConfigurationError as exc:
+        return [Error(str(exc), id="nrllm_agents.E010")]
+    if sys.argv[1:2] != ["check"]:
+        return []
+    return [
+        Error(
+            f"MCP server {row['server']!r} is unavailable: {row['error']}",
+            hint="agent_tools lists what each server offers; fix its entry in NRLLM_MCP_CONFIG or MCP_SERVERS.",
+            id="nrllm_agents.E011",
+        )
+        for row in catalog.health()
+        if not row["ok"]
+    ]

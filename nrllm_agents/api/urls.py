@@ -10,7 +10,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.permissions import IsAuthenticated
 
-from . import forks, views
+from . import forks, tools, views
 from .schema import SCHEMA_SETTINGS
 
 app_name = "nrllm_api"
@@ -25,6 +25,7 @@ urlpatterns = [
     path("runs/<str:id>/approve/", views.RunApproveView.as_view(), name="run-approve"),
     path("runs/<str:id>/events/", views.RunEventsView.as_view(), name="run-events"),
     path("runs/<str:id>/fork/", forks.RunForkView.as_view(), name="run-fork"),
+    path("tools/", tools.ToolListView.as_view(), name="tool-list"),
     # Token first, as on every endpoint: an anonymous caller gets 401 with a challenge, not 403.
     path(
         "schema/",

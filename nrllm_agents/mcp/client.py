@@ -1,0 +1,404 @@
+"""The MCP sessions of this process, owned by one event-loop thread; run threads call into it.
+
+The ``mcp`` SDK is asynchronous; our runs execute on plain threads. One daemon thread per
+process runs an asyncio loop that owns every session (one per configured server, shared by
+the runs of the process). A run thread submits a call (``Hub.call``) and blocks on its future;
+the run's cancel token cancels that future, which cancels the task awaiting ``call_tool`` on the
+loop, and the SDK then writes ``notifications/cancelled`` for that request at once. The run
+thread is released at the same moment: whatever the server answers afterwards is dropped by
+the SDK (the request is no longer pending) and never reaches the run.
+
+A stdio server is started on first use, through ``guard.py`` (its own process group, killed
+with us even if we are SIGKILLed), and started again on the next call after it died. A forked
+child (an RQ work horse) never uses its parent's sessions: it builds its own hub on first use.
+The hub closes its sessions at exit (stdin closed, then SIGTERM, then SIGKILL, by the SDK).
+
+Plain Python: no Django.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..domain.cancel import CancelToken
+from ..domain.errors import ToolError
+from .config import HTTP, Resolved, ServerConfig
+
+logger = logging.getLogger(__name__)
+
+GUARD = str(Path(__file__).with_name("guard.py"))
+_CONNECTION_CLOSED, _REQUEST_TIMEOUT = -32000, -32001
+_MAX_MESSAGE = 500
+
+
+class McpUnavailable(ToolError):
+    """An MCP server could not be started or reached, or did not answer its handshake."""
+
+
+class McpCallInterrupted(BaseException):
+    """The call was cancelled by the run's token; ``record`` holds the progress seen so far."""
+
+    def __init__(self, record: CallRecord) -> None:
+        super().__init__("the MCP call was cancelled")
+        self.record = record
+
+
+@dataclass
+class CallRecord:
+    """What one call saw besides its result: progress notifications, and why it broke."""
+
+    progress: list[dict[str, Any]] = field(default_factory=list)
+    broken: str | None = None
+
+
+ProgressSink = Callable[[dict[str, Any]], None]
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 1] + "…"
+
+
+class _Server:
+    """One server's session, on the hub's loop: started on demand, restarted after it died."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.session: Any = None
+        self.tools: list[Any] = []
+        self.resolved: Resolved | None = None
+        self.started = 0
+        self._stop: asyncio.Event | None = None
+        self._owner: asyncio.Task[None] | None = None
+        self._lock: asyncio.Lock | None = None
+        self._calls: dict[asyncio.Task[Any], CallRecord] = {}
+
+    def redact(self, text: str) -> str:
+        return _clip(self.resolved.redact(text) if self.resolved is not None else text)
+
+    def _alive(self) -> bool:
+        if self.session is None or self._owner is None or self._owner.done():
+            return False
+        dispatcher = getattr(self.session, "_dispatcher", None)  # fail-soft: no such attribute → trust it
+        return not getattr(dispatcher, "_closed", False)
+
+    async def ensure(self) -> Any:
+        """The live session, starting (or restarting) the server first; raises ``McpUnavailable``."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._alive():
+                return self.session
+            await self.stop()
+            ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._stop = asyncio.Event()
+            self._owner = asyncio.create_task(self._own(ready, self._stop), name=f"mcp-{self.config.name}")
+            try:
+                await asyncio.wait_for(asyncio.shield(ready), self.config.connect_timeout)
+            except TimeoutError:
+                await self.stop()
+                raise McpUnavailable(
+                    f"MCP server {self.config.name!r} did not complete its handshake within "
+                    f"{self.config.connect_timeout:g} s"
+                ) from None
+            except Exception as exc:
+                await self.stop()
+                if isinstance(exc, ToolError):
+                    raise
+                leaf = _leaf(exc)
+                if getattr(leaf, "code", None) == _CONNECTION_CLOSED:
+                    raise McpUnavailable(
+                        f"MCP server {self.config.name!r} exited or closed the connection before completing "
+                        "its handshake (its stderr says why)"
+                    ) from None
+                raise McpUnavailable(
+                    f"MCP server {self.config.name!r} could not be started or reached: "
+                    f"{self.redact(f'{type(leaf).__name__}: {leaf}')}"
+                ) from None
+            self.started += 1
+            return self.session
+
+    async def _own(self, ready: asyncio.Future[None], stop: asyncio.Event) -> None:
+        """Hold the transport and the session open until ``stop``; one task enters and leaves them."""
+        from mcp import types
+        from mcp.client.session import ClientSession
+
+        try:
+            self.resolved = self.config.resolved()
+            async with contextlib.AsyncExitStack() as stack:
+                read, write = await stack.enter_async_context(self._transport(stack, self.resolved))
+                session = await stack.enter_async_context(
+                    ClientSession(
+                        read,
+                        write,
+                        message_handler=self._on_message,
+                        client_info=types.Implementation(name="nrllm_agents", version="1"),
+                    )
+                )
+                await session.initialize()
+                tools: list[Any] = []
+                cursor = None
+                while True:
+                    listing = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor))
+                    tools.extend(listing.tools)
+                    cursor = listing.next_cursor
+                    if not cursor or len(tools) > 10_000:
+                        break
+                self.session, self.tools = session, tools
+                ready.set_result(None)
+                await stop.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
+            elif not isinstance(exc, asyncio.CancelledError):
+                logger.warning("MCP server %r: session ended: %s", self.config.name, self.redact(str(_leaf(exc))))
+            if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
+                raise
+        finally:
+            self.session = None
+
+    def _transport(self, stack: contextlib.AsyncExitStack, resolved: Resolved) -> Any:
+        if self.config.transport == HTTP:
+            from mcp.client.streamable_http import streamable_http_client
+            from mcp.shared._httpx_utils import create_mcp_http_client
+
+            client = create_mcp_http_client(headers=resolved.headers)
+            stack.push_async_callback(client.aclose)
+            return streamable_http_client(resolved.url, http_client=client)
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        parameters = StdioServerParameters(
+            command=sys.executable,
+            args=[GUARD, str(os.getpid()), "--", self.config.command, *resolved.args],
+            env=resolved.env or None,
+            cwd=self.config.cwd,
+        )
+        return stdio_client(parameters)
+
+    async def _on_message(self, message: Any) -> None:
+        """A message the server sent that is not an answer; a broken one fails the calls in flight."""
+        if isinstance(message, Exception):
+            reason = (
+                f"MCP server {self.config.name!r} sent a message that is not valid JSON-RPC "
+                f"({self.redact(f'{type(message).__name__}: {message}')})"
+            )
+            for task, record in list(self._calls.items()):
+                record.broken = reason
+                task.cancel()
+
+    async def call(
+        self, tool: str, arguments: dict[str, Any], timeout: float, record: CallRecord, sink: ProgressSink | None
+    ) -> Any:
+        from mcp.shared.exceptions import MCPError
+        from pydantic import ValidationError
+
+        session = await self.ensure()
+        task = asyncio.current_task()
+        assert task is not None
+
+        async def progress(value: float, total: float | None, message: str | None) -> None:
+            entry = {"progress": value, "total": total, "message": message}
+            record.progress.append(entry)
+            if sink is not None:
+                try:
+                    sink(entry)
+                except Exception:  # showing progress never breaks the call
+                    logger.exception("an MCP progress sink failed")
+
+        self._calls[task] = record
+        try:
+            return await session.call_tool(tool, arguments, read_timeout_seconds=timeout, progress_callback=progress)
+        except MCPError as exc:
+            if exc.code == _CONNECTION_CLOSED:
+                await self.stop()
+                raise ToolError(
+                    f"MCP server {self.config.name!r} closed the connection during the call (it stopped or "
+                    "crashed); it is started again on the next call"
+                ) from None
+            if exc.code == _REQUEST_TIMEOUT:
+                raise ToolError(
+                    f"MCP tool {tool!r} of server {self.config.name!r} did not answer within {timeout:g} s; "
+                    "the server was told to stop it"
+                ) from None
+            raise ToolError(
+                f"MCP server {self.config.name!r} refused the call: {self.redact(exc.error.message)}"
+            ) from None
+        except ValidationError as exc:
+            raise ToolError(
+                f"MCP server {self.config.name!r} answered with a result that is not valid MCP "
+                f"({exc.error_count()} errors)"
+            ) from None
+        finally:
+            self._calls.pop(task, None)
+
+    async def stop(self) -> None:
+        """Close the session and stop the server (for stdio: stdin, SIGTERM, SIGKILL); idempotent."""
+        owner, self._owner = self._owner, None
+        if self._stop is not None:
+            self._stop.set()
+        if owner is not None and not owner.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(owner), 10.0)
+            except (TimeoutError, asyncio.CancelledError):
+                owner.cancel()
+            except Exception:
+                pass
+        self.session = None
+
+
+class Hub:
+    """This process's MCP sessions and the loop thread that owns them; thread-safe."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._servers: dict[str, _Server] = {}
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                started = threading.Event()
+
+                def run() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(started.set)
+                    loop.run_forever()
+
+                # Lives as long as the process: the servers it starts die with this thread (guard.py).
+                threading.Thread(target=run, name="nrllm-mcp", daemon=True).start()
+                started.wait()
+                self._loop = loop
+            return self._loop
+
+    def _server(self, config: ServerConfig) -> _Server:
+        with self._lock:
+            server = self._servers.get(config.name)
+            if server is None or server.config != config:
+                server = self._servers[config.name] = _Server(config)
+            return server
+
+    def tools(self, config: ServerConfig) -> list[Any]:
+        """The server's tools (``mcp.types.Tool``), starting it if needed; raises ``McpUnavailable``."""
+        found = self.list_all([config])[config.name]
+        if isinstance(found, McpUnavailable):
+            raise found
+        return found
+
+    def list_all(self, configs: list[ServerConfig]) -> dict[str, list[Any] | McpUnavailable]:
+        """Every server's tools, or why it could not be listed; the servers start side by side."""
+        servers = [self._server(c) for c in configs]
+        loop = self._ensure_loop()
+        futures = [asyncio.run_coroutine_threadsafe(s.ensure(), loop) for s in servers]
+        found: dict[str, list[Any] | McpUnavailable] = {}
+        for server, future in zip(servers, futures):
+            try:
+                future.result(server.config.connect_timeout + 15.0)
+                found[server.config.name] = list(server.tools)
+            except concurrent.futures.TimeoutError:
+                future.cancel()
+                found[server.config.name] = McpUnavailable(f"MCP server {server.config.name!r} did not start in time")
+            except ToolError as exc:
+                found[server.config.name] = exc if isinstance(exc, McpUnavailable) else McpUnavailable(str(exc))
+        return found
+
+    def call(
+        self,
+        config: ServerConfig,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        token: CancelToken,
+        timeout: float,
+        on_progress: ProgressSink | None = None,
+    ) -> tuple[Any, CallRecord]:
+        """Call ``tool`` and wait for its ``CallToolResult``; the token cancels it.
+
+        Returns ``(result, record)``. Raises ``ToolError`` (with a message fit for the model)
+        when the server cannot be reached, breaks, times out or refuses, and
+        ``McpCallInterrupted`` when the token trips first: the request then gets its
+        ``notifications/cancelled`` and its late answer is dropped.
+        """
+        server = self._server(config)
+        record = CallRecord()
+        future = asyncio.run_coroutine_threadsafe(
+            server.call(tool, arguments, timeout, record, on_progress), self._ensure_loop()
+        )
+        unregister = token.on_cancel(future.cancel)
+        try:
+            return future.result(timeout + config.connect_timeout + 15.0), record
+        except concurrent.futures.CancelledError:
+            if token.cancelled:
+                raise McpCallInterrupted(record) from None
+            raise ToolError(record.broken or f"the call to MCP server {config.name!r} was abandoned") from None
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise ToolError(f"MCP server {config.name!r} did not answer in time") from None
+        finally:
+            unregister()
+
+    def started(self, name: str) -> int:
+        """How many times this process started server ``name`` (restarts included)."""
+        server = self._servers.get(name)
+        return server.started if server is not None else 0
+
+    def close(self, timeout: float = 15.0) -> None:
+        """Stop every server this process started, then the loop; the hub can be used again after."""
+        with self._lock:
+            loop, self._loop = self._loop, None
+            servers, self._servers = list(self._servers.values()), {}
+        if loop is None or self.pid != os.getpid():
+            return
+
+        async def stop_all() -> None:
+            await asyncio.gather(*(s.stop() for s in servers), return_exceptions=True)
+
+        try:
+            asyncio.run_coroutine_threadsafe(stop_all(), loop).result(timeout)
+        except Exception:
+            logger.warning("MCP servers did not all stop within %.0f s", timeout)
+        loop.call_soon_threadsafe(loop.stop)
+
+
+_hub: Hub | None = None
+_hub_lock = threading.Lock()
+
+
+def hub() -> Hub:
+    """This process's hub (a forked child gets a new one, never its parent's)."""
+    global _hub
+    with _hub_lock:
+        if _hub is None or _hub.pid != os.getpid():
+            _hub = Hub()
+        return _hub
+
+
+def _forget_after_fork() -> None:
+    global _hub, _hub_lock
+    _hub, _hub_lock = None, threading.Lock()
+
+
+def _close_at_exit() -> None:
+    if _hub is not None and _hub.pid == os.getpid():
+        _hub.close()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+atexit.register(_close_at_exit)
