@@ -155,3 +155,10 @@ def health(*, retry: bool = True) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def forget() -> None:
+    """Forget the servers remembered as broken (tests, after a configuration change)."""
+    with _lock:
+        _failures.clear()
+        _listed.clear()

@@ -291,7 +291,11 @@ class Hub:
     def _server(self, config: ServerConfig) -> _Server:
         with self._lock:
             server = self._servers.get(config.name)
-            if server is None or server.config != config:
+            if server is not None and server.config != config:  # reconfigured: stop the old one
+                if self._loop is not None:
+                    asyncio.run_coroutine_threadsafe(server.stop(), self._loop)
+                server = None
+            if server is None:
                 server = self._servers[config.name] = _Server(config)
             return server
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 _record_lock = threading.Lock()
@@ -42,6 +43,9 @@ def record(event: str, tool: str, ctx: Context | None, **extra: Any) -> None:
 
 
 server = MCPServer("nrllm-test-server")
+# The SDK moves the wire off fd 1 (so that a stray print cannot break it); ``garbage`` writes
+# to a duplicate taken before, which is the wire itself.
+WIRE = os.dup(1)
 READ_ONLY = ToolAnnotations(readOnlyHint=True, idempotentHint=True, destructiveHint=False)
 
 
@@ -86,7 +90,7 @@ async def huge(ctx: Context, chars: int = 5_000_000) -> str:
 async def garbage(ctx: Context) -> str:
     """Write a line that is not JSON-RPC to stdout, then never answer."""
     record("started", "garbage", ctx)
-    os.write(1, b"this is {not json\n")
+    os.write(WIRE, b"this is {not json\n")
     await anyio.sleep(3600)
     return "never"
 
@@ -112,7 +116,7 @@ async def die(ctx: Context) -> str:
 async def failing(ctx: Context) -> str:
     """Fail: the result has ``isError``."""
     record("started", "failing", ctx)
-    raise ValueError("the tool failed on purpose")
+    raise ToolError("the tool failed on purpose")
 
 
 @server.tool()
