@@ -10,7 +10,8 @@ returns; each with the tool, the request id and the wall-clock time ``t``.
 Tools: ``slow`` (progress every step, read-only), ``echo``, ``erase`` (destructive), and
 hostile ones: ``huge`` (an enormous result), ``garbage`` (writes a line that is not JSON, then
 never answers), ``silent`` (never answers, ignores cancels), ``die`` (the process exits
-mid-call), ``failing`` (``isError``), ``structured`` (``structuredContent``).
+mid-call), ``failing`` (``isError``), ``structured`` (``structuredContent``). ``--stubborn``
+makes it a server that only SIGKILL ends (it ignores SIGTERM and lives on after its stdin closes).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -35,7 +37,7 @@ RECORD = os.environ.get("NRLLM_MCP_RECORD", "")
 def record(event: str, tool: str, ctx: Context | None, **extra: Any) -> None:
     if not RECORD:
         return
-    line = {"event": event, "tool": tool, "t": time.time(), "pid": os.getpid(), **extra}
+    line = {"event": event, "tool": tool, "t": time.time(), "pid": os.getpid(), "ppid": os.getppid(), **extra}
     if ctx is not None:
         line["request_id"] = ctx.request_id
     with _record_lock, open(RECORD, "a", encoding="utf-8") as out:
@@ -137,10 +139,22 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--http", type=int, default=None, help="serve Streamable HTTP on this port")
     parser.add_argument("--record", default=RECORD, help="append server-side events to this file")
+    parser.add_argument(
+        "--stubborn",
+        action="store_true",
+        help="behave badly: ignore SIGTERM, and live on after stdin closes (only SIGKILL ends it)",
+    )
     args = parser.parse_args(argv)
     RECORD = args.record
+    if args.stubborn:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if args.http is None:
-        server.run("stdio")
+        try:
+            server.run("stdio")
+        finally:
+            if args.stubborn:  # whatever ended the session (its input closed, a broken pipe)
+                record("lingering", "", None)
+                time.sleep(3600)
     else:
         server.run("streamable-http", host="127.0.0.1", port=args.http)
 
