@@ -74,6 +74,7 @@ bench: venv
 	DATABASE_URL=$(PG_URL) $(PY) bench/enqueue_first_step.py --redis-url $(BENCH_REDIS_URL)
 	DATABASE_URL=$(PG_URL) $(PY) bench/cancel_latency.py --redis-url $(BENCH_REDIS_URL)
 	DATABASE_URL=$(PG_URL) $(PY) bench/bulk_cancel.py
+	DATABASE_URL=$(PG_URL) $(PY) bench/mcp_cancel.py
 	DATABASE_URL=$(PG_URL) $(PY) bench/scale.py --redis-url $(BENCH_REDIS_URL) --pgbouncer
 
 clean:
