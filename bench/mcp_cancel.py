@@ -173,13 +173,13 @@ def main() -> None:
         direct.close()
         hub().close()
     d, o = summary(samples["direct"]), summary(samples["ours"])
+
+    def line(figures: dict[str, float]) -> str:
+        return f"mean {figures['mean']:6.1f} ms  p50 {figures['p50']:6.1f} ms  p99 {figures['p99']:6.1f} ms"
+
     print(f"MCP cancel latency, {args.samples} samples each (cancel issued -> server sees its handler cancelled)")
-    print(
-        f"  direct mcp SDK (task.cancel):            mean {d['mean']:6.1f} ms  p50 {d['p50']:6.1f} ms  p99 {d['p99']:6.1f} ms"
-    )
-    print(
-        f"  ours (commit -> NOTIFY -> token -> SDK): mean {o['mean']:6.1f} ms  p50 {o['p50']:6.1f} ms  p99 {o['p99']:6.1f} ms"
-    )
+    print(f"  direct mcp SDK (task.cancel):            {line(d)}")
+    print(f"  ours (commit -> NOTIFY -> token -> SDK): {line(o)}")
     print(
         f"  ratio ours / direct (p50): {o['p50'] / max(d['p50'], 1e-6):.1f}x; ours under 50 ms in "
         f"{sum(1 for s in samples['ours'] if s < 0.05)}/{len(samples['ours'])} samples"

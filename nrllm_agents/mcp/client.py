@@ -75,6 +75,18 @@ def _clip(text: str) -> str:
     return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 1] + "…"
 
 
+def _errlog() -> Any:
+    """Where a stdio server's stderr goes: ours, when it is a real file (else the original one)."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.fileno()
+                return stream
+        except (AttributeError, OSError, ValueError):
+            continue
+    return open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+
+
 class _Server:
     """One server's session, on the hub's loop: started on demand, restarted after it died."""
 
@@ -189,7 +201,7 @@ class _Server:
             env=resolved.env or None,
             cwd=self.config.cwd,
         )
-        return stdio_client(parameters)
+        return stdio_client(parameters, errlog=_errlog())
 
     async def _on_message(self, message: Any) -> None:
         """A message the server sent that is not an answer; a broken one fails the calls in flight."""

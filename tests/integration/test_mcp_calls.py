@@ -142,3 +142,21 @@ def test_an_unreachable_server_is_named_and_a_run_offering_it_is_refused(servers
 
     with pytest.raises(InvalidRequest, match="MCP server 'gone' is unavailable"):
         AgentRuntime().run({"prompt": "p", "tools": ["gone__anything"], "script": [{"content": "x"}]})
+
+
+def test_progress_is_shown_live_and_recorded_on_the_step(servers, tmp_path):
+    servers(ours=mcp_servers.ours(tmp_path / "rec.jsonl"))
+    deltas: list[dict] = []
+    result = AgentRuntime().run(
+        {
+            "prompt": "p",
+            "tools": ["ours__slow"],
+            "script": [call("ours__slow", seconds=0.3, steps=3), {"content": "done"}],
+        },
+        on_delta=deltas.append,
+    )
+    assert result.outcome == Outcome.COMPLETED, result
+    shown = "".join(d["text"] for d in deltas)
+    assert "[ours__slow progress 1/3 step 1 of 3]" in shown and "[ours__slow progress 3/3 step 3 of 3]" in shown
+    steps = list(AgentRunEvent.objects.filter(run_id=result.run_id, kind="tool").values_list("payload", flat=True))
+    assert [p["progress"] for p in steps[0]["result"]["progress"]] == [1, 2, 3]
