@@ -44,6 +44,12 @@ def alive(pid: int) -> bool:
     return fields[0] != "Z"
 
 
+@pytest.fixture(autouse=True)
+def fast_poll(settings):
+    """Where no NOTIFY can reach a process (SQLite), it polls every 0.1 s here, so the bound holds."""
+    settings.NRLLM_AGENTS = {**getattr(settings, "NRLLM_AGENTS", {}), "CANCEL_POLL_SECONDS": 0.1}
+
+
 @pytest.fixture
 def configured(settings, tmp_path):
     """Our server on stdio for this process (settings) and for child processes (a config file)."""
@@ -183,7 +189,7 @@ def test_a_queued_run_on_a_real_worker_tells_the_server_and_the_next_call_works(
     record, path = configured
     settings.REDIS_URL = redis_url
     settings.RQ_QUEUES = {"default": {"URL": redis_url}}
-    env = {**child_env, "REDIS_URL": redis_url, "NRLLM_MCP_CONFIG": str(path), "NRLLM_CANCEL_POLL_SECONDS": "0.2"}
+    env = {**child_env, "REDIS_URL": redis_url, "NRLLM_MCP_CONFIG": str(path), "NRLLM_CANCEL_POLL_SECONDS": "0.1"}
     runtime = AgentRuntime()
     with Workers(env, count=1, log_dir=tmp_path / "logs", command=command).start() as workers:
         run_id = runtime.enqueue({"prompt": "p", "tools": ["ours__slow"], "script": SLOW})
