@@ -24,7 +24,7 @@ def provider_names() -> list[str]:
 def tool_names(*, discover: bool = False) -> list[str]:
     """Names of the tools a run can be offered; MCP ones only once listed here (or ``discover``)."""
     names = set(app_settings.TOOLS)
-    if discover or mcp_catalog.configured():
+    if mcp_catalog.configured():
         names.update(mcp_catalog.catalog().tools if discover else mcp_catalog.listed())
     return sorted(names)
 

@@ -215,12 +215,20 @@ class _Server:
                 task.cancel()
 
     async def call(
-        self, tool: str, arguments: dict[str, Any], timeout: float, record: CallRecord, sink: ProgressSink | None
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        timeout: float,
+        record: CallRecord,
+        sink: ProgressSink | None,
+        token: CancelToken,
     ) -> Any:
         from mcp.shared.exceptions import MCPError
         from pydantic import ValidationError
 
         session = await self.ensure()
+        if token.cancelled:  # tripped while the server started: the request is never written
+            raise asyncio.CancelledError()
         task = asyncio.current_task()
         assert task is not None
 
@@ -354,8 +362,10 @@ class Hub:
         """
         server = self._server(config)
         record = CallRecord()
+        if token.cancelled:  # nothing starts once the token has tripped
+            raise McpCallInterrupted(record)
         future = asyncio.run_coroutine_threadsafe(
-            server.call(tool, arguments, timeout, record, on_progress), self._ensure_loop()
+            server.call(tool, arguments, timeout, record, on_progress, token), self._ensure_loop()
         )
         unregister = token.on_cancel(future.cancel)
         try:

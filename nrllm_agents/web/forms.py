@@ -54,7 +54,7 @@ class RunForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["provider"].choices = [(p, p) for p in registry.provider_names()]
         self.fields["provider"].initial = app_settings.DEFAULT_PROVIDER
-        self.fields["tools"].choices = [(t, t) for t in registry.tool_names()]
+        self.fields["tools"].choices = [(t, t) for t in registry.tool_names(discover=True)]  # MCP tools too
         self.fields["tools"].initial = list(app_settings.DEFAULT_TOOLS)
         self.fields["max_iterations"].max_value = app_settings.MAX_ITERATIONS_LIMIT
         self.fields["max_iterations"].initial = app_settings.DEFAULT_MAX_ITERATIONS

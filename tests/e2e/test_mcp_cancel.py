@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from nrllm_agents import store
 from nrllm_agents.mcp import catalog
 from nrllm_agents.mcp.client import hub
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, RunStatus
@@ -245,3 +246,64 @@ def test_no_server_outlives_its_worker(command, how, configured, child_env, redi
             workers.terminate(0)
             workers.wait_exit(0, timeout=60)
         wait_for("the MCP server and its guard to end", lambda: not alive(server) and not alive(guard), timeout=15)
+
+
+def test_a_resumed_run_cancelled_mid_call_tells_the_server(settings, tmp_path):
+    """``approve`` resumes a run whose MCP call needed a decision; the cancel reaches that call."""
+    record = tmp_path / "server.jsonl"
+    entry = {**mcp_servers.ours(record), "approval": {"slow": True}}
+    settings.NRLLM_AGENTS = {**settings.NRLLM_AGENTS, "MCP_SERVERS": {"mcpServers": {"ours": entry}}}
+    catalog.forget()
+    runtime = AgentRuntime()
+    try:
+        waiting = runtime.run({"prompt": "p", "tools": ["ours__slow"], "script": SLOW})
+        assert waiting.outcome == Outcome.AWAITING_APPROVAL
+        outcome: dict = {}
+
+        def segment():
+            try:
+                outcome["result"] = runtime.approve(waiting.run_id, True)
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=segment, daemon=True)
+        thread.start()
+        call = started(record, progressed=2)
+        store.cancel(waiting.run_id, source=CancelSource.SYSTEM, reason="stop the tool")  # the signal path only
+        thread.join(30)
+        assert outcome["result"].outcome == Outcome.CANCELLED
+        wait_for(
+            "the run to stop", lambda: AgentRun.objects.filter(pk=waiting.run_id, stopped_at__isnull=False).exists()
+        )
+        told = server_cancelled(record, call["request_id"])
+        assert told["t"] - AgentRun.objects.get(pk=waiting.run_id).cancel_requested_at.timestamp() < BOUND_SECONDS
+        kinds = list(
+            AgentRunEvent.objects.filter(run_id=waiting.run_id).order_by("sequence").values_list("kind", "payload")
+        )
+        assert [k for k, _ in kinds] == ["request", "llm", "approval", "tool", "cancelled"]
+        assert kinds[3][1]["interrupted"] is True and kinds[3][1]["progress"]
+    finally:
+        hub().close()
+        catalog.forget()
+
+
+def test_nothing_is_sent_once_the_token_has_tripped(tmp_path):
+    """A call whose token tripped before it started never reaches the server."""
+    from nrllm_agents.domain.cancel import CancelToken
+    from nrllm_agents.mcp import config
+    from nrllm_agents.mcp.client import Hub, McpCallInterrupted
+
+    record = tmp_path / "server.jsonl"
+    server = config.parse({"ours": mcp_servers.ours(record)}, origin="test")["ours"]
+    own = Hub()
+    try:
+        own.tools(server)  # started and listed
+        token = CancelToken()
+        token.cancel()
+        with pytest.raises(McpCallInterrupted):
+            own.call(server, "echo", {"text": "x"}, token=token, timeout=5)
+        result, _ = own.call(server, "echo", {"text": "after"}, token=CancelToken(), timeout=5)
+        assert result.content[0].text == "after"
+        assert [e["tool"] for e in mcp_servers.records(record)] == ["echo"]  # only the second call
+    finally:
+        own.close()
