@@ -367,7 +367,11 @@ class Hub:
         future = asyncio.run_coroutine_threadsafe(
             server.call(tool, arguments, timeout, record, on_progress, token), self._ensure_loop()
         )
-        unregister = token.on_cancel(future.cancel)
+
+        def abandon() -> None:  # on the tripping thread: the loop cancels the task, the SDK tells the server
+            future.cancel()
+
+        unregister = token.on_cancel(abandon)
         try:
             return future.result(timeout + config.connect_timeout + 15.0), record
         except concurrent.futures.CancelledError:

@@ -139,11 +139,9 @@ def _server(name: str, entry: Mapping[str, Any], where: str) -> ServerConfig:
         raise ConfigurationError(f"{where}: give either command (stdio) or url (Streamable HTTP)")
     if kind not in (None, STDIO, *_HTTP_TYPES):
         raise ConfigurationError(f"{where}: type {kind!r} is not supported (stdio or http)")
-    common = {
-        "timeout": _seconds(entry.get("timeout"), where, "timeout"),
-        "connect_timeout": _seconds(entry.get("connectTimeout", 20.0), where, "connectTimeout") or 20.0,
-        "approval": _approval(entry.get("approval"), where),
-    }
+    timeout = _seconds(entry.get("timeout"), where, "timeout")
+    connect_timeout = _seconds(entry.get("connectTimeout", 20.0), where, "connectTimeout") or 20.0
+    approval = _approval(entry.get("approval"), where)
     if has_command:
         command = entry["command"]
         if not isinstance(command, str) or not command.strip():
@@ -158,12 +156,22 @@ def _server(name: str, entry: Mapping[str, Any], where: str) -> ServerConfig:
             args=tuple(_strings(entry.get("args", []), where, "args")),
             env=_mapping(entry.get("env", {}), where, "env"),
             cwd=cwd,
-            **common,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            approval=approval,
         )
     url = entry["url"]
     if not isinstance(url, str) or not re.match(r"^https?://", url):
         raise ConfigurationError(f"{where}: url must be an http:// or https:// URL")
-    return ServerConfig(name, HTTP, url=url, headers=_mapping(entry.get("headers", {}), where, "headers"), **common)
+    return ServerConfig(
+        name,
+        HTTP,
+        url=url,
+        headers=_mapping(entry.get("headers", {}), where, "headers"),
+        timeout=timeout,
+        connect_timeout=connect_timeout,
+        approval=approval,
+    )
 
 
 def _strings(value: Any, where: str, key: str) -> list[str]:

@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import signal
-import sys
 import threading
 import time
 from typing import Any
@@ -48,7 +47,7 @@ server = MCPServer("nrllm-test-server")
 # The SDK moves the wire off fd 1 (so that a stray print cannot break it); ``garbage`` writes
 # to a duplicate taken before, which is the wire itself.
 WIRE = os.dup(1)
-READ_ONLY = ToolAnnotations(readOnlyHint=True, idempotentHint=True, destructiveHint=False)
+READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, destructive_hint=False)
 
 
 @server.tool(annotations=READ_ONLY)
@@ -74,7 +73,7 @@ async def echo(ctx: Context, text: str) -> str:
     return text
 
 
-@server.tool(annotations=ToolAnnotations(destructiveHint=True, readOnlyHint=False))
+@server.tool(annotations=ToolAnnotations(destructive_hint=True, read_only_hint=False))
 async def erase(ctx: Context, target: str) -> str:
     """Pretend to erase ``target`` (a destructive tool: approval required by default)."""
     record("started", "erase", ctx, target=target)
@@ -160,4 +159,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
