@@ -149,6 +149,16 @@ def _consistency(v: dict[str, Any]) -> list[CheckMessage]:
                 id="nrllm_agents.W002",
             )
         )
+    if ok("LEASE_SECONDS", "MCP_CALL_TIMEOUT") and v["LEASE_SECONDS"] <= v["MCP_CALL_TIMEOUT"]:
+        found.append(
+            Warning(
+                f"NRLLM_AGENTS['LEASE_SECONDS'] ({v['LEASE_SECONDS']:g}) should exceed MCP_CALL_TIMEOUT "
+                f"({v['MCP_CALL_TIMEOUT']:g}), the longest MCP tool call",
+                hint="A segment renews its lease at every step boundary; a shorter lease lets the reaper take "
+                "a run from a live worker.",
+                id="nrllm_agents.W003",
+            )
+        )
     if ok("DEFAULT_MAX_ITERATIONS", "MAX_ITERATIONS_LIMIT") and v["DEFAULT_MAX_ITERATIONS"] > v["MAX_ITERATIONS_LIMIT"]:
         found.append(
             Error("NRLLM_AGENTS['DEFAULT_MAX_ITERATIONS'] exceeds MAX_ITERATIONS_LIMIT", id="nrllm_agents.E005")

@@ -137,3 +137,21 @@ def test_the_core_of_the_mcp_package_imports_no_django():
                 names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
                 assert not any(n == "django" or n.startswith("django.") for n in names), name
                 assert not any(n.startswith("nrllm_agents.mcp.catalog") or n == "catalog" for n in names), name
+
+
+def test_an_interrupted_mcp_step_reads_with_the_progress_it_had_made():
+    from nrllm_agents.describe import lines
+
+    payload = {
+        "name": "ours__slow",
+        "arguments": {},
+        "result": None,
+        "error": None,
+        "interrupted": True,
+        "progress": [
+            {"progress": 1, "total": 30, "message": "step 1"},
+            {"progress": 3, "total": 30, "message": "step 3"},
+        ],
+    }
+    assert ("progress", "3/30 step 3") in lines("tool", payload)
+    assert not [label for label, _ in lines("tool", {**payload, "progress": []}) if label == "progress"]
