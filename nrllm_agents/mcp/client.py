@@ -247,6 +247,11 @@ class _Server:
         except MCPError as exc:
             if exc.code == _CONNECTION_CLOSED:
                 await self.stop()
+                if self.config.transport == HTTP:
+                    raise ToolError(
+                        f"MCP server {self.config.name!r} dropped the call (the connection closed, or its answer "
+                        "was too large to read); the session is opened again on the next call"
+                    ) from None
                 raise ToolError(
                     f"MCP server {self.config.name!r} closed the connection during the call (it stopped or "
                     "crashed); it is started again on the next call"

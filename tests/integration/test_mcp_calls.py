@@ -160,3 +160,23 @@ def test_progress_is_shown_live_and_recorded_on_the_step(servers, tmp_path):
     assert "[ours__slow progress 1/3 step 1 of 3]" in shown and "[ours__slow progress 3/3 step 3 of 3]" in shown
     steps = list(AgentRunEvent.objects.filter(run_id=result.run_id, kind="tool").values_list("payload", flat=True))
     assert [p["progress"] for p in steps[0]["result"]["progress"]] == [1, 2, 3]
+
+
+def test_a_hostile_server_over_streamable_http_gives_clear_tool_errors(servers, tmp_path):
+    with mcp_servers.HttpServer("ours", record=tmp_path / "rec.jsonl") as server:
+        servers(web=server.entry(timeout=2))
+        result, steps = run(
+            ["web__huge", "web__silent", "web__die", "web__echo"],
+            call("web__huge", chars=3_000_000),
+            call("web__silent"),
+            call("web__die"),
+            call("web__echo", text="the server is gone"),
+            max_iterations=10,
+        )
+    assert result.outcome == Outcome.COMPLETED, result
+    huge, silent, died, gone = tool_steps(steps)
+    assert "dropped the call" in huge["error"]  # past the SDK's bound on one streamed event
+    assert "did not answer within 2 s" in silent["error"]
+    print(died["error"], "|", gone["error"])
+    assert "dropped the call" in died["error"]
+    assert "could not be started or reached" in gone["error"]
