@@ -43,7 +43,7 @@ test: test-postgres test-sqlite
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy nrllm_agents/domain nrllm_agents/store
+	$(VENV)/bin/mypy nrllm_agents/domain nrllm_agents/store nrllm_agents/mcp
 
 test-postgres: venv
 	DATABASE_URL=$(PG_URL) NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
