@@ -148,7 +148,12 @@ def progress_text(progress: Any) -> str:
 def _tool(p: dict[str, Any]) -> Lines:
     if p.get("interrupted"):
         seen = progress_text(p.get("progress"))
-        return [("call", call_text(p)), ("interrupted", INTERRUPTED_TOOL)] + ([("progress", seen)] if seen else [])
+        told = _text(_dict(p.get("mcp")).get("cancelled_at") or "")
+        return (
+            [("call", call_text(p)), ("interrupted", INTERRUPTED_TOOL)]
+            + ([("progress", seen)] if seen else [])
+            + ([("MCP server told", told)] if told else [])
+        )
     if p.get("error") is not None:
         return [("call", call_text(p)), ("error", _text(p["error"]))]
     return [("call", call_text(p)), ("result", to_json(p.get("result")))]

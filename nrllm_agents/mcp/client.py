@@ -26,6 +26,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,7 @@ logger = logging.getLogger(__name__)
 GUARD = str(Path(__file__).with_name("guard.py"))
 _CONNECTION_CLOSED, _REQUEST_TIMEOUT = -32000, -32001
 _MAX_MESSAGE = 500
+_SETTLE_SECONDS = 1.0  # the SDK bounds its own cancel write; this only keeps a wedged loop from holding a run
 
 
 class McpUnavailable(ToolError):
@@ -56,10 +58,16 @@ class McpCallInterrupted(BaseException):
 
 @dataclass
 class CallRecord:
-    """What one call saw besides its result: progress notifications, and why it broke."""
+    """What one call saw besides its result: progress notifications, why it broke, when it was cancelled.
+
+    ``cancelled_at`` (a Unix time) is when the SDK had finished cancelling the request: by then it
+    has written ``notifications/cancelled`` for it, if the request had gone out.
+    """
 
     progress: list[dict[str, Any]] = field(default_factory=list)
     broken: str | None = None
+    cancelled_at: float | None = None
+    settled: threading.Event = field(default_factory=threading.Event)
 
 
 ProgressSink = Callable[[dict[str, Any]], None]
@@ -244,6 +252,9 @@ class _Server:
         self._calls[task] = record
         try:
             return await session.call_tool(tool, arguments, read_timeout_seconds=timeout, progress_callback=progress)
+        except asyncio.CancelledError:
+            record.cancelled_at = time.time()
+            raise
         except MCPError as exc:
             if exc.code == _CONNECTION_CLOSED:
                 await self.stop()
@@ -271,6 +282,7 @@ class _Server:
             ) from None
         finally:
             self._calls.pop(task, None)
+            record.settled.set()
 
     async def stop(self) -> None:
         """Close the session and stop the server (for stdio: stdin, SIGTERM, SIGKILL); idempotent."""
@@ -381,6 +393,8 @@ class Hub:
             return future.result(timeout + config.connect_timeout + 15.0), record
         except concurrent.futures.CancelledError:
             if token.cancelled:
+                # The SDK's cancel is a write or two away: wait for it, so the step can say when.
+                record.settled.wait(_SETTLE_SECONDS)
                 raise McpCallInterrupted(record) from None
             raise ToolError(record.broken or f"the call to MCP server {config.name!r} was abandoned") from None
         except concurrent.futures.TimeoutError:

@@ -13,6 +13,7 @@ Plain Python: no Django.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
@@ -75,9 +76,12 @@ class McpTool:
                 on_progress=shown,
             )
         except McpCallInterrupted as stop:
+            where: dict[str, Any] = dict(self._where())
+            if stop.record.cancelled_at is not None:
+                where["cancelled_at"] = _iso(stop.record.cancelled_at)
             raise StepInterrupted(
                 f"the call to MCP tool {self.remote_name!r} was cancelled",
-                details={"mcp": self._where(), "progress": stop.record.progress},
+                details={"mcp": where, "progress": stop.record.progress},
             ) from None
         return self._recorded(result, record.progress)
 
@@ -121,6 +125,10 @@ class McpTool:
                 f"{self.max_result_chars} a result may hold; ask for less"
             )
         return recorded
+
+
+def _iso(unix: float) -> str:
+    return dt.datetime.fromtimestamp(unix, dt.UTC).isoformat(timespec="milliseconds")
 
 
 def _validator(schema: dict[str, Any]) -> Any:

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import threading
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -106,7 +107,10 @@ def assert_cancelled_mid_call(run_id, record: Path, call: dict) -> None:
     assert [e.kind for e in events] == ["request", "llm", "tool", "cancelled"]
     tool, cancelled = events[2], events[3]
     assert tool.payload["interrupted"] is True and tool.payload["result"] is None
-    assert tool.payload["mcp"] == {"server": "ours", "tool": "slow"}
+    assert {k: v for k, v in tool.payload["mcp"].items() if k != "cancelled_at"} == {"server": "ours", "tool": "slow"}
+    # When our side had cancelled the request, no later than the server saw it (+ clock resolution).
+    sent = datetime.fromisoformat(tool.payload["mcp"]["cancelled_at"]).timestamp()
+    assert run.cancel_requested_at.timestamp() <= sent + 0.002 and sent <= told["t"] + 0.002
     assert tool.payload["progress"] and tool.payload["progress"][0]["total"] == 300
     assert cancelled.payload["interrupted_sequence"] == tool.sequence
     assert run.status == RunStatus.CANCELLED
