@@ -17,9 +17,6 @@ import datetime as dt
 import json
 from typing import Any
 
-import jsonschema
-from jsonschema.exceptions import SchemaError
-
 from ..domain.cancel import CallContext, StepInterrupted
 from ..domain.errors import ToolError
 from .client import McpCallInterrupted, hub
@@ -89,7 +86,9 @@ class McpTool:
         """Raise ``ToolError`` naming the first way ``arguments`` break the ``inputSchema``."""
         if self._validator is None:
             return
-        error = jsonschema.exceptions.best_match(self._validator.iter_errors(arguments))
+        from jsonschema.exceptions import best_match
+
+        error = best_match(self._validator.iter_errors(arguments))
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "(the arguments)"
             raise ToolError(f"arguments do not match the tool's inputSchema at {where}: {error.message[:300]}")
@@ -133,6 +132,9 @@ def _iso(unix: float) -> str:
 
 def _validator(schema: dict[str, Any]) -> Any:
     """A validator of ``schema``, or None when the server's schema is itself invalid (not checked)."""
+    import jsonschema  # imported on first use: every process imports this module, few call MCP tools
+    from jsonschema.exceptions import SchemaError
+
     try:
         cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
         cls.check_schema(schema)
