@@ -130,7 +130,7 @@ def test_arguments_are_checked_against_the_input_schema_before_anything_is_sent(
 
 
 def test_the_core_of_the_mcp_package_imports_no_django():
-    for name in ("config", "names", "client", "tool", "guard"):
+    for name in ("config", "names", "session", "client", "tool", "guard"):
         tree = ast.parse((ROOT / "nrllm_agents" / "mcp" / f"{name}.py").read_text())
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
