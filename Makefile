@@ -44,7 +44,7 @@ test: test-postgres test-sqlite
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy nrllm_agents/domain nrllm_agents/store
+	$(VENV)/bin/mypy nrllm_agents/domain nrllm_agents/store nrllm_agents/mcp
 
 test-postgres: venv
 	DATABASE_URL=$(PG_URL) NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
@@ -75,6 +75,7 @@ bench: venv
 	DATABASE_URL=$(PG_URL) $(PY) bench/enqueue_first_step.py --redis-url $(BENCH_REDIS_URL)
 	DATABASE_URL=$(PG_URL) $(PY) bench/cancel_latency.py --redis-url $(BENCH_REDIS_URL)
 	DATABASE_URL=$(PG_URL) $(PY) bench/bulk_cancel.py
+	DATABASE_URL=$(PG_URL) $(PY) bench/mcp_cancel.py
 	DATABASE_URL=$(PG_URL) $(PY) bench/scale.py --redis-url $(BENCH_REDIS_URL) --pgbouncer
 
 clean:

@@ -108,6 +108,9 @@ RULES: dict[str, Rule] = {
     "SYNC_MAX_OPEN": COUNT,
     "RATE_LIMIT_STORE": (lambda v: v in ("auto", "redis", "database"), "one of 'auto', 'redis', 'database'"),
     "ALLOW_SCRIPTED": (lambda v: v is None or isinstance(v, bool), "None (follow DEBUG), True or False"),
+    "MCP_SERVERS": (lambda v: isinstance(v, dict), 'a dict in the mcpServers shape ({"mcpServers": {...}})'),
+    "MCP_CALL_TIMEOUT": POSITIVE,
+    "MCP_MAX_RESULT_CHARS": POSITIVE_INT,
 }
 
 
@@ -172,6 +175,16 @@ def _consistency(v: dict[str, Any]) -> list[CheckMessage]:
                 hint="A segment renews its lease at every step boundary; a shorter lease lets the reaper take "
                 "a run from a live worker.",
                 id="nrllm_agents.W002",
+            )
+        )
+    if ok("LEASE_SECONDS", "MCP_CALL_TIMEOUT") and v["LEASE_SECONDS"] <= v["MCP_CALL_TIMEOUT"]:
+        found.append(
+            Warning(
+                f"NRLLM_AGENTS['LEASE_SECONDS'] ({v['LEASE_SECONDS']:g}) should exceed MCP_CALL_TIMEOUT "
+                f"({v['MCP_CALL_TIMEOUT']:g}), the longest MCP tool call",
+                hint="A segment renews its lease at every step boundary; a shorter lease lets the reaper take "
+                "a run from a live worker.",
+                id="nrllm_agents.W003",
             )
         )
     if ok("DEFAULT_MAX_ITERATIONS", "MAX_ITERATIONS_LIMIT") and v["DEFAULT_MAX_ITERATIONS"] > v["MAX_ITERATIONS_LIMIT"]:
@@ -291,3 +304,32 @@ def check_deploy_database(app_configs: Any = None, databases: Any = None, **kwar
                         )
                     )
     return found
+
+
+@register(Tags.compatibility)
+def check_mcp_servers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """The MCP configuration parses; under ``manage.py check`` every server is also started and listed.
+
+    Only the ``check`` command probes the servers: every other command (a worker, ``runserver``)
+    runs the checks too, and must not start servers it may never use.
+    """
+    import sys
+
+    from .domain import ConfigurationError
+    from .mcp import catalog
+
+    try:
+        catalog.servers()
+    except ConfigurationError as exc:
+        return [Error(str(exc), id="nrllm_agents.E015")]
+    if sys.argv[1:2] != ["check"]:
+        return []
+    return [
+        Error(
+            f"MCP server {row['server']!r} is unavailable: {row['error']}",
+            hint="agent_tools lists what each server offers; fix its entry in NRLLM_MCP_CONFIG or MCP_SERVERS.",
+            id="nrllm_agents.E016",
+        )
+        for row in catalog.health()
+        if not row["ok"]
+    ]

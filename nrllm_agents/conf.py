@@ -57,6 +57,13 @@ DEFAULTS: dict[str, Any] = {
         "sleep": "nrllm_agents.registry.sleep_tool",
         "write_note": "nrllm_agents.tools.WriteNote",
     },
+    # MCP servers in the ``{"mcpServers": {...}}`` shape (README, "Tools from MCP servers"), from a
+    # JSON file (MCP_CONFIG) and from here; their tools are offered as ``<server>__<tool>``
+    "MCP_SERVERS": {},
+    "MCP_CONFIG": Env("NRLLM_MCP_CONFIG", str, ""),
+    # the deadline of one MCP tool call (a server's own ``timeout`` wins), and the largest result kept
+    "MCP_CALL_TIMEOUT": Env("NRLLM_MCP_CALL_TIMEOUT", float, 120.0),
+    "MCP_MAX_RESULT_CHARS": 100_000,
     "DEFAULT_PROVIDER": "scripted",
     "DEFAULT_TOOLS": ["calculator", "current_time", "sleep"],
     "DEFAULT_MAX_ITERATIONS": 10,

@@ -160,9 +160,25 @@ def _llm(p: dict[str, Any]) -> Lines:
     return lines
 
 
+def progress_text(progress: Any) -> str:
+    """The last progress an MCP server reported for a call: ``3/30 step 3 of 30`` (or empty)."""
+    last = _dict(_list(progress)[-1]) if _list(progress) else {}
+    if not last:
+        return ""
+    total = f"/{last['total']}" if last.get("total") is not None else ""
+    message = f" {last['message']}" if last.get("message") else ""
+    return short(f"{last.get('progress')}{total}{message}")
+
+
 def _tool(p: dict[str, Any]) -> Lines:
     if p.get("interrupted"):
-        return [("call", call_text(p)), ("interrupted", INTERRUPTED_TOOL)]
+        seen = progress_text(p.get("progress"))
+        told = _text(_dict(p.get("mcp")).get("cancelled_at") or "")
+        return (
+            [("call", call_text(p)), ("interrupted", INTERRUPTED_TOOL)]
+            + ([("progress", seen)] if seen else [])
+            + ([("MCP server told", told)] if told else [])
+        )
     if p.get("error") is not None:
         return [("call", call_text(p)), ("error", _text(p["error"]))]
     return [("call", call_text(p)), ("result", to_json(p.get("result")))]

@@ -58,6 +58,11 @@ def authenticated(user: Any) -> bool:
     return bool(getattr(user, "is_authenticated", False) and getattr(user, "is_active", True))
 
 
+def may_list_tools(user: Any) -> bool:
+    """Whether ``user`` may see which tools a run can be offered (anyone who may start a run)."""
+    return authenticated(user)
+
+
 def sees_all(user: Any) -> bool:
     """Whether ``user`` sees every user's runs (staff)."""
     return authenticated(user) and bool(user.is_staff)

@@ -7,10 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils.module_loading import import_string
 
-from .conf import app_settings
+from .conf import DEFAULTS, app_settings
 from .domain import ConfigurationError
 from .domain.providers import CallJournal, Provider, ScriptedProvider
 from .domain.tools import Calculator, CurrentTime, Sleep, Tool
+from .mcp import catalog as mcp_catalog
 
 if TYPE_CHECKING:
     from .run_request import RunRequest
@@ -20,8 +21,59 @@ def provider_names() -> list[str]:
     return sorted(app_settings.PROVIDERS)
 
 
-def tool_names() -> list[str]:
-    return sorted(app_settings.TOOLS)
+def tool_names(*, discover: bool = False) -> list[str]:
+    """Names of the tools a run can be offered; MCP ones only once listed here (or ``discover``)."""
+    names = set(app_settings.TOOLS)
+    if mcp_catalog.configured():
+        names.update(mcp_catalog.catalog().tools if discover else mcp_catalog.listed())
+    return sorted(names)
+
+
+def offered_tools() -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Every tool a run can be offered (built-in, from settings, from MCP servers), and broken servers.
+
+    Each entry: ``name``, ``description``, ``source`` (``built-in``, ``settings`` or ``mcp``),
+    ``server`` (an MCP server's name, else None), ``requires_approval``, ``idempotent``.
+    """
+    entries = []
+    for name, path in sorted(app_settings.TOOLS.items()):
+        source = "built-in" if DEFAULTS["TOOLS"].get(name) == path else "settings"
+        try:
+            tool = import_string(path)(None)
+        except Exception as exc:  # a broken factory is named, never a crash of the listing
+            entries.append(
+                _entry(name, f"cannot be built: {type(exc).__name__}: {exc}"[:300], source, None, False, True)
+            )
+            continue
+        entries.append(
+            _entry(name, tool.description, source, None, tool.requires_approval, getattr(tool, "idempotent", True))
+        )
+    listing = mcp_catalog.catalog(retry=True)
+    for name, mcp_tool in sorted(listing.tools.items()):
+        entries.append(
+            _entry(
+                name,
+                mcp_tool.description,
+                "mcp",
+                mcp_tool.server.name,
+                mcp_tool.requires_approval,
+                mcp_tool.idempotent,
+            )
+        )
+    return entries, dict(listing.broken)
+
+
+def _entry(
+    name: str, description: str, source: str, server: str | None, approval: bool, idempotent: bool
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "description": description,
+        "source": source,
+        "server": server,
+        "requires_approval": bool(approval),
+        "idempotent": bool(idempotent),
+    }
 
 
 # The provider class of each connection kind, by import string (a kind whose class is not
@@ -49,8 +101,11 @@ def build_tools(names: list[str] | tuple[str, ...], run_id: uuid.UUID | None = N
     for name in names:
         path = app_settings.TOOLS.get(name)
         if path is None:
-            raise ConfigurationError(f"unknown tool {name!r}")
-        tool = import_string(path)(run_id)
+            tool: Tool | None = mcp_catalog.tool(name)
+            if tool is None:
+                raise ConfigurationError(f"unknown tool {name!r}")
+        else:
+            tool = import_string(path)(run_id)
         tools[tool.name] = tool
     return tools
 

@@ -17,6 +17,7 @@ from .domain import ConfigurationError
 from .domain.providers import validate_script
 from .domain.steps import decimal_text
 from .jsonlimits import DEPTH_ERROR, value_too_deep
+from .mcp import catalog as mcp_catalog
 
 MAX_PROMPT_CHARS = 20_000
 MAX_SCRIPT_BYTES = 256 * 1024  # the script as compact JSON; at most max_iterations + 1 turns can play
@@ -117,10 +118,15 @@ class RunRequest:
             tools = []
         else:
             missing = [t for t in tools if t not in app_settings.TOOLS]
+            if missing and mcp_catalog.configured():  # MCP tools are listed only when asked for
+                listing = mcp_catalog.catalog()
+                missing = [t for t in missing if t not in listing.tools]
+                available = sorted({*app_settings.TOOLS, *listing.tools})
+                broken = "".join(f"; MCP server {name!r} is unavailable" for name in sorted(listing.broken))
+            else:
+                available, broken = sorted(app_settings.TOOLS), ""
             if missing:
-                errors["tools"] = (
-                    f"unknown tools: {', '.join(missing)}; available: {', '.join(sorted(app_settings.TOOLS))}"
-                )
+                errors["tools"] = f"unknown tools: {', '.join(missing)}; available: {', '.join(available)}{broken}"
 
         limit = app_settings.MAX_ITERATIONS_LIMIT
         max_iterations = data.get("max_iterations")

@@ -29,7 +29,8 @@ class StepInterrupted(BaseException):
     Raised by a provider or tool (or by ``CancelToken.raise_if_cancelled``); the loop records
     the step as interrupted and the run stops as cancelled. A ``BaseException`` so that a
     tool's ``except Exception`` cannot swallow it. ``partial`` is what a model call had
-    produced so far (content, tool-call fragments, usage), when there is any.
+    produced so far (content, tool-call fragments, usage), when there is any; ``details`` is
+    what a tool call had seen (e.g. an MCP server's progress), recorded on its step.
     """
 
     def __init__(
@@ -39,11 +40,13 @@ class StepInterrupted(BaseException):
         partial: ModelResponse | None = None,
         usage_estimated: bool = False,
         partial_tool_calls: list[dict[str, Any]] | None = None,
+        details: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message or "the step in flight was interrupted by a cancel")
         self.partial = partial
         self.usage_estimated = usage_estimated
         self.partial_tool_calls = partial_tool_calls or []
+        self.details = details or {}
 
 
 class CancelToken:

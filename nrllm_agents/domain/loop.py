@@ -308,6 +308,7 @@ class ToolLoop:
             fatal: Exception | None = None
             result: Any = None
             interrupted = False
+            seen: dict[str, Any] = {}
             if tool is None:
                 t0 = time.perf_counter()
                 error = f"unknown tool {call.name!r}"
@@ -323,8 +324,8 @@ class ToolLoop:
                     else:
                         result = tool.execute(dict(call.arguments))
                     result = clean_value(result)  # what the tool returned, made storable
-                except StepInterrupted:
-                    interrupted = True
+                except StepInterrupted as stop:
+                    interrupted, seen = True, clean_value(stop.details)
                 except ToolError as exc:
                     error = clean_text(str(exc))
                 except Exception as exc:  # ends the run as tool_failed, after the step is recorded
@@ -334,7 +335,9 @@ class ToolLoop:
                         fatal = exc
                         error = _safe_error(exc)
             if interrupted:
-                self._record_tool(state, call, None, INTERRUPTED_RESULT, _elapsed_ms(t0), interrupted=True)
+                self._record_tool(
+                    state, call, None, INTERRUPTED_RESULT, _elapsed_ms(t0), interrupted=True, details=seen
+                )
                 raise RunCancellationRequested()  # when the boundary probe could not confirm it
             self._record_tool(state, call, result, error, _elapsed_ms(t0))
             if fatal is not None:
@@ -350,6 +353,7 @@ class ToolLoop:
         duration_ms: float,
         *,
         interrupted: bool = False,
+        details: Mapping[str, Any] | None = None,
     ) -> None:
         state.messages.append({"role": "tool", "tool_call_id": call.id, "content": tool_content(result, error)})
         state.sent = len(state.messages)
@@ -362,4 +366,6 @@ class ToolLoop:
         }
         if interrupted:
             payload["interrupted"] = True
+        for key, value in (details or {}).items():  # what the call had seen (progress), never our own keys
+            payload.setdefault(key, value)
         self.trace(Step(StepKind.TOOL, state.round, payload, duration_ms=duration_ms))

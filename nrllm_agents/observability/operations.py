@@ -1,4 +1,4 @@
-"""What the admin's operations page shows: runs by status, stuck runs, the reaper, the queue.
+"""What the admin's operations page shows: runs by status, stuck runs, the reaper, the queue, MCP servers.
 
 Stuck means one of:
 
@@ -22,6 +22,7 @@ from django.db.models import Count, Max, QuerySet
 from django.utils import timezone
 
 from .. import dispatch
+from ..mcp import catalog
 from ..models import AgentRun, AgentRunEvent, ReaperPass, RunStatus
 
 QUEUED_CHECK_LIMIT = 2000  # queued runs whose job is looked up per page view (oldest first)
@@ -42,6 +43,7 @@ class Overview:
     queue_error: str = ""
     last_pass: ReaperPass | None = None
     recent_passes: list[ReaperPass] = field(default_factory=list)
+    mcp_servers: list[dict[str, Any]] = field(default_factory=list)  # one row per MCP server (mcp.catalog.health)
     now: datetime = field(default_factory=timezone.now)
 
 
@@ -115,5 +117,6 @@ def overview() -> Overview:
         queue_error=error,
         last_pass=passes[0] if passes else None,
         recent_passes=passes,
+        mcp_servers=catalog.health(retry=False),
         now=now,
     )

@@ -74,7 +74,7 @@ class RunForm(forms.Form):
         self.fields["provider"].initial = (
             app_settings.DEFAULT_PROVIDER if app_settings.DEFAULT_PROVIDER in offered else ""
         )
-        self.fields["tools"].choices = [(t, t) for t in registry.tool_names()]
+        self.fields["tools"].choices = [(t, t) for t in registry.tool_names(discover=True)]  # MCP tools too
         self.fields["tools"].initial = list(app_settings.DEFAULT_TOOLS)
         self.fields["max_iterations"].max_value = app_settings.MAX_ITERATIONS_LIMIT
         self.fields["max_iterations"].initial = app_settings.DEFAULT_MAX_ITERATIONS

@@ -52,7 +52,8 @@ def test_a_bad_value_is_named(name, value):
 
 
 def test_settings_that_do_not_fit_together_are_named():
-    assert ids(LEASE_SECONDS=30, OPENAI_TIMEOUT=60) == ["nrllm_agents.W002"]
+    assert ids(LEASE_SECONDS=30, OPENAI_TIMEOUT=60, MCP_CALL_TIMEOUT=20) == ["nrllm_agents.W002"]
+    assert ids(LEASE_SECONDS=100, MCP_CALL_TIMEOUT=120) == ["nrllm_agents.W003"]
     assert ids(DEFAULT_MAX_ITERATIONS=50, MAX_ITERATIONS_LIMIT=10) == ["nrllm_agents.E005"]
     assert ids(DEFAULT_PROVIDER="nope") == ["nrllm_agents.E006"]
     assert ids(DEFAULT_TOOLS=["calculator", "nope"]) == ["nrllm_agents.E007"]

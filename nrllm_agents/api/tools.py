@@ -1,0 +1,45 @@
+"""``GET /api/tools/``: every tool a run can be offered, as ``manage.py agent_tools --json`` lists them."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from .. import policy, registry
+from .schema import AUTH_ERRORS
+from .views import RunAPIView
+
+
+class OfferedToolSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="The name a run offers it by (`tools: [...]`, `--tool NAME`).")
+    description = serializers.CharField()
+    source = serializers.ChoiceField(["built-in", "settings", "mcp"])
+    server = serializers.CharField(allow_null=True, help_text="The MCP server it comes from (else null).")
+    requires_approval = serializers.BooleanField(help_text="A call waits for a human decision.")
+    idempotent = serializers.BooleanField(help_text="May be repeated after a lost worker.")
+
+
+class ToolListSerializer(serializers.Serializer):
+    tools = OfferedToolSerializer(many=True)
+    unavailable = serializers.DictField(
+        child=serializers.CharField(), help_text="MCP servers that could not be listed, and why."
+    )
+
+
+class ToolListView(RunAPIView):
+    @extend_schema(
+        operation_id="tools_list",
+        summary="List the tools a run can be offered",
+        description="Built-in tools, those of `NRLLM_AGENTS['TOOLS']` and those of the configured MCP "
+        "servers (listed by starting them in the web process). `unavailable` names each MCP server that "
+        "could not be listed, and why.",
+        responses={200: OpenApiResponse(ToolListSerializer), **AUTH_ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        if not policy.may_list_tools(request.user):
+            raise PermissionDenied()
+        tools, broken = registry.offered_tools()
+        return Response({"tools": tools, "unavailable": broken})
