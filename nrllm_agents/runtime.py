@@ -15,7 +15,7 @@ from typing import Any
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from . import dispatch, forks, limits, registry, store
+from . import dispatch, forks, limits, registry, store, threads
 from .domain import (
     LoopOutcome,
     LoopResult,
@@ -24,6 +24,7 @@ from .domain import (
     RunCancellationRequested,
     RunLeaseLost,
     SegmentInterrupted,
+    Step,
     ToolLoop,
     Usage,
     rebuild_state,
@@ -120,6 +121,17 @@ def _result(
     )
 
 
+def _opened(trace: SegmentTrace, step: Step) -> Callable[[ToolLoop], LoopResult]:
+    """A drive that records ``step`` (a fork's or a thread run's first: it holds the transcript)
+    like any step, then continues from the transcript it holds."""
+
+    def drive(loop: ToolLoop) -> LoopResult:
+        trace(step)  # recorded like any step: observed, and a boundary
+        return loop.proceed(rebuild_state([{"kind": step.kind.value, "round": step.round, "payload": step.payload}]))
+
+    return drive
+
+
 class AgentRuntime:
     """Starts, resumes, queues, recovers and cancels runs. Stateless; cheap to construct."""
 
@@ -208,8 +220,18 @@ class AgentRuntime:
             run.pk, request, trace, lambda loop: loop.resume(state, approved=bool(decision), decision={"by": by})
         )
 
-    def enqueue(self, request: RunRequest | dict[str, Any], *, owner: Any = None) -> uuid.UUID:
+    def enqueue(
+        self,
+        request: RunRequest | dict[str, Any],
+        *,
+        owner: Any = None,
+        fields: dict[str, Any] | None = None,
+        wake: bool = True,
+    ) -> uuid.UUID:
         """Store a ``queued`` run and wake a worker for it once the transaction commits.
+
+        ``fields`` are more columns of the row (a thread's: ``threads.post``); ``wake=False``
+        stores the run without dispatching it (a thread's message that waits its turn).
 
         Fail-closed: if the queue refuses the job, the run is settled ``failed``
         (``enqueue_failed``) and ``EnqueueError`` is raised (logged instead when called inside
@@ -217,8 +239,10 @@ class AgentRuntime:
         will ever wake. Raises ``InvalidRequest`` for a bad request.
         """
         request = request if isinstance(request, RunRequest) else RunRequest.from_mapping(request)
-        run = store.create_queued({**request.row_fields(), "owner": owner}, request.as_dict())
+        run = store.create_queued({**request.row_fields(), "owner": owner, **(fields or {})}, request.as_dict())
         observe.started(run, "queued")
+        if not wake:
+            return run.pk
         # Outside atomic() the hook runs now and EnqueueError reaches the caller. Inside, it runs
         # after COMMIT, where raising would drop the other hooks of that commit (other runs'
         # dispatches): there the failed run is settled and the error logged instead.
@@ -258,13 +282,23 @@ class AgentRuntime:
         segment = identity("interactive")
         run = store.begin(fields, claimed_by=segment, lease_expires=store.lease_until())
         trace = SegmentTrace(run.pk, owner=segment, next_sequence=0, on_step=on_step)
+        return self._execute(run.pk, plan.request, trace, _opened(trace, plan.step))
 
-        def drive(loop: ToolLoop) -> LoopResult:
-            trace(plan.step)  # recorded like any step: observed, and a boundary
-            copied = {"kind": plan.step.kind.value, "round": plan.step.round, "payload": plan.step.payload}
-            return loop.proceed(rebuild_state([copied]))
+    def post(
+        self, thread_id: Any, request: RunRequest | dict[str, Any], *, owner: Any = None, strategy: str | None = None
+    ) -> uuid.UUID:
+        """Post a message to a thread: a queued run that follows ``strategy`` (``threads.post``)."""
+        request = request if isinstance(request, RunRequest) else RunRequest.from_mapping(request)
+        return threads.post(self, thread_id, request, owner=owner, strategy=strategy)
 
-        return self._execute(run.pk, plan.request, trace, drive)
+    def _wake_thread(self, thread_id: uuid.UUID | None) -> None:
+        """A run of this thread stopped: dispatch the thread's next message, if one waits."""
+        head = threads.next_up(thread_id)
+        if head is not None:
+            try:
+                self._dispatch(head, segment=0)
+            except dispatch.EnqueueError:
+                logger.error("run %s: its thread's turn came but it could not be enqueued", head)
 
     def _dispatch(self, run_id: uuid.UUID, *, delay_seconds: float = 0, segment: int | None = None) -> None:
         try:
@@ -294,6 +328,9 @@ class AgentRuntime:
         rehydrated settles the run ``failed`` rather than stranding it.
         """
         run_id = parse_run_id(run_id)
+        where = threads.place(run_id)
+        if where is not None and threads.waits(where):
+            return None  # a run before it in its thread has not stopped; its stop dispatches this one
         segment = identity("worker")
         claim = store.claim_queued(run_id, claimed_by=segment, lease_expires=store.lease_until())
         observe.claimed(run_id, segment, claim)
@@ -330,6 +367,8 @@ class AgentRuntime:
             )
         except InvalidRequest as exc:
             return self._settle_unrunnable(run_id, trace, exc)
+        if trace.next_sequence == 0 and where is not None:
+            return self._execute(run_id, request, trace, _opened(trace, threads.opening(where, request)))
         if trace.next_sequence == 0:
             return self._execute(run_id, request, trace, lambda loop: loop.start(request.prompt, system=request.system))
         # Continue from the stream: it is the checkpoint of everything that already happened.
@@ -468,10 +507,13 @@ class AgentRuntime:
         run = AgentRun.objects.filter(pk=run_id).first()
         if run is not None:
             observe.closed(run, fence, outcome)
+            if run.thread_id is not None and run.stopped_at is not None:
+                self._wake_thread(run.thread_id)
         return _result(run_id, outcome, trace, final_text=result.final_text if result else None, run=run)
 
     def _cancelled(self, run_id: uuid.UUID, trace: SegmentTrace) -> RunResult:
         trace.acknowledge_cancel()
+        self._wake_thread(threads.thread_of(run_id))
         return _result(run_id, Outcome.CANCELLED, trace)
 
     def _settle_unrunnable(self, run_id: uuid.UUID, trace: SegmentTrace, exc: Exception) -> RunResult:
@@ -493,13 +535,27 @@ class AgentRuntime:
 
     # --- control and reads ---------------------------------------------------------------
     @observe.cancel
-    def cancel(self, run_id: uuid.UUID | str, *, by: Any = None, source: str, reason: str = "") -> CancelResult:
-        """Cancel a run; terminal is terminal. Exactly one of two concurrent cancels wins."""
+    def cancel(
+        self,
+        run_id: uuid.UUID | str,
+        *,
+        by: Any = None,
+        source: str,
+        reason: str = "",
+        termination_reason: str = TerminationReason.CANCELLED,
+    ) -> CancelResult:
+        """Cancel a run; terminal is terminal. Exactly one of two concurrent cancels wins.
+
+        ``termination_reason`` says why, when it is more than an operator's cancel (a thread's
+        message that interrupted it: ``interrupted_by_message``).
+        """
         run_id = parse_run_id(run_id)
-        fence = store.cancel(run_id, by=by, source=source, reason=reason)
+        fence = store.cancel(run_id, by=by, source=source, reason=reason, termination_reason=termination_reason)
         if fence.applied and fence.previous == RunStatus.RUNNING:
             # Executed by this process? Stop its step in flight without waiting for a signal.
             transaction.on_commit(lambda: watcher.cancelled_here(run_id))
+        elif fence.applied:  # stopped at once: its thread's next message may go
+            transaction.on_commit(lambda: self._wake_thread(threads.thread_of(run_id)))
         if not fence.found:
             outcome = CancelOutcome.NOT_FOUND
         elif fence.applied:

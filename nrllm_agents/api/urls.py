@@ -10,7 +10,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.permissions import IsAuthenticated
 
-from . import forks, views
+from . import forks, threads, views
 from .schema import SCHEMA_SETTINGS
 
 app_name = "nrllm_api"
@@ -25,6 +25,9 @@ urlpatterns = [
     path("runs/<str:id>/approve/", views.RunApproveView.as_view(), name="run-approve"),
     path("runs/<str:id>/events/", views.RunEventsView.as_view(), name="run-events"),
     path("runs/<str:id>/fork/", forks.RunForkView.as_view(), name="run-fork"),
+    path("threads/", threads.ThreadListCreateView.as_view(), name="thread-list"),
+    path("threads/<str:id>/", threads.ThreadDetailView.as_view(), name="thread-detail"),
+    path("threads/<str:id>/messages/", threads.ThreadMessageView.as_view(), name="thread-messages"),
     # Token first, as on every endpoint: an anonymous caller gets 401 with a challenge, not 403.
     path(
         "schema/",
