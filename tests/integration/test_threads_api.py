@@ -170,6 +170,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture(autouse=True)
 def embedded(settings):
+    """The in-process executor (no Redis), fresh throttle counters, and nothing left running."""
     settings.REDIS_URL = None
     cache.clear()
     yield
