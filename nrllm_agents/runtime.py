@@ -571,9 +571,12 @@ class AgentRuntime:
         self, selection: Any, *, by: Any = None, source: str, reason: str = "", dry_run: bool = False
     ) -> store.BulkCancel:
         """Cancel every active run of a queryset in a constant number of statements."""
+        touched = [] if dry_run else threads.threads_among(selection)
         result = store.cancel_many(selection, by=by, source=source, reason=reason, dry_run=dry_run)
         if result.cancelled.get(RunStatus.RUNNING.value):
             transaction.on_commit(watcher.check_now)  # runs this process executes stop at once
+        for thread_id in touched:  # queued and waiting runs stopped at once: their threads go on
+            transaction.on_commit(lambda t=thread_id: self._wake_thread(t))
         return result
 
     @observe.reap

@@ -179,6 +179,12 @@ def next_up(thread_id: uuid.UUID | None) -> uuid.UUID | None:
     return head[0] if head and head[1] == "queued" else None
 
 
+def threads_among(runs: Any) -> list[uuid.UUID]:
+    """The threads of the active runs of a queryset (before a bulk cancel stops them)."""
+    active = runs.filter(thread__isnull=False, status__in=[s.value for s in ACTIVE])
+    return list(active.order_by().values_list("thread_id", flat=True).distinct())
+
+
 def thread_of(run_id: uuid.UUID) -> uuid.UUID | None:
     """The thread of a run, or ``None``."""
     found: uuid.UUID | None = AgentRun.objects.filter(pk=run_id).values_list("thread_id", flat=True).first()

@@ -7,6 +7,8 @@ dispatching the thread's next message from that worker.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.e2e.workers import Workers
@@ -35,9 +37,9 @@ def api(django_user_model, workers):
 @pytest.mark.parametrize(
     "scenario", [scenario_interrupt, scenario_rollback, scenario_reject, scenario_enqueue], ids=lambda f: f.__name__
 )
-def test_each_strategy_with_real_workers(api, workers, scenario):
+def test_each_strategy_with_real_workers(api, workers, worker_env, scenario):
     try:
-        scenario(api, timeout=90)
+        scenario(api, Path(worker_env["NRLLM_CALL_JOURNAL"]), timeout=90)
     except AssertionError:
         print(workers.logs())
         raise

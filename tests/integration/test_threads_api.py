@@ -8,6 +8,8 @@ committed rows.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -76,8 +78,24 @@ def sleeping(run_id: str) -> bool:
     return "llm" in kinds(run_id) and run_of(run_id).status == "running"
 
 
+def journal(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def assert_nothing_started_after_the_boundary(run: AgentRun, entries: list[dict[str, Any]]) -> None:
+    """Every model call and tool start the run journaled has its recorded step, and the
+    stream ends with the acknowledgement right after its boundary step."""
+    events = list(AgentRunEvent.objects.filter(run_id=run.pk).order_by("sequence"))
+    mine = [e for e in entries if e.get("run_id") == str(run.pk)]
+    assert sum(e["what"] == "model" for e in mine) == sum(e.kind == "llm" for e in events), run.pk
+    assert sum(e["what"] == "tool" for e in mine) == sum(e.kind == "tool" for e in events), run.pk
+    assert events[-1].kind == "cancelled"
+    if len(events) > 1:
+        assert events[-1].payload["boundary_sequence"] == events[-2].sequence
+
+
 # --- the scenarios (shared with the rqworker tests) ------------------------------------------------
-def scenario_interrupt(api: APIClient, timeout: float = 60) -> None:
+def scenario_interrupt(api: APIClient, journal_path: Path, timeout: float = 60) -> None:
     thread = new_thread(api)
     first = post(api, thread, "wait for me", SLEEPY)
     wait_for(lambda: sleeping(first), timeout=timeout, what="the first run in its sleep")
@@ -93,6 +111,7 @@ def scenario_interrupt(api: APIClient, timeout: float = 60) -> None:
     assert interrupted.status == "cancelled" and interrupted.termination_reason == "interrupted_by_message"
     assert interrupted.cancel_source == "system" and second in interrupted.cancel_reason
     assert not interrupted.rolled_back
+    assert_nothing_started_after_the_boundary(interrupted, journal(journal_path))
     assert kinds(first)[-2:] == ["tool", "cancelled"]  # the step in flight recorded, then the stop
     assert AgentRunEvent.objects.get(run_id=first, kind="tool").payload.get("interrupted") is True
     seen = opening(second)
@@ -104,7 +123,7 @@ def scenario_interrupt(api: APIClient, timeout: float = 60) -> None:
     assert detail["messages"][0]["content"] == "wait for me"  # the interrupted turn stays
 
 
-def scenario_rollback(api: APIClient, timeout: float = 60) -> None:
+def scenario_rollback(api: APIClient, journal_path: Path, timeout: float = 60) -> None:
     thread = new_thread(api)
     kept = post(api, thread, "hello", answer("hi"))
     wait_for(lambda: stopped(kept, "completed"), timeout=timeout, what="the first turn")
@@ -121,6 +140,7 @@ def scenario_rollback(api: APIClient, timeout: float = 60) -> None:
     assert rolled.status == "cancelled" and rolled.rolled_back
     assert rolled.termination_reason == "interrupted_by_message" and rolled.cancel_source == "system"
     assert kinds(first)[0] == "thread" and kinds(first)[-1] == "cancelled"  # its steps stay
+    assert_nothing_started_after_the_boundary(rolled, journal(journal_path))
     assert opening(second)["after_run"] == kept
     detail = api.get(f"/api/threads/{thread}/").json()
     assert [r["rolled_back"] for r in detail["runs"]] == [False, True, False]
@@ -128,7 +148,7 @@ def scenario_rollback(api: APIClient, timeout: float = 60) -> None:
     assert api.get(f"/api/runs/{first}/").json()["thread"]["rolled_back"] is True
 
 
-def scenario_reject(api: APIClient, timeout: float = 60) -> None:
+def scenario_reject(api: APIClient, journal_path: Path, timeout: float = 60) -> None:
     thread = new_thread(api)
     busy = post(api, thread, "wait for me", SLEEPY)
     wait_for(lambda: sleeping(busy), timeout=timeout, what="the run in its sleep")
@@ -147,7 +167,7 @@ def scenario_reject(api: APIClient, timeout: float = 60) -> None:
     wait_for(lambda: stopped(busy), timeout=timeout, what="the busy run to stop")
 
 
-def scenario_enqueue(api: APIClient, timeout: float = 60) -> None:
+def scenario_enqueue(api: APIClient, journal_path: Path, timeout: float = 60) -> None:
     thread = new_thread(api)
     slow = [{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.3}}]}, {"content": "one"}]
     ids = [post(api, thread, "first", slow)]
@@ -169,9 +189,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(autouse=True)
-def embedded(settings):
-    """The in-process executor (no Redis), fresh throttle counters, and nothing left running."""
+def embedded(settings, tmp_path, monkeypatch):
+    """The in-process executor (no Redis), a call journal, fresh throttle counters, and nothing
+    left running."""
     settings.REDIS_URL = None
+    monkeypatch.setenv("NRLLM_CALL_JOURNAL", str(tmp_path / "journal.jsonl"))
     cache.clear()
     yield
     maintenance.stop_local()
@@ -183,20 +205,20 @@ def api(django_user_model) -> APIClient:
     return client_of(django_user_model.objects.create_user(username="alice"))
 
 
-def test_interrupt_keeps_the_interrupted_turn_and_the_next_run_continues_from_it(api):
-    scenario_interrupt(api)
+def test_interrupt_keeps_the_interrupted_turn_and_the_next_run_continues_from_it(api, tmp_path):
+    scenario_interrupt(api, tmp_path / "journal.jsonl")
 
 
-def test_rollback_drops_the_turn_from_the_transcript_but_keeps_the_run_and_its_steps(api):
-    scenario_rollback(api)
+def test_rollback_drops_the_turn_from_the_transcript_but_keeps_the_run_and_its_steps(api, tmp_path):
+    scenario_rollback(api, tmp_path / "journal.jsonl")
 
 
-def test_reject_answers_409_naming_the_busy_run_and_creates_nothing(api):
-    scenario_reject(api)
+def test_reject_answers_409_naming_the_busy_run_and_creates_nothing(api, tmp_path):
+    scenario_reject(api, tmp_path / "journal.jsonl")
 
 
-def test_enqueue_runs_the_messages_one_at_a_time_in_order(api):
-    scenario_enqueue(api)
+def test_enqueue_runs_the_messages_one_at_a_time_in_order(api, tmp_path):
+    scenario_enqueue(api, tmp_path / "journal.jsonl")
 
 
 def test_a_thread_answers_to_the_policy(django_user_model):
@@ -264,3 +286,17 @@ def test_a_repaired_turn_answers_every_call_it_left(api):
     tool_answers = [m for m in messages if m["role"] == "tool"]
     assert len(tool_answers) == 2
     assert tool_answers[1]["content"] == NOT_EXECUTED.format(why="cancelled")
+
+
+def test_a_bulk_cancel_of_a_waiting_run_lets_the_next_message_go_at_once(api):
+    """The waiting run stops inside the bulk cancel (no segment acknowledges it): the bulk
+    cancel itself dispatches the thread's next message, not the queued sweep minutes later."""
+    thread = new_thread(api)
+    note = [{"tool_calls": [{"name": "write_note", "arguments": {"title": "t", "body": "b"}}]}, {"content": "x"}]
+    waiting = post(api, thread, "note it", note, tools=["write_note"])
+    wait_for(lambda: run_of(waiting).status == "waiting_for_approval", what="the run to wait for approval")
+    after = post(api, thread, "then this", answer("done"))
+    assert run_of(after).status == "queued"
+    cancelled = api.post("/api/runs/cancel/", {"ids": [waiting], "reason": "no"}, format="json")
+    assert cancelled.status_code == 200 and cancelled.json()["cancelled_total"] == 1
+    wait_for(lambda: stopped(after, "completed"), timeout=10, what="the next message's run")

@@ -8,9 +8,7 @@ must see each other's committed rows.
 
 from __future__ import annotations
 
-import json
 import random
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +21,7 @@ from nrllm_agents.runtime import AgentRuntime
 from tests.conftest import race_rounds
 from tests.e2e.workers import wait_for
 from tests.integration.test_races import race
+from tests.integration.test_threads_api import assert_nothing_started_after_the_boundary, journal
 
 ROUNDS = race_rounds(100)
 POSTERS = 8
@@ -47,22 +46,6 @@ def message(prompt: str, script: list[dict[str, Any]]) -> dict[str, Any]:
 
 def stream(run_id: Any) -> list[AgentRunEvent]:
     return list(AgentRunEvent.objects.filter(run_id=run_id).order_by("sequence"))
-
-
-def journal(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def assert_nothing_started_after_the_boundary(run: AgentRun, entries: list[dict[str, Any]]) -> None:
-    """Every model call and tool start the run journaled has its recorded step, and the
-    stream ends with the acknowledgement right after its boundary step."""
-    events = stream(run.pk)
-    mine = [e for e in entries if e.get("run_id") == str(run.pk)]
-    assert sum(e["what"] == "model" for e in mine) == sum(e.kind == "llm" for e in events), run.pk
-    assert sum(e["what"] == "tool" for e in mine) == sum(e.kind == "tool" for e in events), run.pk
-    assert events[-1].kind == "cancelled"
-    if len(events) > 1:
-        assert events[-1].payload["boundary_sequence"] == events[-2].sequence
 
 
 def test_concurrent_enqueue_posts_run_one_at_a_time_in_arrival_order():
