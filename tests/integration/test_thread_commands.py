@@ -68,6 +68,7 @@ def test_agent_run_thread_refused_by_a_busy_thread_exits_1_naming_the_run():
         (("agent_threads", "purge", "--inactive-for", "soon"), "--inactive-for"),
         (("agent_threads", "purge", "--inactive-for", "999999999w"), "--inactive-for"),
         (("agent_threads", "show", "nope"), "no thread"),
+        (("agent_threads", "create", "--title", "a\x00b"), "--title"),
     ],
 )
 def test_bad_input_is_a_usage_error(args, says):

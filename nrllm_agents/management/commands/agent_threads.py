@@ -10,6 +10,7 @@ from django.utils import timezone
 from nrllm_agents import threads
 from nrllm_agents.management import console
 from nrllm_agents.models import Thread
+from nrllm_agents.run_request import unstorable
 
 LIST_LIMIT = 1000
 
@@ -47,8 +48,8 @@ class Command(BaseCommand):
         action = options["action"]
         if action == "create":
             title = options["title"]
-            if len(title) > 200:
-                raise console.usage_error("--title: at most 200 characters")
+            if len(title) > 200 or unstorable(title):
+                raise console.usage_error("--title: at most 200 characters, without NUL")
             thread = threads.create(owner=console.owner_arg(options["owner"]), title=title)
             self.stdout.write(self.style.SUCCESS(f"thread {thread.pk} created"))
         elif action == "list":
