@@ -9,6 +9,7 @@ committed rows.
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -300,3 +301,30 @@ def test_a_bulk_cancel_of_a_waiting_run_lets_the_next_message_go_at_once(api):
     cancelled = api.post("/api/runs/cancel/", {"ids": [waiting], "reason": "no"}, format="json")
     assert cancelled.status_code == 200 and cancelled.json()["cancelled_total"] == 1
     wait_for(lambda: stopped(after, "completed"), timeout=10, what="the next message's run")
+
+
+def test_the_queued_sweep_leaves_a_waiting_message_alone_and_wakes_it_once_its_turn_came(api):
+    """A message waiting behind a run of its thread is not stranded. Once that run stops with
+    no segment to dispatch the next (a dead worker's run, cancelled, then acknowledged by the
+    reaper's store pass), the queued sweep is what wakes it."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from nrllm_agents import recovery, store
+    from nrllm_agents.models import Thread
+
+    thread = new_thread(api)
+    dead = store.begin(
+        {"prompt": "lost", "provider": "scripted", "thread": Thread.objects.get(pk=thread), "thread_position": 0},
+        claimed_by="worker:gone:1",
+        lease_expires=timezone.now() - timedelta(seconds=1),
+    )
+    later = post(api, thread, "then", answer("ok"))
+    assert recovery.stale_queued(older_than=0, limit=100) == []  # it waits: not stranded
+    store.cancel(dead.pk, source="system", reason="test")
+    store.reap()  # acknowledges the cancel of the dead segment; dispatches nothing
+    assert run_of(str(dead.pk)).stopped_at and run_of(later).status == "queued"
+    assert recovery.stale_queued(older_than=0, limit=100) == [uuid.UUID(later)]
+    assert recovery.sweep_queued(older_than=0).recovered == [uuid.UUID(later)]
+    wait_for(lambda: stopped(later, "completed"), what="the swept message's run")
