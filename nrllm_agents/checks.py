@@ -66,6 +66,10 @@ RULES: dict[str, Rule] = {
     "DEFAULT_PROVIDER": NAME,
     "QUEUE_NAME": NAME,
     "EXECUTOR": (lambda v: v in EXECUTORS, "one of " + ", ".join(repr(c) for c in EXECUTORS)),
+    "THREAD_MULTITASK_STRATEGY": (
+        lambda v: v in ("reject", "enqueue", "interrupt", "rollback"),
+        "one of 'reject', 'enqueue', 'interrupt', 'rollback'",
+    ),
     "DEFAULT_TOOLS": (
         lambda v: isinstance(v, (list, tuple)) and all(isinstance(t, str) for t in v),
         "a list of tool names",

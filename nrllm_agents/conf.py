@@ -131,6 +131,9 @@ DEFAULTS: dict[str, Any] = {
     "QUEUED_STALE_SECONDS": Env("NRLLM_QUEUED_STALE_SECONDS", float, 30.0),
     # how often a process using the in-process executor sweeps by itself (0: never)
     "QUEUED_SWEEP_SECONDS": Env("NRLLM_QUEUED_SWEEP_SECONDS", float, 60.0),
+    # what a message to a thread does while a run of the thread is active, when it names no
+    # strategy: "reject", "enqueue", "interrupt" or "rollback" (threads.py)
+    "THREAD_MULTITASK_STRATEGY": Env("NRLLM_THREAD_MULTITASK_STRATEGY", str, "enqueue"),
     # hot statements (step boundary, cancel, claim) as server-side prepared statements on
     # PostgreSQL; turn off behind a transaction-mode PgBouncer older than 1.21 (or without
     # max_prepared_statements): they are then still server-side bound, only not prepared

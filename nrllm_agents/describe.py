@@ -218,6 +218,17 @@ def _forked(p: dict[str, Any]) -> Lines:
     return lines
 
 
+def _thread(p: dict[str, Any]) -> Lines:
+    messages = _list(p.get("messages"))
+    last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+    return [
+        ("thread", f"{p.get('thread_id')} message #{p.get('position')}"),
+        ("continues", f"run {p.get('after_run')}" if p.get("after_run") else "nothing (the first turn)"),
+        ("copied", f"{p.get('copied_messages', 0)} messages"),
+        ("message", _text(last.get("content"))),
+    ]
+
+
 _LINES: dict[str, Callable[[dict[str, Any]], Lines]] = {
     "request": _request,
     "llm": _llm,
@@ -225,6 +236,7 @@ _LINES: dict[str, Callable[[dict[str, Any]], Lines]] = {
     "approval": _approval,
     "cancelled": _cancelled,
     "forked": _forked,
+    "thread": _thread,
 }
 
 
@@ -283,6 +295,10 @@ def _headline_text(kind: str, p: dict[str, Any]) -> str:
     if kind == "forked":
         copied, answered = len(_list(p.get("messages"))), len(_list(p.get("repaired")))
         return f"from {fork_origin(p)}: {copied} messages copied, {answered} unanswered calls answered"
+    if kind == "thread":
+        after = f"continues run {p.get('after_run')}" if p.get("after_run") else "first turn"
+        copied = p.get("copied_messages", 0)
+        return f"message #{p.get('position')} of thread {p.get('thread_id')} ({after}, {copied} messages)"
     return short(p)
 
 

@@ -47,6 +47,7 @@ class TerminationReason(models.TextChoices):
     RETRIES_EXHAUSTED = "retries_exhausted"  # transient failures or lost workers used up the requeue budget
     NOT_RETRYABLE = "not_retryable"  # a permanent failure, or a lost worker during a non-idempotent tool
     INTERNAL_ERROR = "internal_error"  # an unexpected error in the runtime
+    INTERRUPTED_BY_MESSAGE = "interrupted_by_message"  # a new message of its thread interrupted it (threads.py)
 
 
 class CancelSource(models.TextChoices):
@@ -57,6 +58,37 @@ class CancelSource(models.TextChoices):
     API = "api"  # the REST API
     PLAYGROUND = "playground"  # the playground's Cancel button
     SYSTEM = "system"  # the application itself
+
+
+class MultitaskStrategy(models.TextChoices):
+    """What a message does when a run of its thread is still queued, running or waiting."""
+
+    REJECT = "reject"  # refuse the message (409); nothing is created
+    ENQUEUE = "enqueue"  # its run waits for the runs before it, in arrival order
+    INTERRUPT = "interrupt"  # cancel the run in flight; its partial turn stays in the transcript
+    ROLLBACK = "rollback"  # cancel the run in flight; its turn leaves the transcript (the run stays)
+
+
+class Thread(models.Model):
+    """A conversation: runs that each continue the transcript the runs before them left."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="agent_threads"
+    )
+    title = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_activity_at = models.DateTimeField(default=timezone.now)  # the last message posted
+
+    class Meta:
+        ordering = ["-last_activity_at"]
+        indexes = [
+            models.Index(fields=["owner", "-last_activity_at"], name="thread_owner_activity"),
+            models.Index(fields=["last_activity_at"], name="thread_activity"),
+        ]
+
+    def __str__(self) -> str:
+        return self.title or str(self.id)
 
 
 class AgentRun(models.Model):
@@ -127,6 +159,12 @@ class AgentRun(models.Model):
         "AgentVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
     )
     agent_snapshot = models.JSONField(null=True, blank=True)  # {"name", "version", "definition"}
+    # Threads (nrllm_agents.threads): the conversation, the message's place in it, how it was
+    # posted, and whether a later message rolled its turn out of the transcript.
+    thread = models.ForeignKey(Thread, null=True, blank=True, on_delete=models.CASCADE, related_name="runs")
+    thread_position = models.PositiveIntegerField(null=True, blank=True)
+    multitask_strategy = models.CharField(max_length=16, choices=MultitaskStrategy.choices, blank=True)
+    rolled_back = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-created_at"]
@@ -137,6 +175,9 @@ class AgentRun(models.Model):
             # lease_expires: it changes at every step, and renewals stay HOT updates.
             models.Index(fields=["status"], name="agentrun_unstopped", condition=models.Q(stopped_at__isnull=True)),
             models.Index(fields=["status", "deadline_at"], name="agentrun_status_deadline"),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["thread", "thread_position"], name="agentrun_thread_position"),
         ]
         permissions = [
             ("cancel_agentrun", "Can cancel agent runs"),

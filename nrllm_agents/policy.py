@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from .conf import app_settings
-from .models import AgentRun
+from .models import AgentRun, Thread
 
 CANCEL_PERMISSION = "nrllm_agents.cancel_agentrun"
 APPROVE_PERMISSION = "nrllm_agents.approve_agentrun"
@@ -35,6 +35,7 @@ class Action(enum.StrEnum):
     APPROVE = "approve"
     BULK_CANCEL = "bulk_cancel"
     START = "start"
+    POST_MESSAGE = "post_message"  # to a thread: its owner only (a message speaks for them)
 
 
 class Verdict(enum.StrEnum):
@@ -97,6 +98,16 @@ def visible_runs(user: Any) -> QuerySet[AgentRun]:
     return runs if sees_all(user) else runs.filter(owner=user)
 
 
+def visible_threads(user: Any) -> QuerySet[Thread]:
+    """The threads ``user`` may see (and see the runs of): like runs, all for staff, their own
+    otherwise, none for anonymous. A thread's runs are visible to whoever sees the thread
+    only through it; each run still answers to ``visible_runs``."""
+    threads = Thread.objects.select_related("owner")
+    if not authenticated(user):
+        return threads.none()
+    return threads if sees_all(user) else threads.filter(owner=user)
+
+
 def actionable_runs(user: Any, action: Action, runs: QuerySet[AgentRun] | None = None) -> QuerySet[AgentRun]:
     """Of ``runs`` (default: all), those ``user`` may ``action``: own runs, or all with the permission."""
     runs = AgentRun.objects.all() if runs is None else runs
@@ -107,8 +118,9 @@ def actionable_runs(user: Any, action: Action, runs: QuerySet[AgentRun] | None =
     return runs if acts_on_all(user, action) else runs.filter(owner=user)
 
 
-def verdict(user: Any, action: Action, run: AgentRun | None = None) -> Verdict:
-    """The answer for one caller, action and run (``None`` for ``start`` and ``bulk_cancel``).
+def verdict(user: Any, action: Action, run: AgentRun | Thread | None = None) -> Verdict:
+    """The answer for one caller, action and run or thread (``None`` for ``start`` and
+    ``bulk_cancel``). A thread is owned like a run; ``post_message`` is its owner's alone.
 
     A run ``user`` may not see is ``NOT_FOUND`` whatever the action, so that refusing never
     tells whether a run exists (so is ``None`` for an action on a run); a visible run the
@@ -130,7 +142,7 @@ def verdict(user: Any, action: Action, run: AgentRun | None = None) -> Verdict:
     return Verdict.FORBIDDEN
 
 
-def may(user: Any, action: Action, run: AgentRun | None = None) -> bool:
+def may(user: Any, action: Action, run: AgentRun | Thread | None = None) -> bool:
     """Shorthand: ``verdict(...) is ALLOWED``."""
     return verdict(user, action, run) == Verdict.ALLOWED
 
@@ -138,6 +150,7 @@ def may(user: Any, action: Action, run: AgentRun | None = None) -> bool:
 REFUSALS = {
     Action.CANCEL: "You may not cancel this run: it is not yours and you lack the cancel permission.",
     Action.APPROVE: "You may not approve or deny this run: it is not yours and you lack the approve permission.",
+    Action.POST_MESSAGE: "You may not post to this thread: it is not yours.",
 }
 
 

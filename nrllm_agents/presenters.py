@@ -104,6 +104,14 @@ def run_status_dict(run: AgentRun) -> dict[str, Any]:
         if run.agent_snapshot
         else None,
         "parent": {"run_id": str(run.parent_id), "from_sequence": run.forked_from_sequence} if run.parent_id else None,
+        "thread": {
+            "thread_id": str(run.thread_id),
+            "position": run.thread_position,
+            "multitask_strategy": run.multitask_strategy or None,
+            "rolled_back": run.rolled_back,
+        }
+        if run.thread_id
+        else None,
     }
 
 

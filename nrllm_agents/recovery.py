@@ -24,6 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from . import dispatch, executors, store
@@ -53,10 +54,18 @@ def _stale_seconds() -> float:
 
 
 def stale_queued(*, older_than: float, limit: int, now: datetime | None = None) -> list[uuid.UUID]:
-    """Ids of queued runs created more than ``older_than`` seconds ago, oldest first."""
+    """Ids of queued runs created more than ``older_than`` seconds ago, oldest first.
+
+    A thread's message waiting for an earlier run of its thread to stop is not stranded: no
+    job is meant to wake it yet (``threads.py``), so it is left out.
+    """
     cutoff = (now or timezone.now()) - timedelta(seconds=older_than)
+    behind = AgentRun.objects.filter(
+        thread_id=OuterRef("thread_id"), thread_position__lt=OuterRef("thread_position"), stopped_at__isnull=True
+    )
     return list(
         AgentRun.objects.filter(status=RunStatus.QUEUED, created_at__lte=cutoff)
+        .exclude(Exists(behind))
         .order_by("created_at")
         .values_list("id", flat=True)[:limit]
     )

@@ -15,7 +15,7 @@ from typing import Any
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from . import dispatch, forks, limits, pricing, registry, store
+from . import dispatch, forks, limits, pricing, registry, store, threads
 from .domain import (
     LoopOutcome,
     LoopResult,
@@ -24,6 +24,7 @@ from .domain import (
     RunCancellationRequested,
     RunLeaseLost,
     SegmentInterrupted,
+    Step,
     ToolLoop,
     Usage,
     rebuild_state,
@@ -120,6 +121,17 @@ def _result(
     )
 
 
+def _opened(trace: SegmentTrace, step: Step) -> Callable[[ToolLoop], LoopResult]:
+    """A drive that records ``step`` (a fork's or a thread run's first: it holds the transcript)
+    like any step, then continues from the transcript it holds."""
+
+    def drive(loop: ToolLoop) -> LoopResult:
+        trace(step)  # recorded like any step: observed, and a boundary
+        return loop.proceed(rebuild_state([{"kind": step.kind.value, "round": step.round, "payload": step.payload}]))
+
+    return drive
+
+
 class AgentRuntime:
     """Starts, resumes, queues, recovers and cancels runs. Stateless; cheap to construct."""
 
@@ -207,8 +219,18 @@ class AgentRuntime:
             run.pk, request, trace, lambda loop: loop.resume(state, approved=bool(decision), decision={"by": by})
         )
 
-    def enqueue(self, request: RunRequest | dict[str, Any], *, owner: Any = None) -> uuid.UUID:
+    def enqueue(
+        self,
+        request: RunRequest | dict[str, Any],
+        *,
+        owner: Any = None,
+        fields: dict[str, Any] | None = None,
+        wake: bool = True,
+    ) -> uuid.UUID:
         """Store a ``queued`` run and wake a worker for it once the transaction commits.
+
+        ``fields`` are more columns of the row (a thread's: ``threads.post``); ``wake=False``
+        stores the run without dispatching it (a thread's message that waits its turn).
 
         A queue outage (Redis unreachable) leaves the run ``queued``: it is a durable row, and
         the queued sweep dispatches it once the queue is back (``submit`` says which happened).
@@ -217,7 +239,7 @@ class AgentRuntime:
         when called inside ``atomic()``: the dispatch then runs after COMMIT); no queued row is
         left that nothing would ever wake. Raises ``InvalidRequest`` for a bad request.
         """
-        return self._enqueue(request, owner)[0]
+        return self._enqueue(request, owner, fields=fields, wake=wake)[0]
 
     def submit(self, request: RunRequest | dict[str, Any], *, owner: Any = None) -> RunResult:
         """``enqueue``, answering ``Outcome.QUEUED`` when the queue took the job, or
@@ -226,11 +248,20 @@ class AgentRuntime:
         run_id, dispatched = self._enqueue(request, owner)
         return _result(run_id, Outcome.QUEUED if dispatched.get("ok", True) else Outcome.WAITING_FOR_QUEUE)
 
-    def _enqueue(self, request: RunRequest | dict[str, Any], owner: Any) -> tuple[uuid.UUID, dict[str, bool]]:
+    def _enqueue(
+        self,
+        request: RunRequest | dict[str, Any],
+        owner: Any,
+        *,
+        fields: dict[str, Any] | None = None,
+        wake: bool = True,
+    ) -> tuple[uuid.UUID, dict[str, bool]]:
         request = request if isinstance(request, RunRequest) else RunRequest.from_mapping(request)
-        run = store.create_queued({**request.row_fields(), "owner": owner}, request.as_dict())
+        run = store.create_queued({**request.row_fields(), "owner": owner, **(fields or {})}, request.as_dict())
         observe.started(run, "queued")
         dispatched: dict[str, bool] = {}
+        if not wake:
+            return run.pk, dispatched
         # Outside atomic() the hook runs now and EnqueueError reaches the caller. Inside, it runs
         # after COMMIT, where raising would drop the other hooks of that commit (other runs'
         # dispatches): there the failed run is settled and the error logged instead.
@@ -273,13 +304,23 @@ class AgentRuntime:
         segment = identity("interactive")
         run = store.begin(fields, claimed_by=segment, lease_expires=store.lease_until())
         trace = SegmentTrace(run.pk, owner=segment, next_sequence=0, on_step=on_step)
+        return self._execute(run.pk, plan.request, trace, _opened(trace, plan.step))
 
-        def drive(loop: ToolLoop) -> LoopResult:
-            trace(plan.step)  # recorded like any step: observed, and a boundary
-            copied = {"kind": plan.step.kind.value, "round": plan.step.round, "payload": plan.step.payload}
-            return loop.proceed(rebuild_state([copied]))
+    def post(
+        self, thread_id: Any, request: RunRequest | dict[str, Any], *, owner: Any = None, strategy: str | None = None
+    ) -> uuid.UUID:
+        """Post a message to a thread: a queued run that follows ``strategy`` (``threads.post``)."""
+        request = request if isinstance(request, RunRequest) else RunRequest.from_mapping(request)
+        return threads.post(self, thread_id, request, owner=owner, strategy=strategy)
 
-        return self._execute(run.pk, plan.request, trace, drive)
+    def _wake_thread(self, thread_id: uuid.UUID | None) -> None:
+        """A run of this thread stopped: dispatch the thread's next message, if one waits."""
+        head = threads.next_up(thread_id)
+        if head is not None:
+            try:
+                self._dispatch(head, segment=0)
+            except dispatch.EnqueueError:
+                logger.error("run %s: its thread's turn came but it could not be enqueued", head)
 
     def _dispatch(self, run_id: uuid.UUID, *, delay_seconds: float = 0, segment: int | None = None) -> bool:
         """Wake a worker for a queued run: ``True`` when the queue took the job, ``False`` when it
@@ -322,6 +363,9 @@ class AgentRuntime:
         rehydrated settles the run ``failed`` rather than stranding it.
         """
         run_id = parse_run_id(run_id)
+        where = threads.place(run_id)
+        if where is not None and threads.waits(where):
+            return None  # a run before it in its thread has not stopped; its stop dispatches this one
         segment = identity("worker")
         claim = store.claim_queued(run_id, claimed_by=segment, lease_expires=store.lease_until())
         observe.claimed(run_id, segment, claim)
@@ -358,6 +402,8 @@ class AgentRuntime:
             )
         except InvalidRequest as exc:
             return self._settle_unrunnable(run_id, trace, exc)
+        if trace.next_sequence == 0 and where is not None:
+            return self._execute(run_id, request, trace, _opened(trace, threads.opening(where, request)))
         if trace.next_sequence == 0:
             return self._execute(run_id, request, trace, lambda loop: loop.start(request.prompt, system=request.system))
         # Continue from the stream: it is the checkpoint of everything that already happened.
@@ -512,10 +558,13 @@ class AgentRuntime:
         run = AgentRun.objects.filter(pk=run_id).first()
         if run is not None:
             observe.closed(run, fence, outcome)
+            if run.thread_id is not None and run.stopped_at is not None:
+                self._wake_thread(run.thread_id)
         return _result(run_id, outcome, trace, final_text=result.final_text if result else None, run=run)
 
     def _cancelled(self, run_id: uuid.UUID, trace: SegmentTrace) -> RunResult:
         trace.acknowledge_cancel()
+        self._wake_thread(threads.thread_of(run_id))
         return _result(run_id, Outcome.CANCELLED, trace)
 
     def _settle_unrunnable(self, run_id: uuid.UUID, trace: SegmentTrace, exc: Exception) -> RunResult:
@@ -537,13 +586,27 @@ class AgentRuntime:
 
     # --- control and reads ---------------------------------------------------------------
     @observe.cancel
-    def cancel(self, run_id: uuid.UUID | str, *, by: Any = None, source: str, reason: str = "") -> CancelResult:
-        """Cancel a run; terminal is terminal. Exactly one of two concurrent cancels wins."""
+    def cancel(
+        self,
+        run_id: uuid.UUID | str,
+        *,
+        by: Any = None,
+        source: str,
+        reason: str = "",
+        termination_reason: str = TerminationReason.CANCELLED,
+    ) -> CancelResult:
+        """Cancel a run; terminal is terminal. Exactly one of two concurrent cancels wins.
+
+        ``termination_reason`` says why, when it is more than an operator's cancel (a thread's
+        message that interrupted it: ``interrupted_by_message``).
+        """
         run_id = parse_run_id(run_id)
-        fence = store.cancel(run_id, by=by, source=source, reason=reason)
+        fence = store.cancel(run_id, by=by, source=source, reason=reason, termination_reason=termination_reason)
         if fence.applied and fence.previous == RunStatus.RUNNING:
             # Executed by this process? Stop its step in flight without waiting for a signal.
             transaction.on_commit(lambda: watcher.cancelled_here(run_id))
+        elif fence.applied:  # stopped at once: its thread's next message may go
+            transaction.on_commit(lambda: self._wake_thread(threads.thread_of(run_id)))
         if not fence.found:
             outcome = CancelOutcome.NOT_FOUND
         elif fence.applied:
@@ -559,9 +622,12 @@ class AgentRuntime:
         self, selection: Any, *, by: Any = None, source: str, reason: str = "", dry_run: bool = False
     ) -> store.BulkCancel:
         """Cancel every active run of a queryset in a constant number of statements."""
+        touched = [] if dry_run else threads.threads_among(selection)
         result = store.cancel_many(selection, by=by, source=source, reason=reason, dry_run=dry_run)
         if result.cancelled.get(RunStatus.RUNNING.value):
             transaction.on_commit(watcher.check_now)  # runs this process executes stop at once
+        for thread_id in touched:  # queued and waiting runs stopped at once: their threads go on
+            transaction.on_commit(lambda t=thread_id: self._wake_thread(t))
         return result
 
     @observe.reap

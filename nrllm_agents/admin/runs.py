@@ -78,6 +78,7 @@ class AgentRunAdmin(admin.ModelAdmin):
         "cancel_source",
         "created_at",
         ("parent", admin.EmptyFieldListFilter),
+        ("thread", admin.EmptyFieldListFilter),
     )
     list_select_related = ("owner",)
     date_hierarchy = "created_at"
@@ -123,6 +124,7 @@ class AgentRunAdmin(admin.ModelAdmin):
         ("Limits", {"fields": ("deadline_seconds", "max_total_tokens", "max_cost", "deadline_at")}),
         ("Forks", {"fields": ("parent_link", "forked_from_sequence", "children_links")}),
         ("Agent", {"fields": ("agent_version", "agent_snapshot")}),
+        ("Thread", {"fields": ("thread_link", "thread_position", "multitask_strategy", "rolled_back")}),
         ("Options", {"fields": ("options",), "classes": ("collapse",)}),
     )
     readonly_fields = tuple(f for _, spec in fieldsets for f in spec["fields"])
@@ -205,6 +207,13 @@ class AgentRunAdmin(admin.ModelAdmin):
         if not run.parent_id:
             return "-"
         return format_html('<a href="{}">{}</a>', self._url("change", run.parent_id), run.parent_id)
+
+    @admin.display(description="thread")
+    def thread_link(self, run: AgentRun) -> str:
+        if not run.thread_id:
+            return "-"
+        url = reverse("admin:nrllm_agents_thread_change", args=[run.thread_id], current_app=self.admin_site.name)
+        return format_html('<a href="{}">{}</a>', url, run.thread_id)
 
     @admin.display(description="forks of this run")
     def children_links(self, run: AgentRun) -> str:

@@ -21,7 +21,7 @@ from rest_framework import serializers
 from ..conf import app_settings
 from ..domain import StepKind
 from ..domain.providers.scripted import MAX_DELAY_SECONDS, MAX_USAGE_TOKENS
-from ..models import AgentRun, CancelSource, RunStatus, TerminationReason
+from ..models import AgentRun, CancelSource, MultitaskStrategy, RunStatus, TerminationReason
 from ..presenters import run_status_dict
 from ..run_request import MAX_PROMPT_CHARS
 from ..runtime import CancelOutcome, Outcome
@@ -310,6 +310,26 @@ class ForkRequestSerializer(CreateRunSerializer):
     )
 
 
+class CreateThreadSerializer(ClosedSerializer):
+    """The shape of ``POST /api/threads/``."""
+
+    title = StrictCharField(required=False, allow_blank=True, max_length=200, default="")
+
+
+class MessageRequestSerializer(CreateRunSerializer):
+    """The shape of ``POST /api/threads/{id}/messages/``: the message (``prompt``), what to do
+    when a run of the thread is still active, and the fields of the run that answers it."""
+
+    mode = None  # type: ignore[assignment]
+    multitask_strategy = serializers.ChoiceField(
+        MultitaskStrategy.choices,
+        required=False,
+        help_text="When a run of the thread is still queued, running or waiting: reject (409), "
+        "enqueue (wait for it), interrupt (cancel it, keep its partial turn) or rollback "
+        "(cancel it, drop its turn). Default from settings (enqueue).",
+    )
+
+
 # --- output ---------------------------------------------------------------------------------
 
 
@@ -390,6 +410,13 @@ class RunRequestEchoSerializer(serializers.Serializer):
     )
 
 
+class RunThreadSerializer(serializers.Serializer):
+    thread_id = serializers.UUIDField(help_text="The thread this run answers a message of.")
+    position = serializers.IntegerField(help_text="The message's place in its thread, from 0.")
+    multitask_strategy = serializers.ChoiceField(MultitaskStrategy.choices, allow_null=True)
+    rolled_back = serializers.BooleanField(help_text="A later message rolled this run's turn out of the transcript.")
+
+
 class RunSerializer(serializers.Serializer):
     """A run: status, reason, request, timestamps, usage, pending approval and cancel record."""
 
@@ -410,6 +437,7 @@ class RunSerializer(serializers.Serializer):
     cancel = CancelRecordSerializer(allow_null=True)
     limits = LimitsSerializer()
     parent = ParentSerializer(allow_null=True, help_text="Set on a fork.")
+    thread = RunThreadSerializer(allow_null=True, help_text="Set on a run of a thread.")
     children = serializers.ListField(child=serializers.UUIDField(), help_text="Forks of this run the caller may see.")
     owner = serializers.CharField(allow_null=True)
     request = RunRequestEchoSerializer()
@@ -475,6 +503,45 @@ class BulkCancelResponseSerializer(serializers.Serializer):
         allow_null=True, help_text="With ids: ids that match no run the caller may see."
     )
     detail = serializers.CharField(help_text="What was (or would be) done, in the words every surface uses.")
+
+
+class ThreadRunSerializer(serializers.Serializer):
+    run_id = serializers.UUIDField()
+    position = serializers.IntegerField()
+    prompt = serializers.CharField()
+    status = serializers.ChoiceField(RunStatus.choices)
+    termination_reason = serializers.CharField(allow_null=True)
+    multitask_strategy = serializers.CharField(allow_null=True)
+    rolled_back = serializers.BooleanField()
+    final_text = serializers.CharField(allow_null=True)
+
+
+class ThreadSerializer(serializers.Serializer):
+    """A thread: its owner and its last activity; in detail also its runs and its messages."""
+
+    thread_id = serializers.UUIDField()
+    title = serializers.CharField(allow_blank=True)
+    owner = serializers.CharField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    last_activity_at = serializers.DateTimeField()
+    busy = serializers.UUIDField(
+        allow_null=True, help_text="The first run of the thread still queued, running or waiting."
+    )
+
+
+class ThreadDetailSerializer(ThreadSerializer):
+    runs = ThreadRunSerializer(many=True, help_text="Every run of the thread, in message order (rolled back too).")
+    messages = serializers.ListField(
+        child=serializers.DictField(), help_text="The transcript the thread's next run starts from."
+    )
+    messages_from = serializers.UUIDField(allow_null=True, help_text="The run whose stream the messages come from.")
+
+
+class ThreadBusySerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    thread_id = serializers.UUIDField()
+    run_id = serializers.UUIDField(help_text="The run of the thread that is still active.")
+    status = serializers.CharField()
 
 
 class ErrorSerializer(serializers.Serializer):

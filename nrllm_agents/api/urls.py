@@ -10,7 +10,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.permissions import IsAuthenticated
 
-from . import agents, connections, forks, tools, views
+from . import agents, connections, forks, threads, tools, views
 from .schema import SCHEMA_SETTINGS
 
 app_name = "nrllm_api"
@@ -30,6 +30,9 @@ urlpatterns = [
     path("connections/", connections.ConnectionListView.as_view(), name="connection-list"),
     path("connections/<str:name>/", connections.ConnectionDetailView.as_view(), name="connection-detail"),
     path("tools/", tools.ToolListView.as_view(), name="tool-list"),
+    path("threads/", threads.ThreadListCreateView.as_view(), name="thread-list"),
+    path("threads/<str:id>/", threads.ThreadDetailView.as_view(), name="thread-detail"),
+    path("threads/<str:id>/messages/", threads.ThreadMessageView.as_view(), name="thread-messages"),
     # Token first, as on every endpoint: an anonymous caller gets 401 with a challenge, not 403.
     path(
         "schema/",

@@ -34,7 +34,7 @@ def rebuild_state(steps: Iterable[Mapping[str, Any]]) -> LoopState:
     for step in steps:
         kind, payload = step["kind"], step.get("payload") or {}
         round_ = max(round_, int(step.get("round") or 0))
-        if kind in ("request", "forked"):  # a fork's first step holds the transcript it copied
+        if kind in ("request", "forked", "thread"):  # a fork's or a thread run's first step holds its transcript
             messages.extend(payload.get("messages") or [])
         elif kind == "llm":
             if payload.get("failed"):

@@ -18,6 +18,7 @@ class StepKind(enum.StrEnum):
     APPROVAL = "approval"  # a human decision on gated calls
     CANCELLED = "cancelled"  # the acknowledgement of a cancel
     FORKED = "forked"  # the first step of a fork: the transcript copied from its parent (repaired)
+    THREAD = "thread"  # the first step of a thread's run: the thread's transcript and the new message
 
 
 class LoopOutcome(enum.StrEnum):

@@ -260,15 +260,16 @@ _DURATION = re.compile(r"^\s*(\d{1,9})\s*([smhdw])\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
-def parse_duration(value: str) -> timedelta:
-    """``30s``, ``15m``, ``2h``, ``7d``, ``1w`` -> a timedelta; anything else is a usage error."""
+def parse_duration(value: str, flag: str = "--older-than") -> timedelta:
+    """``30s``, ``15m``, ``2h``, ``7d``, ``1w`` -> a timedelta; anything else is a usage error
+    naming ``flag``."""
     match = _DURATION.match(value or "")
     if not match:
-        raise usage_error(f"--older-than: expected a duration like 30s, 15m, 2h or 7d, got {value[:40]!r}")
+        raise usage_error(f"{flag}: expected a duration like 30s, 15m, 2h or 7d, got {value[:40]!r}")
     try:
         return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
     except OverflowError:
-        raise usage_error(f"--older-than: {value!r} is too long ago") from None
+        raise usage_error(f"{flag}: {value!r} is too long ago") from None
 
 
 def created_before(value: str) -> Any:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
-from . import stream, views
+from . import stream, threads, views
 
 app_name = "nrllm_web"
 
@@ -20,6 +20,10 @@ urlpatterns = [
     path("playground/runs/<uuid:run_id>/cancel/", views.cancel_run, name="cancel"),
     path("playground/runs/<uuid:run_id>/approve/", views.approve_run, name="approve"),
     path("playground/runs/<uuid:run_id>/fork/", views.fork_run, name="fork"),
+    path("playground/threads/", threads.thread_list, name="threads"),
+    path("playground/threads/new/", threads.new_thread, name="thread-new"),
+    path("playground/threads/<uuid:thread_id>/", threads.thread_page, name="thread"),
+    path("playground/threads/<uuid:thread_id>/messages/", threads.post_message, name="thread-message"),
     path("api/runs/<uuid:run_id>/stream/", stream.run_stream, name="run-stream"),
     path(
         "accounts/login/",

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from nrllm_agents import threads
 from nrllm_agents.dispatch import EnqueueError, uses_rq
 from nrllm_agents.management import console
 from nrllm_agents.run_request import InvalidRequest, RunRequest
@@ -18,8 +19,10 @@ class Command(BaseCommand):
         "Start an agent run. By default it runs in this process and prints each step as it is "
         "recorded, and the model's answer as it is written; Ctrl-C cancels it and interrupts the "
         "step in flight (twice: exit at once). With --queued "
-        "a worker runs it. Exit status: 0 completed, 3 cancelled, 4 awaiting approval, 1 failed, "
-        "2 usage error."
+        "a worker runs it. With --thread the prompt is a message of that thread: its run is queued "
+        "behind the thread's runs (--multitask says what happens while one is active) and followed. "
+        "Exit status: 0 completed, 3 cancelled, 4 awaiting approval, 1 failed (or a busy thread "
+        "refused the message), 2 usage error."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -60,7 +63,28 @@ class Command(BaseCommand):
             "and exit with the run's exit status.",
         )
 
+        parser.add_argument(
+            "--thread",
+            metavar="ID",
+            help="Post the prompt as a message of this thread (see agent_threads); its run continues "
+            "the thread's transcript. Followed unless --queued is given without --follow.",
+        )
+        parser.add_argument(
+            "--multitask",
+            choices=threads.STRATEGIES,
+            metavar="STRATEGY",
+            help="With --thread, while a run of the thread is active: reject, enqueue, interrupt or rollback "
+            "(default: the configured one, enqueue).",
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["multitask"] and not options["thread"]:
+            raise console.usage_error("--multitask goes with --thread")
+        if options["thread"] is not None:
+            code = self._message(options)
+            if code:
+                sys.exit(code)
+            return
         if options["follow"] and not options["queued"]:
             raise console.usage_error("--follow goes with --queued (an interactive run always streams)")
         request = self._request(options)
@@ -73,6 +97,41 @@ class Command(BaseCommand):
             code = self._interactive(runtime, request, printer, owner)
         if code:
             sys.exit(code)
+
+    def _message(self, options: dict[str, Any]) -> int:
+        try:
+            thread_id = threads.parse_thread_id(options["thread"])
+        except threads.ThreadNotFound:
+            raise console.usage_error(f"--thread: not a thread id: {str(options['thread'])[:80]!r}") from None
+        request = self._request(options)
+        runtime = AgentRuntime()
+        printer = console.StreamPrinter(self.stdout, self.style, as_json=options["json"])
+        try:
+            run_id = runtime.post(
+                thread_id, request, owner=console.owner_arg(options["owner"]), strategy=options["multitask"]
+            )
+        except threads.ThreadNotFound:
+            raise console.usage_error(f"--thread: no thread {thread_id}") from None
+        except threads.ThreadBusy as exc:
+            raise CommandError(console.terminal_safe(str(exc)), returncode=console.EXIT_FAILED) from None
+        except EnqueueError as exc:
+            raise console.enqueue_failed(exc) from None
+        printer.started(run_id, f" queued in thread {thread_id}")
+        console.stderr_hint(self.stderr, run_id)
+        if options["queued"] and not options["follow"]:
+            return console.EXIT_OK
+        return self._follow(runtime, run_id, printer)
+
+    def _follow(self, runtime: AgentRuntime, run_id: Any, printer: console.StreamPrinter) -> int:
+        try:
+            run = console.follow(runtime, run_id, on_step=printer.step, on_delta=printer.delta)
+        except KeyboardInterrupt:
+            raise console.interrupted_follow(run_id) from None
+        except RunNotFound:  # deleted while we watched
+            raise CommandError(
+                f"run {run_id} disappeared while being followed", returncode=console.EXIT_FAILED
+            ) from None
+        return printer.summary(run)
 
     def _request(self, options: dict[str, Any]) -> RunRequest:
         data: dict[str, Any] = {"prompt": options["prompt"], **console.request_options(options)}
@@ -116,12 +175,4 @@ class Command(BaseCommand):
             self.stderr.write("in-process executor: the run executes in this process, which exits when it is done")
         if not follow:
             return console.EXIT_OK
-        try:
-            run = console.follow(runtime, run_id, on_step=printer.step, on_delta=printer.delta)
-        except KeyboardInterrupt:
-            raise console.interrupted_follow(run_id) from None
-        except RunNotFound:  # deleted while we watched
-            raise CommandError(
-                f"run {run_id} disappeared while being followed", returncode=console.EXIT_FAILED
-            ) from None
-        return printer.summary(run)
+        return self._follow(runtime, run_id, printer)

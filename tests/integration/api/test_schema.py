@@ -77,6 +77,10 @@ def test_the_schema_is_valid_openapi_3_and_describes_every_endpoint(api):
         ("/api/connections/{name}/", "put"),
         ("/api/connections/{name}/", "delete"),
         ("/api/tools/", "get"),
+        ("/api/threads/", "get"),
+        ("/api/threads/", "post"),
+        ("/api/threads/{id}/", "get"),
+        ("/api/threads/{id}/messages/", "post"),
     }
     cancel = schema["paths"]["/api/runs/{id}/cancel/"]["post"]["responses"]
     assert {"200", "202", "400", "401", "403", "404", "409", "429"} <= set(cancel)
@@ -145,7 +149,7 @@ def test_every_generated_request_gets_a_documented_non_5xx_answer(api_schema, al
     # Driven with hypothesis directly: schemathesis' own pytest plugin does not run on pytest 9.
     token = Token.objects.get_or_create(user=alice)[0].key
     operations = [result.ok() for result in api_schema.get_all_operations()]
-    assert len(operations) == 19  # runs (8), agents (5), connections (5), tools (1)
+    assert len(operations) == 23  # runs (8), agents (5), connections (5), tools (1), threads (4)
 
     for operation in operations:
         raw = operation.definition.raw

@@ -1,0 +1,193 @@
+"""``/api/threads/``: conversations whose runs follow a multitask strategy (``threads.py``).
+
+A thread is owned like a run and the same policy decides: a thread the caller may not see
+answers 404 like a missing one (and a malformed id); posting a message is its owner's alone
+(403 for staff who only see it). A message post is throttled like starting a run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import generics, status
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from .. import policy, threads
+from ..dispatch import EnqueueError
+from ..models import ACTIVE, Thread
+from ..run_request import InvalidRequest, RunRequest
+from . import serializers as s
+from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, THROTTLED
+from .throttling import CREATE_SCOPE
+from .views import ENQUEUE_FAILED_DETAIL, RunAPIView, RunPagination, checked_body, refuse_provider
+
+THREAD_NOT_FOUND = "Thread not found."
+THREAD_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The thread's id.")
+
+
+def thread_representation(thread: Thread, *, detail: bool = False) -> dict[str, Any]:
+    """A thread as the API shows it; with ``detail`` its runs and the transcript its next run sees."""
+    runs = list(thread.runs.order_by("thread_position"))
+    busy = next((r.pk for r in runs if r.status in ACTIVE), None)
+    body: dict[str, Any] = {
+        "thread_id": str(thread.pk),
+        "title": thread.title,
+        "owner": thread.owner.get_username() if thread.owner_id else None,
+        "created_at": thread.created_at.isoformat(),
+        "last_activity_at": thread.last_activity_at.isoformat(),
+        "busy": str(busy) if busy else None,
+    }
+    if detail:
+        messages, source = threads.transcript(thread.pk)
+        body["runs"] = [
+            {
+                "run_id": str(r.pk),
+                "position": r.thread_position,
+                "prompt": r.prompt,
+                "status": r.status,
+                "termination_reason": r.termination_reason or None,
+                "multitask_strategy": r.multitask_strategy or None,
+                "rolled_back": r.rolled_back,
+                "final_text": r.final_text or None,
+            }
+            for r in runs
+        ]
+        body["messages"] = messages
+        body["messages_from"] = str(source) if source else None
+    return body
+
+
+class ThreadAPIView(RunAPIView):
+    def get_thread(self, thread_id: str, action: policy.Action = policy.Action.SEE) -> Thread:
+        """The thread if the policy lets the caller ``action`` it: 404 hidden, 403 forbidden."""
+        try:
+            pk = threads.parse_thread_id(thread_id)
+        except threads.ThreadNotFound:
+            raise NotFound(THREAD_NOT_FOUND) from None
+        thread = policy.visible_threads(self.request.user).filter(pk=pk).first()
+        verdict = policy.verdict(self.request.user, action, thread)
+        if verdict == policy.Verdict.NOT_FOUND:
+            raise NotFound(THREAD_NOT_FOUND)
+        if verdict != policy.Verdict.ALLOWED:
+            raise PermissionDenied(policy.REFUSALS.get(action))
+        assert thread is not None
+        return thread
+
+
+class ThreadListCreateView(generics.ListAPIView, ThreadAPIView):
+    """``GET /api/threads/`` (most recently active first) and ``POST /api/threads/``."""
+
+    serializer_class = s.ThreadSerializer
+    pagination_class = RunPagination
+    post_throttle_scope = CREATE_SCOPE
+
+    def get_queryset(self) -> Any:
+        return policy.visible_threads(self.request.user).order_by("-last_activity_at", "-pk")
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response([thread_representation(t) for t in page or []])
+
+    @extend_schema(
+        operation_id="threads_list",
+        summary="List threads",
+        description="The caller's threads (staff: all), most recently active first.",
+        responses={
+            200: s.ThreadSerializer(many=True),
+            **BAD_REQUEST,
+            **AUTH_ERRORS,
+            404: OpenApiResponse(s.ErrorSerializer, "No such page."),
+        },
+    )
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(
+        operation_id="threads_create",
+        summary="Start a thread",
+        request=s.CreateThreadSerializer,
+        responses={201: s.ThreadSerializer, **BAD_REQUEST, **AUTH_ERRORS, **THROTTLED},
+    )
+    def post(self, request: Request) -> Response:
+        body = s.CreateThreadSerializer(data=checked_body(request, s.CreateThreadSerializer))
+        body.is_valid(raise_exception=True)
+        thread = threads.create(owner=request.user, title=body.validated_data["title"])
+        return Response(
+            thread_representation(thread),
+            status=status.HTTP_201_CREATED,
+            headers={"Location": reverse("nrllm_api:thread-detail", args=[thread.pk])},
+        )
+
+
+class ThreadDetailView(ThreadAPIView):
+    @extend_schema(
+        operation_id="threads_retrieve",
+        summary="Show a thread",
+        parameters=[THREAD_ID],
+        description="Its runs in message order (rolled-back ones too, marked) and `messages`: the "
+        "transcript the thread's next run starts from.",
+        responses={200: s.ThreadDetailSerializer, **AUTH_ERRORS, **NOT_FOUND},
+    )
+    def get(self, request: Request, id: str) -> Response:
+        return Response(thread_representation(self.get_thread(id), detail=True))
+
+
+class ThreadMessageView(ThreadAPIView):
+    post_throttle_scope = CREATE_SCOPE  # the create endpoint's throttle: a message starts a run
+
+    @extend_schema(
+        operation_id="threads_post_message",
+        summary="Post a message to a thread",
+        parameters=[THREAD_ID],
+        request=s.MessageRequestSerializer,
+        description="Queue a run that answers `prompt` from the thread's transcript. While a run of "
+        "the thread is still queued, running or waiting, `multitask_strategy` decides: `reject` "
+        "(409, nothing created), `enqueue` (the run waits its turn), `interrupt` (the active run is "
+        "cancelled, source system, `interrupted_by_message`; its partial turn stays) or `rollback` "
+        "(the same, and its turn leaves the transcript; the run and its steps stay, marked).",
+        responses={
+            202: OpenApiResponse(s.RunSerializer, "Queued: the run that answers the message."),
+            409: OpenApiResponse(s.ThreadBusySerializer, "reject: a run of the thread is still active."),
+            **BAD_REQUEST,
+            **AUTH_ERRORS,
+            **NOT_FOUND,
+            **THROTTLED,
+            **ENQUEUE_FAILED,
+        },
+    )
+    def post(self, request: Request, id: str) -> Response:
+        thread = self.get_thread(id, policy.Action.POST_MESSAGE)
+        fields = checked_body(request, s.MessageRequestSerializer)
+        strategy = fields.pop("multitask_strategy", None)
+        try:
+            run_request = RunRequest.from_mapping(fields)
+            refuse_provider(run_request.provider)
+            run_id = self.runtime.post(thread.pk, run_request, owner=request.user, strategy=strategy)
+        except InvalidRequest as exc:
+            raise ValidationError({field: [message] for field, message in exc.errors.items()}) from None
+        except threads.ThreadNotFound:  # purged in between
+            raise NotFound(THREAD_NOT_FOUND) from None
+        except threads.ThreadBusy as exc:
+            return Response(
+                {
+                    "detail": f"The thread is busy: run {exc.run_id} is {exc.status}; nothing was created.",
+                    "thread_id": str(thread.pk),
+                    "run_id": str(exc.run_id),
+                    "status": exc.status,
+                },
+                status=status.HTTP_409_CONFLICT,
+            )
+        except EnqueueError as exc:
+            return Response(
+                {"detail": ENQUEUE_FAILED_DETAIL, "run_id": str(exc.run_id)}, status=status.HTTP_503_SERVICE_UNAVAILABLE
+            )
+        return Response(
+            self.fresh(run_id),
+            status=status.HTTP_202_ACCEPTED,
+            headers={"Location": reverse("nrllm_api:run-detail", args=[run_id])},
+        )

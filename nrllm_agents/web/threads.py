@@ -1,0 +1,159 @@
+"""The playground's conversations: a chat view of a thread, live, with Stop.
+
+A thread's page shows the transcript its next run starts from as chat bubbles, its runs in
+message order, and a message form with a multitask strategy. With JavaScript the run in
+flight is followed on the run's own live stream (``api/runs/<id>/stream/``): its answer grows
+as the model writes it, Stop cancels it (the playground's cancel), and the page reloads once
+it ends. Posting and cancelling call the runtime; who may see and post is the policy's.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from .. import dispatch, jsonlimits, policy, threads
+from ..api.throttling import CREATE_SCOPE
+from ..models import ACTIVE, MultitaskStrategy, Thread
+from ..run_request import MAX_PROMPT_CHARS, InvalidRequest, RunRequest
+from ..runtime import AgentRuntime
+from .access import login_required, wants_json
+from .views import _throttled
+
+RECENT_THREADS = 30
+
+
+class MessageForm(forms.Form):
+    """A message: the prompt, the strategy while a run is active, an optional script."""
+
+    prompt = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), max_length=MAX_PROMPT_CHARS)
+    multitask_strategy = forms.ChoiceField(choices=MultitaskStrategy.choices, label="While a run is active")
+    script = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false"}),
+        help_text='Optional, scripted provider only: a JSON list of turns, e.g. [{"delay": 2, "content": "hi"}]',
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["multitask_strategy"].initial = threads.default_strategy()
+        self.run_request: RunRequest | None = None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if self.errors:
+            return data
+        mapping: dict[str, Any] = {"prompt": data["prompt"]}
+        script = (data.get("script") or "").strip()
+        try:
+            if script:
+                mapping["script"] = jsonlimits.loads(script)
+            self.run_request = RunRequest.from_mapping(mapping)
+            refusal = policy.provider_refusal(self.run_request.provider)  # no test double in production
+            if refusal is not None:
+                self.run_request = None
+                self.add_error(None, refusal)
+        except jsonlimits.JSONRefused as exc:
+            self.add_error("script", str(exc))
+        except InvalidRequest as exc:
+            for name, message in exc.errors.items():
+                self.add_error(name if name in self.fields else None, message)
+        return data
+
+
+def _visible_thread(request: HttpRequest, thread_id: uuid.UUID, action: policy.Action) -> Thread:
+    thread = policy.visible_threads(request.user).filter(pk=thread_id).first()
+    verdict = policy.verdict(request.user, action, thread)
+    if verdict == policy.Verdict.NOT_FOUND or thread is None:
+        raise Http404("no such thread")
+    if verdict != policy.Verdict.ALLOWED:
+        raise PermissionDenied(policy.REFUSALS[action])
+    return thread
+
+
+@require_GET
+@login_required
+def thread_list(request: HttpRequest) -> HttpResponse:
+    """The user's threads, most recently active first, and a button for a new one."""
+    recent = Thread.objects.filter(owner=request.user).order_by("-last_activity_at")[:RECENT_THREADS]
+    return render(request, "nrllm_agents/threads.html", {"threads": recent})
+
+
+@require_POST
+@login_required
+def new_thread(request: HttpRequest) -> HttpResponse:
+    title = (request.POST.get("title") or "").strip()[:200]
+    thread = threads.create(owner=request.user, title=title)
+    return redirect("nrllm_web:thread", thread_id=thread.pk)
+
+
+def _page(request: HttpRequest, thread: Thread, form: MessageForm | None = None, status: int = 200) -> HttpResponse:
+    transcript, _ = threads.transcript(thread.pk)
+    runs = list(thread.runs.order_by("thread_position"))
+    current = next((r for r in runs if r.status in ACTIVE), None)
+    context = {
+        "thread": thread,
+        "bubbles": [m for m in transcript if m.get("role") in ("user", "assistant") and m.get("content")],
+        "runs": runs,
+        "current": current,
+        "form": form or MessageForm(),
+        "may_post": policy.may(request.user, policy.Action.POST_MESSAGE, thread),
+        "may_stop": current is not None and policy.may(request.user, policy.Action.CANCEL, current),
+    }
+    if current is not None:
+        context["stream_url"] = reverse("nrllm_web:run-stream", args=[current.pk])
+        context["cancel_url"] = reverse("nrllm_web:cancel", args=[current.pk])
+    return render(request, "nrllm_agents/thread.html", context, status=status)
+
+
+@require_GET
+@login_required
+def thread_page(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
+    return _page(request, _visible_thread(request, thread_id, policy.Action.SEE))
+
+
+@require_POST
+@login_required
+def post_message(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
+    """Post a message (throttled like starting a run); JSON for scripts, else back to the chat."""
+    refused = _throttled(request, CREATE_SCOPE)
+    if refused is not None:
+        return refused
+    try:
+        thread = _visible_thread(request, thread_id, policy.Action.POST_MESSAGE)
+    except Http404:
+        if wants_json(request):
+            return JsonResponse({"detail": "Not found."}, status=404)
+        raise
+    form = MessageForm(request.POST)
+    if not form.is_valid() or form.run_request is None:
+        if wants_json(request):
+            return JsonResponse({"errors": {k: [str(m) for m in v] for k, v in form.errors.items()}}, status=400)
+        return _page(request, thread, form=form, status=400)
+    url = reverse("nrllm_web:thread", args=[thread.pk])
+    try:
+        run_id = AgentRuntime().post(
+            thread.pk, form.run_request, owner=request.user, strategy=form.cleaned_data["multitask_strategy"]
+        )
+    except threads.ThreadBusy as exc:
+        return _said(request, url, 409, messages.WARNING, f"Not sent: run {exc.run_id} is still {exc.status}.")
+    except threads.ThreadNotFound:
+        raise Http404("no such thread") from None
+    except dispatch.EnqueueError as exc:
+        return _said(request, url, 503, messages.ERROR, f"The queue refused the run: {exc}")
+    return _said(request, url, 202, messages.SUCCESS, "Sent.", run_id=str(run_id))
+
+
+def _said(request: HttpRequest, url: str, status: int, level: int, message: str, **extra: Any) -> HttpResponse:
+    if wants_json(request):
+        return JsonResponse({"message": message, "url": url, **extra}, status=status)
+    messages.add_message(request, level, message)
+    return redirect(url)
