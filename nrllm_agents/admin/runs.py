@@ -24,19 +24,20 @@ from django.contrib.admin import helpers
 from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models import Count, F, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.defaultfilters import truncatechars
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
-from .. import policy
+from .. import describe, policy
 from ..models import AgentRun, AgentRunEvent, CancelSource
 from ..observability import gantt
 from ..outcomes import EXECUTING_STOPS
+from ..presenters import run_status_dict, stream_finished
 from ..runtime import AgentRuntime, InvalidRunId, parse_run_id
-from . import timeline
+from . import columns, timeline
 from .cancel import CancelForm, bulk_summary, confirmation, single_summary
 from .fork import fork_selected
 from .operations import HealthFilter, operations_page
@@ -57,18 +58,20 @@ def _step_count() -> Coalesce:
 class AgentRunAdmin(admin.ModelAdmin):
     """Lists and shows runs; cancels them through ``AgentRuntime`` only."""
 
+    # Fits 1280 px: a short id, a coloured status (its reason on hover), the prompt, who, what it
+    # spent, how long it took, and one date (relative; the exact local time on hover).
     list_display = (
-        "id",
-        "status",
-        "termination_reason",
-        "owner",
-        "provider",
+        "short_id",
+        "status_column",
         "prompt_excerpt",
-        "created_at",
-        "started_at",
-        "finished_at",
+        "owner",
         "step_count",
+        "tokens_column",
+        "cost_column",
+        "duration_column",
+        "created_column",
     )
+    list_display_links = ("short_id",)
     list_filter = (
         "status",
         HealthFilter,
@@ -101,8 +104,11 @@ class AgentRunAdmin(admin.ModelAdmin):
                 )
             },
         ),
-        ("Times", {"fields": ("created_at", "started_at", "finished_at", "lease_expires")}),
-        ("Usage", {"fields": ("iterations", "prompt_tokens", "completion_tokens", "total_tokens")}),
+        ("Times", {"classes": ("collapse",), "fields": ("created_at", "started_at", "finished_at", "lease_expires")}),
+        (
+            "Usage",
+            {"classes": ("collapse",), "fields": ("iterations", "prompt_tokens", "completion_tokens", "total_tokens")},
+        ),
         ("Result", {"fields": ("final_text", "error", "pending_approval")}),
         (
             "Cancel record",
@@ -118,7 +124,7 @@ class AgentRunAdmin(admin.ModelAdmin):
                 )
             },
         ),
-        ("Limits", {"fields": ("deadline_seconds", "max_total_tokens", "deadline_at")}),
+        ("Limits", {"classes": ("collapse",), "fields": ("deadline_seconds", "max_total_tokens", "deadline_at")}),
         ("Forks", {"fields": ("parent_link", "forked_from_sequence", "children_links")}),
         ("Options", {"fields": ("options",), "classes": ("collapse",)}),
     )
@@ -155,8 +161,13 @@ class AgentRunAdmin(admin.ModelAdmin):
 
     # --- list --------------------------------------------------------------------------------
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """The list, with the totals (runs, tokens, money) of the listed runs per day and per user."""
         context = {**(extra_context or {}), "may_manage_queues": policy.may_manage_queues(request.user)}
-        return super().changelist_view(request, extra_context=context)
+        response = super().changelist_view(request, extra_context=context)
+        changelist = getattr(response, "context_data", {}).get("cl") if hasattr(response, "context_data") else None
+        if changelist is not None:
+            response.context_data["totals"] = columns.totals(changelist.queryset)
+        return response
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AgentRun]:
         return super().get_queryset(request).annotate(step_count=_step_count())
@@ -177,7 +188,31 @@ class AgentRunAdmin(admin.ModelAdmin):
 
     @admin.display(description="prompt")
     def prompt_excerpt(self, run: AgentRun) -> str:
-        return truncatechars(run.prompt, 60)
+        return truncatechars(run.prompt, 90)
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, run: AgentRun) -> str:
+        return format_html('<code title="{}">{}</code>', run.pk, str(run.pk)[:8])
+
+    @admin.display(description="status", ordering="status")
+    def status_column(self, run: AgentRun) -> str:
+        return columns.status_badge(run)
+
+    @admin.display(description="tokens", ordering=F("prompt_tokens") + F("completion_tokens"))
+    def tokens_column(self, run: AgentRun) -> int:
+        return run.total_tokens
+
+    @admin.display(description="cost")
+    def cost_column(self, run: AgentRun) -> str:
+        return columns.cost_text(run)
+
+    @admin.display(description="duration")
+    def duration_column(self, run: AgentRun) -> str:
+        return columns.span(run.started_at, run.finished_at)
+
+    @admin.display(description="created", ordering="created_at")
+    def created_column(self, run: AgentRun) -> str:
+        return columns.when(run.created_at)
 
     # --- a run's page ------------------------------------------------------------------------
     @admin.display(description="total tokens")
@@ -230,8 +265,22 @@ class AgentRunAdmin(admin.ModelAdmin):
     ) -> HttpResponse:
         if obj is not None:
             events = self.runtime.events(obj.pk, limit=TIMELINE_LIMIT)
+            status = run_status_dict(obj)
             context.update(
                 {
+                    "summary": {
+                        "status": columns.status_badge(obj),
+                        "reason": obj.get_termination_reason_display() if obj.termination_reason else "-",
+                        "created": columns.when(obj.created_at),
+                        "started": columns.when(obj.started_at),
+                        "finished": columns.when(obj.finished_at),
+                        "duration": columns.span(obj.started_at, obj.finished_at),
+                        "cost": columns.cost_text(obj),
+                        "cancel": describe.cancel_text(status["cancel"]) if status["cancel"] else "",
+                        "error": status["error"],
+                    },
+                    "stream_url": reverse("nrllm_web:run-stream", args=[obj.pk]),
+                    "live": not stream_finished(obj),
                     "timeline": timeline.rows(events),
                     "picture": gantt.build(obj, events),
                     "timeline_total": getattr(obj, "step_count", len(events)),

@@ -323,7 +323,7 @@ class StreamPrinter:
     def _human_summary(self, run: AgentRun, event: dict[str, Any]) -> tuple[str, Callable[[str], str]]:
         head = f"run {run.pk}"
         tokens = event["usage"]["total_tokens"]
-        spend = f" [{run.iterations} model calls, {tokens} tokens]"
+        spend = f" [{run.iterations} model call{'' if run.iterations == 1 else 's'}, {tokens} tokens]"
         if run.status == RunStatus.COMPLETED:
             why = "" if run.termination_reason == "completed" else f" ({run.termination_reason})"
             return f"{head} completed{why}{spend}: {describe.short(run.final_text or '', 300)}", self.style.SUCCESS

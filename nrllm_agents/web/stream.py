@@ -54,6 +54,7 @@ from rest_framework.exceptions import AuthenticationFailed
 from .. import describe, policy
 from ..api.serializers import MAX_SEQUENCE, EventsQuerySerializer
 from ..conf import app_settings
+from ..observability import money
 from ..push import StepData
 from ..watch import Update, Watch, release_connection
 from . import limits
@@ -72,6 +73,7 @@ def final_data(status: dict[str, Any]) -> dict[str, Any]:
         **status,
         "cancel_text": describe.cancel_text(cancel) if cancel else None,
         "pending_text": [describe.call_text(call) for call in status.get("pending_approval") or []],
+        "cost_text": money.run_cost(status),
     }
 
 

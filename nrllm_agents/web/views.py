@@ -25,7 +25,7 @@ from ..api.throttling import CANCEL_SCOPE, CREATE_SCOPE, RunRateThrottle
 from ..describe import call_text, cancel_text
 from ..forks import ParentStillActive
 from ..models import ACTIVE, TERMINAL, AgentRun, CancelSource, RunStatus
-from ..observability import gantt
+from ..observability import gantt, money
 from ..outcomes import cancel_wording
 from ..presenters import event_dict, run_status_dict, stream_finished
 from ..run_request import InvalidRequest
@@ -33,10 +33,9 @@ from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, CancelRes
 from ..store import reason_problem
 from . import interactive
 from .access import get_visible_run, login_required, wants_json
-from .display import elapsed, for_page
-from .forms import RunForm
-
-RECENT_RUNS = 15
+from .display import elapsed, final_answer_sequence, for_page
+from .forms import ForkForm, RunForm
+from .runs_list import recent_runs
 
 
 def _urls(run_id: uuid.UUID) -> dict[str, str]:
@@ -71,18 +70,23 @@ def _visible(request: HttpRequest, run_id: uuid.UUID, action: policy.Action) -> 
 def _page(
     request: HttpRequest, *, form: RunForm | None = None, run: AgentRun | None = None, status: int = 200
 ) -> HttpResponse:
-    context: dict[str, Any] = {
-        "form": form or RunForm(),
-        "recent": AgentRun.objects.filter(owner=request.user).order_by("-created_at")[:RECENT_RUNS],
-        "run": run,
-    }
+    context: dict[str, Any] = {"form": form or RunForm(), "run": run, **recent_runs(request)}
     if run is not None:
         events = AgentRuntime().events(run.pk)
-        steps = [for_page(event_dict(e)) for e in events]
         status_dict = run_status_dict(run)
+        stored = [event_dict(e) for e in events]
+        final = final_answer_sequence(stored, run.final_text) if run.status == RunStatus.COMPLETED else None
+        steps = [for_page(step, final_sequence=final) for step in stored]
         context.update(
             {
                 "status": status_dict,
+                "cost": money.run_cost(status_dict),
+                "remaining": gantt.remaining_calls(list(events)),
+                "picture_url": reverse("nrllm_web:run-picture", args=[run.pk]),
+                "kinds": sorted({step["kind"] for step in steps} | {"llm", "tool"}),
+                "fork_form": ForkForm(
+                    initial={"model": run.model, "max_iterations": run.options.get("max_iterations")}
+                ),
                 "pending": [call_text(c) for c in status_dict["pending_approval"]],
                 "cancel_text": cancel_text(status_dict["cancel"]) if status_dict["cancel"] else "",
                 "elapsed": elapsed(run.started_at, run.finished_at),
@@ -136,6 +140,19 @@ def playground(request: HttpRequest) -> HttpResponse:
 def run_page(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     """One run: status strip, its stored stream (then live, with JavaScript), its actions."""
     return _page(request, run=get_visible_run(request.user, run_id))
+
+
+@require_GET
+@login_required
+def run_picture(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    """The run's picture alone (``_run_picture.html``): the page re-fetches it while the run
+    runs, so the timeline and the spend follow the steps and the one in flight."""
+    run = get_visible_run(request.user, run_id)
+    response = render(
+        request, "nrllm_agents/_run_picture.html", {"picture": gantt.build(run, AgentRuntime().events(run.pk))}
+    )
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @require_POST
@@ -256,11 +273,21 @@ def fork_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     raw = request.POST.get("from_sequence", "")
     if raw and not raw.isdigit():
         return _answer(request, run.pk, 400, messages.ERROR, "Choose a step to continue from.")
+    changes = ForkForm(request.POST)
+    if not changes.is_valid():
+        problem = "; ".join(f"{name}: {' '.join(errors)}" for name, errors in changes.errors.items())
+        return _answer(request, run.pk, 400, messages.ERROR, f"Cannot continue with these changes: {problem}")
+    overrides = changes.overrides()
     runtime, user = AgentRuntime(), request.user
     try:
         fork_id = interactive.launch(
             lambda on_step: runtime.fork(
-                run.pk, from_sequence=int(raw) if raw else None, owner=user, queued=False, on_step=on_step
+                run.pk,
+                from_sequence=int(raw) if raw else None,
+                overrides=overrides or None,
+                owner=user,
+                queued=False,
+                on_step=on_step,
             )
         )
     except InvalidRequest as exc:

@@ -114,7 +114,7 @@ def test_frames_carry_each_step_with_its_sequence_then_the_final_event(runtime, 
     final = frames[-1]
     assert final["event"] == "done" and "id" not in final
     run.refresh_from_db()
-    words = {"cancel_text": None, "pending_text": []}
+    words = {"cancel_text": None, "pending_text": [], "cost_text": None}
     assert json.loads(final["data"]) == json.loads(json.dumps({**run_status_dict(run), **words}))
     assert json.loads(final["data"])["status"] == "completed"
 
