@@ -30,7 +30,8 @@ AXIS_HEIGHT = 24
 MIN_BAR = 1.5
 MAX_TOOL_LANES = 6
 SPEND_HEIGHT = 90
-MERGE_LABELS = 130  # px: markers closer than this share one label
+MERGE_LABELS = 130  # px: markers closer than this have their labels on opposite sides
+LABEL_ANCHOR_END = 700  # px: a marker right of this has its label on its left
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,11 @@ class Marker:
     kind: str
     label: str
     title: str
+    anchor: str = ""  # "start" (the label right of the line) or "end"; "" for by position
+
+    @property
+    def text_anchor(self) -> str:
+        return self.anchor or ("end" if self.x > LABEL_ANCHOR_END else "start")
 
 
 @dataclass
@@ -315,14 +321,16 @@ def build(run: Any, events: Iterable[Any], now: datetime | None = None) -> Pictu
         if run.cancel_requested_at and run.status == "cancelled":
             title += f", {_seconds(max(0.0, (stop - run.cancel_requested_at).total_seconds()))} after the request"
         stop_x = round(x_of(stop), 2)
+        anchor = "end" if stop_x > LABEL_ANCHOR_END else "start"
         cancel = picture.markers[0] if picture.markers else None
         if cancel is not None and abs(stop_x - cancel.x) < MERGE_LABELS and run.cancel_requested_at:
-            # Two labels this close would overlap: one label on the request says both.
+            # Labels this close would overlap: the request's reads leftwards from its line, the
+            # stop's rightwards from its own (both leftwards at the right edge, on two rows).
             after = _seconds(max(0.0, (stop - run.cancel_requested_at).total_seconds()))
-            merged = f"cancel requested → {label} {after} later"
-            picture.markers[0] = Marker(cancel.x, cancel.kind, merged, cancel.title)
-            label = ""
-        picture.markers.append(Marker(stop_x, "stop", label, title))
+            label = f"{label} {after} later"
+            picture.markers[0] = Marker(cancel.x, cancel.kind, cancel.label, cancel.title, "end")
+            anchor = "end" if stop_x > WIDTH - 110 else "start"
+        picture.markers.append(Marker(stop_x, "stop", label, title, anchor))
     picture.axis_y = TOP + len(lane_names) * LANE_HEIGHT + 4
     step = _tick_step(span)
     t = 0.0
