@@ -65,7 +65,6 @@ class AgentRunAdmin(admin.ModelAdmin):
         "status_column",
         "prompt_excerpt",
         "owner",
-        "step_count",
         "tokens_column",
         "cost_column",
         "duration_column",

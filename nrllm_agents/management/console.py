@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from .. import describe, jsonlimits, presenters
 from ..models import AgentRun, CancelSource, RunStatus
+from ..observability import money
 from ..run_request import InvalidRequest
 from ..runtime import AgentRuntime, InvalidRunId, parse_run_id
 from ..store import Operator
@@ -323,7 +324,9 @@ class StreamPrinter:
     def _human_summary(self, run: AgentRun, event: dict[str, Any]) -> tuple[str, Callable[[str], str]]:
         head = f"run {run.pk}"
         tokens = event["usage"]["total_tokens"]
-        spend = f" [{run.iterations} model call{'' if run.iterations == 1 else 's'}, {tokens} tokens]"
+        cost = money.run_cost(event)  # present once runs carry a cost (the providers' prices)
+        calls = f"{run.iterations} model call{'' if run.iterations == 1 else 's'}"
+        spend = f" [{calls}, {tokens} tokens{f', {cost}' if cost else ''}]"
         if run.status == RunStatus.COMPLETED:
             why = "" if run.termination_reason == "completed" else f" ({run.termination_reason})"
             return f"{head} completed{why}{spend}: {describe.short(run.final_text or '', 300)}", self.style.SUCCESS

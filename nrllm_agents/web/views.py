@@ -74,6 +74,7 @@ def _page(
     if run is not None:
         events = AgentRuntime().events(run.pk)
         status_dict = run_status_dict(run)
+        picture = gantt.build(run, events)
         stored = [event_dict(e) for e in events]
         final = final_answer_sequence(stored, run.final_text) if run.status == RunStatus.COMPLETED else None
         steps = [for_page(step, final_sequence=final) for step in stored]
@@ -81,6 +82,8 @@ def _page(
             {
                 "status": status_dict,
                 "cost": money.run_cost(status_dict),
+                # The run's row counts tokens when it settles; its steps count them as they land.
+                "tokens": max(status_dict["usage"]["total_tokens"], picture.spend.total_tokens if picture.spend else 0),
                 "remaining": gantt.remaining_calls(list(events)),
                 "picture_url": reverse("nrllm_web:run-picture", args=[run.pk]),
                 "kinds": sorted({step["kind"] for step in steps} | {"llm", "tool"}),
@@ -91,7 +94,7 @@ def _page(
                 "cancel_text": cancel_text(status_dict["cancel"]) if status_dict["cancel"] else "",
                 "elapsed": elapsed(run.started_at, run.finished_at),
                 "steps": steps,
-                "picture": gantt.build(run, events),
+                "picture": picture,
                 "last_sequence": steps[-1]["sequence"] if steps else -1,
                 "live": not stream_finished(run),
                 "can_cancel": run.status in ACTIVE,
