@@ -20,6 +20,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from .observability import money
+
 PAGE_CHARS = 2000  # per value on the playground; the stored step keeps it all
 TIMELINE_CHARS = 400  # per value on the admin page, which shows up to hundreds of steps
 HEADLINE_CHARS = 100  # per value in a command's one-line step
@@ -162,6 +164,11 @@ def _llm(p: dict[str, Any]) -> Lines:
     lines.extend(("tool call", call_text(c)) for c in _list(p.get("tool_calls")))
     if isinstance(p.get("usage"), dict):
         lines.append(("usage", usage_text(p)))
+    cost = money.text(p.get("cost"), estimated=bool(p.get("estimated")))
+    if cost:
+        lines.append(("cost", cost))
+    if p.get("error") is not None:
+        lines.append(("error", _text(p["error"])))
     if p.get("finish_reason"):
         lines.append(("finish", str(p["finish_reason"])))
     return lines

@@ -90,6 +90,7 @@ class AgentRunAdmin(admin.ModelAdmin):
         (
             "Run",
             {
+                "classes": ("collapse",),
                 "fields": (
                     "id",
                     "status",
@@ -100,7 +101,7 @@ class AgentRunAdmin(admin.ModelAdmin):
                     "tools",
                     "prompt",
                     "claimed_by",
-                )
+                ),
             },
         ),
         ("Times", {"classes": ("collapse",), "fields": ("created_at", "started_at", "finished_at", "lease_expires")}),
@@ -108,10 +109,11 @@ class AgentRunAdmin(admin.ModelAdmin):
             "Usage",
             {"classes": ("collapse",), "fields": ("iterations", "prompt_tokens", "completion_tokens", "total_tokens")},
         ),
-        ("Result", {"fields": ("final_text", "error", "pending_approval")}),
+        ("Result", {"classes": ("collapse",), "fields": ("final_text", "error", "pending_approval")}),
         (
             "Cancel record",
             {
+                "classes": ("collapse",),
                 "fields": (
                     "cancel_requested_at",
                     "cancelled_by",
@@ -120,11 +122,11 @@ class AgentRunAdmin(admin.ModelAdmin):
                     "stopped_at",
                     "cancel_state",
                     "cancel_detail",
-                )
+                ),
             },
         ),
         ("Limits", {"classes": ("collapse",), "fields": ("deadline_seconds", "max_total_tokens", "deadline_at")}),
-        ("Forks", {"fields": ("parent_link", "forked_from_sequence", "children_links")}),
+        ("Forks", {"classes": ("collapse",), "fields": ("parent_link", "forked_from_sequence", "children_links")}),
         ("Options", {"fields": ("options",), "classes": ("collapse",)}),
     )
     readonly_fields = tuple(f for _, spec in fieldsets for f in spec["fields"])

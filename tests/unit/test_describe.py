@@ -100,3 +100,13 @@ def test_no_payload_shape_breaks_the_describer(kind, payload, sequence):
     assert all(isinstance(label, str) and isinstance(text, str) and len(text) <= 50 + 20 for label, text in lines)
     assert isinstance(describe.headline({"sequence": sequence, "kind": kind, "round": 1, "payload": payload}), str)
     json.dumps(lines)
+
+
+def test_a_model_call_shows_its_cost_and_its_error():
+    priced = dict(describe.lines("llm", {"content": "hi", "usage": {"total_tokens": 3}, "cost": "0.00042"}))
+    assert priced["cost"] == "$0.0004"
+    cut = dict(describe.lines("llm", {"content": "h", "cost": "0.0001", "estimated": True, "interrupted": True}))
+    assert cut["cost"] == "~$0.0001"
+    failed = dict(describe.lines("llm", {"error": "ProviderError: 502 from the provider"}))
+    assert failed["error"] == "ProviderError: 502 from the provider"
+    assert "cost" not in dict(describe.lines("llm", {"content": "free"}))
