@@ -183,10 +183,6 @@ class AgentRunAdmin(admin.ModelAdmin):
             return super().get_search_results(request, queryset, search_term)
         return queryset.filter(pk=run_id), False
 
-    @admin.display(description="steps", ordering="step_count")
-    def step_count(self, run: AgentRun) -> int:
-        return run.step_count
-
     @admin.display(description="prompt")
     def prompt_excerpt(self, run: AgentRun) -> str:
         return truncatechars(run.prompt, 90)

@@ -17,6 +17,17 @@ SCRIPT_HELP = (
 )
 
 
+def script_value(text: str | None) -> Any:
+    """A script field's JSON (bounded by ``jsonlimits``); ``None`` when empty."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    try:
+        return jsonlimits.loads(text)
+    except jsonlimits.JSONRefused as exc:
+        raise forms.ValidationError(str(exc)) from None
+
+
 class RunForm(forms.Form):
     """Prompt, provider, model, tools, max iterations, optional script, and where to execute.
 
@@ -59,13 +70,7 @@ class RunForm(forms.Form):
         self.run_request: RunRequest | None = None
 
     def clean_script(self) -> Any:
-        text = (self.cleaned_data.get("script") or "").strip()
-        if not text:
-            return None
-        try:
-            return jsonlimits.loads(text)
-        except jsonlimits.JSONRefused as exc:
-            raise forms.ValidationError(str(exc)) from None
+        return script_value(self.cleaned_data.get("script"))
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -103,7 +108,7 @@ class ForkForm(forms.Form):
     )
 
     def clean_script(self) -> Any:
-        return RunForm.clean_script(self)  # type: ignore[arg-type]
+        return script_value(self.cleaned_data.get("script"))
 
     def overrides(self) -> dict[str, Any]:
         """The fields given, as ``runtime.fork`` overrides; ``{}`` when nothing changes."""
