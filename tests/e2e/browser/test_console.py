@@ -66,7 +66,7 @@ def sign_in_admin(page: Page, base: str, django_user_model, path: str) -> None:
 
 def test_a_running_tool_shows_as_running_with_its_elapsed_time(page, live_url, alice, errors, screenshot):
     sign_in(page, live_url)
-    script = json.dumps([{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 3}}]}, {"content": "slept"}])
+    script = json.dumps([{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 5}}]}, {"content": "slept"}])
     run_id = start(page, script, ["sleep"])
     card = page.locator("#live-steps li[data-kind=tool-pending]")
     expect(card).to_be_visible()
@@ -81,6 +81,13 @@ def test_a_running_tool_shows_as_running_with_its_elapsed_time(page, live_url, a
     assert re.fullmatch(r"\d+(\.\d+)? (ms|s)", elapsed.inner_text())
     expect(page.locator("#gantt-pending")).to_have_count(1)  # and in the picture, as a bar in flight
     screenshot(page, "console-tool-running")
+    # From the keyboard the run's Cancel is a few Tabs away (the run comes before the form).
+    page.evaluate("document.activeElement && document.activeElement.blur()")
+    tabs = 0
+    while tabs < 8 and page.evaluate("document.activeElement.id") != "cancel-button":
+        page.keyboard.press("Tab")
+        tabs += 1
+    assert page.evaluate("document.activeElement.id") == "cancel-button" and tabs <= 6, tabs
     expect(page.locator("#st-status")).to_have_text("completed", timeout=15_000)
     expect(page.locator("#live-steps .pending")).to_have_count(0)
     expect(page.locator("#gantt-pending")).to_have_count(0)
