@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
+
+from .observability import money
 
 PAGE_CHARS = 2000  # per value on the playground; the stored step keeps it all
 TIMELINE_CHARS = 400  # per value on the admin page, which shows up to hundreds of steps
@@ -68,9 +71,10 @@ def usage_text(payload: dict[str, Any]) -> str:
 def run_cost_text(cost: dict[str, Any] | None) -> str:
     """A run's cost (``presenters.run_status_dict``'s ``cost``): ``0.0042 USD``, ``… (estimated
     in part)``, or ``not priced``."""
-    if not cost:
+    shown = money.text(cost.get("amount"), cost.get("currency")) if cost else None
+    if shown is None:
         return "not priced"
-    return f"{cost.get('amount')} {cost.get('currency')}" + (" (estimated in part)" if cost.get("estimated") else "")
+    return shown + (" (estimated in part)" if cost.get("estimated") else "")
 
 
 def cost_text(payload: dict[str, Any]) -> str | None:
@@ -85,11 +89,38 @@ def cost_text(payload: dict[str, Any]) -> str | None:
     return f"{usage['cost']} {currency} at {rate}{where}{estimated}"
 
 
+def _moment(iso: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(iso))
+    except ValueError:
+        return None
+
+
+def clock(iso: Any) -> str:
+    """A stored ISO timestamp as ``20:33:10.936 UTC`` (milliseconds: a cancel's request and
+    its stop are often a few apart); anything else as given."""
+    moment = _moment(iso)
+    if moment is None:
+        return str(iso)
+    zone = " UTC" if moment.utcoffset() is not None and not moment.utcoffset() else ""
+    return moment.strftime("%H:%M:%S.%f")[:-3] + zone
+
+
+def later(start_iso: Any, end_iso: Any) -> str | None:
+    """``12 ms later`` / ``1.4 s later`` from one ISO timestamp to another; ``None`` if unreadable."""
+    start, end = _moment(start_iso), _moment(end_iso)
+    if start is None or end is None:
+        return None
+    seconds = max((end - start).total_seconds(), 0.0)
+    return f"{seconds * 1000:.0f} ms later" if seconds < 1 else f"{seconds:.2f} s later"
+
+
 def who_cancelled(payload: dict[str, Any]) -> str:
-    """``by alice via api``; ``by the system via system`` for a limit's cancel."""
+    """``by alice via api``; ``by the system`` for a limit's cancel."""
     source = payload.get("source")
-    by = payload.get("by") or ("the system" if source == "system" else "an unknown user")
-    return f"by {by} via {source or 'an unknown source'}"
+    if source == "system" and not payload.get("by"):
+        return "by the system"
+    return f"by {payload.get('by') or 'an unknown user'} via {source or 'an unknown source'}"
 
 
 def stop_text(payload: dict[str, Any]) -> str:
@@ -113,8 +144,12 @@ def fork_origin(payload: dict[str, Any]) -> str:
 
 def cancel_text(cancel: dict[str, Any]) -> str:
     """A run's cancel in one sentence, from ``presenters.run_status_dict(run)["cancel"]``."""
-    text = f"Cancelled {who_cancelled(cancel)} at {cancel.get('requested_at')}"
-    text += f"; stopped at {cancel['stopped_at']}." if cancel.get("stopped_at") else "."
+    text = f"Cancelled {who_cancelled(cancel)} at {clock(cancel.get('requested_at'))}"
+    if cancel.get("stopped_at"):
+        gap = later(cancel.get("requested_at"), cancel["stopped_at"])
+        text += f"; stopped {gap}." if gap else f"; stopped at {clock(cancel['stopped_at'])}."
+    else:
+        text += "."
     return f"{text} {cancel.get('reason')}." if cancel.get("limit") else text
 
 
@@ -155,6 +190,8 @@ def _llm(p: dict[str, Any]) -> Lines:
     cost = cost_text(p)
     if cost is not None:
         lines.append(("cost", cost))
+    if p.get("error") is not None:
+        lines.append(("error", _text(p["error"])))
     if p.get("finish_reason"):
         lines.append(("finish", str(p["finish_reason"])))
     return lines
@@ -198,7 +235,7 @@ def _cancelled(p: dict[str, Any]) -> Lines:
     if p.get("reason"):
         lines.append(("reason", _text(p["reason"])))
     if p.get("requested_at"):
-        lines.append(("requested at", str(p["requested_at"])))
+        lines.append(("requested at", clock(p["requested_at"])))
     if isinstance(p.get("limit"), dict):
         lines.append(("limit", limit_text(p["limit"])))
     lines.append(("stopped", stop_text(p)))
@@ -290,7 +327,7 @@ def _headline_text(kind: str, p: dict[str, Any]) -> str:
     if kind == "approval":
         return f"{decision_text(p)}: {_calls(p.get('calls'))}"
     if kind == "cancelled":
-        reason = f" ({short(p['reason'])})" if p.get("reason") else ""
+        reason = f", reason: {short(p['reason'])}" if p.get("reason") else ""
         return f"{who_cancelled(p)}{reason}; stopped {stop_text(p)}"
     if kind == "forked":
         copied, answered = len(_list(p.get("messages"))), len(_list(p.get("repaired")))

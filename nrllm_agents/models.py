@@ -53,11 +53,11 @@ class TerminationReason(models.TextChoices):
 class CancelSource(models.TextChoices):
     """Where a cancel came from."""
 
-    ADMIN = "admin"  # the Django admin
-    CLI = "cli"  # manage.py agent_cancel (or Ctrl-C in agent_run)
-    API = "api"  # the REST API
-    PLAYGROUND = "playground"  # the playground's Cancel button
-    SYSTEM = "system"  # the application itself
+    ADMIN = "admin", "admin"  # the Django admin
+    CLI = "cli", "CLI"  # manage.py agent_cancel (or Ctrl-C in agent_run)
+    API = "api", "API"  # the REST API
+    PLAYGROUND = "playground", "playground"  # the playground's Cancel button
+    SYSTEM = "system", "system (a limit)"  # the application itself
 
 
 class MultitaskStrategy(models.TextChoices):

@@ -24,19 +24,20 @@ from django.contrib.admin import helpers
 from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models import Count, F, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.defaultfilters import truncatechars
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
-from .. import policy, pricing
+from .. import describe, policy, pricing
 from ..models import AgentRun, AgentRunEvent, CancelSource
 from ..observability import gantt
 from ..outcomes import EXECUTING_STOPS
+from ..presenters import run_status_dict, stream_finished
 from ..runtime import AgentRuntime, InvalidRunId, parse_run_id
-from . import timeline
+from . import columns, timeline
 from .cancel import CancelForm, bulk_summary, confirmation, single_summary
 from .fork import fork_selected
 from .operations import HealthFilter, operations_page
@@ -57,19 +58,19 @@ def _step_count() -> Coalesce:
 class AgentRunAdmin(admin.ModelAdmin):
     """Lists and shows runs; cancels them through ``AgentRuntime`` only."""
 
+    # Fits 1280 px: a short id, a coloured status (its reason on hover), the prompt, who, what it
+    # spent, how long it took, and one date (relative; the exact local time on hover).
     list_display = (
-        "id",
-        "status",
-        "termination_reason",
-        "owner",
-        "provider",
+        "short_id",
+        "status_column",
         "prompt_excerpt",
-        "created_at",
-        "started_at",
-        "finished_at",
-        "step_count",
-        "cost_display",
+        "owner",
+        "tokens_column",
+        "cost_column",
+        "duration_column",
+        "created_column",
     )
+    list_display_links = ("short_id",)
     list_filter = (
         "status",
         HealthFilter,
@@ -90,6 +91,7 @@ class AgentRunAdmin(admin.ModelAdmin):
         (
             "Run",
             {
+                "classes": ("collapse",),
                 "fields": (
                     "id",
                     "status",
@@ -101,15 +103,22 @@ class AgentRunAdmin(admin.ModelAdmin):
                     "tools",
                     "prompt",
                     "claimed_by",
-                )
+                ),
             },
         ),
-        ("Times", {"fields": ("created_at", "started_at", "finished_at", "lease_expires")}),
-        ("Usage", {"fields": ("iterations", "prompt_tokens", "completion_tokens", "total_tokens", "cost_display")}),
-        ("Result", {"fields": ("final_text", "error", "pending_approval")}),
+        ("Times", {"classes": ("collapse",), "fields": ("created_at", "started_at", "finished_at", "lease_expires")}),
+        (
+            "Usage",
+            {
+                "classes": ("collapse",),
+                "fields": ("iterations", "prompt_tokens", "completion_tokens", "total_tokens", "cost_display"),
+            },
+        ),
+        ("Result", {"classes": ("collapse",), "fields": ("final_text", "error", "pending_approval")}),
         (
             "Cancel record",
             {
+                "classes": ("collapse",),
                 "fields": (
                     "cancel_requested_at",
                     "cancelled_by",
@@ -118,13 +127,22 @@ class AgentRunAdmin(admin.ModelAdmin):
                     "stopped_at",
                     "cancel_state",
                     "cancel_detail",
-                )
+                ),
             },
         ),
-        ("Limits", {"fields": ("deadline_seconds", "max_total_tokens", "max_cost", "deadline_at")}),
-        ("Forks", {"fields": ("parent_link", "forked_from_sequence", "children_links")}),
-        ("Agent", {"fields": ("agent_version", "agent_snapshot")}),
-        ("Thread", {"fields": ("thread_link", "thread_position", "multitask_strategy", "rolled_back")}),
+        (
+            "Limits",
+            {"classes": ("collapse",), "fields": ("deadline_seconds", "max_total_tokens", "max_cost", "deadline_at")},
+        ),
+        ("Forks", {"classes": ("collapse",), "fields": ("parent_link", "forked_from_sequence", "children_links")}),
+        ("Agent", {"classes": ("collapse",), "fields": ("agent_version", "agent_snapshot")}),
+        (
+            "Thread",
+            {
+                "classes": ("collapse",),
+                "fields": ("thread_link", "thread_position", "multitask_strategy", "rolled_back"),
+            },
+        ),
         ("Options", {"fields": ("options",), "classes": ("collapse",)}),
     )
     readonly_fields = tuple(f for _, spec in fieldsets for f in spec["fields"])
@@ -160,8 +178,13 @@ class AgentRunAdmin(admin.ModelAdmin):
 
     # --- list --------------------------------------------------------------------------------
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """The list, with the totals (runs, tokens, money) of the listed runs per day and per user."""
         context = {**(extra_context or {}), "may_manage_queues": policy.may_manage_queues(request.user)}
-        return super().changelist_view(request, extra_context=context)
+        response = super().changelist_view(request, extra_context=context)
+        changelist = getattr(response, "context_data", {}).get("cl") if hasattr(response, "context_data") else None
+        if changelist is not None:
+            response.context_data["totals"] = columns.totals(changelist.queryset)
+        return response
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AgentRun]:
         return super().get_queryset(request).annotate(step_count=_step_count())
@@ -176,13 +199,33 @@ class AgentRunAdmin(admin.ModelAdmin):
             return super().get_search_results(request, queryset, search_term)
         return queryset.filter(pk=run_id), False
 
-    @admin.display(description="steps", ordering="step_count")
-    def step_count(self, run: AgentRun) -> int:
-        return run.step_count
-
     @admin.display(description="prompt")
     def prompt_excerpt(self, run: AgentRun) -> str:
-        return truncatechars(run.prompt, 60)
+        return truncatechars(run.prompt, 90)
+
+    @admin.display(description="id", ordering="id")
+    def short_id(self, run: AgentRun) -> str:
+        return format_html('<code title="{}">{}</code>', run.pk, str(run.pk)[:8])
+
+    @admin.display(description="status", ordering="status")
+    def status_column(self, run: AgentRun) -> str:
+        return columns.status_badge(run)
+
+    @admin.display(description="tokens", ordering=F("prompt_tokens") + F("completion_tokens"))
+    def tokens_column(self, run: AgentRun) -> int:
+        return run.total_tokens
+
+    @admin.display(description="cost")
+    def cost_column(self, run: AgentRun) -> str:
+        return columns.cost_text(run)
+
+    @admin.display(description="duration")
+    def duration_column(self, run: AgentRun) -> str:
+        return columns.span(run.started_at, run.finished_at)
+
+    @admin.display(description="created", ordering="created_at")
+    def created_column(self, run: AgentRun) -> str:
+        return columns.when(run.created_at)
 
     # --- a run's page ------------------------------------------------------------------------
     @admin.display(description="total tokens")
@@ -246,8 +289,22 @@ class AgentRunAdmin(admin.ModelAdmin):
     ) -> HttpResponse:
         if obj is not None:
             events = self.runtime.events(obj.pk, limit=TIMELINE_LIMIT)
+            status = run_status_dict(obj)
             context.update(
                 {
+                    "summary": {
+                        "status": columns.status_badge(obj),
+                        "reason": obj.get_termination_reason_display() if obj.termination_reason else "-",
+                        "created": columns.when(obj.created_at),
+                        "started": columns.when(obj.started_at),
+                        "finished": columns.when(obj.finished_at),
+                        "duration": columns.span(obj.started_at, obj.finished_at),
+                        "cost": columns.cost_text(obj),
+                        "cancel": describe.cancel_text(status["cancel"]) if status["cancel"] else "",
+                        "error": status["error"],
+                    },
+                    "stream_url": reverse("nrllm_web:run-stream", args=[obj.pk]),
+                    "live": not stream_finished(obj),
                     "timeline": timeline.rows(events),
                     "picture": gantt.build(obj, events),
                     "timeline_total": getattr(obj, "step_count", len(events)),

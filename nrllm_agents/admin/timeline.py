@@ -1,7 +1,7 @@
 """A run's step stream as compact, read-only timeline rows for the admin change page.
 
-The words come from ``describe`` (the one step describer); values are clipped shorter than on
-the playground, since the page shows up to hundreds of steps. The template escapes them.
+The words come from ``describe`` (the one step describer), clipped as on the playground; a long
+value scrolls in its box (admin.css). The template escapes them.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from datetime import datetime
 
 from .. import describe
 from ..models import AgentRunEvent
+from ..web import display
+from . import columns
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,15 @@ class TimelineRow:
     duration_ms: float | None
     created_at: datetime
     lines: list[tuple[str, str]]
+    failed: bool = False  # a tool error, or a model call that failed
+
+    @property
+    def duration(self) -> str:
+        return display.duration(self.duration_ms)
+
+    @property
+    def when(self) -> str:
+        return columns.when(self.created_at)
 
 
 def rows(events: Iterable[AgentRunEvent]) -> list[TimelineRow]:
@@ -35,7 +46,8 @@ def rows(events: Iterable[AgentRunEvent]) -> list[TimelineRow]:
             e.round,
             e.duration_ms,
             e.created_at,
-            describe.lines(e.kind, e.payload, limit=describe.TIMELINE_CHARS),
+            describe.lines(e.kind, e.payload, limit=describe.PAGE_CHARS),
+            isinstance(e.payload, dict) and e.payload.get("error") is not None,
         )
         for e in events
     ]

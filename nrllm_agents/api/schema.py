@@ -19,6 +19,10 @@ SCHEMA_SETTINGS: dict[str, Any] = {
         "CancelSourceEnum": "nrllm_agents.models.CancelSource",
         "ConnectionKindEnum": "nrllm_agents.models.ConnectionKind",
     },
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "nrllm_agents.api.schema.add_stream_path",
+    ],
 }
 
 RUN_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The run's id.")
@@ -58,3 +62,54 @@ class ValidationErrorExtension(OpenApiSerializerExtension):
             "properties": {"detail": {"type": "string"}},
             "additionalProperties": {"type": "array", "items": {"type": "string"}},
         }
+
+
+STREAM_DESCRIPTION = (
+    "The run's steps as Server-Sent Events (`text/event-stream`), for browsers (`EventSource`) and "
+    "scripts. Each recorded step is `event: step` with `id: <sequence>` and the step (with `details`, "
+    "its labelled lines) as `data`; while a model call streams, `event: delta` frames (no `id`) carry "
+    '`{"run_id", "round", "text", "offset"}`; once the run is done (or waits for approval) a final '
+    "`done` / `cancelled` / `awaiting_approval` / `failed` event carries the run's status and the "
+    "stream closes. A reconnect resumes after `Last-Event-ID` (or `?after=`): no step twice, none "
+    "skipped. `: keepalive` comments keep an idle connection open. Served by `web/stream.py`, a plain "
+    "Django view, so it is added to this document by a hook."
+)
+
+
+def add_stream_path(result: dict[str, Any], generator: Any, request: Any, public: Any) -> dict[str, Any]:
+    """A postprocessing hook: documents ``GET /api/runs/{id}/stream/`` (``web/stream.py``)."""
+    error = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    result.setdefault("paths", {})["/api/runs/{id}/stream/"] = {
+        "get": {
+            "operationId": "runs_stream",
+            "summary": "Follow a run live (Server-Sent Events)",
+            "description": STREAM_DESCRIPTION,
+            "tags": ["runs"],
+            "parameters": [
+                {"name": "id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}},
+                {
+                    "name": "after",
+                    "in": "query",
+                    "schema": {"type": "integer", "minimum": -1},
+                    "description": "Send the steps after this sequence (-1: from the start).",
+                },
+                {
+                    "name": "Last-Event-ID",
+                    "in": "header",
+                    "schema": {"type": "integer", "minimum": -1},
+                    "description": "Sent by EventSource on a reconnect; wins over `after`.",
+                },
+            ],
+            "responses": {
+                "200": {
+                    "description": "The event stream.",
+                    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                },
+                "400": {"description": "`after` / `Last-Event-ID` is not a step sequence.", "content": error},
+                "401": {"description": "Not authenticated.", "content": error},
+                "404": {"description": "Unknown run, or one the caller may not see.", "content": error},
+                "429": {"description": "Too many open streams; see Retry-After.", "content": error},
+            },
+        }
+    }
+    return result

@@ -354,7 +354,8 @@ class StreamPrinter:
         head = f"run {run.pk}"
         tokens = event["usage"]["total_tokens"]
         cost = f", {pricing.cost_text(run)}" if run.cost is not None else ""
-        spend = f" [{run.iterations} model calls, {tokens} tokens{cost}]"
+        calls = f"{run.iterations} model call{'' if run.iterations == 1 else 's'}"
+        spend = f" [{calls}, {tokens} tokens{cost}]"
         if run.status == RunStatus.COMPLETED:
             why = "" if run.termination_reason == "completed" else f" ({run.termination_reason})"
             return f"{head} completed{why}{spend}: {describe.short(run.final_text or '', 300)}", self.style.SUCCESS

@@ -19,6 +19,8 @@ from typing import Any
 
 from django.utils import timezone
 
+from . import money
+
 WIDTH = 960
 LABEL_WIDTH = 120
 PLOT_WIDTH = WIDTH - LABEL_WIDTH - 16
@@ -28,6 +30,8 @@ AXIS_HEIGHT = 24
 MIN_BAR = 1.5
 MAX_TOOL_LANES = 6
 SPEND_HEIGHT = 90
+MERGE_LABELS = 130  # px: markers closer than this have their labels on opposite sides
+LABEL_ANCHOR_END = 700  # px: a marker right of this has its label on its left
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,7 @@ class Bar:
     x: float
     y: float
     width: float
-    kind: str  # css class suffix: queue, llm, tool, approval, interrupted
+    kind: str  # css class suffix: queue, llm, tool, approval, interrupted, error, pending
     title: str
     sequence: int | None = None
 
@@ -50,6 +54,11 @@ class Marker:
     kind: str
     label: str
     title: str
+    anchor: str = ""  # "start" (the label right of the line) or "end"; "" for by position
+
+    @property
+    def text_anchor(self) -> str:
+        return self.anchor or ("end" if self.x > LABEL_ANCHOR_END else "start")
 
 
 @dataclass
@@ -68,6 +77,7 @@ class Picture:
     plot_right: int = LABEL_WIDTH + PLOT_WIDTH
     axis_y: float = 0.0
     spend: Spend | None = None
+    in_flight: InFlight | None = None
 
     @property
     def plot_width(self) -> int:
@@ -78,6 +88,55 @@ class Picture:
         return _seconds(self.span_seconds)
 
 
+@dataclass(frozen=True)
+class InFlight:
+    """The work a running run is doing now, not recorded yet: a model call or a tool call."""
+
+    kind: str  # "llm" or "tool"
+    name: str  # the tool's name; "" for a model call
+    round: int
+    since: datetime  # when it started: the last recorded step
+    remaining: list[str]  # the calls of the last answer not recorded yet (this one first)
+
+    @property
+    def label(self) -> str:
+        return f"tool {self.name}" if self.kind == "tool" else "model call"
+
+
+def in_flight(run: Any, events: list[Any]) -> InFlight | None:
+    """What ``run`` is doing between its last recorded step and now, if it is running.
+
+    The calls the model's last answer asked for run one by one, each until its tool step is
+    recorded; once none is left the model is called again, unless that answer was the final
+    one (no calls) or a failure. Before any answer, the model is called. The page's JavaScript
+    applies the same rule to the steps it streams (``playground.js``, from ``remaining``).
+    """
+    if run.status != "running" or run.started_at is None:
+        return None
+    recorded = [e for e in events if e.kind != "cancelled"]
+    since = recorded[-1].created_at if recorded else run.started_at
+    last_round = recorded[-1].round if recorded else 0
+    names = remaining_calls(recorded)
+    if names:
+        return InFlight("tool", names[0], last_round, since, names)
+    answer = next((e for e in reversed(recorded) if e.kind == "llm"), None)
+    payload = answer.payload if answer is not None and isinstance(answer.payload, dict) else {}
+    if answer is not None and (payload.get("error") or not payload.get("tool_calls")):
+        return None  # the final answer, or a failure: the run settles next
+    return InFlight("llm", "", last_round, since, [])
+
+
+def remaining_calls(events: list[Any]) -> list[str]:
+    """The names of the calls the last answer asked for that have no tool step yet."""
+    answer = next((i for i in range(len(events) - 1, -1, -1) if events[i].kind == "llm"), None)
+    if answer is None:
+        return []
+    payload = events[answer].payload if isinstance(events[answer].payload, dict) else {}
+    calls = [str(c.get("name") if isinstance(c, dict) else "?") for c in payload.get("tool_calls") or []]
+    done = sum(1 for e in events[answer + 1 :] if e.kind == "tool")
+    return calls[done:]
+
+
 @dataclass
 class Spend:
     """Tokens by round, as columns (prompt below completion) with their totals."""
@@ -86,6 +145,7 @@ class Spend:
     prompt_tokens: int
     completion_tokens: int
     height: int = SPEND_HEIGHT
+    cost: str | None = None  # money.steps_cost of the model's answers, when they have prices
 
     @property
     def total_tokens(self) -> int:
@@ -132,11 +192,14 @@ def build(run: Any, events: Iterable[Any], now: datetime | None = None) -> Pictu
     def x_of(moment: datetime) -> float:
         return LABEL_WIDTH + max(0.0, min(span, (moment - start).total_seconds())) * scale
 
+    current = in_flight(run, events)
     tools_by_use: dict[str, int] = {}
     for e in events:
         if e.kind == "tool":
             name = str((e.payload or {}).get("name") or "?")
             tools_by_use[name] = tools_by_use.get(name, 0) + 1
+    if current is not None and current.kind == "tool":
+        tools_by_use[current.name] = tools_by_use.get(current.name, 0) + 1
     named = sorted(tools_by_use, key=lambda n: (-tools_by_use[n], n))[:MAX_TOOL_LANES]
     lane_names = ["queue", "model"] + [f"tool {n}" for n in named]
     if len(tools_by_use) > len(named):
@@ -144,7 +207,12 @@ def build(run: Any, events: Iterable[Any], now: datetime | None = None) -> Pictu
     lane_names.append("approval")
     lane_y = {name: TOP + i * LANE_HEIGHT for i, name in enumerate(lane_names)}
     picture = Picture(
-        width=WIDTH, height=0, lanes=[(n, lane_y[n]) for n in lane_names], steps=len(events), span_seconds=span
+        width=WIDTH,
+        height=0,
+        lanes=[(n, lane_y[n]) for n in lane_names],
+        steps=len(events),
+        span_seconds=span,
+        in_flight=current,
     )
 
     def bar(lane: str, begin: datetime, finish: datetime, kind: str, title: str, sequence: int | None = None) -> None:
@@ -169,11 +237,13 @@ def build(run: Any, events: Iterable[Any], now: datetime | None = None) -> Pictu
             usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
             calls = [str(c.get("name")) for c in payload.get("tool_calls") or [] if isinstance(c, dict)]
             what = f"asks for {', '.join(calls)}" if calls else "answers"
+            if payload.get("error"):
+                what = f"failed: {str(payload.get('error'))[:80]}"
             bar(
                 "model",
                 began,
                 e.created_at,
-                "interrupted" if interrupted else "llm",
+                "interrupted" if interrupted else ("error" if payload.get("error") else "llm"),
                 f"#{e.sequence} model call, round {e.round}{interrupted}: {_seconds(seconds)}, {what}; "
                 f"{usage.get('prompt_tokens', 0)}+{usage.get('completion_tokens', 0)} tokens; {when}",
                 e.sequence,
@@ -186,7 +256,7 @@ def build(run: Any, events: Iterable[Any], now: datetime | None = None) -> Pictu
                 lane,
                 began,
                 e.created_at,
-                "interrupted" if interrupted else "tool",
+                "interrupted" if interrupted else ("error" if payload.get("error") else "tool"),
                 f"#{e.sequence} tool {name}{interrupted}: {_seconds(seconds)}, {outcome}; {when}",
                 e.sequence,
             )
@@ -203,6 +273,12 @@ def build(run: Any, events: Iterable[Any], now: datetime | None = None) -> Pictu
                 e.sequence,
             )
         previous = e if e.kind != "cancelled" else previous
+    if current is not None:
+        lane = (
+            "model" if current.kind == "llm" else (f"tool {current.name}" if current.name in named else "other tools")
+        )
+        ran = _seconds(max(0.0, (end - current.since).total_seconds()))
+        bar(lane, current.since, end, "pending", f"{current.label} running for {ran} (round {current.round})")
     if run.status == "waiting_for_approval" and previous is not None:
         bar(
             "approval",
@@ -244,7 +320,17 @@ def build(run: Any, events: Iterable[Any], now: datetime | None = None) -> Pictu
         title = f"{label} at {_clock(stop)}"
         if run.cancel_requested_at and run.status == "cancelled":
             title += f", {_seconds(max(0.0, (stop - run.cancel_requested_at).total_seconds()))} after the request"
-        picture.markers.append(Marker(round(x_of(stop), 2), "stop", label, title))
+        stop_x = round(x_of(stop), 2)
+        anchor = "end" if stop_x > LABEL_ANCHOR_END else "start"
+        cancel = picture.markers[0] if picture.markers else None
+        if cancel is not None and abs(stop_x - cancel.x) < MERGE_LABELS and run.cancel_requested_at:
+            # Labels this close would overlap: the request's reads leftwards from its line, the
+            # stop's rightwards from its own (both leftwards at the right edge, on two rows).
+            after = _seconds(max(0.0, (stop - run.cancel_requested_at).total_seconds()))
+            label = f"{label} {after} later"
+            picture.markers[0] = Marker(cancel.x, cancel.kind, cancel.label, cancel.title, "end")
+            anchor = "end" if stop_x > WIDTH - 110 else "start"
+        picture.markers.append(Marker(stop_x, "stop", label, title, anchor))
     picture.axis_y = TOP + len(lane_names) * LANE_HEIGHT + 4
     step = _tick_step(span)
     t = 0.0
@@ -258,6 +344,7 @@ def build(run: Any, events: Iterable[Any], now: datetime | None = None) -> Pictu
 
 def spend(events: Iterable[Any]) -> Spend | None:
     """Tokens by round from the model's answers; ``None`` when no answer reported usage."""
+    events = list(events)
     by_round: dict[int, list[int]] = {}
     for e in events:
         if e.kind != "llm" or not isinstance(e.payload, dict) or not isinstance(e.payload.get("usage"), dict):
@@ -290,4 +377,5 @@ def spend(events: Iterable[Any]) -> Spend | None:
                 "completion_h": round(hc, 2),
             }
         )
-    return Spend(rounds, sum(r["prompt"] for r in rounds), sum(r["completion"] for r in rounds))
+    cost = money.steps_cost(e.payload for e in events if e.kind == "llm")
+    return Spend(rounds, sum(r["prompt"] for r in rounds), sum(r["completion"] for r in rounds), cost=cost)

@@ -27,11 +27,38 @@ def elapsed(started_at: datetime | None, finished_at: datetime | None) -> str:
     return f"{max(seconds, 0):.1f} s"
 
 
-def for_page(step: dict[str, Any]) -> dict[str, Any]:
-    """A ``presenters.step_dict`` with what the template shows."""
+def duration(ms: float | None) -> str:
+    """``830 ms`` under a second, ``2.41 s`` under a minute, ``3.2 min`` beyond; ``""`` for none."""
+    if ms is None:
+        return ""
+    if ms < 1000:
+        return f"{ms:.0f} ms" if ms >= 1 or ms == 0 else f"{ms:.2f} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.2f} s"
+    return f"{ms / 60_000:.1f} min"
+
+
+def for_page(step: dict[str, Any], *, final_sequence: int | None = None) -> dict[str, Any]:
+    """A ``presenters.step_dict`` with what the template shows; ``final_sequence`` names the
+    step holding the final answer (shown once, in the outcome, not again on its card)."""
+    payload = step.get("payload") or {}
     return {
         **step,
-        "details": describe.lines(step["kind"], step.get("payload")),
+        "details": describe.lines(step["kind"], payload),
         "time": time_of(step.get("created_at")),
-        "interrupted": bool((step.get("payload") or {}).get("interrupted")),
+        "duration": duration(step.get("duration_ms")),
+        "interrupted": bool(payload.get("interrupted")) if isinstance(payload, dict) else False,
+        "failed": isinstance(payload, dict) and payload.get("error") is not None,
+        "final": step.get("sequence") == final_sequence,
     }
+
+
+def final_answer_sequence(steps: list[dict[str, Any]], final_text: str | None) -> int | None:
+    """The sequence of the ``llm`` step whose content is the run's final answer, if any."""
+    if not final_text:
+        return None
+    for step in reversed(steps):
+        if step["kind"] == "llm":
+            payload = step.get("payload") or {}
+            return step["sequence"] if payload.get("content") == final_text else None
+    return None

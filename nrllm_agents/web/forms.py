@@ -19,6 +19,17 @@ SCRIPT_HELP = (
 )
 
 
+def script_value(text: str | None) -> Any:
+    """A script field's JSON (bounded by ``jsonlimits``); ``None`` when empty."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    try:
+        return jsonlimits.loads(text)
+    except jsonlimits.JSONRefused as exc:
+        raise forms.ValidationError(str(exc)) from None
+
+
 class RunForm(forms.Form):
     """Prompt, provider, model, tools, max iterations, optional script, and where to execute.
 
@@ -84,13 +95,7 @@ class RunForm(forms.Form):
         self.run_request: RunRequest | None = None
 
     def clean_script(self) -> Any:
-        text = (self.cleaned_data.get("script") or "").strip()
-        if not text:
-            return None
-        try:
-            return jsonlimits.loads(text)
-        except jsonlimits.JSONRefused as exc:
-            raise forms.ValidationError(str(exc)) from None
+        return script_value(self.cleaned_data.get("script"))
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -121,3 +126,31 @@ class RunForm(forms.Form):
     @property
     def queued(self) -> bool:
         return self.cleaned_data.get("mode") == "queued"
+
+
+class ForkForm(forms.Form):
+    """What a fork from the playground may change (``runtime.fork``'s ``overrides``); every
+    field empty: the parent's values are copied. The runtime validates the values it gets."""
+
+    model = forms.CharField(required=False, max_length=200)
+    max_iterations = forms.IntegerField(required=False, min_value=1, label="Max iterations")
+    deadline_seconds = forms.IntegerField(required=False, min_value=1, label="Deadline (s)")
+    max_total_tokens = forms.IntegerField(required=False, min_value=1, label="Token budget")
+    script = forms.CharField(
+        required=False,
+        label="Script (JSON)",
+        help_text="Scripted provider only: the turns the fork plays from its next model call.",
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+    )
+
+    def clean_script(self) -> Any:
+        return script_value(self.cleaned_data.get("script"))
+
+    def overrides(self) -> dict[str, Any]:
+        """The fields given, as ``runtime.fork`` overrides; ``{}`` when nothing changes."""
+        data = self.cleaned_data
+        given = {k: data[k] for k in ("max_iterations", "deadline_seconds", "max_total_tokens", "script")}
+        changes = {k: v for k, v in given.items() if v is not None}
+        if data.get("model"):
+            changes["model"] = data["model"]
+        return changes

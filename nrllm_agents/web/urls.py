@@ -17,6 +17,7 @@ urlpatterns = [
     path("playground/", views.playground, name="playground"),
     path("playground/runs/", views.start_run, name="start"),
     path("playground/runs/<uuid:run_id>/", views.run_page, name="run"),
+    path("playground/runs/<uuid:run_id>/picture/", views.run_picture, name="run-picture"),
     path("playground/runs/<uuid:run_id>/cancel/", views.cancel_run, name="cancel"),
     path("playground/runs/<uuid:run_id>/approve/", views.approve_run, name="approve"),
     path("playground/runs/<uuid:run_id>/fork/", views.fork_run, name="fork"),

@@ -31,10 +31,9 @@ from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, CancelRes
 from ..store import reason_problem
 from . import interactive
 from .access import get_visible_run, login_required, wants_json
-from .display import elapsed, for_page
-from .forms import RunForm
-
-RECENT_RUNS = 15
+from .display import elapsed, final_answer_sequence, for_page
+from .forms import ForkForm, RunForm
+from .runs_list import recent_runs
 
 
 def _urls(run_id: uuid.UUID) -> dict[str, str]:
@@ -69,24 +68,31 @@ def _visible(request: HttpRequest, run_id: uuid.UUID, action: policy.Action) -> 
 def _page(
     request: HttpRequest, *, form: RunForm | None = None, run: AgentRun | None = None, status: int = 200
 ) -> HttpResponse:
-    context: dict[str, Any] = {
-        "form": form or RunForm(),
-        "recent": AgentRun.objects.filter(owner=request.user).order_by("-created_at")[:RECENT_RUNS],
-        "run": run,
-    }
+    context: dict[str, Any] = {"form": form or RunForm(), "run": run, **recent_runs(request)}
     if run is not None:
         events = AgentRuntime().events(run.pk)
-        steps = [for_page(event_dict(e)) for e in events]
         status_dict = run_status_dict(run)
+        picture = gantt.build(run, events)
+        stored = [event_dict(e) for e in events]
+        final = final_answer_sequence(stored, run.final_text) if run.status == RunStatus.COMPLETED else None
+        steps = [for_page(step, final_sequence=final) for step in stored]
         context.update(
             {
                 "status": status_dict,
+                # The run's row counts tokens when it settles; its steps count them as they land.
+                "tokens": max(status_dict["usage"]["total_tokens"], picture.spend.total_tokens if picture.spend else 0),
+                "remaining": gantt.remaining_calls(list(events)),
+                "picture_url": reverse("nrllm_web:run-picture", args=[run.pk]),
+                "kinds": sorted({step["kind"] for step in steps} | {"llm", "tool"}),
+                "fork_form": ForkForm(
+                    initial={"model": run.model, "max_iterations": run.options.get("max_iterations")}
+                ),
                 "pending": [call_text(c) for c in status_dict["pending_approval"]],
                 "cancel_text": cancel_text(status_dict["cancel"]) if status_dict["cancel"] else "",
                 "cost_text": run_cost_text(status_dict["cost"]),
                 "elapsed": elapsed(run.started_at, run.finished_at),
                 "steps": steps,
-                "picture": gantt.build(run, events),
+                "picture": picture,
                 "last_sequence": steps[-1]["sequence"] if steps else -1,
                 "live": not stream_finished(run),
                 "can_cancel": run.status in ACTIVE,
@@ -133,6 +139,19 @@ def playground(request: HttpRequest) -> HttpResponse:
 def run_page(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     """One run: status strip, its stored stream (then live, with JavaScript), its actions."""
     return _page(request, run=get_visible_run(request.user, run_id))
+
+
+@require_GET
+@login_required
+def run_picture(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    """The run's picture alone (``_run_picture.html``): the page re-fetches it while the run
+    runs, so the timeline and the spend follow the steps and the one in flight."""
+    run = get_visible_run(request.user, run_id)
+    response = render(
+        request, "nrllm_agents/_run_picture.html", {"picture": gantt.build(run, AgentRuntime().events(run.pk))}
+    )
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @require_POST
@@ -270,7 +289,12 @@ def fork_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     # ASCII digits only ("²" and "①" are digits to str.isdigit, not to int) and few of them.
     if raw and not (raw.isascii() and raw.isdigit() and len(raw) <= 10):
         return _answer(request, run.pk, 400, messages.ERROR, "Choose a step to continue from.")
-    refusal = policy.provider_refusal(provider_of(run, {}))
+    changes = ForkForm(request.POST)
+    if not changes.is_valid():
+        problem = "; ".join(f"{name}: {' '.join(errors)}" for name, errors in changes.errors.items())
+        return _answer(request, run.pk, 400, messages.ERROR, f"Cannot continue with these changes: {problem}")
+    overrides = changes.overrides()
+    refusal = policy.provider_refusal(provider_of(run, overrides))
     if refusal is not None:
         return _answer(request, run.pk, 400, messages.ERROR, f"Cannot continue this run here: {refusal}.")
     refused = _throttled(request, admission.Action.CREATE)
@@ -280,7 +304,12 @@ def fork_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     try:
         fork_id = interactive.launch(
             lambda on_step: runtime.fork(
-                run.pk, from_sequence=int(raw) if raw else None, owner=user, queued=False, on_step=on_step
+                run.pk,
+                from_sequence=int(raw) if raw else None,
+                overrides=overrides or None,
+                owner=user,
+                queued=False,
+                on_step=on_step,
             ),
             user_key=user.pk,
         )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 
@@ -85,3 +87,57 @@ def test_pages_embed_the_svg_with_hover_titles(client, runtime, alice, django_us
     client.force_login(staff)
     admin_page = client.get(f"/admin/nrllm_agents/agentrun/{result.run_id}/change/").content.decode()
     assert '<svg class="gantt"' in admin_page and "<title>#" in admin_page
+
+
+def test_the_work_in_flight_follows_the_recorded_steps(runtime, alice):
+    """``in_flight`` at every point of a real run's stream: the model before an answer, each
+    call the answer asked for until its tool step, nothing after the final answer."""
+    script = [
+        {
+            "tool_calls": [
+                {"name": "calculator", "arguments": {"expression": "1+1"}},
+                {"name": "sleep", "arguments": {"seconds": 0}},
+            ]
+        },
+        {"content": "done"},
+    ]
+    result = runtime.run({"prompt": "p", "tools": ["calculator", "sleep"], "script": script}, owner=alice)
+    run = AgentRun.objects.get(pk=result.run_id)
+    events = list(runtime.events(run.pk))
+    kinds = [e.kind for e in events]
+    assert kinds == ["request", "llm", "tool", "tool", "request", "llm"]
+    running = SimpleNamespace(  # the same run as it was while it ran (a plain value: gantt only reads it)
+        status="running",
+        started_at=run.started_at,
+        created_at=run.created_at,
+        finished_at=None,
+        stopped_at=None,
+        cancel_requested_at=None,
+    )
+    seen = []
+    for n in range(len(events) + 1):
+        now = gantt.in_flight(running, events[:n])
+        seen.append(None if now is None else (now.kind, now.name))
+    assert seen == [
+        ("llm", ""),  # started, nothing recorded yet
+        ("llm", ""),  # the request is recorded: the model is called
+        ("tool", "calculator"),
+        ("tool", "sleep"),
+        ("llm", ""),
+        ("llm", ""),
+        None,  # the final answer: the run settles next
+    ]
+    assert gantt.in_flight(run, events) is None  # a completed run has nothing in flight
+    picture = gantt.build(running, events[:3], now=events[2].created_at + timedelta(seconds=2))
+    pending = [b for b in picture.bars if b.kind == "pending"]
+    assert len(pending) == 1 and pending[0].title.startswith("tool sleep running for")
+    assert ("tool sleep", pending[0].y - 3) in picture.lanes
+
+
+def test_a_failed_tool_is_an_error_bar(runtime, alice):
+    script = [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "1/0"}}]}, {"content": "x"}]
+    result = runtime.run({"prompt": "p", "tools": ["calculator"], "script": script}, owner=alice)
+    run = AgentRun.objects.get(pk=result.run_id)
+    bars = gantt.build(run, runtime.events(run.pk)).bars
+    errors = [b for b in bars if b.kind == "error"]
+    assert len(errors) == 1 and "error: division by zero" in errors[0].title

@@ -58,7 +58,8 @@ def test_continue_from_here_forks_the_run_and_links_both_ways(web, alice, bob, r
     parent = cancelled_run(runtime, alice)
     client = signed_in(alice)
     page = client.get(reverse("nrllm_web:run", args=[parent.pk])).content.decode()
-    assert page.count("Continue from here") == 2  # on the request and llm steps, not on the cancelled one
+    # In the menus of the request and llm steps, not the cancelled one's; each with its "with changes".
+    assert page.count(">Continue from here</button>") == page.count(">Continue from here with changes…</a>") == 2
     url = reverse("nrllm_web:fork", args=[parent.pk])
     assert signed_in(bob).post(url, {"from_sequence": "1"}).status_code == 404  # bob may not see it
     response = client.post(url, {"from_sequence": "1"})
@@ -76,3 +77,32 @@ def test_continue_from_here_forks_the_run_and_links_both_ways(web, alice, bob, r
         response = client.post(url, {"from_sequence": bad}, headers=JSON)
         assert response.status_code == 400, bad
     assert AgentRun.objects.filter(parent=parent).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fork_from_the_playground_can_change_the_model_the_script_and_the_limits(web, alice, runtime):
+    parent = cancelled_run(runtime, alice)
+    client = signed_in(alice)
+    url = reverse("nrllm_web:fork", args=[parent.pk])
+    changes = {
+        "from_sequence": "1",
+        "model": "other-model",
+        "max_iterations": "7",
+        "deadline_seconds": "30",
+        "max_total_tokens": "900",
+        "script": '[{"content": "changed"}]',
+    }
+    assert client.post(url, changes).status_code == 302
+    fork = AgentRun.objects.get(parent=parent)
+    assert interactive.wait_idle(30)
+    fork.refresh_from_db()
+    assert (fork.model, fork.options["max_iterations"], fork.deadline_seconds, fork.max_total_tokens) == (
+        "other-model",
+        7,
+        30,
+        900,
+    )
+    assert (fork.status, fork.final_text) == ("completed", "changed")
+    bad = client.post(url, {**changes, "script": "[not json"}, HTTP_ACCEPT="application/json")
+    assert bad.status_code == 400 and "script" in bad.json()["message"]
+    assert AgentRun.objects.filter(parent=parent).count() == 1  # nothing started for the bad one

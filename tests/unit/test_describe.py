@@ -52,14 +52,13 @@ def test_a_cancel_says_who_where_and_at_which_step():
     in_flight = {**base, "boundary_sequence": 4, "interrupted": True, "interrupted_sequence": 5}
     assert describe.lines("cancelled", in_flight)[-1] == ("stopped", "interrupting step #5 in flight")
     nothing_ran = describe.lines("cancelled", {"source": "system", "boundary_sequence": None})
-    assert nothing_ran[0] == ("cancelled", "by the system via system")
+    assert nothing_ran[0] == ("cancelled", "by the system")
     assert nothing_ran[-1] == ("stopped", "before any step ran")
     headline = describe.headline({"sequence": 6, "kind": "cancelled", "round": 2, "payload": in_flight})
-    assert "by alice via api (runaway); stopped interrupting step #5 in flight" in headline
-    cancel = {**base, "stopped_at": "2026-12-01T10:00:01+00:00", "limit": None}
-    assert describe.cancel_text(cancel) == (
-        "Cancelled by alice via api at 2026-12-01T10:00:00+00:00; stopped at 2026-12-01T10:00:01+00:00."
-    )
+    assert "by alice via api, reason: runaway; stopped interrupting step #5 in flight" in headline
+    cancel = {**base, "stopped_at": "2026-12-01T10:00:00.012+00:00", "limit": None}
+    assert describe.cancel_text(cancel) == "Cancelled by alice via api at 10:00:00.000 UTC; stopped 12 ms later."
+    assert ("requested at", "10:00:00.000 UTC") in at_boundary  # no raw ISO timestamp on a card
 
 
 def test_values_are_clipped_saying_how_much_was_left_out():
@@ -110,3 +109,16 @@ def test_no_payload_shape_breaks_the_describer(kind, payload, sequence):
     assert all(isinstance(label, str) and isinstance(text, str) and len(text) <= 50 + 20 for label, text in lines)
     assert isinstance(describe.headline({"sequence": sequence, "kind": kind, "round": 1, "payload": payload}), str)
     json.dumps(lines)
+
+
+def test_a_model_call_shows_its_cost_and_its_error():
+    price = {"currency": "USD", "input_per_million": "1", "output_per_million": "2"}
+    usage = {"total_tokens": 3, "cost": "0.00042"}
+    priced = dict(describe.lines("llm", {"content": "hi", "usage": usage, "price": price}))
+    assert priced["cost"] == "0.00042 USD at 1 in / 2 out per 1M tokens"
+    cut_usage = {"cost": "0.0001", "cost_estimated": True}
+    cut = dict(describe.lines("llm", {"content": "h", "usage": cut_usage, "price": price, "interrupted": True}))
+    assert cut["cost"].endswith(", from estimated tokens")
+    failed = dict(describe.lines("llm", {"error": "ProviderError: 502 from the provider"}))
+    assert failed["error"] == "ProviderError: 502 from the provider"
+    assert "cost" not in dict(describe.lines("llm", {"content": "free"}))

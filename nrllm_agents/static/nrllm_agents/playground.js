@@ -2,7 +2,10 @@
  * answer JSON, and the run page follows the run's Server-Sent Events stream from the last
  * step the server rendered, so a reload resumes with no step missing or repeated. While the
  * model writes, "delta" events grow its answer in a pending llm card (with a Stop button);
- * the recorded llm step replaces that card.
+ * the recorded llm step replaces that card. Between steps, the work in flight (a model call or
+ * a tool) shows as a pending card with its elapsed time and a Stop button; the picture
+ * (timeline and spend) is re-fetched while the run runs. Times read relative ("12 s ago") with
+ * the local time to the millisecond on hover; steps can be filtered by kind and collapsed.
  * Each step arrives with its "details", described by the server. */
 (function () {
   "use strict";
@@ -18,27 +21,68 @@
     return node;
   }
 
-  const timeOf = (iso) => (iso && iso.length >= 19 ? iso.slice(11, 19) : "");
+  // --- one time format: relative, with the local time (to the ms) on hover ----------------
+  const pad = (n, w) => String(n).padStart(w || 2, "0");
+  function localTime(date) {
+    return `${date.toLocaleDateString()} ${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}` +
+      `.${pad(date.getMilliseconds(), 3)}`;
+  }
+  function relative(date) {
+    const seconds = (Date.now() - date.getTime()) / 1000;
+    if (seconds < 5) return "just now";
+    if (seconds < 60) return `${Math.round(seconds)} s ago`;
+    if (seconds < 3600) return `${Math.round(seconds / 60)} min ago`;
+    if (seconds < 86400) return `${Math.round(seconds / 3600)} h ago`;
+    return `${Math.round(seconds / 86400)} d ago`;
+  }
+  function formatTimes(root) {
+    (root || document).querySelectorAll("time[datetime]").forEach((node) => {
+      const date = new Date(node.getAttribute("datetime"));
+      if (isNaN(date)) return;
+      node.textContent = relative(date);
+      node.title = localTime(date);
+    });
+  }
+  function duration(ms) {
+    if (ms === null || ms === undefined) return "";
+    if (ms < 1000) return `${Math.round(ms)} ms`;
+    if (ms < 60000) return `${(ms / 1000).toFixed(2)} s`;
+    return `${(ms / 60000).toFixed(1)} min`;
+  }
+  formatTimes();
+  window.setInterval(() => formatTimes(), 10000);
 
   // The server describes every step (nrllm_agents/describe.py): the stream sends its labelled
   // lines as "details", the same ones the server-rendered page shows.
   const stepDetails = (step) => step.details || [["payload", JSON.stringify(step.payload)]];
 
+  function toggleButton(sequence) {
+    const button = el("button", {type: "button", class: "toggle", "aria-expanded": "true",
+                                 "aria-controls": `step-body-${sequence}`, title: "Collapse or expand this step"});
+    button.append(el("span", {"aria-hidden": "true"}, "▾"), el("span", {class: "visually-hidden"}, `step #${sequence}`));
+    return button;
+  }
+
   function renderStep(step) {
-    const interrupted = Boolean((step.payload || {}).interrupted);
-    const li = el("li", {class: `step kind-${step.kind}${interrupted ? " interrupted" : ""}`,
+    const payload = step.payload || {};
+    const interrupted = Boolean(payload.interrupted);
+    const failed = payload.error !== undefined && payload.error !== null;
+    const li = el("li", {class: `step kind-${step.kind}${interrupted ? " interrupted" : ""}${failed ? " failed" : ""}`,
+                         id: `step-${step.sequence}`, tabindex: "-1",
                          "data-sequence": step.sequence, "data-kind": step.kind});
     const head = el("div", {class: "step-head"});
-    head.append(el("span", {class: "seq"}, `#${step.sequence}`), " ", el("span", {class: "kind"}, step.kind), " ",
-                el("span", {class: "round"}, `round ${step.round}`), " ");
+    head.append(toggleButton(step.sequence), el("span", {class: "seq"}, `#${step.sequence}`), " ",
+                el("span", {class: "kind"}, step.kind), " ", el("span", {class: "round"}, `round ${step.round}`), " ");
     if (interrupted) head.append(el("span", {class: "badge interrupted"}, "interrupted"), " ");
+    if (failed) head.append(el("span", {class: "badge failed"}, step.kind === "llm" ? "model failed" : "tool error"), " ");
     if (step.duration_ms !== null && step.duration_ms !== undefined) {
-      head.append(el("span", {class: "duration"}, `${Math.round(step.duration_ms)} ms`), " ");
+      head.append(el("span", {class: "duration"}, duration(step.duration_ms)), " ");
     }
-    head.append(el("time", {class: "at", datetime: step.created_at, title: step.created_at}, `${timeOf(step.created_at)} UTC`));
-    const body = el("dl", {class: "step-body"});
+    head.append(el("time", {class: "at", datetime: step.created_at}, ""));
+    const body = el("dl", {class: "step-body", id: `step-body-${step.sequence}`});
     stepDetails(step).forEach(([label, text]) => body.append(el("dt", {}, label), el("dd", {}, text)));
     li.append(head, body);
+    formatTimes(li);
     return li;
   }
 
@@ -102,6 +146,7 @@
   const approval = document.getElementById("approval");
   const cancelForm = document.getElementById("cancel-form");
   const status = JSON.parse(document.getElementById("run-status").textContent);
+  let remaining = JSON.parse(document.getElementById("run-remaining").textContent);  // calls not run yet
   let last = parseInt(panel.dataset.lastSequence, 10);
   let source = null;
 
@@ -109,6 +154,7 @@
   const streamState = (value) => text("st-stream", value);
 
   function setStatus(value) {
+    status.status = value;
     const badge = document.getElementById("st-status");
     badge.textContent = value;
     badge.className = `badge status-${value}`;
@@ -120,93 +166,218 @@
 
   function tick() {
     const started = strip.dataset.startedAt;
-    if (!started) return;
-    const end = strip.dataset.finishedAt ? new Date(strip.dataset.finishedAt) : new Date();
-    text("st-elapsed", `${Math.max((end - new Date(started)) / 1000, 0).toFixed(1)} s`);
+    if (started) {
+      const end = strip.dataset.finishedAt ? new Date(strip.dataset.finishedAt) : new Date();
+      text("st-elapsed", `${Math.max((end - new Date(started)) / 1000, 0).toFixed(1)} s`);
+    }
+    if (pending) pending.elapsed.textContent = duration(Date.now() - pending.since);
   }
 
-  // --- the answer being written (deltas: never stored; the recorded llm step replaces them) --
-  let pending = null;  // {round, chars, li, text}
+  // --- the picture: re-fetched while the run runs (its bar in flight grows) ---------------
+  let fetching = false, stale = false;
+  async function refreshPicture() {
+    if (fetching) { stale = true; return; }
+    fetching = true;
+    try {
+      const response = await fetch(panel.dataset.pictureUrl, {credentials: "same-origin"});
+      if (response.ok) {
+        const holder = document.createElement("div");
+        holder.innerHTML = await response.text();
+        const fresh = holder.querySelector("#run-picture");
+        const old = document.getElementById("run-picture");
+        if (fresh && old) { old.replaceWith(fresh); bindTips(fresh); }
+        const cost = document.getElementById("spend-cost");
+        if (cost && !TERMINAL.includes(status.status)) text("st-cost", cost.textContent);
+      }
+    } catch (e) { /* the next step or tick tries again */ }
+    fetching = false;
+    if (stale) { stale = false; refreshPicture(); }
+  }
+
+  // --- tooltips that also show on focus (the picture's bars are links to their steps) ------
+  const tip = el("div", {class: "tip", id: "tip", role: "tooltip", hidden: ""});
+  document.body.append(tip);
+  function showTip(event) {
+    const target = event.currentTarget;
+    tip.textContent = target.dataset.tip;
+    const box = target.getBoundingClientRect();
+    tip.hidden = false;
+    tip.style.left = `${Math.max(4, Math.min(window.scrollX + box.left, window.scrollX + window.innerWidth - tip.offsetWidth - 8))}px`;
+    tip.style.top = `${window.scrollY + box.bottom + 6}px`;
+  }
+  const hideTip = () => { tip.hidden = true; };
+  function bindTips(root) {
+    root.querySelectorAll("[data-tip]").forEach((node) => {
+      ["focus", "mouseenter"].forEach((name) => node.addEventListener(name, showTip));
+      ["blur", "mouseleave"].forEach((name) => node.addEventListener(name, hideTip));
+    });
+  }
+  bindTips(document);
+
+  // --- the work in flight: a pending card (deltas grow a model's answer in it) -------------
+  let pending = null;  // {kind, round, chars, li, text, elapsed, since}
   let answeredRound = -1;  // deltas of this round or earlier are stale
+  let finalAnswer = false;  // the last answer asked for nothing: no model call follows
   const codePoints = (t) => Array.from(t || "");
 
   function dropPending() {
     if (pending) pending.li.remove();
     pending = null;
+    writing(0);
   }
 
-  function pendingCard(round) {
-    if (pending && pending.round === round) return pending;
+  // The tokens being written (about 4 characters a token), beside the recorded ones.
+  function writing(chars) {
+    const tokens = document.getElementById("st-tokens");
+    const recorded = parseInt(tokens.dataset.recorded, 10) || 0;
+    tokens.textContent = chars ? `${recorded} (+~${Math.ceil(chars / 4)} being written)` : String(recorded);
+  }
+
+  function pendingCard(kind, round, name, since) {
+    if (pending && pending.kind === kind && pending.round === round && pending.name === name) return pending;
     dropPending();
-    const li = el("li", {class: "step kind-llm pending", "data-kind": "llm-pending", "data-round": round});
+    const li = el("li", {class: `step kind-${kind} pending`, "data-kind": `${kind}-pending`, "data-round": round});
     const head = el("div", {class: "step-head"});
     const stop = el("button", {type: "button", class: "danger small", id: "stop-inline"}, "Stop");
+    stop.hidden = cancelForm.dataset.forbidden === "1";
     stop.addEventListener("click", () => act(cancelForm, document.getElementById("cancel-button")));
-    head.append(el("span", {class: "kind"}, "llm"), " ", el("span", {class: "round"}, `round ${round}`), " ",
-                el("span", {class: "badge writing"}, "writing…"), " ", stop);
+    const badge = el("span", {class: "badge writing"}, kind === "llm" ? "waiting for the model…" : "running…");
+    const elapsed = el("span", {class: "elapsed", id: "pending-elapsed", "aria-label": "elapsed"}, "0 ms");
+    head.append(el("span", {class: "kind"}, kind === "llm" ? "llm" : `tool ${name}`), " ",
+                el("span", {class: "round"}, `round ${round}`), " ", badge, " ", elapsed, " ", stop);
     const body = el("dl", {class: "step-body"});
-    const text = el("dd", {class: "live-text"});
-    body.append(el("dt", {}, "answer so far"), text);
+    const live = el("dd", {class: "live-text"});
+    if (kind === "llm") body.append(el("dt", {}, "answer so far"), live);
+    else body.append(el("dt", {}, "running"), el("dd", {}, `${name}: started, no result yet`));
     li.append(head, body);
-    let live = document.getElementById("live-steps");  // beside the recorded steps, not among them
-    if (!live) {
-      live = el("ul", {class: "steps live", id: "live-steps"});
-      steps.after(live);
+    let list = document.getElementById("live-steps");  // beside the recorded steps, not among them
+    if (!list) {
+      list = el("ul", {class: "steps live", id: "live-steps", "aria-live": "polite"});
+      steps.after(list);
     }
-    live.append(li);
-    pending = {round, chars: 0, li, text};
+    list.append(li);
+    pending = {kind, round, name, chars: 0, li, text: live, badge, elapsed, since: since || Date.now()};
+    tick();
     return pending;
+  }
+
+  // What runs now, by the rule of gantt.in_flight: the next call the last answer asked for,
+  // else the model (unless that answer was the final one).
+  function showInFlight(round, since) {
+    if (status.status !== "running") { dropPending(); return; }
+    if (remaining.length) pendingCard("tool", round, remaining[0], since);
+    else if (!finalAnswer) pendingCard("llm", Math.max(round, answeredRound + 1), "", since);
+    else dropPending();
   }
 
   function onDelta(delta) {
     if (delta.round <= answeredRound || TERMINAL.includes(status.status)) return;
-    const card = pendingCard(delta.round);
+    const card = pendingCard("llm", delta.round, "", pending && pending.kind === "llm" ? pending.since : Date.now());
+    card.badge.textContent = "writing…";
     let piece = codePoints(delta.text);
     if (delta.offset < card.chars) piece = piece.slice(card.chars - delta.offset);  // a repeat
     else if (delta.offset > card.chars) card.text.append(" … ");  // a gap: some pieces were lost
     if (!piece.length) return;
     card.text.append(piece.join(""));
     card.chars = delta.offset + codePoints(delta.text).length;
+    writing(card.chars);
   }
 
   function onStep(step) {
     const hint = document.getElementById("no-steps");
     if (hint) hint.remove();
-    if (step.kind === "llm") answeredRound = Math.max(answeredRound, step.round);
-    if (step.kind === "llm" || step.kind === "cancelled") dropPending();
-    steps.append(renderStep(step));
+    const payload = step.payload || {};
+    if (step.kind === "llm") {
+      answeredRound = Math.max(answeredRound, step.round);
+      remaining = (payload.tool_calls || []).map((call) => String((call || {}).name || "?"));
+      finalAnswer = !remaining.length || (payload.error !== undefined && payload.error !== null);
+    } else if (step.kind === "tool") {
+      remaining.shift();
+    }
+    if (step.kind === "llm" || step.kind === "cancelled" || step.kind === "tool") dropPending();
+    const li = renderStep(step);
+    applyFilter(li);
+    steps.append(li);
     last = step.sequence;
     if (!strip.dataset.startedAt) strip.dataset.startedAt = step.created_at;
     if (step.kind === "llm") {
-      const usage = (step.payload || {}).usage || {};
+      const usage = payload.usage || {};
       text("st-iterations", parseInt(document.getElementById("st-iterations").textContent, 10) + 1);
-      text("st-tokens", parseInt(document.getElementById("st-tokens").textContent, 10) + (usage.total_tokens || 0));
+      const tokens = document.getElementById("st-tokens");
+      tokens.dataset.recorded = (parseInt(tokens.dataset.recorded, 10) || 0) + (usage.total_tokens || 0);
+      writing(0);
     }
     setStatus(step.kind === "cancelled" ? "cancelled" : (TERMINAL.includes(status.status) ? status.status : "running"));
+    showInFlight(step.round, new Date(step.created_at).getTime());
+    countShown();
+    refreshPicture();
   }
 
-  // A stopped run can be continued from any of its steps (the server renders the same forms).
-  function addForkButtons() {
+  // --- a step's menu: continue from here (a stopped run), with or without changes ----------
+  function stepMenu(sequence) {
     const token = cancelForm.querySelector("input[name=csrfmiddlewaretoken]").value;
+    const menu = el("details", {class: "step-menu"});
+    const summary = el("summary", {title: `Actions for step #${sequence}`});
+    summary.append(el("span", {"aria-hidden": "true"}, "⋯"), el("span", {class: "visually-hidden"}, `Actions for step #${sequence}`));
+    const box = el("div", {class: "menu"});
+    const form = el("form", {method: "post", action: panel.dataset.forkUrl, class: "fork-form"});
+    form.append(el("input", {type: "hidden", name: "csrfmiddlewaretoken", value: token}),
+                el("input", {type: "hidden", name: "from_sequence", value: sequence}),
+                el("button", {type: "submit", class: "fork-button"}, "Continue from here"));
+    box.append(form);
+    if (document.getElementById("fork-panel")) {
+      box.append(el("a", {class: "fork-change", href: "#fork-panel", "data-sequence": sequence}, "Continue from here with changes…"));
+    }
+    menu.append(summary, box);
+    return menu;
+  }
+
+  function addForkButtons() {
     steps.querySelectorAll("li.step").forEach((li) => {
-      if (li.dataset.kind === "cancelled" || li.querySelector(".fork-form")) return;
-      const form = el("form", {method: "post", action: panel.dataset.forkUrl, class: "fork-form"});
-      form.append(el("input", {type: "hidden", name: "csrfmiddlewaretoken", value: token}),
-                  el("input", {type: "hidden", name: "from_sequence", value: li.dataset.sequence}),
-                  el("button", {type: "submit", class: "fork-button"}, "Continue from here"));
-      li.append(form);
+      if (li.dataset.kind === "cancelled" || li.querySelector(".step-menu")) return;
+      li.querySelector(".step-head").append(stepMenu(li.dataset.sequence));
     });
+  }
+
+  document.addEventListener("click", (event) => {
+    const link = event.target.closest && event.target.closest(".fork-change");
+    if (!link) return;
+    const fork = document.getElementById("fork-panel");
+    if (!fork) return;
+    event.preventDefault();
+    fork.open = true;
+    document.getElementById("fork-from").value = link.dataset.sequence;
+    link.closest("details").open = false;
+    fork.scrollIntoView({block: "nearest"});
+    document.getElementById("fork-from").focus();
+  });
+
+  // The final answer shows once: in the outcome; its card links there.
+  function markFinalAnswer(finalText) {
+    const cards = steps.querySelectorAll("li.step[data-kind=llm]");
+    const card = cards[cards.length - 1];
+    if (!card || card.classList.contains("final-answer")) return;
+    const dts = Array.from(card.querySelectorAll(".step-body dt"));
+    const dt = dts.find((node) => node.textContent === "content");
+    if (!dt || dt.nextElementSibling.textContent !== finalText) return;
+    const dd = dt.nextElementSibling;
+    const kept = el("span", {class: "duplicate", hidden: ""}, dd.textContent);
+    dd.replaceChildren(el("a", {href: "#outcome", class: "see-answer"}, "the final answer, shown above"), kept);
+    dd.className = "v-content";
+    card.classList.add("final-answer");
   }
 
   function onFinal(payload) {
     dropPending();
     Object.assign(status, payload);
-    if (TERMINAL.includes(payload.status)) addForkButtons();
     setStatus(payload.status);
+    if (TERMINAL.includes(payload.status)) addForkButtons();
     text("st-reason", payload.termination_reason || "—");
     text("st-iterations", payload.iterations);
-    text("st-tokens", payload.usage.total_tokens);
-    if (document.getElementById("st-cost")) text("st-cost", payload.cost_text || "not priced");
+    const tokens = document.getElementById("st-tokens");
+    tokens.dataset.recorded = payload.usage.total_tokens;
+    writing(0);
+    if (payload.cost_text) text("st-cost", payload.cost_text);
     strip.dataset.startedAt = payload.started_at || strip.dataset.startedAt || "";
     strip.dataset.finishedAt = payload.finished_at || "";
     tick();
@@ -214,9 +385,12 @@
     if (payload.status === "cancelled" && payload.cancel_text) {
       outcome.replaceChildren(el("p", {class: "decision"}, payload.cancel_text));
     } else if (payload.error) {
-      outcome.replaceChildren(el("p", {class: "error"}, payload.error));
+      const p = el("p", {class: "error run-error", role: "alert"});
+      p.append(el("strong", {}, "Failed:"), ` ${payload.error}`);
+      outcome.replaceChildren(p);
     } else if (payload.final_text) {
       outcome.replaceChildren(el("p", {class: "final"}, payload.final_text));
+      if (payload.status === "completed") markFinalAnswer(payload.final_text);
     } else {
       outcome.replaceChildren();
     }
@@ -229,7 +403,56 @@
       }));
       approval.hidden = false;
     }
+    refreshPicture();
   }
+
+  // --- long runs: filter by kind, collapse, jump from a bar to its step --------------------
+  const tools = document.getElementById("step-tools");
+  const filter = document.getElementById("kind-filter");
+  tools.hidden = false;
+  steps.querySelectorAll(".toggle").forEach((b) => { b.hidden = false; });
+
+  function applyFilter(li) {
+    const want = filter.value;
+    li.hidden = Boolean(want) && !(want === "failed" ? li.classList.contains("failed") : li.dataset.kind === want);
+  }
+  function countShown() {
+    const all = steps.querySelectorAll("li.step");
+    const shown = Array.from(all).filter((li) => !li.hidden).length;
+    text("steps-shown", filter.value ? `${shown} of ${all.length} steps shown` : `${all.length} steps`);
+  }
+  filter.addEventListener("change", () => {
+    steps.querySelectorAll("li.step").forEach(applyFilter);
+    countShown();
+  });
+  function collapse(li, collapsed) {
+    const body = li.querySelector(".step-body");
+    const button = li.querySelector(".toggle");
+    if (!body || !button) return;
+    body.hidden = collapsed;
+    button.setAttribute("aria-expanded", String(!collapsed));
+    li.classList.toggle("collapsed", collapsed);
+  }
+  steps.addEventListener("click", (event) => {
+    const button = event.target.closest(".toggle");
+    if (button) collapse(button.closest("li.step"), button.getAttribute("aria-expanded") === "true");
+  });
+  document.getElementById("collapse-all").addEventListener("click", () => steps.querySelectorAll("li.step").forEach((li) => collapse(li, true)));
+  document.getElementById("expand-all").addEventListener("click", () => steps.querySelectorAll("li.step").forEach((li) => collapse(li, false)));
+
+  function revealTarget() {
+    const match = /^#step-(\d+)$/.exec(window.location.hash);
+    if (!match) return;
+    const li = document.getElementById(`step-${match[1]}`);
+    if (!li) return;
+    if (li.hidden) { filter.value = ""; steps.querySelectorAll("li.step").forEach(applyFilter); countShown(); }
+    collapse(li, false);
+    li.scrollIntoView({block: "center"});
+    li.focus({preventScroll: true});
+  }
+  window.addEventListener("hashchange", revealTarget);
+  countShown();
+  revealTarget();
 
   function follow() {
     if (source) return;
@@ -271,6 +494,15 @@
     act(event.currentTarget, event.submitter);
   });
 
-  window.setInterval(tick, 500);
+  // The work in flight when the page was rendered (elapsed times count from the server's clock).
+  const picture = document.getElementById("run-picture");
+  if (picture && picture.dataset.inFlight && status.status === "running") {
+    const since = new Date(picture.dataset.inFlightSince).getTime();
+    if (picture.dataset.inFlight === "llm") pendingCard("llm", parseInt(picture.dataset.inFlightRound, 10), "", since);
+    else pendingCard("tool", parseInt(picture.dataset.inFlightRound, 10), picture.dataset.inFlightName, since);
+  }
+
+  window.setInterval(tick, 250);
+  window.setInterval(() => { if (status.status === "running") refreshPicture(); }, 1000);
   if (panel.dataset.live === "true") follow();
 })();

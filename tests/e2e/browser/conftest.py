@@ -69,7 +69,7 @@ def browser_context(monkeypatch) -> Iterator[Callable]:
         try:
 
             def new_context(**options):
-                context = browser.new_context(viewport={"width": 1280, "height": 1000}, **options)
+                context = browser.new_context(**{"viewport": {"width": 1280, "height": 1000}, **options})
                 context.set_default_timeout(30_000)
                 return context
 

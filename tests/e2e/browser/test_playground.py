@@ -95,7 +95,8 @@ def test_steps_arrive_live_and_cancel_stops_the_run_at_a_boundary(page, live_url
     assert last.get_attribute("data-kind") == "cancelled"
     expect(last).to_contain_text("alice via playground")
     run = AgentRun.objects.get(pk=run_id)
-    expect(last).to_contain_text(run.cancel_requested_at.isoformat()[:19])  # when it was requested
+    # When it was requested, to the millisecond, in UTC (no raw ISO timestamp on the card).
+    expect(last).to_contain_text(run.cancel_requested_at.strftime("%H:%M:%S.%f")[:-3] + " UTC")
     boundary = steps.nth(steps.count() - 2)
     assert boundary.get_attribute("data-kind") in ("llm", "tool", "request")
     sequence = boundary.get_attribute("data-sequence")
@@ -220,6 +221,7 @@ def test_a_deadline_stops_the_run_live_and_continue_from_here_forks_it(page, liv
 
     llm = page.locator("#steps > li[data-kind=llm]").first
     sequence = int(llm.get_attribute("data-sequence"))
+    llm.locator(".step-menu summary").click()  # the fork actions sit in the step's menu
     llm.locator(".fork-button").click()
     page.wait_for_url(lambda url: run_id not in url and "/playground/runs/" in url)
     expect(page.locator("#parent-link")).to_be_visible()

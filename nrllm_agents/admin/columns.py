@@ -1,0 +1,86 @@
+"""What the runs list and a run's summary show in their columns: a short id, a coloured status,
+durations, one time format (relative, with the local time to the millisecond on hover), money,
+and the totals of the listed runs per day and per user."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Count, DecimalField, F, Q, QuerySet, Sum
+from django.db.models.functions import Coalesce, TruncDate
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from ..models import AgentRun
+from ..observability import money
+from ..web.display import duration
+
+TOTAL_DAYS = 7  # the per-day totals: the latest days of the listed runs
+TOTAL_USERS = 8  # the per-user totals: the biggest spenders first
+
+
+def ago(moment: datetime, now: datetime | None = None) -> str:
+    """``just now``, ``12 s ago``, ``5 min ago``, ``3 h ago``, ``4 d ago``."""
+    seconds = ((now or timezone.now()) - moment).total_seconds()
+    if seconds < 5:
+        return "just now"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return f"{seconds:.0f} s ago"
+
+
+def when(moment: datetime | None) -> SafeString | str:
+    """``<time>`` with a relative text and the local time, to the millisecond, as its title."""
+    if moment is None:
+        return "-"
+    local = timezone.localtime(moment)
+    exact = local.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " " + local.strftime("%Z")
+    return format_html('<time datetime="{}" title="{}">{}</time>', moment.isoformat(), exact, ago(moment))
+
+
+def span(start: datetime | None, end: datetime | None) -> str:
+    """The time from ``start`` to ``end`` (or now) as ``830 ms`` / ``2.41 s``; ``-`` before a start."""
+    if start is None:
+        return "-"
+    return duration(max(((end or timezone.now()) - start).total_seconds(), 0.0) * 1000)
+
+
+def status_badge(run: AgentRun) -> SafeString:
+    reason = run.get_termination_reason_display() if run.termination_reason else run.get_status_display()
+    return format_html(
+        '<span class="run-status status-{}" title="{}">{}</span>', run.status, reason, run.status.replace("_", " ")
+    )
+
+
+def cost_text(run: AgentRun) -> str:
+    """The run's cost (``money.COST_FIELDS``), or ``—`` while runs have no cost column."""
+    field = money.cost_field(AgentRun)
+    return (money.text(getattr(run, field)) if field else None) or "—"
+
+
+def totals(queryset: QuerySet[AgentRun]) -> dict[str, Any]:
+    """Runs, tokens, time and money of the listed runs: all together, per day and per user."""
+    runs = AgentRun.objects.filter(pk__in=queryset.order_by().values("pk"))
+    field = money.cost_field(AgentRun)
+    sums: dict[str, Any] = {
+        "n_runs": Count("pk"),
+        "tokens": Coalesce(Sum(F("prompt_tokens") + F("completion_tokens")), 0),
+    }
+    if field:
+        sums["cost"] = Sum(field, output_field=DecimalField(max_digits=20, decimal_places=6))
+    sums["failed"] = Count("pk", filter=Q(status="failed"))
+
+    def shown(row: dict[str, Any]) -> dict[str, Any]:
+        return {**row, "cost": money.text(row.get("cost")) or "—"}
+
+    per_day = runs.annotate(day=TruncDate("created_at")).values("day").annotate(**sums).order_by("-day")[:TOTAL_DAYS]
+    per_user = runs.values("owner__username").annotate(**sums).order_by("-tokens", "owner__username")[:TOTAL_USERS]
+    return {
+        "all": shown(runs.aggregate(**sums)),
+        "per_day": [shown(r) for r in per_day],
+        "per_user": [shown(r) for r in per_user],
+        "priced": field is not None,
+    }
