@@ -10,7 +10,9 @@ import time
 import pytest
 from playwright.sync_api import Page, expect
 
-from nrllm_agents.models import AgentRun, RunStatus
+from nrllm_agents import describe
+from nrllm_agents.models import AgentRun, Price, RunStatus
+from nrllm_agents.presenters import run_status_dict
 from nrllm_agents.runtime import AgentRuntime
 
 from .conftest import PASSWORD
@@ -102,6 +104,8 @@ def test_a_running_tool_shows_as_running_with_its_elapsed_time(page, live_url, a
 def test_the_picture_and_the_spend_follow_an_answer_and_stop_shows_it_cut_short(
     page, live_url, alice, errors, screenshot
 ):
+    # The scripted model has a price: the spend shows in money too (issue 24's prices).
+    Price.objects.create(provider="scripted", model="scripted-demo", input_per_million=3, output_per_million=15)
     sign_in(page, live_url)
     run_id = start(page, writing(20, before=1), ["calculator"])
     page.evaluate("window.__samePage = true")  # survives only if nothing reloads the page
@@ -136,10 +140,9 @@ def test_the_picture_and_the_spend_follow_an_answer_and_stop_shows_it_cut_short(
     run = AgentRun.objects.get(pk=run_id)
     expect(spend).to_have_text(str(run.total_tokens))
     assert run.total_tokens > 7
-    expect(page.locator("#st-cost")).to_be_visible()
-    # LEAD (merge with the prices branch): the scripted provider's price gives run.cost; assert
-    #   expect(page.locator("#st-cost")).to_have_text(money.run_cost(run_status_dict(run)))
-    # and that it is not "—".
+    cost = describe.run_cost_text(run_status_dict(run)["cost"])
+    assert cost.endswith("USD (estimated in part)"), cost  # the cut answer is priced from estimates
+    expect(page.locator("#st-cost")).to_have_text(cost)
     expect(page.locator("#outcome")).to_contain_text(re.compile(r"at \d\d:\d\d:\d\d\.\d{3} UTC; stopped \d+ ms later"))
     screenshot(page, "console-stopped-mid-answer")
     assert not ISO.search(visible_text(page)), "a raw ISO timestamp is visible"
