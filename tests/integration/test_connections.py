@@ -136,6 +136,40 @@ def test_a_run_through_a_connection_sends_that_connections_key_and_records_none(
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("kind", ["anthropic", "gemini"])
+def test_a_connection_of_each_native_kind_sends_its_key_through_its_vendors_sdk(monkeypatch, kind):
+    """The Anthropic and Gemini connections build their provider by kind and send their own key
+    in their vendor's header (x-api-key, x-goog-api-key), never the environment's."""
+    from nrllm_agents.testing.anthropic_server import AnthropicServer
+    from nrllm_agents.testing.gemini_server import GeminiServer
+
+    for variable in ("ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"):
+        monkeypatch.setenv(variable, "environment-key-must-not-be-used")
+    server_class = AnthropicServer if kind == "anthropic" else GeminiServer
+    with server_class([{"content": f"through {kind}", "usage": {"prompt_tokens": 3}}], api_key=KEY) as server:
+        connections.save(f"{kind}-vendor", kind=kind, base_url=server.base_url, default_model="m-1", api_key=KEY)
+        result = _run_through(f"{kind}-vendor")
+        assert result.outcome == Outcome.COMPLETED, result.error
+        sent = server.request_headers[-1]
+        # Anthropic's SDK sends the key as x-api-key or as a bearer token; Gemini's as x-goog-api-key.
+        keys = {
+            sent.get("x-api-key"),
+            sent.get("x-goog-api-key"),
+            sent.get("authorization", "").removeprefix("Bearer "),
+        }
+        assert KEY in keys and "environment-key-must-not-be-used" not in json.dumps(sent)
+        run = AgentRun.objects.get(pk=result.run_id)
+        assert (run.provider, run.connection, run.model, run.final_text) == (
+            kind,
+            f"{kind}-vendor",
+            "m-1",
+            f"through {kind}",
+        )
+        stored = json.dumps([run.options, run.request_payload, list(AgentRunEvent.objects.values("payload"))])
+        assert KEY not in stored
+
+
+@pytest.mark.django_db
 def test_a_queued_run_stores_the_connection_name_and_never_its_key():
     connections.save("vendor", kind="openai", base_url="http://127.0.0.1:9/v1", default_model="m", api_key=KEY)
     request = RunRequest.from_mapping({"prompt": "p", "connection": "vendor"})
