@@ -94,7 +94,9 @@ class Publisher:
 
     def _forked(self) -> None:
         if self._pid != os.getpid():  # forked (an RQ work horse): the parent's thread is not here
-            self.__init__()  # type: ignore[misc]
+            with _FORK_LOCK:  # the run's thread and the listener's may both be first
+                if self._pid != os.getpid():
+                    self.__init__()  # type: ignore[misc]
 
     # --- steps ----------------------------------------------------------------------------------
     def boundary(self, run_id: Any, sequence: int, watched: bool) -> None:
@@ -102,12 +104,12 @@ class Publisher:
         Watched, the step is announced (soon, with whatever else is pending); not, its deltas
         stop going out. No database work here."""
         run_id = str(run_id)
+        self._forked()  # before any state is touched: a fork starts from a fresh publisher
         if not watched:
             if self._watched:
                 with self._lock:
                     self._watched.discard(run_id)
             return
-        self._forked()
         with self._lock:
             self._watched.add(run_id)
             self._steps[run_id] = min(sequence, self._steps.get(run_id, sequence))
@@ -121,6 +123,9 @@ class Publisher:
         announced = {n.payload for n in batch if n.channel == WATCH_CHANNEL}
         if not announced:
             return
+        # In a forked work horse the first news may come before its first delta: reset now, or
+        # that delta's reset would forget the watch just heard of.
+        self._forked()
         mine = announced & {str(run_id) for run_id in watcher.watched()}
         if mine:
             with self._lock:
@@ -256,6 +261,7 @@ class Publisher:
                 pass
 
 
+_FORK_LOCK = threading.Lock()
 _NOTIFY_SQL = "SELECT count(pg_notify(c, p)) FROM unnest(%s::text[], %s::text[]) AS t(c, p)"
 
 publisher = Publisher()

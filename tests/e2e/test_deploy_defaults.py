@@ -66,6 +66,9 @@ def production_env(database_url: str, **extra: str) -> dict[str, str]:
             "PYTHONPATH": str(ROOT),
             "PYTHONUNBUFFERED": "1",
             "NRLLM_ALLOW_SCRIPTED": "1",  # the runs below are scripted
+            # Production configuration the README requires (the key connections' keys are
+            # encrypted with); configuration, not a deploy step: `migrate` stays the only one.
+            "NRLLM_SECRET_KEYS": "ZGVwbG95LXRlc3QtZmVybmV0LWtleS0zMi1ieXRlcyE=",
             "NRLLM_QUEUED_SWEEP_SECONDS": "0",
             **extra,
         }
