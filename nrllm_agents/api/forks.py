@@ -22,7 +22,7 @@ from ..runtime import RunNotFound
 from . import serializers as s
 from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, RUN_ID, THROTTLED
 from .throttling import CREATE_SCOPE
-from .views import ENQUEUE_FAILED_DETAIL, NOT_FOUND_DETAIL, RunAPIView, checked_body, refuse_provider, sync_slot
+from .views import NOT_FOUND_DETAIL, RunAPIView, checked_body, enqueue_failed, refuse_provider, sync_slot
 
 
 class RunForkView(RunAPIView):
@@ -76,9 +76,7 @@ class RunForkView(RunAPIView):
                 status=status.HTTP_409_CONFLICT,
             )
         except EnqueueError as exc:
-            return Response(
-                {"detail": ENQUEUE_FAILED_DETAIL, "run_id": str(exc.run_id)}, status=status.HTTP_503_SERVICE_UNAVAILABLE
-            )
+            return enqueue_failed(exc.run_id)
         finally:
             if slot is not None:
                 slot.release()

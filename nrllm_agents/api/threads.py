@@ -24,7 +24,7 @@ from ..run_request import InvalidRequest, RunRequest
 from . import serializers as s
 from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, THROTTLED
 from .throttling import CREATE_SCOPE
-from .views import ENQUEUE_FAILED_DETAIL, RunAPIView, RunPagination, checked_body, refuse_provider
+from .views import RunAPIView, RunPagination, checked_body, enqueue_failed, refuse_provider
 
 THREAD_NOT_FOUND = "Thread not found."
 THREAD_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The thread's id.")
@@ -183,9 +183,7 @@ class ThreadMessageView(ThreadAPIView):
                 status=status.HTTP_409_CONFLICT,
             )
         except EnqueueError as exc:
-            return Response(
-                {"detail": ENQUEUE_FAILED_DETAIL, "run_id": str(exc.run_id)}, status=status.HTTP_503_SERVICE_UNAVAILABLE
-            )
+            return enqueue_failed(exc.run_id)
         return Response(
             self.fresh(run_id),
             status=status.HTTP_202_ACCEPTED,

@@ -40,6 +40,13 @@ NOT_FOUND_DETAIL = "Run not found."
 ENQUEUE_FAILED_DETAIL = "The queue did not accept the run; it was marked failed (enqueue_failed). Try again later."
 
 
+def enqueue_failed(run_id: Any) -> Response:
+    """The one answer to a queue that refused a run for good (create, fork, approve, thread message)."""
+    return Response(
+        {"detail": ENQUEUE_FAILED_DETAIL, "run_id": str(run_id)}, status=status.HTTP_503_SERVICE_UNAVAILABLE
+    )
+
+
 def with_children(runs: QuerySet[AgentRun], user: Any) -> QuerySet[AgentRun]:
     """``runs`` with the forks of each that ``user`` may see, prefetched as ``visible_children``."""
     children = policy.visible_runs(user).select_related(None).only("id", "parent_id").order_by("created_at")
@@ -245,9 +252,7 @@ class RunListCreateView(generics.ListAPIView, RunAPIView):
         try:
             queued = self.runtime.submit(run_request, owner=request.user)
         except EnqueueError as exc:
-            return Response(
-                {"detail": ENQUEUE_FAILED_DETAIL, "run_id": str(exc.run_id)}, status=status.HTTP_503_SERVICE_UNAVAILABLE
-            )
+            return enqueue_failed(exc.run_id)
         run_id, wording = queued.run_id, queued_wording(queued.outcome)  # a queue outage is still 202: it waits
         return Response(
             {**self.fresh(run_id), "outcome": queued.outcome.value, "detail": wording.sentence(run_id)},
@@ -360,9 +365,7 @@ class RunApproveView(RunAPIView):
                 status=exc.HTTP_STATUS,
             )
         except EnqueueError:
-            return Response(
-                {"detail": ENQUEUE_FAILED_DETAIL, "run_id": str(run.pk)}, status=status.HTTP_503_SERVICE_UNAVAILABLE
-            )
+            return enqueue_failed(run.pk)
         finally:
             if slot is not None:
                 slot.release()
