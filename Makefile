@@ -40,11 +40,11 @@ demo: migrate
 
 test: test-postgres test-sqlite
 
-# ruff (lint and format) and mypy (strict on domain/ and store/); .ci/run runs it first
+# ruff (lint and format) and mypy on the whole package (strict on domain/ and store/); .ci/run runs it first
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy nrllm_agents/domain nrllm_agents/store nrllm_agents/mcp
+	$(VENV)/bin/mypy nrllm_agents
 
 test-postgres: venv
 	DATABASE_URL=$(PG_URL) NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
@@ -57,7 +57,7 @@ test-sqlite: venv
 # On PostgreSQL, so the prepared statements count too; not part of `make test`, which stays lean.
 coverage-modules: venv
 	DATABASE_URL=$(PG_URL) NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest tests/unit tests/integration/modules \
-		--cov=nrllm_agents.store --cov=nrllm_agents.segment --cov=nrllm_agents.runtime \
+		--cov=nrllm_agents.store --cov=nrllm_agents.runtime.segment --cov=nrllm_agents.runtime.agent_runtime \
 		--cov-report=term-missing $(PYTEST_ARGS)
 
 # The oldest supported stack: Python 3.11 with Django 5.2 LTS (unit + integration, both databases).

@@ -30,7 +30,7 @@ from django.db import connection  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
 from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus  # noqa: E402
-from nrllm_agents.runtime import AgentRuntime  # noqa: E402
+from nrllm_agents.runtime.agent_runtime import AgentRuntime  # noqa: E402
 
 
 def fill(n: int) -> list:

@@ -100,8 +100,8 @@ def measure(
     journal_path = workdir / "journal.jsonl"
     if True:  # (one throwaway database for every step length)
         from nrllm_agents.models import TERMINAL, AgentRun, AgentRunEvent, RunStatus
-        from nrllm_agents.presenters import stream_finished
-        from nrllm_agents.runtime import AgentRuntime
+        from nrllm_agents.runtime.agent_runtime import AgentRuntime
+        from nrllm_agents.vocabulary.presenters import stream_finished
         from tests.e2e.workers import Canceller, Workers, wait_for
 
         env = {k: v for k, v in os.environ.items() if k != "NRLLM_CALL_JOURNAL"}
@@ -220,7 +220,7 @@ def measure_stream(args: argparse.Namespace, rng: random.Random, workdir: Path, 
     from django.utils.module_loading import import_string
 
     from nrllm_agents.models import AgentRun, AgentRunEvent
-    from nrllm_agents.runtime import AgentRuntime
+    from nrllm_agents.runtime.agent_runtime import AgentRuntime
     from tests.e2e.workers import Canceller, Workers, wait_for
 
     server_path, key_variable, url_variable = STREAM_SERVERS[provider]

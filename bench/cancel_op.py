@@ -95,7 +95,7 @@ def main() -> None:
 
         from nrllm_agents import store
         from nrllm_agents.models import ACTIVE, AgentRun, CancelSource, RunStatus
-        from nrllm_agents.runtime import AgentRuntime
+        from nrllm_agents.runtime.agent_runtime import AgentRuntime
         from nrllm_agents.store import prepared
 
         n = args.samples + 30  # 30 to warm up

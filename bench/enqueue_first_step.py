@@ -59,9 +59,9 @@ def main() -> None:
         import django_rq
         from rq.job import Job
 
-        from nrllm_agents import dispatch
+        from nrllm_agents.executors import dispatch
         from nrllm_agents.models import AgentRun, AgentRunEvent
-        from nrllm_agents.runtime import AgentRuntime
+        from nrllm_agents.runtime.agent_runtime import AgentRuntime
         from tests.e2e.workers import Workers
 
         env = {**os.environ, "DATABASE_URL": url, "REDIS_URL": args.redis_url, "DJANGO_DEBUG": "0"}

@@ -124,7 +124,7 @@ class Ours:
 
         from nrllm_agents import store
         from nrllm_agents.models import AgentRun, CancelSource
-        from nrllm_agents.runtime import AgentRuntime
+        from nrllm_agents.runtime.agent_runtime import AgentRuntime
 
         before = len(mcp_servers.records(self.record))
         done = threading.Event()
@@ -159,7 +159,7 @@ def main() -> None:
     args = parser.parse_args()
     production_settings()
     with throwaway_database(args.database), tempfile.TemporaryDirectory() as tmp:
-        from nrllm_agents.interrupts import wait_listening
+        from nrllm_agents.live.interrupts import wait_listening
         from nrllm_agents.mcp.client import hub
 
         direct, ours = Direct(Path(tmp) / "direct.jsonl"), Ours(Path(tmp) / "ours.jsonl")

@@ -186,7 +186,7 @@ def measure_cell(
     from django.utils import timezone
 
     from nrllm_agents.models import ACTIVE, AgentRun, AgentRunEvent
-    from nrllm_agents.runtime import AgentRuntime
+    from nrllm_agents.runtime.agent_runtime import AgentRuntime
     from tests.e2e.workers import Workers
 
     redis.Redis.from_url(redis_url).flushdb()
@@ -395,7 +395,7 @@ def boundary_script() -> str:
 
 def publisher_script() -> str:
     """One publisher's notifying commit (``deltas._NOTIFY_SQL``), for client ``i``'s run."""
-    from nrllm_agents.deltas import _NOTIFY_SQL
+    from nrllm_agents.live.deltas import _NOTIFY_SQL
 
     channel = "'nrllm_run_00000000000040008000' || lpad((:client_id + 1)::text, 12, '0')"
     payload = "('00000000-0000-4000-8000-' || lpad((:client_id + 1)::text, 12, '0')) || ':1'"

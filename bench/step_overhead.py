@@ -71,7 +71,7 @@ def throwaway_database(name: str) -> Iterator[str]:
         with contextlib.suppress(Exception):
             from django.db import connections
 
-            from nrllm_agents.interrupts import watcher
+            from nrllm_agents.live.interrupts import watcher
 
             watcher.stop()  # its listening connection must not outlive the database
             connections.close_all()
@@ -151,7 +151,7 @@ def measure_side_by_side(floors: Floors, samples: dict[str, list[float]]) -> Cal
     The order rotates from step to step, so none always meets a freshly committed WAL or a
     warm cache. Returns a function that removes the wrapper.
     """
-    from nrllm_agents.segment import SegmentTrace
+    from nrllm_agents.runtime.segment import SegmentTrace
 
     original = SegmentTrace.__call__
 
@@ -186,7 +186,7 @@ def hot_share(table: str) -> tuple[int, int]:
 
 def run_many(rounds: int, runs: int) -> int:
     """``runs`` interactive runs of ``rounds`` calculator rounds each; returns the steps recorded."""
-    from nrllm_agents.runtime import AgentRuntime
+    from nrllm_agents.runtime.agent_runtime import AgentRuntime
 
     runtime = AgentRuntime()
     script = [
@@ -225,7 +225,7 @@ def end_to_end(url: str, rounds: int, runs: int) -> tuple[list[float], list[floa
     import psycopg
 
     from nrllm_agents.models import AgentRunEvent
-    from nrllm_agents.runtime import AgentRuntime
+    from nrllm_agents.runtime.agent_runtime import AgentRuntime
 
     runtime = AgentRuntime()
     script = [
@@ -291,7 +291,7 @@ def main() -> None:
 
         from nrllm_agents import store
         from nrllm_agents.models import AgentRun
-        from nrllm_agents.run_request import RunRequest
+        from nrllm_agents.vocabulary.run_request import RunRequest
 
         steps_per_run = 3 * args.rounds + 2
         runs = max(1, round(args.steps / steps_per_run))

@@ -260,8 +260,8 @@ async def idle(
 
 async def first_token(port: int, token: str, owner: Any, runs: int) -> list[float]:
     """First piece handed to the publisher -> first delta (or, polling, the llm step) at the client."""
-    from nrllm_agents import deltas
-    from nrllm_agents.runtime import AgentRuntime
+    from nrllm_agents.live import deltas
+    from nrllm_agents.runtime.agent_runtime import AgentRuntime
 
     first_publish: dict[str, float] = {}
     original = deltas.publisher.publish
@@ -297,8 +297,9 @@ def boundary_cost(blocks: int = 40, per_block: int = 100) -> tuple[float, float]
     """p50 of the boundary statement (ms) on a run nobody watches and on a watched one."""
     from django.utils import timezone
 
-    from nrllm_agents import deltas, store
+    from nrllm_agents import store
     from nrllm_agents.domain import Step, StepKind
+    from nrllm_agents.live import deltas
     from nrllm_agents.models import AgentRun
 
     assert deltas.publisher  # imported: the store hands watched boundaries to it

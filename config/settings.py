@@ -90,7 +90,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # NUL characters refused with 400 everywhere; too-large API bodies answered with a JSON 413.
-    "nrllm_agents.middleware.EdgeGuardMiddleware",
+    "nrllm_agents.http.edge.EdgeGuardMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -175,7 +175,7 @@ CACHES = {
 }
 RQ_QUEUES = {"default": {"URL": REDIS_URL or "redis://127.0.0.1:6379/0", "DEFAULT_TIMEOUT": 360}}
 # On SIGTERM a worker hands its run back to the queue at the next step boundary.
-RQ = {"WORKER_CLASS": "nrllm_agents.worker.GracefulWorker"}
+RQ = {"WORKER_CLASS": "nrllm_agents.workers.rq_worker.GracefulWorker"}
 
 # Extra tools by environment, e.g. NRLLM_EXTRA_TOOLS="search=myproject.tools.make_search,other=..."
 NRLLM_AGENTS: dict = {

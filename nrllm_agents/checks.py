@@ -16,8 +16,8 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 
 from .conf import DEFAULTS, Env, app_settings
+from .crypto.vault import problem as vault_problem
 from .executors import CHOICES as EXECUTORS
-from .vault import problem as vault_problem
 
 Rule = tuple[Callable[[Any], bool], str]
 

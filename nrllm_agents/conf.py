@@ -45,17 +45,17 @@ class Env:
 DEFAULTS: dict[str, Any] = {
     # name -> dotted path of a factory ``(request, run_id) -> Provider``
     "PROVIDERS": {
-        "scripted": "nrllm_agents.registry.scripted_provider",
-        "openai": "nrllm_agents.registry.openai_provider",
-        "anthropic": "nrllm_agents.registry.anthropic_provider",
-        "gemini": "nrllm_agents.registry.gemini_provider",
+        "scripted": "nrllm_agents.setup.registry.scripted_provider",
+        "openai": "nrllm_agents.setup.registry.openai_provider",
+        "anthropic": "nrllm_agents.setup.registry.anthropic_provider",
+        "gemini": "nrllm_agents.setup.registry.gemini_provider",
     },
     # name -> dotted path of a factory ``(run_id) -> Tool``
     "TOOLS": {
-        "calculator": "nrllm_agents.registry.calculator_tool",
-        "current_time": "nrllm_agents.registry.current_time_tool",
-        "sleep": "nrllm_agents.registry.sleep_tool",
-        "write_note": "nrllm_agents.tools.WriteNote",
+        "calculator": "nrllm_agents.setup.registry.calculator_tool",
+        "current_time": "nrllm_agents.setup.registry.current_time_tool",
+        "sleep": "nrllm_agents.setup.registry.sleep_tool",
+        "write_note": "nrllm_agents.setup.tools.WriteNote",
     },
     # MCP servers in the ``{"mcpServers": {...}}`` shape (README, "Tools from MCP servers"), from a
     # JSON file (MCP_CONFIG) and from here; their tools are offered as ``<server>__<tool>``
@@ -68,19 +68,19 @@ DEFAULTS: dict[str, Any] = {
     "DEFAULT_TOOLS": ["calculator", "current_time", "sleep"],
     "DEFAULT_MAX_ITERATIONS": 10,
     "MAX_ITERATIONS_LIMIT": 100,
-    # Limits per run (nrllm_agents.limits). A request may set its own up to the *_LIMIT bound;
+    # Limits per run (nrllm_agents.runtime.budgets). A request may set its own up to the *_LIMIT bound;
     # one that sets none gets the default (None: no deadline / no budget).
     # a run that sets no deadline stops after an hour (None: no deadline unless the request sets one)
     "DEFAULT_DEADLINE_SECONDS": Env("NRLLM_DEFAULT_DEADLINE_SECONDS", int, 3600),
     "DEADLINE_SECONDS_LIMIT": 7 * 24 * 3600,
     "DEFAULT_MAX_TOTAL_TOKENS": None,
     "MAX_TOTAL_TOKENS_LIMIT": 100_000_000,
-    # Spend (nrllm_agents.pricing): the currency every price is in, and a cost limit per run
+    # Spend (nrllm_agents.vocabulary.pricing): the currency every price is in, and a cost limit per run
     # (a decimal amount; None: no limit unless the request sets one).
     "CURRENCY": Env("NRLLM_CURRENCY", str, "USD"),
     "DEFAULT_MAX_COST": None,
     "MAX_COST_LIMIT": "1000000",
-    # Keys that encrypt connections' API keys at rest (nrllm_agents.vault): Fernet keys, a list
+    # Keys that encrypt connections' API keys at rest (nrllm_agents.crypto.vault): Fernet keys, a list
     # or a comma-separated string; the first encrypts, every one decrypts (rotation). Empty: in
     # development a key derived from SECRET_KEY; in production a system check error.
     "SECRET_KEYS": Env("NRLLM_SECRET_KEYS", str, ""),

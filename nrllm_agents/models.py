@@ -121,7 +121,7 @@ class AgentRun(models.Model):
     iterations = models.PositiveIntegerField(default=0)
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
-    # Money (nrllm_agents.pricing): the sum of its model calls' costs at the prices in force when
+    # Money (nrllm_agents.vocabulary.pricing): the sum of its model calls' costs at the prices in force when
     # they ran; null while no call was priced. Estimated: an interrupted call's tokens were estimated.
     cost = models.DecimalField(max_digits=24, decimal_places=12, null=True, blank=True)
     cost_estimated = models.BooleanField(default=False)
@@ -140,26 +140,26 @@ class AgentRun(models.Model):
     stopped_at = models.DateTimeField(null=True, blank=True)
     cancel_detail = models.JSONField(null=True, blank=True)  # a limit's cancel: the limit and the measured value
 
-    # Limits (nrllm_agents.limits): wall time excluding approval waits, and total token spend.
+    # Limits (nrllm_agents.runtime.budgets): wall time excluding approval waits, and total token spend.
     deadline_seconds = models.PositiveIntegerField(null=True, blank=True)
     max_total_tokens = models.PositiveBigIntegerField(null=True, blank=True)
     max_cost = models.DecimalField(max_digits=24, decimal_places=12, null=True, blank=True)  # in CURRENCY
     deadline_at = models.DateTimeField(null=True, blank=True)  # created_at + deadline, pushed back by approval waits
 
-    # Forks (nrllm_agents.forks): the run this one continues, and the last step it copied.
+    # Forks (nrllm_agents.runtime.forks): the run this one continues, and the last step it copied.
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
     forked_from_sequence = models.PositiveIntegerField(null=True, blank=True)
 
     # Live push (push.py): how many processes watch this run now. The boundary returns it, so a
     # run nobody watches announces none of its steps (migration 0010_targeted_push).
     watchers = models.IntegerField(default=0, db_default=0, editable=False)
-    # Agents (nrllm_agents.agents): the exact version it was started from, and a copy of that
+    # Agents (nrllm_agents.setup.agents): the exact version it was started from, and a copy of that
     # version's definition, which no later edit (or deletion) of the agent changes.
     agent_version = models.ForeignKey(
         "AgentVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
     )
     agent_snapshot = models.JSONField(null=True, blank=True)  # {"name", "version", "definition"}
-    # Threads (nrllm_agents.threads): the conversation, the message's place in it, how it was
+    # Threads (nrllm_agents.runtime.threads): the conversation, the message's place in it, how it was
     # posted, and whether a later message rolled its turn out of the transcript.
     thread = models.ForeignKey(Thread, null=True, blank=True, on_delete=models.CASCADE, related_name="runs")
     thread_position = models.PositiveIntegerField(null=True, blank=True)
@@ -312,7 +312,7 @@ class Named(models.Model):
 class Connection(Named):
     """A model server to run through: its protocol, address, default model and API key.
 
-    The key is stored encrypted (``nrllm_agents.vault``) and is write-only: ``set_key`` takes
+    The key is stored encrypted (``nrllm_agents.crypto.vault``) and is write-only: ``set_key`` takes
     it, ``api_key()`` decrypts it for the provider about to call the server, and nothing
     else (``str``, ``repr``, forms, the API, the commands) ever shows it.
     """
@@ -335,13 +335,13 @@ class Connection(Named):
 
     def set_key(self, key: str | None) -> None:
         """Encrypt and keep ``key`` (``None`` or blank: no key). Call ``save()`` afterwards."""
-        from .vault import encrypt
+        from .crypto.vault import encrypt
 
         self.encrypted_key = encrypt(key) if key else ""
 
     def api_key(self) -> str | None:
         """The decrypted key, or ``None``; raises ``vault.VaultError`` when it cannot be opened."""
-        from .vault import decrypt
+        from .crypto.vault import decrypt
 
         return decrypt(self.encrypted_key) if self.encrypted_key else None
 
@@ -350,7 +350,7 @@ class Price(models.Model):
     """What a model costs, per million tokens, through a connection or a provider.
 
     The price in force when a model call runs is the one its cost is recorded at
-    (``nrllm_agents.pricing``); changing a price later changes no recorded cost.
+    (``nrllm_agents.vocabulary.pricing``); changing a price later changes no recorded cost.
     """
 
     connection = models.ForeignKey(Connection, null=True, blank=True, on_delete=models.CASCADE, related_name="prices")

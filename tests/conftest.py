@@ -36,9 +36,9 @@ def django_db_setup(django_db_setup):
     """pytest-django's test database; the cancel watcher's listening connection is closed
     before that database is dropped."""
     yield
-    from nrllm_agents.deltas import publisher
-    from nrllm_agents.interrupts import watcher
-    from nrllm_agents.push import hub
+    from nrllm_agents.live.deltas import publisher
+    from nrllm_agents.live.interrupts import watcher
+    from nrllm_agents.live.push import hub
 
     watcher.stop()
     hub.stop()
@@ -54,7 +54,7 @@ def race_rounds(default: int) -> int:
 
 @pytest.fixture
 def runtime():
-    from nrllm_agents.runtime import AgentRuntime
+    from nrllm_agents.runtime.agent_runtime import AgentRuntime
 
     return AgentRuntime()
 

@@ -14,7 +14,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..models import AgentRun
-from ..observability import money
+from ..vocabulary import money
 from ..web.display import duration
 
 TOTAL_DAYS = 7  # the per-day totals: the latest days of the listed runs

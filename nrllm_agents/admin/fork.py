@@ -18,11 +18,11 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from .. import admission
-from ..dispatch import EnqueueError
-from ..forks import ParentStillActive
+from ..executors.dispatch import EnqueueError
 from ..models import AgentRun
-from ..run_request import InvalidRequest
-from ..runtime import AgentRuntime, RunNotFound
+from ..runtime.agent_runtime import AgentRuntime, RunNotFound
+from ..runtime.forks import ParentStillActive
+from ..vocabulary.run_request import InvalidRequest
 
 FORK_MAX_RUNS = 20  # forks start paid work: a bigger selection is refused, not silently cut
 

@@ -50,7 +50,7 @@ def operations_page(model_admin: Any, request: HttpRequest) -> HttpResponse:
     """The page; staff with the view permission on runs (wrapped by ``admin_view``)."""
     from django.core.exceptions import PermissionDenied
 
-    from .. import dispatch
+    from ..executors import dispatch
 
     if not model_admin.has_view_permission(request):
         raise PermissionDenied

@@ -13,8 +13,9 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
-from .. import agents, policy
 from ..models import Agent, AgentVersion, Connection, Price
+from ..setup import agents
+from ..vocabulary import policy
 
 
 class _Configured(admin.ModelAdmin):

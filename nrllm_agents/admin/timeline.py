@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from .. import describe
 from ..models import AgentRunEvent
+from ..vocabulary import describe
 from ..web import display
 from . import columns
 

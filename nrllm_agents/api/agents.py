@@ -16,8 +16,9 @@ from rest_framework.exceptions import NotFound, PermissionDenied, ValidationErro
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from .. import agents, policy
 from ..models import Agent
+from ..setup import agents
+from ..vocabulary import policy
 from .fields import StrictCharField
 from .schema import AUTH_ERRORS, BAD_REQUEST
 from .serializers import ErrorSerializer

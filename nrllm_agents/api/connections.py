@@ -15,9 +15,10 @@ from rest_framework.exceptions import NotFound, PermissionDenied, ValidationErro
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from .. import connections, policy
+from ..crypto.vault import VaultError
 from ..models import Connection, ConnectionKind
-from ..vault import VaultError
+from ..setup import connections
+from ..vocabulary import policy
 from .fields import StrictBooleanField, StrictCharField
 from .schema import AUTH_ERRORS, BAD_REQUEST
 from .serializers import ErrorSerializer

@@ -15,10 +15,10 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ..dispatch import EnqueueError
-from ..forks import ParentStillActive, provider_of
-from ..run_request import InvalidRequest
-from ..runtime import RunNotFound
+from ..executors.dispatch import EnqueueError
+from ..runtime.agent_runtime import RunNotFound
+from ..runtime.forks import ParentStillActive, provider_of
+from ..vocabulary.run_request import InvalidRequest
 from . import serializers as s
 from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, RUN_ID, THROTTLED
 from .throttling import CREATE_SCOPE

@@ -15,7 +15,7 @@ from rest_framework import status
 from rest_framework.exceptions import APIException, ParseError
 from rest_framework.parsers import JSONParser
 
-from .. import jsonlimits
+from ..domain import jsonlimits
 
 
 class RequestTooLarge(APIException):

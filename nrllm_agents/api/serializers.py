@@ -5,7 +5,7 @@ query parameters) strictly, as the schema states it. A run's creation request is
 shape by ``CreateRunSerializer``, then by ``RunRequest.from_mapping``, the one validator every
 surface shares.
 
-Output serializers describe the JSON that ``nrllm_agents.presenters`` builds; they render
+Output serializers describe the JSON that ``nrllm_agents.vocabulary.presenters`` builds; they render
 through the presenters, never beside them, and the schemathesis test proves the served schema
 and the responses agree.
 """
@@ -22,10 +22,10 @@ from ..conf import app_settings
 from ..domain import StepKind
 from ..domain.providers.scripted import MAX_DELAY_SECONDS, MAX_USAGE_TOKENS
 from ..models import AgentRun, CancelSource, MultitaskStrategy, RunStatus, TerminationReason
-from ..presenters import run_status_dict
-from ..run_request import MAX_PROMPT_CHARS
-from ..runtime import CancelOutcome, Outcome
+from ..runtime.agent_runtime import CancelOutcome, Outcome
 from ..store import MAX_REASON_CHARS
+from ..vocabulary.presenters import run_status_dict
+from ..vocabulary.run_request import MAX_PROMPT_CHARS
 from .fields import (
     StrictBooleanField,
     StrictCharField,

@@ -17,10 +17,11 @@ from rest_framework.exceptions import NotFound, PermissionDenied, ValidationErro
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from .. import policy, threads
-from ..dispatch import EnqueueError
+from ..executors.dispatch import EnqueueError
 from ..models import ACTIVE, Thread
-from ..run_request import InvalidRequest, RunRequest
+from ..runtime import threads
+from ..vocabulary import policy
+from ..vocabulary.run_request import InvalidRequest, RunRequest
 from . import serializers as s
 from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, THROTTLED
 from .throttling import CREATE_SCOPE

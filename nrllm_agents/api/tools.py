@@ -8,7 +8,8 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from .. import policy, registry
+from ..setup import registry
+from ..vocabulary import policy
 from .schema import AUTH_ERRORS
 from .views import RunAPIView
 

@@ -1,7 +1,7 @@
 """The REST API over ``AgentRuntime``: list, create, inspect, approve and cancel runs.
 
 Every view calls the runtime and maps its result to an HTTP answer; none writes a status.
-Who may see and act on which run is ``nrllm_agents.policy``'s decision: a run the caller may
+Who may see and act on which run is ``nrllm_agents.vocabulary.policy``'s decision: a run the caller may
 not see answers 404 with the same body as one that does not exist (and as a malformed id); a
 visible run the caller may not act on answers 403.
 """
@@ -22,13 +22,21 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import admission, policy
-from ..dispatch import EnqueueError
+from .. import admission
+from ..executors.dispatch import EnqueueError
 from ..models import AgentRun, CancelSource
-from ..outcomes import bulk_wording, cancel_wording, queued_wording
-from ..presenters import event_dict, stream_finished
-from ..run_request import UNSTORABLE, InvalidRequest, RunRequest, unstorable
-from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, InvalidRunId, RunNotFound, parse_run_id
+from ..runtime.agent_runtime import (
+    AgentRuntime,
+    ApprovalNotPending,
+    CancelOutcome,
+    InvalidRunId,
+    RunNotFound,
+    parse_run_id,
+)
+from ..vocabulary import policy
+from ..vocabulary.outcomes import bulk_wording, cancel_wording, queued_wording
+from ..vocabulary.presenters import event_dict, stream_finished
+from ..vocabulary.run_request import UNSTORABLE, InvalidRequest, RunRequest, unstorable
 from . import serializers as s
 from .errors import exception_handler
 from .fields import positive_int, query_data

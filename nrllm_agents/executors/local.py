@@ -22,8 +22,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import InterfaceError, OperationalError, connections
 
 from ..conf import app_settings
-from ..inflight import InFlight
 from .base import CLAIM_RETRY_DELAYS
+from .inflight import InFlight
 from .pool import SegmentExecutor
 
 logger = logging.getLogger(__name__)

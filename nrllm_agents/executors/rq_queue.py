@@ -18,7 +18,7 @@ from django.utils import timezone
 from ..conf import app_settings
 from .base import CLAIM_RETRY_DELAYS, QueueUnavailable
 
-JOB_FUNCTION = "nrllm_agents.jobs.execute_run"
+JOB_FUNCTION = "nrllm_agents.workers.jobs.execute_run"
 
 # What Redis raises while it is away (down, restarting, loading its data, a failover in
 # progress): transient, unlike a refused command or a bad configuration.

@@ -30,13 +30,14 @@ from django.core.management.color import Style
 from django.db import connections
 from django.utils import timezone
 
-from .. import describe, jsonlimits, presenters, pricing
+from ..domain import jsonlimits
+from ..live.watch import Watch, release_connection
 from ..models import AgentRun, CancelSource, RunStatus
-from ..outcomes import Outcome, RunResult, queued_wording
-from ..run_request import InvalidRequest
-from ..runtime import AgentRuntime, InvalidRunId, parse_run_id
+from ..runtime.agent_runtime import AgentRuntime, InvalidRunId, parse_run_id
 from ..store import Operator
-from ..watch import Watch, release_connection
+from ..vocabulary import describe, presenters, pricing
+from ..vocabulary.outcomes import Outcome, RunResult, queued_wording
+from ..vocabulary.run_request import InvalidRequest
 
 # Exit codes shared by agent_run, agent_approve and the followers.
 EXIT_OK = 0  # completed (an approval denial that ended the run included)

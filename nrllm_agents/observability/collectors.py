@@ -51,8 +51,8 @@ def run_state() -> dict[str, Any]:
 
 def queue_depth() -> dict[str, int] | None:
     """Jobs waiting, scheduled (retries) and started in the RQ queue; ``None`` without Redis."""
-    from .. import dispatch
     from ..conf import app_settings
+    from ..executors import dispatch
 
     if not dispatch.uses_rq():
         return None

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from . import money
+from ..vocabulary import money
 
 WIDTH = 960
 LABEL_WIDTH = 120

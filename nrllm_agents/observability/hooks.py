@@ -39,14 +39,14 @@ def _guarded(hook: F) -> F:
 
 
 def _provider_label(provider: str | None) -> str:
-    from .. import registry
+    from ..setup import registry
 
     known = set(registry.provider_names()) | set(registry.CONNECTION_CLASSES)
     return metrics.bounded(provider or "", known) if provider else "unknown"
 
 
 def _tool_label(name: Any) -> str:
-    from .. import registry
+    from ..setup import registry
 
     return metrics.bounded(str(name or ""), set(registry.tool_names()))
 

@@ -21,7 +21,7 @@ from typing import Any
 from django.db.models import Count, Max, QuerySet
 from django.utils import timezone
 
-from .. import dispatch
+from ..executors import dispatch
 from ..mcp import catalog
 from ..models import AgentRun, AgentRunEvent, ReaperPass, RunStatus
 

@@ -22,10 +22,10 @@ from ..conf import app_settings
 from ..domain import Step, Usage
 from ..models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
 from ..observability import hooks as observe
-from ..retries import RetryPolicy
 from . import prepared
 from .journal import append_cancelled, append_event, ended_fields, owned, requeued_fields, spend_fields
 from .results import NOT_FOUND, Lease, Transition
+from .retries import RetryPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ class ReapReport:
     acknowledged: int = 0  # cancelled runs whose segment died before acknowledging
     skipped: int = 0  # came back to life (heartbeat) between scan and write
     dry_run: bool = False
-    deadline_cancelled: int = 0  # overdue runs nothing was executing, cancelled first (nrllm_agents.limits)
+    deadline_cancelled: int = 0  # overdue runs nothing was executing, cancelled first (nrllm_agents.runtime.budgets)
 
     def summary(self) -> str:
         parts = [f"{self.deadline_cancelled} cancelled (deadline_exceeded)"] if self.deadline_cancelled else []

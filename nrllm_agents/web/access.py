@@ -1,4 +1,4 @@
-"""The playground's translation of ``nrllm_agents.policy``: 404 for a run the caller may not
+"""The playground's translation of ``nrllm_agents.vocabulary.policy``: 404 for a run the caller may not
 see (exactly like one that does not exist), 403 for one they see but may not act on."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse_lazy
 
-from .. import policy
 from ..models import AgentRun
+from ..vocabulary import policy
 
 LOGIN_URL = reverse_lazy("nrllm_web:login")
 

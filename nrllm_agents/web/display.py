@@ -11,7 +11,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from .. import describe
+from ..vocabulary import describe
 
 
 def time_of(iso: str | None) -> str:

@@ -22,9 +22,9 @@ from typing import Any
 from django.db import connections
 
 from .. import admission
-from ..inflight import InFlight
-from ..runtime import RunResult
-from ..segment import StepObserver
+from ..executors.inflight import InFlight
+from ..runtime.agent_runtime import RunResult
+from ..runtime.segment import StepObserver
 
 logger = logging.getLogger(__name__)
 

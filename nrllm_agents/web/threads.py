@@ -20,11 +20,14 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from .. import dispatch, jsonlimits, policy, threads
 from ..api.throttling import CREATE_SCOPE
+from ..domain import jsonlimits
+from ..executors import dispatch
 from ..models import ACTIVE, MultitaskStrategy, Thread
-from ..run_request import MAX_PROMPT_CHARS, InvalidRequest, RunRequest
-from ..runtime import AgentRuntime
+from ..runtime import threads
+from ..runtime.agent_runtime import AgentRuntime
+from ..vocabulary import policy
+from ..vocabulary.run_request import MAX_PROMPT_CHARS, InvalidRequest, RunRequest
 from .access import login_required, wants_json
 from .views import _throttled
 

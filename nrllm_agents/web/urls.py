@@ -8,7 +8,8 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
-from . import stream, threads, views
+from ..api import stream
+from . import threads, views
 
 app_name = "nrllm_web"
 

@@ -3,7 +3,7 @@
 Start, Cancel and Approve are plain POST forms (CSRF-protected) that work without
 JavaScript and redirect to the run page; called by ``fetch`` with ``Accept:
 application/json`` they answer JSON instead. Every action calls the runtime and maps its
-result; none writes a status. Who may see and act on which run is ``nrllm_agents.policy``'s
+result; none writes a status. Who may see and act on which run is ``nrllm_agents.vocabulary.policy``'s
 decision (404 for a run the caller may not see, 403 or a message for one they may not act on).
 """
 
@@ -19,16 +19,18 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from .. import admission, dispatch, policy
-from ..describe import call_text, cancel_text, run_cost_text
-from ..forks import ParentStillActive, provider_of
+from .. import admission
+from ..executors import dispatch
 from ..models import ACTIVE, TERMINAL, AgentRun, CancelSource, RunStatus
 from ..observability import gantt
-from ..outcomes import Outcome, cancel_wording, queued_wording
-from ..presenters import event_dict, run_status_dict, stream_finished
-from ..run_request import InvalidRequest
-from ..runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, CancelResult, RunNotFound
+from ..runtime.agent_runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, CancelResult, RunNotFound
+from ..runtime.forks import ParentStillActive, provider_of
 from ..store import reason_problem
+from ..vocabulary import policy
+from ..vocabulary.describe import call_text, cancel_text, run_cost_text
+from ..vocabulary.outcomes import Outcome, cancel_wording, queued_wording
+from ..vocabulary.presenters import event_dict, run_status_dict, stream_finished
+from ..vocabulary.run_request import InvalidRequest
 from . import interactive
 from .access import get_visible_run, login_required, wants_json
 from .display import elapsed, final_answer_sequence, for_page

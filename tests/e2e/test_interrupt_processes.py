@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, RunStatus
-from nrllm_agents.runtime import AgentRuntime
+from nrllm_agents.runtime.agent_runtime import AgentRuntime
 from nrllm_agents.testing.chat_server import ChatCompletionServer
 from tests.conftest import manage
 from tests.e2e.test_api_worker_cancel import wait_for

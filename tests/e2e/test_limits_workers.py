@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from nrllm_agents import dispatch
+from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, CancelSource, RunStatus
 from tests.conftest import manage
 from tests.e2e.test_workers import assert_starts_match_steps, events, finished, journal, results_of, start_workers  # noqa: F401

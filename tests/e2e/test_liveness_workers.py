@@ -24,11 +24,11 @@ import pytest
 import redis
 from django.utils import timezone
 
-from nrllm_agents import dispatch
+from nrllm_agents.executors import dispatch
 from nrllm_agents.executors.rq_queue import JOB_FUNCTION
 from nrllm_agents.models import AgentRun, AgentRunEvent, Note, RunStatus
-from nrllm_agents.presenters import stream_finished
 from nrllm_agents.testing.chat_server import ChatCompletionServer
+from nrllm_agents.vocabulary.presenters import stream_finished
 from tests.conftest import manage
 from tests.e2e.workers import Workers, wait_for
 

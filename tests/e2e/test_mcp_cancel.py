@@ -23,7 +23,7 @@ from nrllm_agents import store
 from nrllm_agents.mcp import catalog
 from nrllm_agents.mcp.client import hub
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, RunStatus
-from nrllm_agents.runtime import AgentRuntime, Outcome
+from nrllm_agents.runtime.agent_runtime import AgentRuntime, Outcome
 from nrllm_agents.testing import mcp_servers
 from tests.conftest import manage
 from tests.e2e.test_api_worker_cancel import wait_for

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nrllm_agents.models import AgentRun, RunStatus
 from nrllm_agents.observability.metrics import MODEL_LABELS_MAX
-from nrllm_agents.runtime import AgentRuntime
+from nrllm_agents.runtime.agent_runtime import AgentRuntime
 from tests.e2e.workers import Workers, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,9 +12,10 @@ from decimal import Decimal
 
 import pytest
 
-from nrllm_agents import agents, connections, pricing
 from nrllm_agents.models import AgentRun, RunStatus
+from nrllm_agents.setup import agents, connections
 from nrllm_agents.testing.chat_server import ChatCompletionServer
+from nrllm_agents.vocabulary import pricing
 from tests.e2e.test_workers import events, finished, start_workers  # noqa: F401
 from tests.e2e.workers import wait_for
 

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus
-from nrllm_agents.runtime import AgentRuntime
+from nrllm_agents.runtime.agent_runtime import AgentRuntime
 from tests.e2e.browser.servers import free_port, serve
 from tests.e2e.workers import ROOT, Workers, wait_for
 

@@ -25,8 +25,7 @@ from typing import Any
 import pytest
 import redis
 
-from nrllm_agents import dispatch
-from nrllm_agents.executors import CLAIM_RETRY_DELAYS
+from nrllm_agents.executors import CLAIM_RETRY_DELAYS, dispatch
 from nrllm_agents.models import AgentRun, RunStatus
 from tests.conftest import manage
 from tests.e2e.workers import Workers, wait_for

@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 from django.db import connections
 
-from nrllm_agents import recovery
-from nrllm_agents.dispatch import EnqueueError
+from nrllm_agents.executors import recovery
+from nrllm_agents.executors.dispatch import EnqueueError
 from nrllm_agents.models import TERMINAL, AgentRun, RunStatus
 from tests.conftest import race_rounds
 from tests.e2e.test_worker_supervision import free_port, start_redis

@@ -18,7 +18,7 @@ import pytest
 from rest_framework.authtoken.models import Token
 
 from nrllm_agents.models import ACTIVE, AgentRun, CancelSource, RunStatus
-from nrllm_agents.runtime import AgentRuntime
+from nrllm_agents.runtime.agent_runtime import AgentRuntime
 from tests.conftest import race_rounds
 from tests.e2e.browser.servers import serve
 from tests.e2e.workers import wait_for

@@ -22,7 +22,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, Note, RunStatus, TerminationReason
-from nrllm_agents.runtime import ApprovalNotPending, Outcome
+from nrllm_agents.runtime.agent_runtime import ApprovalNotPending, Outcome
 
 pytestmark = pytest.mark.django_db
 

@@ -8,8 +8,8 @@ import pytest
 from django.contrib import messages
 from django.urls import reverse
 
-from nrllm_agents import threads
 from nrllm_agents.models import AgentRun
+from nrllm_agents.runtime import threads
 from tests.e2e.workers import wait_for
 from tests.integration.test_threads_api import embedded  # noqa: F401 (autouse: the in-process executor)
 

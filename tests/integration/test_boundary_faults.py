@@ -25,9 +25,11 @@ from pathlib import Path
 import pytest
 from django.db import OperationalError, connection
 
-from nrllm_agents import interrupts, segment, store
+from nrllm_agents import store
+from nrllm_agents.live import interrupts
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, RunStatus
-from nrllm_agents.runtime import AgentRuntime
+from nrllm_agents.runtime import segment
+from nrllm_agents.runtime.agent_runtime import AgentRuntime
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -78,7 +80,7 @@ def test_a_boundary_that_keeps_failing_after_a_cancel_writes_guarded_and_starts_
 def test_a_storm_of_cancelled_statements_never_lets_work_start_after_a_boundary(tmp_path, monkeypatch, caplog):
     # The storm targets the backends segments hold; pooled connections given back between
     # boundaries would carry it to whichever thread takes them next (this test's own queries).
-    monkeypatch.setattr("nrllm_agents.segment.release_connection", lambda: None)
+    monkeypatch.setattr("nrllm_agents.runtime.segment.release_connection", lambda: None)
     journal_path = tmp_path / "journal.jsonl"
     monkeypatch.setenv("NRLLM_CALL_JOURNAL", str(journal_path))
     caplog.set_level(logging.WARNING, logger="nrllm_agents")

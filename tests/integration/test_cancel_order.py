@@ -24,8 +24,8 @@ from django.utils import timezone
 from nrllm_agents import store
 from nrllm_agents.domain import Step, StepKind
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, RunStatus
-from nrllm_agents.run_request import RunRequest
-from nrllm_agents.runtime import CancelOutcome
+from nrllm_agents.runtime.agent_runtime import CancelOutcome
+from nrllm_agents.vocabulary.run_request import RunRequest
 from tests.conftest import race_rounds
 
 pytestmark = pytest.mark.django_db(transaction=True)

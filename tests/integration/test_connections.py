@@ -17,12 +17,13 @@ from cryptography.fernet import Fernet
 from django.core.management import call_command
 from django.test import override_settings
 
-from nrllm_agents import connections, vault
 from nrllm_agents.checks import check_settings
+from nrllm_agents.crypto import vault
 from nrllm_agents.models import AgentRun, AgentRunEvent, Connection
-from nrllm_agents.outcomes import Outcome
-from nrllm_agents.run_request import InvalidRequest, RunRequest
+from nrllm_agents.setup import connections
 from nrllm_agents.testing.chat_server import ChatCompletionServer
+from nrllm_agents.vocabulary.outcomes import Outcome
+from nrllm_agents.vocabulary.run_request import InvalidRequest, RunRequest
 from tests.conftest import ROOT, is_postgres, manage
 
 KEY = "sk-conn-7f3a9c1e5b2d4f6a8c0e1a3b5d7f9e2c"
@@ -97,7 +98,7 @@ def test_a_pg_dump_of_the_database_holds_no_key_in_clear_text(test_database_url,
 
 
 def _run_through(name: str, model: str = "", **extra):
-    from nrllm_agents.runtime import AgentRuntime
+    from nrllm_agents.runtime.agent_runtime import AgentRuntime
 
     data = {"prompt": "hello", "connection": name, "tools": [], **extra}
     if model:
@@ -224,7 +225,7 @@ def test_without_keys_production_refuses_and_development_derives_one():
         assert not [m for m in check_settings() if m.id == "nrllm_agents.E014"]
         token = vault.encrypt(KEY)
         assert vault.decrypt(token) == KEY and KEY not in token
-    assert (ROOT / "nrllm_agents" / "vault.py").exists()
+    assert (ROOT / "nrllm_agents" / "crypto" / "vault.py").exists()
 
 
 @pytest.mark.django_db

@@ -20,9 +20,9 @@ from django.db import connection
 
 from nrllm_agents import store
 from nrllm_agents.domain import tools as builtin_tools
-from nrllm_agents.interrupts import wait_listening, watcher
+from nrllm_agents.live.interrupts import wait_listening, watcher
 from nrllm_agents.models import AgentRun, CancelSource, RunStatus
-from nrllm_agents.runtime import AgentRuntime, Outcome
+from nrllm_agents.runtime.agent_runtime import AgentRuntime, Outcome
 from tests.conftest import is_postgres
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from nrllm_agents import limits, store
+from nrllm_agents import store
 from nrllm_agents.domain import Usage
 from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
-from nrllm_agents.run_request import InvalidRequest, RunRequest
-from nrllm_agents.runtime import Outcome
+from nrllm_agents.runtime import budgets as limits
+from nrllm_agents.runtime.agent_runtime import Outcome
+from nrllm_agents.vocabulary.run_request import InvalidRequest, RunRequest
 
 pytestmark = pytest.mark.django_db
 

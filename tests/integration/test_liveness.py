@@ -11,12 +11,13 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from nrllm_agents import dispatch, store
+from nrllm_agents import store
+from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, Note, RunStatus
-from nrllm_agents.run_request import RunRequest
-from nrllm_agents.runtime import Outcome
-from nrllm_agents.segment import identity
+from nrllm_agents.runtime.agent_runtime import Outcome
+from nrllm_agents.runtime.segment import identity
 from nrllm_agents.testing.chat_server import ChatCompletionServer
+from nrllm_agents.vocabulary.run_request import RunRequest
 from tests.conftest import race_rounds
 
 SLOW_NOTE = {"slow_note": "nrllm_agents.testing.tools.SlowNote"}
@@ -101,7 +102,7 @@ def test_reaper_requeues_and_another_worker_continues_without_gap_or_duplicate(r
     assert store.claim_queued(run_id, claimed_by=first, lease_expires=store.lease_until()).applied
     # The first worker recorded two steps of round 1, then died (no more renewals).
     from nrllm_agents.domain import Step, StepKind
-    from nrllm_agents.segment import SegmentTrace
+    from nrllm_agents.runtime.segment import SegmentTrace
 
     dead = SegmentTrace(run_id, owner=first, next_sequence=0)
     dead(Step(StepKind.REQUEST, 1, {"messages": [{"role": "user", "content": "liveness"}]}))
@@ -213,7 +214,7 @@ class TestRetries:
             return real_dispatch(run_id, **kw)
 
         monkeypatch.setattr(dispatch, "dispatch", record)
-        from nrllm_agents.runtime import AgentRuntime
+        from nrllm_agents.runtime.agent_runtime import AgentRuntime
 
         run_id = AgentRuntime().enqueue({"prompt": "hi", "provider": "openai", "model": "m", "tools": []})
         assert dispatch.wait_local_idle(60)
@@ -259,7 +260,7 @@ class TestRetries:
             call = {"name": "calculator", "arguments": {"expression": "1+1"}}
             server.queue({"tool_calls": [call], "usage": {"prompt_tokens": 30, "completion_tokens": 7}})
             server.queue({"status": 503, "error": "overloaded"})
-            from nrllm_agents.runtime import AgentRuntime
+            from nrllm_agents.runtime.agent_runtime import AgentRuntime
 
             request = {"prompt": "hi", "provider": "openai", "model": "m", "tools": ["calculator"]}
             run_id = AgentRuntime().enqueue(request)

@@ -13,10 +13,11 @@ import time
 import pytest
 from django.db import connections, transaction
 
-from nrllm_agents import dispatch, segment
-from nrllm_agents.db import release_connection
+from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus
-from nrllm_agents.runtime import Outcome
+from nrllm_agents.runtime import segment
+from nrllm_agents.runtime.agent_runtime import Outcome
+from nrllm_agents.store.db import release_connection
 from tests.e2e.workers import wait_for
 from tests.integration.test_queue import no_redis, rq_queue  # noqa: F401  (fixtures)
 

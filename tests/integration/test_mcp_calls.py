@@ -12,7 +12,7 @@ import pytest
 from nrllm_agents.mcp import catalog
 from nrllm_agents.mcp.client import hub
 from nrllm_agents.models import AgentRunEvent, RunStatus
-from nrllm_agents.runtime import AgentRuntime, Outcome
+from nrllm_agents.runtime.agent_runtime import AgentRuntime, Outcome
 from nrllm_agents.testing import mcp_servers
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -138,7 +138,7 @@ def test_an_unreachable_server_is_named_and_a_run_offering_it_is_refused(servers
     assert (
         rows[0]["server"] == "gone" and rows[0]["ok"] is False and "could not be started or reached" in rows[0]["error"]
     )
-    from nrllm_agents.run_request import InvalidRequest
+    from nrllm_agents.vocabulary.run_request import InvalidRequest
 
     with pytest.raises(InvalidRequest, match="MCP server 'gone' is unavailable"):
         AgentRuntime().run({"prompt": "p", "tools": ["gone__anything"], "script": [{"content": "x"}]})

@@ -183,7 +183,7 @@ def test_reaper_actions_and_lease_expired_gauge(client, runtime, token_settings,
 def test_enqueue_failures_and_outages_are_counted_apart(
     client, runtime, token_settings, monkeypatch, django_capture_on_commit_callbacks, refusal
 ):
-    from nrllm_agents import dispatch
+    from nrllm_agents.executors import dispatch
 
     def refuse(*args, **kwargs):
         raise refusal

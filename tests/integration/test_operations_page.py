@@ -9,7 +9,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from nrllm_agents import dispatch, store
+from nrllm_agents import store
+from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, CancelSource, RunStatus
 
 pytestmark = pytest.mark.django_db

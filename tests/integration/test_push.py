@@ -17,9 +17,9 @@ from django.db import connection, connections
 from django.test import Client
 
 from nrllm_agents import store
+from nrllm_agents.live.push import hub
+from nrllm_agents.live.watch import Watch, merge_deltas
 from nrllm_agents.models import AgentRun, CancelSource
-from nrllm_agents.push import hub
-from nrllm_agents.watch import Watch, merge_deltas
 from nrllm_agents.web import limits
 from tests.conftest import is_postgres
 from tests.integration.test_stream import frames_of, lines_of, stream_url

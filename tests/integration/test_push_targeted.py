@@ -20,10 +20,10 @@ import pytest
 from django.db import connection, connections
 
 from nrllm_agents.conf import app_settings
-from nrllm_agents.interrupts import raw_connection
+from nrllm_agents.live.interrupts import raw_connection
+from nrllm_agents.live.push import hub, run_channel
+from nrllm_agents.live.watch import Watch
 from nrllm_agents.models import AgentRun
-from nrllm_agents.push import hub, run_channel
-from nrllm_agents.watch import Watch
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_only]
 

@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from nrllm_agents import dispatch, executors, jobs, recovery, store
+from nrllm_agents import executors, store
+from nrllm_agents.executors import dispatch, recovery
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, Note, RunStatus
-from nrllm_agents.outcomes import queued_wording
-from nrllm_agents.run_request import RunRequest
-from nrllm_agents.runtime import ApprovalNotPending, InvalidRunId, Outcome
+from nrllm_agents.runtime.agent_runtime import ApprovalNotPending, InvalidRunId, Outcome
+from nrllm_agents.vocabulary.outcomes import queued_wording
+from nrllm_agents.vocabulary.run_request import RunRequest
+from nrllm_agents.workers import jobs
 from tests.conftest import is_postgres, manage
 
 SCRIPT = [
@@ -107,7 +109,7 @@ def test_enqueue_stores_the_request_and_the_job_carries_only_the_run_id(
 
     job = rq_queue.fetch_job(dispatch.job_id(run_id))
     assert job is not None and rq_queue.job_ids == [job.id] == [f"nrllm-run-{run_id}-0"]
-    assert job.func_name == "nrllm_agents.jobs.execute_run"
+    assert job.func_name == "nrllm_agents.workers.jobs.execute_run"
     assert job.args == (str(run_id),) and job.kwargs == {}
     # Passed explicitly: never RQ's 180 s nor the queue's DEFAULT_TIMEOUT.
     assert job.timeout == 3600

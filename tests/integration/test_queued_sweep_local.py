@@ -17,9 +17,11 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from nrllm_agents import dispatch, executors, maintenance, recovery, store
+from nrllm_agents import executors, store
+from nrllm_agents.executors import dispatch, recovery
 from nrllm_agents.models import AgentRun, RunStatus
-from nrllm_agents.run_request import RunRequest
+from nrllm_agents.vocabulary.run_request import RunRequest
+from nrllm_agents.workers import maintenance
 from tests.e2e.workers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -16,8 +16,8 @@ from django.db import connection
 
 from nrllm_agents import store
 from nrllm_agents.models import TERMINAL, AgentRun, AgentRunEvent, CancelSource, RunStatus
-from nrllm_agents.run_request import RunRequest
-from nrllm_agents.runtime import ApprovalNotPending, CancelOutcome, Outcome
+from nrllm_agents.runtime.agent_runtime import ApprovalNotPending, CancelOutcome, Outcome
+from nrllm_agents.vocabulary.run_request import RunRequest
 from tests.conftest import race_rounds
 
 ROUNDS = race_rounds(200)
@@ -185,8 +185,8 @@ def test_claim_versus_cancel_exactly_one_wins(runtime):
 
 
 def test_a_limits_cancel_versus_an_operators_cancel_exactly_one_wins_and_its_record_stands(runtime):
-    from nrllm_agents import limits
     from nrllm_agents.domain import Usage
+    from nrllm_agents.runtime import budgets as limits
 
     wins = {"limit": 0, "operator": 0}
     for _ in range(ROUNDS):

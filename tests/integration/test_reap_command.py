@@ -16,11 +16,12 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from nrllm_agents import dispatch, store
+from nrllm_agents import store
 from nrllm_agents.domain import Step, StepKind
+from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus
-from nrllm_agents.run_request import RunRequest
-from nrllm_agents.segment import SegmentTrace, identity
+from nrllm_agents.runtime.segment import SegmentTrace, identity
+from nrllm_agents.vocabulary.run_request import RunRequest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,8 +11,15 @@ from django.db import OperationalError, connection
 
 from nrllm_agents import store
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, RunStatus
-from nrllm_agents.run_request import InvalidRequest
-from nrllm_agents.runtime import ApprovalNotPending, CancelOutcome, InvalidRunId, Outcome, RunNotFound, parse_run_id
+from nrllm_agents.runtime.agent_runtime import (
+    ApprovalNotPending,
+    CancelOutcome,
+    InvalidRunId,
+    Outcome,
+    RunNotFound,
+    parse_run_id,
+)
+from nrllm_agents.vocabulary.run_request import InvalidRequest
 
 TWO_TOOLS = [
     {

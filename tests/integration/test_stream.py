@@ -14,9 +14,11 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient, Client
 
-from nrllm_agents import describe, dispatch, store
+from nrllm_agents import store
+from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, CancelSource, RunStatus
-from nrllm_agents.presenters import event_dict, run_status_dict
+from nrllm_agents.vocabulary import describe
+from nrllm_agents.vocabulary.presenters import event_dict, run_status_dict
 from tests.e2e.browser.servers import serve
 
 FINAL = {"done", "cancelled", "awaiting_approval", "failed"}

@@ -12,9 +12,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from nrllm_agents import threads
 from nrllm_agents.models import AgentRun, AgentRunEvent, Note, Thread
-from nrllm_agents.runtime import AgentRuntime
+from nrllm_agents.runtime import threads
+from nrllm_agents.runtime.agent_runtime import AgentRuntime
 from tests.e2e.workers import wait_for
 from tests.integration.test_threads_api import embedded  # noqa: F401 (autouse: the in-process executor)
 

@@ -18,9 +18,10 @@ from django.core.cache import cache
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from nrllm_agents import dispatch, maintenance
 from nrllm_agents.domain.fork import NOT_EXECUTED
+from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, AgentRunEvent
+from nrllm_agents.workers import maintenance
 from tests.e2e.workers import wait_for
 
 SLEEPY = [{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 30}}]}, {"content": "never"}]
@@ -311,7 +312,8 @@ def test_the_queued_sweep_leaves_a_waiting_message_alone_and_wakes_it_once_its_t
 
     from django.utils import timezone
 
-    from nrllm_agents import recovery, store
+    from nrllm_agents import store
+    from nrllm_agents.executors import recovery
     from nrllm_agents.models import Thread
 
     thread = new_thread(api)

@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 
-from nrllm_agents import dispatch, maintenance, threads
 from nrllm_agents.domain.thread import transcript_after
+from nrllm_agents.executors import dispatch
 from nrllm_agents.models import ACTIVE, AgentRun, AgentRunEvent
-from nrllm_agents.presenters import event_dict
-from nrllm_agents.runtime import AgentRuntime
+from nrllm_agents.runtime import threads
+from nrllm_agents.runtime.agent_runtime import AgentRuntime
+from nrllm_agents.vocabulary.presenters import event_dict
+from nrllm_agents.workers import maintenance
 from tests.conftest import race_rounds
 from tests.e2e.workers import wait_for
 from tests.integration.test_races import race

@@ -10,7 +10,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from nrllm_agents import dispatch, store
+from nrllm_agents import store
+from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, CancelSource, Note, RunStatus, TerminationReason
 from nrllm_agents.web import interactive
 

@@ -18,9 +18,9 @@ from django.core.management import call_command
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from nrllm_agents import dispatch
+from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, RunStatus
-from nrllm_agents.run_request import RunRequest
+from nrllm_agents.vocabulary.run_request import RunRequest
 from nrllm_agents.web import interactive
 
 from .test_web import JSON, form, signed_in, web  # noqa: F401

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from nrllm_agents import threads
 from nrllm_agents.models import AgentRun, Thread
+from nrllm_agents.runtime import threads
 from tests.e2e.workers import wait_for
 from tests.integration.test_threads_api import embedded  # noqa: F401 (autouse: the in-process executor)
 

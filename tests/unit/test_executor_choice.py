@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from nrllm_agents import dispatch, executors
+from nrllm_agents import executors
+from nrllm_agents.executors import dispatch
 
 REDIS = "redis://127.0.0.1:6379/0"
 

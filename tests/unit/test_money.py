@@ -3,7 +3,7 @@ module, and nothing at all when they are absent."""
 
 from __future__ import annotations
 
-from nrllm_agents.observability import money
+from nrllm_agents.vocabulary import money
 
 
 def test_amounts_read_exactly_as_recorded():

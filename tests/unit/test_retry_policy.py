@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.test import override_settings
 
-from nrllm_agents.retries import RetryPolicy
 from nrllm_agents.store import InvalidArgument, settle
+from nrllm_agents.store.retries import RetryPolicy
 
 
 def test_the_budget_and_the_backoff():

@@ -7,9 +7,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from nrllm_agents.dispatch import EnqueueError
+from nrllm_agents.executors.dispatch import EnqueueError
 from nrllm_agents.management import console
-from nrllm_agents.runtime import AgentRuntime, ApprovalNotPending, RunNotFound
+from nrllm_agents.runtime.agent_runtime import AgentRuntime, ApprovalNotPending, RunNotFound
 
 
 class Command(BaseCommand):

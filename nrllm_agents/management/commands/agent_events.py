@@ -7,10 +7,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from nrllm_agents import presenters
-from nrllm_agents.forks import MAX_SEQUENCE
 from nrllm_agents.management import console
-from nrllm_agents.runtime import AgentRuntime, RunNotFound
+from nrllm_agents.runtime.agent_runtime import AgentRuntime, RunNotFound
+from nrllm_agents.runtime.forks import MAX_SEQUENCE
+from nrllm_agents.vocabulary import presenters
 
 
 class Command(BaseCommand):

@@ -7,11 +7,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from nrllm_agents.dispatch import EnqueueError
-from nrllm_agents.forks import ParentStillActive
+from nrllm_agents.executors.dispatch import EnqueueError
 from nrllm_agents.management import console
-from nrllm_agents.run_request import InvalidRequest
-from nrllm_agents.runtime import AgentRuntime, RunNotFound
+from nrllm_agents.runtime.agent_runtime import AgentRuntime, RunNotFound
+from nrllm_agents.runtime.forks import ParentStillActive
+from nrllm_agents.vocabulary.run_request import InvalidRequest
 
 
 class Command(BaseCommand):

@@ -7,9 +7,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from nrllm_agents import executors, recovery
+from nrllm_agents import executors
+from nrllm_agents.executors import recovery
 from nrllm_agents.management import console
-from nrllm_agents.runtime import AgentRuntime
+from nrllm_agents.runtime.agent_runtime import AgentRuntime
 
 MAX_LIMIT = 100_000  # runs one pass may take on
 

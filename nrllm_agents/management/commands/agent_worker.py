@@ -7,9 +7,9 @@ from typing import Any
 import redis
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from nrllm_agents import dispatch
 from nrllm_agents.conf import app_settings
-from nrllm_agents.threaded import ThreadedWorker, default_concurrency
+from nrllm_agents.executors import dispatch
+from nrllm_agents.workers.threaded import ThreadedWorker, default_concurrency
 
 
 class Command(BaseCommand):

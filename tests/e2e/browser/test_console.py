@@ -10,10 +10,10 @@ import time
 import pytest
 from playwright.sync_api import Page, expect
 
-from nrllm_agents import describe
 from nrllm_agents.models import AgentRun, Price, RunStatus
-from nrllm_agents.presenters import run_status_dict
-from nrllm_agents.runtime import AgentRuntime
+from nrllm_agents.runtime.agent_runtime import AgentRuntime
+from nrllm_agents.vocabulary import describe
+from nrllm_agents.vocabulary.presenters import run_status_dict
 
 from .conftest import PASSWORD
 from .test_live_answer import ANSWER, writing

@@ -8,7 +8,7 @@ import json
 import pytest
 from playwright.sync_api import Page, expect
 
-from nrllm_agents import dispatch
+from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, Note, RunStatus
 
 from .conftest import PASSWORD

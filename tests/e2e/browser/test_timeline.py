@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from nrllm_agents.models import AgentRun
-from nrllm_agents.runtime import AgentRuntime
+from nrllm_agents.runtime.agent_runtime import AgentRuntime
 
 from .conftest import PASSWORD, SCREENSHOTS
 from .test_playground import sign_in, start, wait_steps

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from nrllm_agents.jsonlimits import MAX_JSON_DEPTH
+from nrllm_agents.domain.jsonlimits import MAX_JSON_DEPTH
 from nrllm_agents.models import AgentRun, RunStatus
 
 LIST = "/api/runs/"

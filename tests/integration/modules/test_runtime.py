@@ -10,12 +10,14 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from nrllm_agents import dispatch, segment, store
+from nrllm_agents import store
 from nrllm_agents.domain import ProviderError, Usage
+from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, CancelSource, Note, RunStatus
-from nrllm_agents.retries import RetryPolicy
-from nrllm_agents.run_request import InvalidRequest
-from nrllm_agents.runtime import ApprovalNotPending, CancelOutcome, InvalidRunId, Outcome, RunNotFound
+from nrllm_agents.runtime import segment
+from nrllm_agents.runtime.agent_runtime import ApprovalNotPending, CancelOutcome, InvalidRunId, Outcome, RunNotFound
+from nrllm_agents.store.retries import RetryPolicy
+from nrllm_agents.vocabulary.run_request import InvalidRequest
 
 from .runs import kinds, row, running, stream, waiting
 

@@ -10,10 +10,11 @@ import socket
 import pytest
 from django.db import OperationalError, connection
 
-from nrllm_agents import segment, store
+from nrllm_agents import store
 from nrllm_agents.domain import RunCancellationRequested, RunLeaseLost, SegmentInterrupted, StepKind, ToolCall
 from nrllm_agents.models import RunStatus
-from nrllm_agents.segment import SegmentTrace, hand_back_all, identity
+from nrllm_agents.runtime import segment
+from nrllm_agents.runtime.segment import SegmentTrace, hand_back_all, identity
 from nrllm_agents.store import Lease
 
 from .runs import FUSED_BOUNDARY, OTHER, OWNER, RENEWAL, RUN_READ, failing, kinds, row, running, step

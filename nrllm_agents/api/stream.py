@@ -1,0 +1,274 @@
+"""The browser stream: ``GET /api/runs/<id>/stream/`` as Server-Sent Events.
+
+A plain Django view (DRF cannot negotiate ``text/event-stream`` cleanly). It follows the
+run's *stored* step stream, so it works the same for interactive and queued runs executed by
+any process:
+
+- each step is ``event: step`` with ``id: <sequence>`` and ``presenters.step_dict`` as data,
+  plus ``details``: the step's labelled lines from ``describe`` (what the page shows);
+- a reconnect resumes after the ``Last-Event-ID`` header (or ``?after=<sequence>``): no step
+  is sent twice and none is skipped;
+- ``: keepalive`` comments keep idle connections open (``STREAM_HEARTBEAT_SECONDS``);
+- once ``presenters.stream_finished(run)`` holds, a final ``done`` / ``cancelled`` /
+  ``awaiting_approval`` / ``failed`` event carries ``presenters.run_status_dict`` and the
+  stream closes. A stream still open after ``STREAM_MAX_SECONDS`` closes without a final
+  event; ``EventSource`` reconnects by itself with ``Last-Event-ID``;
+- while a model call streams, ``event: delta`` frames (no ``id``) carry
+  ``{"run_id", "round", "text", "offset"}``: a piece of the answer, ``offset`` being its
+  character position in that call's content. They are never stored; the ``llm`` step
+  recorded afterwards replaces them.
+
+It waits to be woken (``watch.py``, ``push.py``): on PostgreSQL by the process's one
+listening connection, holding no database connection while idle; elsewhere it polls every
+``STREAM_POLL_SECONDS``. A user may hold ``STREAM_MAX_PER_USER`` open streams and a process
+``STREAM_MAX_OPEN`` (``limits.py``); past either, the answer is 429 with a JSON ``detail``.
+
+Authentication: the session, or a DRF token (``Authorization: Token <key>``). Who may
+stream which run is ``nrllm_agents.vocabulary.policy``'s decision; anything else is 404.
+
+Served by a sync generator under WSGI (runserver, gunicorn gthread) and an async generator
+under ASGI (uvicorn), never buffered by Django. Behind a reverse proxy, responses carry
+``Cache-Control: no-cache`` and ``X-Accel-Buffering: no`` (nginx honours the latter); also
+set ``proxy_buffering off;`` and a ``proxy_read_timeout`` above the heartbeat interval, use
+HTTP/1.1 to the upstream (``proxy_http_version 1.1; proxy_set_header Connection "";``), and
+do not gzip ``text/event-stream``. Under gunicorn each open stream holds one thread: size
+``--threads`` for the number of watchers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.views.decorators.http import require_GET
+from rest_framework.authentication import TokenAuthentication
+from rest_framework.exceptions import AuthenticationFailed
+
+from ..conf import app_settings
+from ..live.push import StepData
+from ..live.watch import Update, Watch, release_connection
+from ..vocabulary import describe, policy
+from ..web import limits
+from ..web.limits import StreamSlot
+from .serializers import MAX_SEQUENCE, EventsQuerySerializer
+
+RETRY_AFTER_SECONDS = 5
+
+OPEN = "retry: 2000\n: stream open\n\n"  # reconnect delay for EventSource; a comment flushes headers
+KEEPALIVE = ": keepalive\n\n"
+
+
+def final_data(status: dict[str, Any]) -> dict[str, Any]:
+    """The final event: ``presenters.run_status_dict`` plus the words the page shows for it."""
+    cancel = status.get("cancel")
+    return {
+        **status,
+        "cancel_text": describe.cancel_text(cancel) if cancel else None,
+        "cost_text": describe.run_cost_text(status.get("cost")),
+        "pending_text": [describe.call_text(call) for call in status.get("pending_approval") or []],
+    }
+
+
+def _json(data: dict[str, Any]) -> str:
+    return json.dumps(data, separators=(",", ":"), default=str)
+
+
+def step_json(step: dict[str, Any]) -> str:
+    """A step as the stream sends it: the stored shape plus ``details``, the labelled lines
+    ``describe`` gives it. The page's JavaScript renders them and describes nothing itself."""
+    return _json({**step, "details": describe.lines(step["kind"], step.get("payload"))})
+
+
+def sse_event(event: str, data: dict[str, Any] | str, event_id: int | None = None) -> str:
+    """One SSE frame (``data`` a dict, or JSON already encoded), on one line: ``data:`` never
+    needs splitting."""
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    body = data if isinstance(data, str) else _json(data)
+    return f"{head}event: {event}\ndata: {body}\n\n"
+
+
+def _step_frame(step: dict[str, Any]) -> str:
+    body = step.encoded(step_json) if isinstance(step, StepData) else step_json(step)
+    return sse_event("step", body, step["sequence"])
+
+
+def render(update: Update) -> str:
+    """The frames of an update: steps (with their sequence as ``id``), deltas (no ``id``, so a
+    reconnect's ``Last-Event-ID`` still names the last step), then the final event."""
+    frames = [_step_frame(step) for step in update.steps]
+    frames += [sse_event("delta", delta) for delta in update.deltas]
+    if update.final is not None and update.final[1] is not None:
+        frames.append(sse_event(update.final[0], final_data(update.final[1])))
+    return "".join(frames)
+
+
+@dataclass(frozen=True)
+class Pace:
+    """Timing of one stream (seconds)."""
+
+    poll: float
+    heartbeat: float
+    max_seconds: float
+
+    @classmethod
+    def from_settings(cls) -> Pace:
+        return cls(
+            poll=app_settings.STREAM_POLL_SECONDS,
+            heartbeat=app_settings.STREAM_HEARTBEAT_SECONDS,
+            max_seconds=app_settings.STREAM_MAX_SECONDS,
+        )
+
+
+class _Clock:
+    """Decides when to send a keepalive, when a long stream should close, how long to wait."""
+
+    def __init__(self, pace: Pace) -> None:
+        self.pace = pace
+        self.started = self.last_write = time.monotonic()
+
+    def wrote(self) -> None:
+        self.last_write = time.monotonic()
+
+    def expired(self) -> bool:
+        return time.monotonic() - self.started >= self.pace.max_seconds
+
+    def keepalive_due(self) -> bool:
+        return time.monotonic() - self.last_write >= self.pace.heartbeat
+
+    def next_frames(self, update: Update) -> tuple[str, bool]:
+        """What to send after ``update`` (its frames, or a keepalive when the stream has been
+        silent too long) and whether the stream ends after it. Shared by both servers' loops."""
+        frames = render(update)
+        if frames:
+            self.wrote()
+        if update.finished or self.expired():
+            return frames, True
+        if self.keepalive_due():
+            self.wrote()
+            return frames + KEEPALIVE, False
+        return frames, False
+
+    def wait_for(self, watch: Watch) -> float:
+        """Pushed: until the next keepalive or the end; else the poll interval."""
+        now = time.monotonic()
+        idle = min(self.last_write + self.pace.heartbeat, self.started + self.pace.max_seconds) - now
+        return max(0.0, min(idle, self.pace.poll) if not watch.pushed else idle)
+
+
+def sync_stream(run_id: uuid.UUID, after: int, pace: Pace, slot: StreamSlot) -> Iterator[str]:
+    """The stream for WSGI servers: blocks its worker thread until something arrives."""
+    clock = _Clock(pace)
+    watch = Watch(run_id, after, poll=pace.poll)
+    try:
+        yield OPEN
+        while True:
+            frames, done = clock.next_frames(watch.update())
+            if frames:
+                yield frames
+            if done:
+                return
+            watch.wait(clock.wait_for(watch))
+    finally:
+        watch.close()
+        slot.release()
+
+
+async def async_stream(run_id: uuid.UUID, after: int, pace: Pace, slot: StreamSlot) -> AsyncIterator[str]:
+    """The stream for ASGI servers: waits on the event loop, reads in a worker thread."""
+    clock = _Clock(pace)
+    watch = Watch(run_id, after, loop=asyncio.get_running_loop(), poll=pace.poll)
+    try:
+        yield OPEN
+        while True:
+            frames, done = clock.next_frames(await watch.update_async())
+            if frames:
+                yield frames
+            if done:
+                return
+            await watch.wait_async(clock.wait_for(watch))
+    finally:
+        watch.close()
+        slot.release()
+
+
+def _user(request: HttpRequest) -> tuple[Any, str | None]:
+    """The caller from a DRF token, else the session; with the reason a token was refused."""
+    try:
+        found = TokenAuthentication().authenticate(request)
+    except AuthenticationFailed as exc:
+        return None, str(exc.detail)
+    if found is not None:
+        return found[0], None
+    return request.user, None
+
+
+def _resume_after(request: HttpRequest) -> int | None:
+    """The last sequence the client has: ``Last-Event-ID`` wins over ``?after=``; -1 for none.
+
+    Validated exactly as the events endpoint validates its ``after`` (``None`` when invalid).
+    """
+    raw = request.headers.get("Last-Event-ID") or None  # an empty header: the client has nothing yet
+    if raw is None and "after" in request.GET:
+        raw = request.GET["after"]
+    if raw is None:
+        return -1
+    query = EventsQuerySerializer(data={"after": raw})
+    return query.validated_data["after"] if query.is_valid() else None
+
+
+@require_GET
+def run_stream(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    """Stream a run's steps as Server-Sent Events (see the module docstring)."""
+    user, refused = _user(request)
+    if refused or not getattr(user, "is_authenticated", False):
+        response = JsonResponse({"detail": refused or "Authentication credentials were not provided."}, status=401)
+        response["WWW-Authenticate"] = "Token"
+        return response
+    run = policy.visible_runs(user).filter(pk=run_id).first()
+    if run is None or not policy.may(user, policy.Action.STREAM, run):
+        return JsonResponse({"detail": "Not found."}, status=404)
+    after = _resume_after(request)
+    if after is None:
+        return JsonResponse(
+            {"detail": f"Last-Event-ID / after must be a step sequence (an integer from -1 to {MAX_SEQUENCE})."},
+            status=400,
+        )
+    slot = limits.acquire(user.pk)
+    if isinstance(slot, limits.StreamRefused):
+        response = JsonResponse({"detail": slot.detail}, status=429)
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
+    try:
+        pace = Pace.from_settings()
+        # Under ASGI a sync iterator would be consumed whole before sending; under WSGI an async one.
+        stream = async_stream if isinstance(request, ASGIRequest) else sync_stream
+        content = stream(run_id, after, pace, slot)
+        response = _SlotResponse(slot, content, content_type="text/event-stream; charset=utf-8")
+    except BaseException:
+        slot.release()
+        raise
+    response["Cache-Control"] = "no-cache, no-transform"
+    response["X-Accel-Buffering"] = "no"
+    release_connection()  # the checks above used this thread's connection; a stream holds none
+    return response
+
+
+class _SlotResponse(StreamingHttpResponse):
+    """Gives the stream's slot back when the server closes the response, even unstarted."""
+
+    def __init__(self, slot: limits.StreamSlot, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._slot = slot
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._slot.release()

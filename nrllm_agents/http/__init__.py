@@ -1,0 +1,1 @@
+"""The HTTP edge shared by every web surface: the request guard (``edge``)."""

@@ -1,0 +1,271 @@
+"""The process's one publisher: the steps of watched runs and the model's words as they are written.
+
+Nothing is announced from inside a boundary transaction: PostgreSQL serialises the commits of
+all transactions that notified (one lock, cluster-wide), so a NOTIFY per step would make every
+boundary of every worker commit one at a time. Instead:
+
+- **Steps.** The boundary statement returns how many processes watch the run
+  (``agentrun.watchers``, migration ``0010_targeted_push``). For a run nobody watches nothing
+  is sent. For a watched one the segment hands ``step(run id, sequence)`` here once the step is
+  committed; pending notices of all runs go out together.
+- **Deltas.** ``SegmentTrace.delta`` hands each piece here, and it is sent only while the run is
+  watched (its last boundary said so, or a watcher announced itself on ``nrllm_watch`` since).
+  Pieces are coalesced per run and round: the first piece after a quiet moment goes out at
+  once (the first token is not held back), later ones at most every
+  ``DELTA_COALESCE_SECONDS`` (50 ms), merged.
+- **One notifying commit at a time, at a bounded rate.** One daemon thread sends everything due
+  in ONE statement (``SELECT pg_notify(...) FROM unnest(...)``, one transaction) on a connection
+  of its own (opened on first use, closed after a quiet minute; ``synchronous_commit`` off, so
+  the commit holds the notify lock without waiting for a WAL flush), and then waits at least
+  ``PUSH_INTERVAL_SECONDS`` (20 ms) before the next: a process makes at most 50 notifying commits
+  a second, whatever its step rate. Each notice goes to the run's own channel,
+  ``nrllm_run_<run id hex>``, which only the processes watching that run listen to (``push.py``).
+  A delta's payload stays under PostgreSQL's 8,000-byte limit: longer text is sent in several
+  deltas, each with its own offset.
+- Elsewhere (SQLite) deltas go straight to this process's watchers: a run executed by the web
+  process (the playground's interactive runs, the in-process executor) is seen live there;
+  steps are not announced (watchers poll).
+
+Deltas are lossy by design (a full buffer drops the oldest, a failed send is dropped) and
+never stored: the ``llm`` step recorded afterwards is the truth. Pieces still pending when
+that step is recorded are discarded (``discard``). A lost step notice costs a watcher only
+latency: the next one, or the run's settle, makes its hub read from where its feed ends.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections
+
+from ..conf import app_settings
+from ..store import leases
+from .interrupts import raw_connection, watcher
+from .push import WATCH_CHANNEL, hub, run_channel
+
+logger = logging.getLogger(__name__)
+
+CHUNK_CHARS = 1000  # at most 4 bytes each in UTF-8 (6 escaped): far below NOTIFY's 8,000 bytes
+IDLE_CLOSE_SECONDS = 60.0
+
+
+@dataclass
+class _Pending:
+    run_id: str
+    round: int
+    offset: int
+    text: str
+    due: float
+
+
+def chunks(delta: dict[str, Any]) -> list[dict[str, Any]]:
+    """A delta cut into pieces of at most ``CHUNK_CHARS`` characters, offsets adjusted."""
+    text = delta["text"]
+    if len(text) <= CHUNK_CHARS:
+        return [delta]
+    return [
+        {**delta, "text": text[i : i + CHUNK_CHARS], "offset": delta["offset"] + i}
+        for i in range(0, len(text), CHUNK_CHARS)
+    ]
+
+
+class Publisher:
+    """Coalesces this process's step notices and deltas and sends them (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._pending: dict[tuple[str, int], _Pending] = {}
+        self._last_sent: dict[tuple[str, int], float] = {}
+        self._steps: dict[str, int] = {}  # watched run id -> its lowest sequence not yet announced
+        self._watched: set[str] = set()  # runs executed here that somebody watches (deltas go out)
+        self._next_send = 0.0  # the rate bound: no notifying commit before this (monotonic)
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+        self._conn: Any = None
+        self._conn_used = 0.0
+        self.counts = {"published": 0, "sent": 0, "dropped": 0, "steps": 0, "commits": 0}
+
+    def _forked(self) -> None:
+        if self._pid != os.getpid():  # forked (an RQ work horse): the parent's thread is not here
+            with _FORK_LOCK:  # the run's thread and the listener's may both be first
+                if self._pid != os.getpid():
+                    self.__init__()  # type: ignore[misc]
+
+    # --- steps ----------------------------------------------------------------------------------
+    def boundary(self, run_id: Any, sequence: int, watched: bool) -> None:
+        """A boundary of ``run_id`` committed ``sequence``; ``watched``: some process watches it.
+        Watched, the step is announced (soon, with whatever else is pending); not, its deltas
+        stop going out. No database work here."""
+        run_id = str(run_id)
+        self._forked()  # before any state is touched: a fork starts from a fresh publisher
+        if not watched:
+            if self._watched:
+                with self._lock:
+                    self._watched.discard(run_id)
+            return
+        with self._lock:
+            self._watched.add(run_id)
+            self._steps[run_id] = min(sequence, self._steps.get(run_id, sequence))
+            self.counts["steps"] += 1
+            self._ensure_running()
+        self._wake.set()
+
+    def _on_watch(self, batch: list[Any]) -> None:
+        """``nrllm_watch`` (on the listener's thread): a watcher announced itself; if this
+        process executes the run, its deltas go out from now on, not from its next boundary."""
+        announced = {n.payload for n in batch if n.channel == WATCH_CHANNEL}
+        if not announced:
+            return
+        # In a forked work horse the first news may come before its first delta: reset now, or
+        # that delta's reset would forget the watch just heard of.
+        self._forked()
+        mine = announced & {str(run_id) for run_id in watcher.watched()}
+        if mine:
+            with self._lock:
+                self._watched |= mine
+
+    # --- deltas ---------------------------------------------------------------------------------
+    def publish(self, delta: dict[str, Any]) -> None:
+        """Queue a piece ``{"run_id", "round", "text", "offset"}``; returns at once. On
+        PostgreSQL it is dropped while nobody watches the run."""
+        if not delta.get("text"):
+            return
+        self._forked()
+        key = (str(delta["run_id"]), int(delta["round"]))
+        if key[0] not in self._watched and connections["default"].vendor == "postgresql":
+            return
+        now = time.monotonic()
+        with self._lock:
+            self.counts["published"] += 1
+            pending = self._pending.get(key)
+            if pending is not None and pending.offset + len(pending.text) == delta["offset"]:
+                pending.text += delta["text"]
+            else:
+                due = max(now, self._last_sent.get(key, 0.0) + self._window())
+                self._pending[key] = _Pending(key[0], key[1], int(delta["offset"]), delta["text"], due)
+            self._ensure_running()
+        self._wake.set()
+
+    def discard(self, run_id: Any) -> None:
+        """Drop what is pending for ``run_id`` (its recorded step replaces it)."""
+        run_id = str(run_id)
+        with self._lock:
+            for key in [k for k in self._pending if k[0] == run_id]:
+                del self._pending[key]
+
+    def flush(self, timeout: float = 2.0) -> bool:
+        """Wait until nothing is pending (tests, benchmarks)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._pending and not self._steps:
+                    return True
+            self._wake.set()
+            time.sleep(0.005)
+        return False
+
+    @staticmethod
+    def _window() -> float:
+        return max(0.0, app_settings.DELTA_COALESCE_SECONDS)
+
+    @staticmethod
+    def _interval() -> float:
+        return max(0.0, app_settings.PUSH_INTERVAL_SECONDS)
+
+    def _ensure_running(self) -> None:  # under self._lock
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="nrllm-delta-publisher", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            now = time.monotonic()
+            with self._lock:
+                if now >= self._next_send:
+                    due = [p for p in self._pending.values() if p.due <= now]
+                    for p in due:
+                        del self._pending[(p.run_id, p.round)]
+                        self._last_sent[(p.run_id, p.round)] = now
+                    steps, self._steps = self._steps, {}
+                else:
+                    due, steps = [], {}
+                soonest = min((p.due for p in self._pending.values()), default=now + IDLE_CLOSE_SECONDS)
+                if self._steps:
+                    soonest = now
+                wait = max(soonest, self._next_send) - now
+                if len(self._last_sent) > 1000:  # forget rounds quiet for longer than a window
+                    horizon = now - self._window()
+                    self._last_sent = {k: t for k, t in self._last_sent.items() if t > horizon}
+            if due or steps:
+                pieces = [{"run_id": p.run_id, "round": p.round, "text": p.text, "offset": p.offset} for p in due]
+                self._send(pieces, steps)
+                continue
+            if not self._wake.wait(max(0.0, wait)):
+                self._close_if_idle()
+            self._wake.clear()
+
+    def _send(self, deltas: list[dict[str, Any]], steps: dict[str, int]) -> None:
+        pieces = [piece for delta in deltas for piece in chunks(delta)]
+        if connections["default"].vendor != "postgresql":
+            for piece in pieces:
+                hub.deliver_delta(piece)
+            self.counts["sent"] += len(pieces)
+            return
+        channels = [run_channel(run_id) for run_id in steps]
+        payloads = [f"{run_id}:{sequence}" for run_id, sequence in steps.items()]
+        for p in pieces:
+            channels.append(run_channel(p["run_id"]))
+            payloads.append(json.dumps(p, ensure_ascii=False, separators=(",", ":")))
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = raw_connection("nrllm-publisher")
+                # Lossy by design, so no commit here waits for the WAL flush: the notify lock,
+                # which every notifying commit of the cluster takes in turn, is held that much
+                # less. (The steps announced were committed durably by their own transactions.)
+                self._conn.execute("SET synchronous_commit = off")
+            # One statement, one transaction: one notifying commit for everything that is due.
+            self._conn.execute(_NOTIFY_SQL, [channels, payloads])
+            self._conn_used = time.monotonic()
+            self._next_send = self._conn_used + self._interval()
+            self.counts["sent"] += len(pieces)
+            self.counts["commits"] += 1
+        except Exception as exc:  # lossy by design: the recorded step is the truth
+            self.counts["dropped"] += len(pieces)
+            logger.warning("could not publish %d notice(s) (%s); dropped", len(channels), type(exc).__name__)
+            self._close()
+
+    def stop(self) -> None:
+        """Close the publishing connection (tests); the next delta opens it again."""
+        with self._lock:
+            self._conn_used = 0.0
+        self._wake.set()
+        self._close()
+
+    def _close_if_idle(self) -> None:
+        if self._conn is not None and time.monotonic() - self._conn_used >= IDLE_CLOSE_SECONDS:
+            self._close()
+
+    def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+
+_FORK_LOCK = threading.Lock()
+_NOTIFY_SQL = "SELECT count(pg_notify(c, p)) FROM unnest(%s::text[], %s::text[]) AS t(c, p)"
+
+publisher = Publisher()
+"""This process's publisher."""
+
+watcher.tap("publisher", (WATCH_CHANNEL,), publisher._on_watch, lambda up: None)
+leases.on_boundary = publisher.boundary

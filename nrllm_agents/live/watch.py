@@ -1,0 +1,169 @@
+"""A watcher's view of one run: the steps it has, how it learns of more, the deltas meanwhile.
+
+Shared by the browser stream and the CLI followers. ``update()`` returns what is new since the
+last call; ``wait()`` / ``wait_async()`` block until something may be new. Pushed (see
+``push.py``), a watcher reads the stored stream itself only to catch up, takes everything
+else from its run's shared feed, and releases its database connection after each read; so
+an idle watcher costs no query and holds no connection. Not pushed (SQLite, ``STREAM_PUSH``
+off, the listener lost), it reads the stored stream at every poll, as followers always did.
+
+Deltas are passed on in order, merged when contiguous, and dropped once the ``llm`` step of
+their round (or a later one) was seen: the recorded step is the truth and replaces them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import connections
+
+from ..conf import app_settings
+from .push import REGISTER_TIMEOUT, Final, Hub, hub, read_stream
+
+# Watchers of a process reading the stored stream at once (each on a connection it then
+# closes): a burst of catch-ups (many streams opening, a listener reconnecting) waits here
+# instead of opening a connection each.
+READ_CONCURRENCY = 8
+_reading = threading.BoundedSemaphore(READ_CONCURRENCY)
+
+
+@dataclass
+class Update:
+    """What a watcher learnt since its last look."""
+
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    deltas: list[dict[str, Any]] = field(default_factory=list)
+    final: Final | None = None  # set once nothing more will be appended
+
+    @property
+    def finished(self) -> bool:
+        return self.final is not None
+
+
+def release_connection(pushed: bool = True) -> None:
+    """Close this thread's database connection while pushed (an idle watcher holds none);
+    never inside a transaction (a test's, a caller's), and not while polling."""
+    connection = connections["default"]
+    if pushed and not connection.in_atomic_block:
+        connection.close()
+
+
+def merge_deltas(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Contiguous pieces of one round become one delta (fewer frames for the same text)."""
+    merged: list[dict[str, Any]] = []
+    for delta in deltas:
+        prev = merged[-1] if merged else None
+        if (
+            prev is not None
+            and prev["round"] == delta["round"]
+            and prev["offset"] + len(prev["text"]) == delta["offset"]
+        ):
+            merged[-1] = {**prev, "text": prev["text"] + delta["text"]}
+        else:
+            merged.append(dict(delta))
+    return merged
+
+
+class Watch:
+    """One watcher of one run, from sequence ``after`` (exclusive). Close it when done."""
+
+    def __init__(
+        self,
+        run_id: Any,
+        after: int = -1,
+        *,
+        loop: asyncio.AbstractEventLoop | None = None,
+        via: Hub = hub,
+        poll: float | None = None,
+    ) -> None:
+        self.run_id = str(run_id)
+        self.last = after
+        self.hub = via
+        self.sub = via.subscribe(self.run_id, loop)
+        self.reads = 0  # stored-stream reads this watcher made itself
+        self.poll = float(app_settings.STREAM_POLL_SECONDS if poll is None else poll)
+        self._next_poll = 0.0  # not pushed: when the next read is due (deltas wake it sooner)
+        self._answered_round = -1  # the highest round whose llm step was seen
+        self._registered = False  # its hub listens to the run and counts this process in (or gave up)
+
+    @property
+    def pushed(self) -> bool:
+        """Whether new steps are pushed now; otherwise the watcher must poll."""
+        return self.hub.pushing()
+
+    def close(self) -> None:
+        self.hub.unsubscribe(self.sub)
+
+    # --- looking ----------------------------------------------------------------------------------
+    def update(self) -> Update:
+        """What is new (steps read from the feed or the stored stream, deltas, the final event)."""
+        read, update = self._collect()
+        if read:
+            self._apply(update, self._read())
+        return self._finish(update)
+
+    async def update_async(self) -> Update:
+        """``update`` for an event loop: a stored-stream read runs in a worker thread."""
+        read, update = self._collect()
+        if read:
+            self._apply(update, await sync_to_async(self._read)())
+        return self._finish(update)
+
+    def wait(self, timeout: float) -> bool:
+        return self.sub.wait(timeout)
+
+    async def wait_async(self, timeout: float) -> bool:
+        return await self.sub.wait_async(timeout)
+
+    # --- internals -----------------------------------------------------------------------------------
+    def _collect(self) -> tuple[bool, Update]:
+        """Empty the mailbox; take from the shared feed what it covers. No database work."""
+        changed, resync, deltas = self.sub.take()
+        update = Update(deltas=deltas)
+        if not self.pushed:
+            now = time.monotonic()
+            if now < self._next_poll and not resync:
+                return False, update  # woken by a delta between two polls
+            self._next_poll = now + self.poll
+            return True, update
+        if resync:
+            return True, update
+        if changed:
+            found = self.hub.feed_since(self.run_id, self.last)
+            if found is None:
+                return True, update  # the feed does not reach back to us: read ourselves
+            self._apply(update, found)
+        return False, update
+
+    def _read(self) -> tuple[list[dict[str, Any]], Final | None]:
+        pushed = self.pushed
+        if pushed and not self._registered:  # read once the hub listens and is counted: no later step goes unannounced
+            self._registered = self.sub.registered.wait(REGISTER_TIMEOUT) or True  # a failure waits only once
+        self.reads += 1
+        with _reading:
+            try:
+                return read_stream(self.run_id, self.last)
+            finally:
+                release_connection(pushed)
+
+    def _apply(self, update: Update, found: tuple[list[dict[str, Any]], Final | None]) -> None:
+        steps, final = found
+        for step in steps:
+            if step["sequence"] > self.last:
+                update.steps.append(step)
+                self.last = step["sequence"]
+                if step["kind"] == "llm":
+                    self._answered_round = max(self._answered_round, step["round"])
+        if final is not None:
+            update.final = final
+
+    def _finish(self, update: Update) -> Update:
+        if update.deltas:
+            fresh = [d for d in update.deltas if d.get("round", -1) > self._answered_round]
+            update.deltas = merge_deltas(fresh)
+        return update

@@ -1,0 +1,316 @@
+"""One segment's trace hook: prove ownership, observe, record, and stop at a cancelled boundary.
+
+``run()``, ``approve()`` and ``run_queued()`` all build their hook here, so they behave
+identically at every step boundary.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django.db import DatabaseError, IntegrityError, connection
+from django.utils import timezone
+
+from .. import store
+from ..domain import (
+    CancelToken,
+    RunCancellationRequested,
+    RunLeaseLost,
+    SegmentInterrupted,
+    Step,
+    StepKind,
+    ToolCall,
+    Usage,
+)
+from ..live.deltas import publisher
+from ..models import AgentRunEvent
+from ..observability import hooks as observe
+from ..store import Lease
+from ..store.db import release_connection
+from ..vocabulary.presenters import event_dict, step_dict
+from . import budgets as limits
+
+logger = logging.getLogger(__name__)
+
+StepObserver = Callable[[dict[str, Any]], None]
+DeltaObserver = Callable[[dict[str, Any]], None]
+T = TypeVar("T")
+
+# A guarded boundary statement that failed on its own (a statement timeout, a lock timeout, a
+# deadlock, a cancelled backend) is tried again after these pauses, in seconds.
+RETRY_PAUSES = (0.002, 0.005, 0.01, 0.02)
+
+shutdown_requested = threading.Event()
+"""Set (by a worker's SIGTERM handler) when this process must hand its runs back to the queue."""
+
+_handing_back_lock = threading.Lock()
+_queued_tokens: weakref.WeakSet[CancelToken] = weakref.WeakSet()  # tokens of this process's queued segments
+
+
+def hand_back_all() -> int:
+    """This process shuts down: every queued segment hands its run back at its next boundary.
+
+    Sets ``shutdown_requested`` and ends the interruptible waits of the steps in flight (the
+    cancel token's ``hand_back``), so a hand-back does not wait for a 30 s model call or tool.
+    The cut-short step is not recorded: the worker that continues the run repeats it. A
+    non-idempotent tool in flight is not cut short; its run is handed back at its boundary.
+    Returns the number of steps cut short. Safe to call from any thread, more than once.
+    """
+    shutdown_requested.set()
+    with _handing_back_lock:
+        tokens = list(_queued_tokens)
+    return sum(1 for token in tokens if token.hand_back())
+
+
+def identity(role: str) -> str:
+    """Who executes a segment: ``role:host:pid:token`` (the token tells threads apart)."""
+    return f"{role}:{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+class SegmentTrace:
+    """The trace hook handed to the tool loop for one segment.
+
+    At each step, in order: hand it to ``on_step``; renew the lease with an
+    ownership-guarded write and record the step in the same commit (the renewal is also the
+    cancellation probe: it matches no row once the run is cancelled or lost); then stop if
+    the run was cancelled.
+
+    - cancelled while ours: the step in flight is recorded, then ``RunCancellationRequested``;
+    - lost (reaped, owned by another segment): nothing is written, ``RunLeaseLost``;
+    - the store cannot be reached: "not cancelled", the run goes on (never a fabricated cancel);
+    - a failing observer is logged and ignored: watching never stops a run.
+
+    A boundary statement that fails on its own is retried a few milliseconds later. If it
+    still fails, the step is appended only while the run is still this segment's (never an
+    unguarded write), and the row is read again before the next model call or tool starts.
+
+    It also tracks the spend so far, for the acknowledgement of a cancel, and holds the
+    segment's cancel token.
+    """
+
+    def __init__(
+        self,
+        run_id: uuid.UUID,
+        *,
+        owner: str,
+        next_sequence: int,
+        on_step: StepObserver | None = None,
+        interruptible: bool = False,
+        on_delta: DeltaObserver | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.owner = owner
+        self.next_sequence = next_sequence
+        self.on_step = on_step
+        self.on_delta = on_delta
+        self.usage = Usage()
+        self.iterations = 0
+        self.interruptible = interruptible
+        self.round = 0
+        self.recorded = 0
+        self.token = CancelToken()
+        if interruptible:  # a queued segment: handed back when its process shuts down
+            with _handing_back_lock:
+                _queued_tokens.add(self.token)
+            if shutdown_requested.is_set():
+                self.token.hand_back()
+        self._effect_stamped = False
+        self._recheck = False  # a boundary could not renew the lease: read the row before the next start
+        self._interrupted_sequence: int | None = None  # the step a cancel cut short
+        self._delta_round = -1
+        self._delta_offset = 0
+        self.limits = limits.Enforcer(run_id)
+
+    @property
+    def last_sequence(self) -> int | None:
+        return self.next_sequence - 1 if self.next_sequence else None
+
+    def __call__(self, step: Step) -> None:
+        if self.token.handing_back and step.payload.get("interrupted"):
+            # Cut short by a shutdown, not a cancel: record nothing; the next worker repeats it.
+            raise SegmentInterrupted()
+        sequence, created_at = self.next_sequence, timezone.now()
+        if step.kind == StepKind.LLM and not step.payload.get("failed"):  # a failed call is no iteration
+            self.usage = self.usage + Usage.from_dict(step.payload.get("usage"))
+            self.iterations += 1
+        self.round = step.round
+        if self.on_step is not None:  # building the dict is work the hot path skips when nobody watches
+            self._notify(
+                step_dict(
+                    run_id=self.run_id,
+                    sequence=sequence,
+                    kind=step.kind.value,
+                    round=step.round,
+                    duration_ms=step.duration_ms,
+                    payload=step.payload,
+                    created_at=created_at,
+                )
+            )
+        cancelled = False
+        try:
+            # A token tripped by a cancel means the row was read ``cancelled``: no renewal can
+            # match, so the step in flight goes straight to the guarded append (two round trips
+            # fewer to stop). One tripped by a shutdown hand-back (a step that was not cut short)
+            # is appended the same way; the runtime then hands the run back.
+            known_cancelled = self.token.cancelled
+            recorded = (
+                Lease.NOT_HELD
+                if known_cancelled
+                else _retried(lambda: store.record_step(self.run_id, self.owner, sequence, step, created_at))
+            )
+            if recorded is not Lease.HELD:
+                # Not renewed: cancelled while ours (the step in flight is still recorded), lost
+                # (raises, writing nothing), or unknown (the store failed: "not cancelled", and
+                # the row is read again before anything else starts).
+                cancelled = known_cancelled or self._cancelled_while_ours(recorded)
+                appended = _retried(
+                    lambda: store.append_owned(self.run_id, self.owner, sequence, step, created_at), on_error=True
+                )
+                if appended is not Lease.HELD:
+                    self._cancelled_while_ours(Lease.NOT_HELD)  # taken away in between: raises RunLeaseLost
+                    raise RunLeaseLost()
+                self._recheck = not cancelled
+        except IntegrityError:
+            # Someone else wrote this sequence: another segment owns the run now.
+            raise RunLeaseLost() from None
+        if step.kind == StepKind.LLM:
+            publisher.discard(self.run_id)  # the recorded answer replaces its pending pieces
+        if step.payload.get("interrupted"):
+            self._interrupted_sequence = sequence
+        self.next_sequence += 1
+        self.recorded += 1
+        observe.step(self, step, sequence)
+        if step.kind == StepKind.TOOL:
+            self.token.shield(False)
+        if self._effect_stamped and step.kind == StepKind.TOOL:
+            # Cleared only after the tool's step is recorded: a crash in between leaves the
+            # stamp, and the run is then dead-lettered rather than repeating the write.
+            cleared = store.renew(self.run_id, self.owner, clear_effect=True)
+            self._effect_stamped = cleared is Lease.UNKNOWN  # a store hiccup: try again after the next tool
+        cancelled = cancelled or self.limits(step, self.usage) is not None  # a deadline or budget stops it here
+        if cancelled:
+            raise RunCancellationRequested(boundary_sequence=sequence)
+        if self.interruptible and shutdown_requested.is_set():
+            raise SegmentInterrupted()
+
+    def ended(self) -> None:
+        """The segment is over: a shutdown of this process has nothing more to hand back for it.
+        (Its token could outlive it in a reference cycle; the set must not wait for the GC.)"""
+        with _handing_back_lock:
+            _queued_tokens.discard(self.token)
+
+    def before_start(self) -> None:
+        """Right before a model call or tool starts: after a boundary that could not renew the
+        lease, read the row again, and stop if the run was cancelled or lost meanwhile. Then give
+        the thread's connection back (``db.release_connection``): the call holds none."""
+        if self._recheck:
+            renewed = _retried(lambda: store.renew(self.run_id, self.owner))
+            if renewed is not Lease.UNKNOWN:  # a store that cannot be reached never fabricates a cancel
+                self._recheck = False
+                if self._cancelled_while_ours(renewed):
+                    raise RunCancellationRequested(boundary_sequence=self.last_sequence)
+        release_connection()  # the call about to start may take minutes: hold no connection meanwhile
+
+    def delta(self, round_: int, text: str) -> None:
+        """Publish a piece of the answer a model call is streaming (never recorded): to every
+        watcher of the run (``deltas.publisher``) and to this segment's ``on_delta``."""
+        if round_ != self._delta_round:
+            self._delta_round, self._delta_offset = round_, 0
+        data = {"run_id": str(self.run_id), "round": round_, "text": text, "offset": self._delta_offset}
+        self._delta_offset += len(text)
+        publisher.publish(data)
+        if self.on_delta is None:
+            return
+        try:
+            self.on_delta(data)
+        except Exception:
+            logger.exception("delta observer failed for run %s; the run goes on", self.run_id)
+
+    def before_effect(self, call: ToolCall) -> None:
+        """Stamp the write fence right before a non-idempotent tool starts (with a renewal)."""
+        self.token.shield(True)  # a shutdown must not cut a write short: it hands back at the boundary
+        if self.token.handing_back:  # tripped just before the shield: hand back before the write starts
+            raise SegmentInterrupted()
+        renewed = store.renew(
+            self.run_id, self.owner, effect={"call": call.as_dict(), "at": timezone.now().isoformat()}
+        )
+        if self._cancelled_while_ours(renewed):
+            raise RunCancellationRequested(boundary_sequence=self.last_sequence)
+        self._effect_stamped = renewed is not Lease.NOT_HELD
+        release_connection()
+
+    def _cancelled_while_ours(self, lease: Lease) -> bool:
+        """After a boundary write answered ``lease``: ``True`` when the run was cancelled while
+        ours; raises ``RunLeaseLost`` when it is not ours any more; ``False`` otherwise (held,
+        or unknown: never a fabricated cancel)."""
+        if lease is not Lease.NOT_HELD:
+            return False
+        verdict = store.why_not_held(self.run_id, self.owner)
+        if verdict is Lease.LOST:
+            logger.warning("run %s: lease lost by %s; stopping without writing", self.run_id, self.owner)
+            raise RunLeaseLost()
+        return verdict is Lease.CANCELLED
+
+    def _notify(self, data: dict[str, Any]) -> None:
+        if self.on_step is None:
+            return
+        try:
+            self.on_step(data)
+        except Exception:
+            logger.exception("step observer failed for run %s; the run goes on", self.run_id)
+
+    def acknowledge_cancel(self) -> AgentRunEvent | None:
+        """Record that this segment stopped for a cancel (once per run) and tell the observer;
+        returns the ``cancelled`` step, or ``None`` when the stop was already acknowledged."""
+        acknowledged = _retried(
+            lambda: store.acknowledge_cancel(
+                self.run_id,
+                sequence=self.next_sequence,
+                round=self.round,
+                iterations=self.iterations,
+                usage=self.usage,
+                owner=self.owner,
+                interrupted_sequence=self._interrupted_sequence,
+            ),
+            on_error=True,
+        )
+        event: AgentRunEvent | None = acknowledged.data.get("event")
+        if event is not None:
+            self.next_sequence += 1
+            self.recorded += 1
+            observe.cancel_acknowledged(self, event)
+            self._notify(event_dict(event))
+        return event
+
+
+def _retried(attempt: Callable[[], T], *, on_error: bool = False) -> T:
+    """``attempt()``, tried again after ``RETRY_PAUSES`` while it answers ``Lease.UNKNOWN``
+    ("the store failed") or, with ``on_error``, raises a ``DatabaseError`` other than an
+    integrity error.
+
+    Returns the last answer, or raises the last error. A connection found broken is closed
+    first (outside a transaction), so that the next try opens a fresh one.
+    """
+    for pause in (*RETRY_PAUSES, None):
+        try:
+            result = attempt()
+            if result is not Lease.UNKNOWN or pause is None:
+                return result
+        except IntegrityError:
+            raise
+        except DatabaseError:
+            if not on_error or pause is None:
+                raise
+        if not connection.in_atomic_block and connection.connection is not None and not connection.is_usable():
+            connection.close()
+        time.sleep(pause)
+    raise AssertionError("unreachable")

@@ -1,0 +1,195 @@
+"""Builds providers and tools by name from settings."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from django.utils.module_loading import import_string
+
+from ..conf import DEFAULTS, app_settings
+from ..domain import ConfigurationError
+from ..domain.providers import CallJournal, Provider, ScriptedProvider
+from ..domain.tools import Calculator, CurrentTime, Sleep, Tool
+from ..mcp import catalog as mcp_catalog
+
+if TYPE_CHECKING:
+    from ..vocabulary.run_request import RunRequest
+
+
+def provider_names() -> list[str]:
+    return sorted(app_settings.PROVIDERS)
+
+
+def tool_names(*, discover: bool = False) -> list[str]:
+    """Names of the tools a run can be offered; MCP ones only once listed here (or ``discover``)."""
+    names = set(app_settings.TOOLS)
+    if mcp_catalog.configured():
+        names.update(mcp_catalog.catalog().tools if discover else mcp_catalog.listed())
+    return sorted(names)
+
+
+def offered_tools() -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Every tool a run can be offered (built-in, from settings, from MCP servers), and broken servers.
+
+    Each entry: ``name``, ``description``, ``source`` (``built-in``, ``settings`` or ``mcp``),
+    ``server`` (an MCP server's name, else None), ``requires_approval``, ``idempotent``.
+    """
+    entries = []
+    for name, path in sorted(app_settings.TOOLS.items()):
+        source = "built-in" if DEFAULTS["TOOLS"].get(name) == path else "settings"
+        try:
+            tool = import_string(path)(None)
+        except Exception as exc:  # a broken factory is named, never a crash of the listing
+            entries.append(
+                _entry(name, f"cannot be built: {type(exc).__name__}: {exc}"[:300], source, None, False, True)
+            )
+            continue
+        entries.append(
+            _entry(name, tool.description, source, None, tool.requires_approval, getattr(tool, "idempotent", True))
+        )
+    listing = mcp_catalog.catalog(retry=True)
+    for name, mcp_tool in sorted(listing.tools.items()):
+        entries.append(
+            _entry(
+                name,
+                mcp_tool.description,
+                "mcp",
+                mcp_tool.server.name,
+                mcp_tool.requires_approval,
+                mcp_tool.idempotent,
+            )
+        )
+    return entries, dict(listing.broken)
+
+
+def _entry(
+    name: str, description: str, source: str, server: str | None, approval: bool, idempotent: bool
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "description": description,
+        "source": source,
+        "server": server,
+        "requires_approval": bool(approval),
+        "idempotent": bool(idempotent),
+    }
+
+
+# The provider class of each connection kind, by import string (a kind whose class is not
+# installed fails the run's build with a ConfigurationError, never at import).
+CONNECTION_CLASSES = {
+    "openai": "nrllm_agents.domain.providers.openai_compat.OpenAIProvider",
+    "anthropic": "nrllm_agents.domain.providers.anthropic_messages.AnthropicProvider",
+    "gemini": "nrllm_agents.domain.providers.gemini.GeminiProvider",
+}
+
+
+def build_provider(request: RunRequest, run_id: uuid.UUID | None = None) -> Provider:
+    """The provider of a run: through its connection (the key decrypted here, and only here),
+    else the factory named by ``NRLLM_AGENTS["PROVIDERS"]``."""
+    if request.connection:
+        return connection_provider(request, run_id)
+    path = app_settings.PROVIDERS.get(request.provider)
+    if path is None:
+        raise ConfigurationError(f"unknown provider {request.provider!r}")
+    return import_string(path)(request, run_id)
+
+
+def build_tools(names: list[str] | tuple[str, ...], run_id: uuid.UUID | None = None) -> dict[str, Tool]:
+    tools: dict[str, Tool] = {}
+    for name in names:
+        path = app_settings.TOOLS.get(name)
+        if path is None:
+            tool: Tool | None = mcp_catalog.tool(name)
+            if tool is None:
+                raise ConfigurationError(f"unknown tool {name!r}")
+        else:
+            tool = import_string(path)(run_id)
+        tools[tool.name] = tool
+    return tools
+
+
+def scripted_provider(request: RunRequest, run_id: Any = None) -> Provider:
+    return ScriptedProvider(request.script, model=request.model or "scripted-demo", journal=CallJournal(run_id=run_id))
+
+
+def openai_provider(request: RunRequest, run_id: Any = None) -> Provider:
+    from ..domain.providers.openai_compat import OpenAIProvider
+
+    return OpenAIProvider(
+        request.model,
+        timeout=app_settings.OPENAI_TIMEOUT,
+        stream=bool(app_settings.OPENAI_STREAM),
+        journal=CallJournal(run_id=run_id),
+    )
+
+
+def anthropic_provider(request: RunRequest, run_id: Any = None) -> Provider:
+    from ..domain.providers.anthropic_messages import AnthropicProvider
+
+    return AnthropicProvider(
+        request.model or app_settings.ANTHROPIC_MODEL,
+        timeout=app_settings.OPENAI_TIMEOUT,
+        stream=bool(app_settings.OPENAI_STREAM),
+        journal=CallJournal(run_id=run_id),
+        max_tokens=int(app_settings.ANTHROPIC_MAX_TOKENS),
+    )
+
+
+def gemini_provider(request: RunRequest, run_id: Any = None) -> Provider:
+    from ..domain.providers.gemini import GeminiProvider
+
+    return GeminiProvider(
+        request.model or app_settings.GEMINI_MODEL,
+        timeout=app_settings.OPENAI_TIMEOUT,
+        stream=bool(app_settings.OPENAI_STREAM),
+        journal=CallJournal(run_id=run_id),
+    )
+
+
+def connection_provider(request: RunRequest, run_id: Any = None) -> Provider:
+    from ..crypto.vault import VaultError
+    from ..models import Connection
+
+    row = Connection.objects.filter(name=request.connection).first()
+    if row is None:
+        raise ConfigurationError(f"connection {request.connection!r} does not exist (any more)")
+    path = CONNECTION_CLASSES.get(row.kind)
+    try:
+        cls = import_string(path) if path else None
+    except ImportError:
+        cls = None
+    if cls is None:
+        raise ConfigurationError(f"connection {row.name!r}: no provider for kind {row.kind!r} is installed")
+    try:
+        api_key = row.api_key()
+    except VaultError as exc:
+        raise ConfigurationError(f"connection {row.name!r}: {exc}") from None
+    if api_key is None:
+        # A keyless connection (a local server) must not fall back to the SDK's own variable
+        # (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY): that key would go to its server.
+        from ..domain.providers.openai_compat import PLACEHOLDER_API_KEY
+
+        api_key = PLACEHOLDER_API_KEY
+    provider: Provider = cls(
+        request.model or row.default_model,
+        api_key=api_key,
+        base_url=row.base_url,
+        timeout=app_settings.OPENAI_TIMEOUT,
+        stream=bool(app_settings.OPENAI_STREAM),
+        journal=CallJournal(run_id=run_id),
+    )
+    return provider
+
+
+def calculator_tool(run_id: Any = None) -> Tool:
+    return Calculator(journal=CallJournal(run_id=run_id))
+
+
+def current_time_tool(run_id: Any = None) -> Tool:
+    return CurrentTime(journal=CallJournal(run_id=run_id))
+
+
+def sleep_tool(run_id: Any = None) -> Tool:
+    return Sleep(max_seconds=app_settings.SLEEP_MAX_SECONDS, journal=CallJournal(run_id=run_id))

@@ -1,0 +1,215 @@
+"""What the runtime's calls return and raise: small values every surface maps."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from django.utils.translation import ngettext
+
+from ..domain import Usage
+from ..models import RunStatus
+
+
+class Outcome(enum.StrEnum):
+    """What one segment call ended with (never stored; the status is)."""
+
+    COMPLETED = "completed"  # settled completed
+    AWAITING_APPROVAL = "awaiting_approval"  # suspended, waiting for a human decision
+    SUSPEND_FAILED = "suspend_failed"  # wanted to suspend but the row was no longer running
+    FAILED = "failed"  # settled failed
+    CANCELLED = "cancelled"  # a cancel won the row; the segment stopped at a boundary
+    QUEUED = "queued"  # handed to a worker (approve with queued=True)
+    WAITING_FOR_QUEUE = "waiting_for_queue"  # stored queued, but the queue was unreachable: dispatched once it is back
+    REQUEUED = "requeued"  # handed back to the queue: a transient failure, or this worker shutting down
+    LEASE_LOST = "lease_lost"  # this segment lost the run (reaped); it wrote nothing more
+
+
+class CancelOutcome(enum.StrEnum):
+    """What a cancel request did."""
+
+    CANCELLED = "cancelled"  # this call cancelled the run
+    ALREADY_CANCELLED = "already_cancelled"  # it was cancelled before; nothing changed
+    ALREADY_FINISHED = "already_finished"  # it had completed or failed; nothing changed
+    NOT_FOUND = "not_found"  # no such run (or not visible to the caller)
+
+
+class RunNotFound(LookupError):
+    """No run has this id."""
+
+    def __init__(self, run_id: Any) -> None:
+        super().__init__(f"run {run_id} not found")
+        self.run_id = run_id
+
+
+class ApprovalNotPending(RuntimeError):
+    """The run is not waiting for approval, so it cannot be approved or denied.
+
+    Its message is what every surface says (``Run … is completed, not waiting for approval;
+    nothing changed.``), with HTTP 409 and a failing exit code.
+    """
+
+    HTTP_STATUS = 409
+
+    def __init__(self, run_id: Any, status: str) -> None:
+        super().__init__(f"Run {run_id} is {status}, not waiting for approval; nothing changed.")
+        self.run_id = run_id
+        self.status = status
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a segment call returns."""
+
+    run_id: uuid.UUID
+    outcome: Outcome
+    status: str
+    termination_reason: str
+    steps: int  # steps this segment recorded
+    final_text: str | None = None
+    usage: Usage = Usage()
+    iterations: int = 0
+    error: str = ""
+    pending_calls: list[dict[str, Any]] = field(default_factory=list)
+
+
+EXECUTING_STOPS = "the step in flight is interrupted and recorded, then it stops"
+"""How a cancel stops a run that a segment is executing, in the words every surface uses."""
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    """What ``AgentRuntime.cancel`` did; ``previous_status`` is what the cancel found."""
+
+    run_id: Any
+    outcome: CancelOutcome
+    status: str | None
+    previous_status: str | None
+    provider: str | None = None  # the run's provider, when the cancel applied (from the fence)
+
+    @property
+    def was_executing(self) -> bool:
+        """A segment was executing it: its step in flight is interrupted (``EXECUTING_STOPS``)."""
+        return self.outcome == CancelOutcome.CANCELLED and self.previous_status == RunStatus.RUNNING
+
+
+@dataclass(frozen=True)
+class Wording:
+    """What every surface says about an outcome, and how it signals it.
+
+    ``text`` follows the run's name (``f"Run {run_id} {text}"``); ``http_status`` is the API's
+    and the playground's answer; ``changed`` says whether the call changed the run (a success
+    message when it did, a warning when not); ``refused`` means what was asked could not be
+    done (a failing exit code for a command).
+    """
+
+    text: str
+    http_status: int
+    changed: bool = True
+    refused: bool = False
+
+    def sentence(self, run_id: Any) -> str:
+        return f"Run {run_id} {self.text}"
+
+
+_CANCELLED_FROM = {
+    RunStatus.RUNNING: f"cancelled; it was executing: {EXECUTING_STOPS}.",
+    RunStatus.QUEUED: "cancelled; it was queued and will never execute.",
+    RunStatus.WAITING_FOR_APPROVAL: "cancelled; it was waiting for approval and can no longer be approved.",
+}
+
+
+def cancel_wording(result: CancelResult) -> Wording:
+    """The one wording of what a cancel did, for every surface (API, playground, admin, commands).
+
+    202 when a segment was executing the run (it stops once its step in flight is recorded),
+    200 when the run stopped at once or was already cancelled, 409 when it had already
+    finished, 404 when there is no such run.
+    """
+    if result.outcome == CancelOutcome.CANCELLED:
+        return Wording(_CANCELLED_FROM[RunStatus(result.previous_status)], 202 if result.was_executing else 200)
+    if result.outcome == CancelOutcome.ALREADY_CANCELLED:
+        return Wording("was already cancelled; nothing changed.", 200, changed=False)
+    if result.outcome == CancelOutcome.ALREADY_FINISHED:
+        return Wording(f"had already finished ({result.status}); nothing changed.", 409, changed=False, refused=True)
+    return Wording("does not exist; nothing changed.", 404, changed=False, refused=True)
+
+
+_QUEUED = {
+    Outcome.QUEUED: "queued; a worker starts it.",
+    Outcome.WAITING_FOR_QUEUE: "queued; the queue is unreachable right now, so a worker starts it once the queue "
+    "is back.",
+}
+
+
+def queued_wording(outcome: Outcome) -> Wording:
+    """What every surface says about a run it handed to the workers (``AgentRuntime.submit``,
+    ``approve(queued=True)``, a queued ``fork``): a success (202) whether the queue took the job
+    at once or was unreachable (the run is stored either way and starts once the queue is back)."""
+    return Wording(_QUEUED.get(outcome, _QUEUED[Outcome.QUEUED]), 202)
+
+
+class Counts(Protocol):
+    """What a bulk cancel did (``store.BulkCancel``), as the wording reads it."""
+
+    cancelled: dict[str, int]  # previous status -> runs this call cancelled (or would)
+    unchanged: dict[str, int]  # terminal status -> runs left as they were
+    dry_run: bool
+
+    @property
+    def cancelled_total(self) -> int: ...
+
+
+def _runs(n: int) -> str:
+    return ngettext("%(n)d run", "%(n)d runs", n) % {"n": n}
+
+
+def bulk_wording(result: Counts) -> Wording:
+    """The one wording of a bulk cancel (or of its dry run), for the admin, the API and
+    ``agent_cancel``: ``"3 runs cancelled, 2 runs already finished. 1 of them was executing: …"``.
+
+    200 when anything was (or would be) cancelled, else ``changed`` is false (a warning).
+    """
+    dry = result.dry_run
+    already = result.unchanged.get(RunStatus.CANCELLED, 0)
+    finished = sum(n for status, n in result.unchanged.items() if status != RunStatus.CANCELLED)
+    parts = (
+        [f"{_runs(result.cancelled_total)} {'will be cancelled' if dry else 'cancelled'}"]
+        if result.cancelled_total
+        else []
+    )
+    parts += [f"{_runs(finished)} already finished"] if finished else []
+    parts += [f"{_runs(already)} already cancelled"] if already else []
+    if not parts:
+        return Wording("No run matched the selection; nothing changed.", 200, changed=False)
+    text = ", ".join(parts) + "."
+    executing = result.cancelled.get(RunStatus.RUNNING, 0)
+    if executing:
+        them = (
+            ngettext("%(n)d of them is executing: ", "%(n)d of them are executing: ", executing)
+            if dry
+            else ngettext("%(n)d of them was executing: ", "%(n)d of them were executing: ", executing)
+        )
+        text += " " + them % {"n": executing} + f"{EXECUTING_STOPS}."
+    if not result.cancelled_total:
+        return Wording(f"Nothing to cancel: {text}", 200, changed=False)
+    return Wording(text, 200)
+
+
+class InvalidRunId(ValueError):
+    """The text is not a run id (a UUID)."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__(f"not a run id: {str(value)[:80]!r}")
+
+
+def parse_run_id(value: uuid.UUID | str) -> uuid.UUID:
+    """A run id from a UUID or its text; raises ``InvalidRunId``."""
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value).strip())
+    except (ValueError, AttributeError, TypeError):
+        raise InvalidRunId(value) from None

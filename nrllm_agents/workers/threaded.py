@@ -1,0 +1,256 @@
+"""An RQ worker that executes many runs at once, one thread per run, in one process.
+
+``manage.py agent_worker [QUEUE...] --concurrency N`` (or ``manage.py rqworker --worker-class
+nrllm_agents.workers.threaded.ThreadedWorker`` with ``NRLLM_WORKER_CONCURRENCY``). It takes jobs from
+the same django-rq queues as any RQ worker, so any number of them run on any number of
+machines beside forking workers, and it dequeues only while it has a free slot.
+
+Each job runs ``jobs.execute_run`` on a thread of its own, with RQ's bookkeeping intact (job
+status, started/finished/failed registries, an execution per job, heartbeats every
+``job_monitoring_interval`` for every job in flight). What RQ's forking worker does by killing
+its work horse, this worker does with the run row instead:
+
+- **per-job timeouts**: not enforced (a thread cannot be killed). The run lease replaces them:
+  a segment that stops renewing (stuck, or its process dead) is requeued by the reaper;
+  limits that end a run (max iterations, deadlines) end it through the runtime.
+- **stop-job commands** (``rq.command.send_stop_job_command``): ignored; cancel the run
+  (``agent_cancel``, API, admin), which interrupts the step in flight through its token.
+- **SIGTERM**: every run in flight is handed back to the queue at its next boundary; the
+  interruptible waits of the steps in flight end at once (``segment.hand_back_all``), and the
+  process exits when every thread has returned. A second SIGTERM exits at once (cold
+  shutdown): nothing is lost, the leases lapse and the reaper requeues those runs.
+- **a crash** (SIGKILL, out of memory): the same as a cold shutdown.
+- **a Redis outage**: ridden out (``outages.RidesOutOutages``): the runs in flight go on (they
+  need only the database), dequeuing waits for Redis with bounded pauses, and the worker
+  registers itself again once Redis is back.
+
+Its maintenance (the reaper and the queued sweep) runs on a thread of its own
+(``maintenance.Maintainer``), whether a slot is free or not.
+
+Choose the forking worker (``rqworker``) for tools that are not thread-safe or that hold the
+GIL for long (CPU-bound work); this one when runs mostly wait on models and remote tools.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+import redis
+from rq.exceptions import DequeueTimeout
+from rq.executions import Execution
+from rq.job import Job
+from rq.queue import Queue
+from rq.timeouts import BaseDeathPenalty
+from rq.utils import now
+from rq.worker import BaseWorker, WorkerStatus
+
+from ..executors.pool import SegmentExecutor
+from ..executors.rq_queue import OUTAGES
+from ..runtime.segment import hand_back_all
+from .maintenance import Maintainer, interval
+from .outages import RidesOutOutages
+
+DEFAULT_CONCURRENCY = 100
+POLL_SECONDS = 1  # a blocking dequeue returns at least this often, so a shutdown is seen promptly
+HEARTBEAT_EVERY = 5.0  # seconds between the worker's own heartbeats (RQ sends one per job otherwise)
+# A thread woken by a cancel waits for the GIL at most about this long while others compute
+# (Python's default is 5 ms); hundreds of mostly idle threads make the shorter wait cheap.
+SWITCH_INTERVAL = float(os.environ.get("NRLLM_WORKER_SWITCH_INTERVAL", "0.001"))
+
+
+class NoDeathPenalty(BaseDeathPenalty):
+    """RQ's job timeout, not enforced: a thread cannot be killed. The run lease replaces it."""
+
+    def setup_death_penalty(self) -> None:
+        pass
+
+    def cancel_death_penalty(self) -> None:
+        pass
+
+
+def default_concurrency() -> int:
+    """``NRLLM_WORKER_CONCURRENCY``, else ``DEFAULT_CONCURRENCY``."""
+    return int(os.environ.get("NRLLM_WORKER_CONCURRENCY") or DEFAULT_CONCURRENCY)
+
+
+class ThreadedWorker(RidesOutOutages, BaseWorker):
+    """An RQ worker running up to ``concurrency`` jobs at once on threads (see the module)."""
+
+    death_penalty_class = NoDeathPenalty
+
+    def __init__(self, *args: Any, concurrency: int | None = None, **kwargs: Any) -> None:
+        self._local = threading.local()  # before super().__init__, which sets ``execution``
+        self._in_flight: dict[str, tuple[Job, Execution]] = {}
+        self._in_flight_lock = threading.Lock()
+        kwargs.setdefault("maintenance_interval", interval())
+        super().__init__(*args, **kwargs)
+        self.concurrency = concurrency or default_concurrency()
+        self.executor = SegmentExecutor(self.concurrency, name="nrllm-agent-worker", daemon=True)
+        self._handed_back = threading.Event()
+        self._last_maintained = 0.0
+        self._last_heartbeat = 0.0
+        self._state: str | None = None
+        self.maintainer: Maintainer | None = None
+        sys.setswitchinterval(SWITCH_INTERVAL)
+
+    def bootstrap(self, *args: Any, **kwargs: Any) -> None:
+        super().bootstrap(*args, **kwargs)
+        self.maintainer = Maintainer(self.name, interval(), self.log).start()
+
+    # RQ keeps one "current execution" per worker; here each thread has its own.
+    @property
+    def execution(self) -> Execution | None:  # type: ignore[override]
+        return getattr(self._local, "execution", None)
+
+    @execution.setter
+    def execution(self, value: Execution | None) -> None:
+        self._local.execution = value
+
+    # --- dequeue only while a slot is free ------------------------------------------------------
+    def dequeue_job_and_maintain_ttl(
+        self, timeout: int | None, max_idle_time: int | None = None
+    ) -> tuple[Job, Queue] | None:
+        """Wait for a free slot, then for a job; ``None`` once a stop was requested (or, in burst
+        mode, when the queues are empty), which ends the work loop."""
+        idle_since = time.monotonic()
+        while not self._stop_requested:
+            self._maintain()
+            if not self.executor.wait_for_slot(POLL_SECONDS):
+                idle_since = time.monotonic()
+                continue
+            state = WorkerStatus.BUSY if self.executor.in_flight else WorkerStatus.IDLE
+            if state != self._state:
+                self._state = state
+                self.set_state(state)
+            if self.should_run_maintenance_tasks:
+                self.run_maintenance_tasks()
+            try:
+                result = self.queue_class.dequeue_any(
+                    self._ordered_queues,
+                    None if timeout is None else POLL_SECONDS,
+                    connection=self.connection,
+                    job_class=self.job_class,
+                    serializer=self.serializer,
+                    death_penalty_class=self.death_penalty_class,
+                )
+            except DequeueTimeout:
+                if (
+                    max_idle_time is not None
+                    and not self.executor.in_flight
+                    and time.monotonic() - idle_since > max_idle_time
+                ):
+                    return None
+                continue
+            except OUTAGES as exc:  # wait for Redis (bounded pauses); the runs in flight go on meanwhile
+                self.ride_out(exc, "dequeue")
+                continue
+            self._redis_back()
+            if result is None:  # burst mode: the queues are empty
+                return None
+            job, queue = result
+            self.reorder_queues(reference_queue=queue)
+            job.redis_server_version = self.get_redis_server_version()
+            self.log.info(
+                "Worker %s: %s: %s (%d in flight)", self.name, queue.name, job.id, self.executor.in_flight + 1
+            )
+            return result
+        return None
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        """Start the job on a thread and return at once; the work loop then waits for a slot."""
+        self.executor.submit(self._perform, job, queue)
+
+    def _perform(self, job: Job, queue: Queue) -> None:
+        self.execution = None
+        try:
+            self.prepare_execution(job)
+        except OUTAGES as exc:  # the job stays in RQ's intermediate list; the sweep recovers its run
+            self._redis_away(exc, f"preparing job {job.id}")
+            return
+        assert self.execution is not None
+        with self._in_flight_lock:
+            self._in_flight[job.id] = (job, self.execution)
+        try:
+            self.perform_job(job, queue)
+        except OUTAGES as exc:  # RQ's bookkeeping of the job failed; the run's row holds its outcome
+            self._redis_away(exc, f"the bookkeeping of job {job.id}")
+        finally:
+            with self._in_flight_lock:
+                self._in_flight.pop(job.id, None)
+            self.execution = None
+
+    # --- heartbeats of every job in flight --------------------------------------------------
+    def _maintain(self, force: bool = False) -> None:
+        """Every ``job_monitoring_interval``: extend the worker's, and every job's and execution's,
+        heartbeat, as a forking worker does for its one work horse."""
+        if not force and time.monotonic() - self._last_maintained < self.job_monitoring_interval:
+            return
+        self._last_maintained = time.monotonic()
+        with self._in_flight_lock:
+            jobs = list(self._in_flight.values())
+        try:
+            with self.connection.pipeline() as pipeline:
+                self.heartbeat(self.job_monitoring_interval + 60, pipeline=pipeline)
+                for job, execution in jobs:
+                    ttl = int(self.get_heartbeat_ttl(job))
+                    execution.heartbeat(job.started_job_registry, ttl, pipeline=pipeline)
+                    job.heartbeat(now(), ttl, pipeline=pipeline, xx=True)
+                pipeline.execute()
+        except redis.exceptions.RedisError as exc:
+            self.log.warning("Worker %s: heartbeat failed (%s)", self.name, exc)
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        """The worker's own heartbeat, at most every ``HEARTBEAT_EVERY`` seconds (RQ's loop sends
+        one per job: two round trips on the path of every dequeue)."""
+        if pipeline is None and time.monotonic() - self._last_heartbeat < HEARTBEAT_EVERY:
+            return
+        self._last_heartbeat = time.monotonic()
+        super().heartbeat(timeout, pipeline=pipeline)
+
+    def get_heartbeat_ttl(self, job: Job) -> int:
+        return self.job_monitoring_interval + 60  # no job timeout is enforced (see NoDeathPenalty)
+
+    # --- shutdown ---------------------------------------------------------------------------
+    def request_stop(self, signum: int, frame: FrameType | None) -> None:
+        """Warm shutdown: stop dequeuing and hand every run in flight back at its next boundary.
+
+        Nothing here touches Redis or the database (a handler interrupts the main thread
+        anywhere, possibly holding a connection pool's lock); a thread does the work.
+        """
+        self._shutdown_requested_date = now()
+        signal.signal(signal.SIGINT, self.request_force_stop)
+        signal.signal(signal.SIGTERM, self.request_force_stop)
+        self._stop_requested = True
+        threading.Thread(target=self._hand_back, name="nrllm-hand-back", daemon=True).start()
+
+    def _hand_back(self) -> None:
+        cut = hand_back_all()
+        self._handed_back.set()
+        self.log.info(
+            "Worker %s: warm shutdown: handing %d runs back (%d steps cut short)",
+            self.name,
+            self.executor.in_flight,
+            cut,
+        )
+        try:
+            self.set_shutdown_requested_date()
+        except redis.exceptions.RedisError:
+            pass
+
+    def teardown(self) -> None:
+        """Wait until every thread has returned (completed, or handed its run back), then leave."""
+        if self.executor.in_flight:
+            self.log.info("Worker %s: waiting for %d runs in flight", self.name, self.executor.in_flight)
+        while not self.executor.wait_idle(POLL_SECONDS):
+            self._maintain()
+        if self.maintainer is not None:
+            self.maintainer.stop()
+        if self.scheduler:
+            self.stop_scheduler()
+        super().teardown()
