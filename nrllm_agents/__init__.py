@@ -57,15 +57,20 @@ MOVED = {
 }
 
 
+# Old paths that are a contract, not a leftover: they answer without a warning.
+STABLE = {"nrllm_agents.jobs"}  # the name of the job on the queue (``executors.rq_queue.JOB_FUNCTION``)
+
+
 class _MovedLoader(importlib.abc.Loader):
     """Answers an old path with the module at its new one (imported on first use, not before)."""
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        warnings.warn(
-            f"{spec.name} moved to {MOVED[spec.name]}; the old path keeps working",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        if spec.name not in STABLE:
+            warnings.warn(
+                f"{spec.name} moved to {MOVED[spec.name]}; the old path keeps working",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         module = importlib.import_module(MOVED[spec.name])
         self.spec = module.__spec__
         return module

@@ -14,8 +14,8 @@ class NrllmAgentsConfig(AppConfig):
     def ready(self) -> None:
         from django.core.signals import request_started
 
-        from . import executors
-        from .workers import jobs, maintenance  # noqa: F401  (checks: registers the settings checks)
+        from . import checks, executors  # noqa: F401  (checks: registers the settings checks)
+        from .workers import jobs, maintenance
 
         # The in-process executor calls the job by reference: the job sits above the runtime,
         # which dispatches, so the executor cannot import it.

@@ -18,7 +18,10 @@ from django.utils import timezone
 from ..conf import app_settings
 from .base import CLAIM_RETRY_DELAYS, QueueUnavailable
 
-JOB_FUNCTION = "nrllm_agents.workers.jobs.execute_run"
+# The job's name on the queue. It is the old path of ``workers.jobs.execute_run`` and stays so:
+# jobs already queued name it, and during a rolling deploy workers of the previous release run
+# the jobs this one enqueues (``nrllm_agents.MOVED`` answers it with the module at its new path).
+JOB_FUNCTION = "nrllm_agents.jobs.execute_run"
 
 # What Redis raises while it is away (down, restarting, loading its data, a failover in
 # progress): transient, unlike a refused command or a bad configuration.
