@@ -303,7 +303,7 @@ class AgentRunAdmin(admin.ModelAdmin):
                         "cancel": describe.cancel_text(status["cancel"]) if status["cancel"] else "",
                         "error": status["error"],
                     },
-                    "stream_url": reverse("nrllm_web:run-stream", args=[obj.pk]),
+                    "stream_url": reverse("nrllm_api:run-stream", args=[obj.pk]),
                     "live": not stream_finished(obj),
                     "timeline": timeline.rows(events),
                     "picture": gantt.build(obj, events),

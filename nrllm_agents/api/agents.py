@@ -20,8 +20,8 @@ from ..models import Agent
 from ..setup import agents
 from ..vocabulary import policy
 from .fields import StrictCharField
+from .responses import ErrorSerializer
 from .schema import AUTH_ERRORS, BAD_REQUEST
-from .serializers import ErrorSerializer
 from .views import RunAPIView, checked_body
 
 NAME = OpenApiParameter(
