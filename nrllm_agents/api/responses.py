@@ -47,19 +47,19 @@ def run_representation(run: AgentRun, *, expand_request: bool = True) -> dict[st
 # --- input ----------------------------------------------------------------------------------
 
 
-class UsageSerializer(serializers.Serializer):
+class UsageSerializer(serializers.Serializer[Any]):
     prompt_tokens = serializers.IntegerField()
     completion_tokens = serializers.IntegerField()
     total_tokens = serializers.IntegerField()
 
 
-class PendingCallSerializer(serializers.Serializer):
+class PendingCallSerializer(serializers.Serializer[Any]):
     id = serializers.CharField()
     name = serializers.CharField()
     arguments = serializers.DictField()
 
 
-class LimitDetailSerializer(serializers.Serializer):
+class LimitDetailSerializer(serializers.Serializer[Any]):
     limit = serializers.ChoiceField(
         ["deadline_seconds", "max_total_tokens", "max_cost"], help_text="The limit exceeded."
     )
@@ -70,18 +70,18 @@ class LimitDetailSerializer(serializers.Serializer):
     unit = serializers.CharField(help_text="s, tokens, or the currency (max_cost).")
 
 
-class AgentRefSerializer(serializers.Serializer):
+class AgentRefSerializer(serializers.Serializer[Any]):
     name = serializers.CharField()
     version = serializers.IntegerField(help_text="Exactly this version (its definition is kept with the run).")
 
 
-class CostSerializer(serializers.Serializer):
+class CostSerializer(serializers.Serializer[Any]):
     amount = serializers.CharField(help_text="A decimal string, exact: the run's model calls at the prices in force.")
     currency = serializers.CharField()
     estimated = serializers.BooleanField(help_text="Part of it was priced from an interrupted call's estimated tokens.")
 
 
-class LimitsSerializer(serializers.Serializer):
+class LimitsSerializer(serializers.Serializer[Any]):
     deadline_seconds = serializers.IntegerField(allow_null=True, help_text="null: no deadline.")
     max_total_tokens = serializers.IntegerField(allow_null=True, help_text="null: no token budget.")
     max_cost = serializers.CharField(allow_null=True, help_text="A decimal string; null: no cost limit.")
@@ -90,12 +90,12 @@ class LimitsSerializer(serializers.Serializer):
     )
 
 
-class ParentSerializer(serializers.Serializer):
+class ParentSerializer(serializers.Serializer[Any]):
     run_id = serializers.UUIDField(help_text="The run this one was forked from.")
     from_sequence = serializers.IntegerField(help_text="The parent's last step copied into this run.")
 
 
-class CancelRecordSerializer(serializers.Serializer):
+class CancelRecordSerializer(serializers.Serializer[Any]):
     requested_at = serializers.DateTimeField()
     by = serializers.CharField(allow_null=True, help_text="Username of who cancelled, if a user did.")
     source = serializers.ChoiceField(CancelSource.choices, allow_null=True)
@@ -106,7 +106,7 @@ class CancelRecordSerializer(serializers.Serializer):
     limit = LimitDetailSerializer(allow_null=True, help_text="Set when a limit cancelled the run (source system).")
 
 
-class RunRequestEchoSerializer(serializers.Serializer):
+class RunRequestEchoSerializer(serializers.Serializer[Any]):
     prompt = serializers.CharField()
     provider = serializers.CharField()
     model = serializers.CharField(allow_blank=True)
@@ -124,14 +124,14 @@ class RunRequestEchoSerializer(serializers.Serializer):
     )
 
 
-class RunThreadSerializer(serializers.Serializer):
+class RunThreadSerializer(serializers.Serializer[Any]):
     thread_id = serializers.UUIDField(help_text="The thread this run answers a message of.")
     position = serializers.IntegerField(help_text="The message's place in its thread, from 0.")
     multitask_strategy = serializers.ChoiceField(MultitaskStrategy.choices, allow_null=True)
     rolled_back = serializers.BooleanField(help_text="A later message rolled this run's turn out of the transcript.")
 
 
-class RunSerializer(serializers.Serializer):
+class RunSerializer(serializers.Serializer[Any]):
     """A run: status, reason, request, timestamps, usage, pending approval and cancel record."""
 
     run_id = serializers.UUIDField()
@@ -171,7 +171,7 @@ class RunOutcomeSerializer(RunSerializer):
     )
 
 
-class EventSerializer(serializers.Serializer):
+class EventSerializer(serializers.Serializer[Any]):
     run_id = serializers.UUIDField()
     sequence = serializers.IntegerField()
     kind = serializers.ChoiceField([k.value for k in StepKind])
@@ -181,7 +181,7 @@ class EventSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
 
-class EventPageSerializer(serializers.Serializer):
+class EventPageSerializer(serializers.Serializer[Any]):
     run_id = serializers.UUIDField()
     status = serializers.ChoiceField(RunStatus.choices)
     finished = serializers.BooleanField(help_text="Nothing more will be appended for now; stop polling.")
@@ -190,7 +190,7 @@ class EventPageSerializer(serializers.Serializer):
     has_more = serializers.BooleanField(help_text="More steps are already recorded past this page.")
 
 
-class CancelResponseSerializer(serializers.Serializer):
+class CancelResponseSerializer(serializers.Serializer[Any]):
     run_id = serializers.UUIDField()
     outcome = serializers.ChoiceField([o.value for o in CancelOutcome if o != CancelOutcome.NOT_FOUND])
     previous_status = serializers.ChoiceField(RunStatus.choices, help_text="The status the cancel found.")
@@ -207,7 +207,7 @@ class _CountsField(serializers.DictField):
     child = serializers.IntegerField()
 
 
-class BulkCancelResponseSerializer(serializers.Serializer):
+class BulkCancelResponseSerializer(serializers.Serializer[Any]):
     dry_run = serializers.BooleanField()
     matched = serializers.IntegerField(help_text="Selected runs the caller may see.")
     cancelled = _CountsField(help_text="Previous status -> runs cancelled (in a dry run: that would be).")
@@ -219,7 +219,7 @@ class BulkCancelResponseSerializer(serializers.Serializer):
     detail = serializers.CharField(help_text="What was (or would be) done, in the words every surface uses.")
 
 
-class ThreadRunSerializer(serializers.Serializer):
+class ThreadRunSerializer(serializers.Serializer[Any]):
     run_id = serializers.UUIDField()
     position = serializers.IntegerField()
     prompt = serializers.CharField()
@@ -230,7 +230,7 @@ class ThreadRunSerializer(serializers.Serializer):
     final_text = serializers.CharField(allow_null=True)
 
 
-class ThreadSerializer(serializers.Serializer):
+class ThreadSerializer(serializers.Serializer[Any]):
     """A thread: its owner and its last activity; in detail also its runs and its messages."""
 
     thread_id = serializers.UUIDField()
@@ -251,27 +251,27 @@ class ThreadDetailSerializer(ThreadSerializer):
     messages_from = serializers.UUIDField(allow_null=True, help_text="The run whose stream the messages come from.")
 
 
-class ThreadBusySerializer(serializers.Serializer):
+class ThreadBusySerializer(serializers.Serializer[Any]):
     detail = serializers.CharField()
     thread_id = serializers.UUIDField()
     run_id = serializers.UUIDField(help_text="The run of the thread that is still active.")
     status = serializers.CharField()
 
 
-class ErrorSerializer(serializers.Serializer):
+class ErrorSerializer(serializers.Serializer[Any]):
     detail = serializers.CharField()
 
 
-class ConflictSerializer(serializers.Serializer):
+class ConflictSerializer(serializers.Serializer[Any]):
     detail = serializers.CharField()
     run_id = serializers.UUIDField()
     status = serializers.ChoiceField(RunStatus.choices, help_text="The run's current status.")
 
 
-class EnqueueFailedSerializer(serializers.Serializer):
+class EnqueueFailedSerializer(serializers.Serializer[Any]):
     detail = serializers.CharField()
     run_id = serializers.UUIDField(help_text="The run, now failed with reason enqueue_failed.")
 
 
-class ValidationErrorSerializer(serializers.Serializer):
+class ValidationErrorSerializer(serializers.Serializer[Any]):
     """A 400: ``detail`` for an unreadable body, else field -> messages (see ``errors.flatten_errors``)."""

@@ -34,7 +34,7 @@ MAX_EVENTS_PAGE = 1000
 DEFAULT_EVENTS_PAGE = 100
 
 
-class RunFilterSerializer(serializers.Serializer):
+class RunFilterSerializer(serializers.Serializer[Any]):
     """Filters of ``GET /api/runs/``; repeat ``status`` or ``termination_reason`` to match any."""
 
     status = serializers.ListField(
@@ -54,7 +54,7 @@ class RunFilterSerializer(serializers.Serializer):
     )
 
 
-class EventsQuerySerializer(serializers.Serializer):
+class EventsQuerySerializer(serializers.Serializer[Any]):
     """Paging of a run's step stream by sequence."""
 
     after = serializers.IntegerField(
@@ -73,7 +73,7 @@ class EventsQuerySerializer(serializers.Serializer):
     )
 
 
-class ClosedSerializer(serializers.Serializer):
+class ClosedSerializer(serializers.Serializer[Any]):
     """A request body that names only known fields: an unknown one is a 400, as on create."""
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -137,17 +137,17 @@ class BulkCancelRequestSerializer(ClosedSerializer):
         return attrs
 
 
-class _TurnUsageSerializer(serializers.Serializer):
+class _TurnUsageSerializer(serializers.Serializer[Any]):
     prompt_tokens = StrictIntegerField(required=False, min_value=0, max_value=MAX_USAGE_TOKENS)
     completion_tokens = StrictIntegerField(required=False, min_value=0, max_value=MAX_USAGE_TOKENS)
 
 
-class _ScriptToolCallSerializer(serializers.Serializer):
+class _ScriptToolCallSerializer(serializers.Serializer[Any]):
     name = StrictCharField()
     arguments = serializers.DictField(required=False)
 
 
-class ScriptTurnSerializer(serializers.Serializer):
+class ScriptTurnSerializer(serializers.Serializer[Any]):
     """One scripted model turn: exactly one of ``content`` or ``tool_calls``."""
 
     content = StrictCharField(required=False, allow_blank=True, trim_whitespace=False)
@@ -164,7 +164,7 @@ class ScriptTurnSerializer(serializers.Serializer):
     )
 
 
-class CreateRunSerializer(serializers.Serializer):
+class CreateRunSerializer(serializers.Serializer[Any]):
     """The shape of ``POST /api/runs/``: types, choices and bounds, exactly as the schema states them.
 
     The view checks this shape first (omit a field for its default; ``null`` is not a value), then

@@ -206,7 +206,8 @@ async def async_stream(run_id: uuid.UUID, after: int, pace: Pace, slot: Slot) ->
 def _user(request: HttpRequest) -> tuple[Any, str | None]:
     """The caller from a DRF token, else the session; with the reason a token was refused."""
     try:
-        found = TokenAuthentication().authenticate(request)
+        # The stubs want DRF's Request; the token check reads only ``META``, which this has.
+        found = TokenAuthentication().authenticate(request)  # type: ignore[arg-type]
     except AuthenticationFailed as exc:
         return None, str(exc.detail)
     if found is not None:
@@ -237,9 +238,9 @@ def run_stream(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         response["WWW-Authenticate"] = "Token"
         return response
     run = policy.visible_runs(user).filter(pk=run_id).first()
-    refused = answers.refusal(policy.verdict(user, policy.Action.STREAM, run), policy.Action.STREAM)
-    if refused is not None:  # a visible run is always streamable: this is a 404
-        return answers.json_response(refused)
+    hidden = answers.refusal(policy.verdict(user, policy.Action.STREAM, run), policy.Action.STREAM)
+    if hidden is not None:  # a visible run is always streamable: this is a 404
+        return answers.json_response(hidden)
     after = _resume_after(request)
     if after is None:
         return JsonResponse(
@@ -254,14 +255,14 @@ def run_stream(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         # Under ASGI a sync iterator would be consumed whole before sending; under WSGI an async one.
         stream = async_stream if isinstance(request, ASGIRequest) else sync_stream
         content = stream(run_id, after, pace, slot)
-        response = _SlotResponse(slot, content, content_type="text/event-stream; charset=utf-8")
+        streaming = _SlotResponse(slot, content, content_type="text/event-stream; charset=utf-8")
     except BaseException:
         slot.release()
         raise
-    response["Cache-Control"] = "no-cache, no-transform"
-    response["X-Accel-Buffering"] = "no"
+    streaming["Cache-Control"] = "no-cache, no-transform"
+    streaming["X-Accel-Buffering"] = "no"
     release_connection()  # the checks above used this thread's connection; a stream holds none
-    return response
+    return streaming
 
 
 class _SlotResponse(StreamingHttpResponse):

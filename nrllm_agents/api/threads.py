@@ -76,7 +76,7 @@ class ThreadAPIView(RunAPIView):
         return thread
 
 
-class ThreadListCreateView(generics.ListAPIView, ThreadAPIView):
+class ThreadListCreateView(generics.ListAPIView[Thread], ThreadAPIView):
     """``GET /api/threads/`` (most recently active first) and ``POST /api/threads/``."""
 
     serializer_class = r.ThreadSerializer

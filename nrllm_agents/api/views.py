@@ -33,7 +33,7 @@ from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, RUN_ID,
 from .throttling import CANCEL_SCOPE, CREATE_SCOPE
 
 
-class RunListCreateView(generics.ListAPIView, RunAPIView):
+class RunListCreateView(generics.ListAPIView[AgentRun], RunAPIView):
     """``GET /api/runs/`` (newest first, filtered, paginated) and ``POST /api/runs/``."""
 
     serializer_class = r.RunSerializer

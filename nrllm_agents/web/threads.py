@@ -52,7 +52,8 @@ class MessageForm(forms.Form):
         self.run_request: RunRequest | None = None
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if self.errors:
             return data
         mapping: dict[str, Any] = {"prompt": data["prompt"]}
@@ -87,7 +88,7 @@ def _visible_thread(request: HttpRequest, thread_id: uuid.UUID, action: policy.A
 @login_required
 def thread_list(request: HttpRequest) -> HttpResponse:
     """The user's threads, most recently active first, and a button for a new one."""
-    recent = Thread.objects.filter(owner=request.user).order_by("-last_activity_at")[:RECENT_THREADS]
+    recent = Thread.objects.filter(owner_id=request.user.pk).order_by("-last_activity_at")[:RECENT_THREADS]
     return render(request, "nrllm_agents/threads.html", {"threads": recent})
 
 

@@ -298,7 +298,7 @@ def fork_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         return _answer(request, run.pk, 400, messages.ERROR, "Choose a step to continue from.")
     changes = ForkForm(request.POST)
     if not changes.is_valid():
-        problem = "; ".join(f"{name}: {' '.join(errors)}" for name, errors in changes.errors.items())
+        problem = "; ".join(f"{name}: {' '.join(str(e) for e in errors)}" for name, errors in changes.errors.items())
         return _answer(request, run.pk, 400, messages.ERROR, f"Cannot continue with these changes: {problem}")
     overrides = changes.overrides()
     refusal = policy.provider_refusal(provider_of(run, overrides))
