@@ -9,7 +9,7 @@ confirmation and the per-outcome summaries are ``cancel``'s.
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -24,15 +24,11 @@ from ..models import AgentRun, CancelSource
 from ..runtime.agent_runtime import AgentRuntime, InvalidRunId, parse_run_id
 from ..vocabulary import policy
 from . import timeline
+from .bases import RunModelAdmin
 from .cancel import CancelForm, bulk_summary, confirmation, single_summary
 
-if TYPE_CHECKING:  # Django's admin classes are generic to django-stubs only, not at run time
-    _RunModelAdmin = admin.ModelAdmin[AgentRun]
-else:
-    _RunModelAdmin = admin.ModelAdmin
 
-
-class RunCancelAdmin(_RunModelAdmin):
+class RunCancelAdmin(RunModelAdmin):
     """The cancel half of ``AgentRunAdmin`` (which adds ``<id>/cancel/`` to its URLs)."""
 
     runtime = AgentRuntime()
