@@ -7,7 +7,7 @@ is named here once: parametrised for mypy, Django's own class for Python.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from django import forms
 from django.contrib import admin
@@ -15,13 +15,13 @@ from django.contrib import admin
 from ..models import Agent, AgentRun, AgentVersion, Connection, Note, Thread
 
 if TYPE_CHECKING:
-    AnyModelAdmin = admin.ModelAdmin[Any]
-    RunModelAdmin = admin.ModelAdmin[AgentRun]
-    ThreadModelAdmin = admin.ModelAdmin[Thread]
-    NoteModelAdmin = admin.ModelAdmin[Note]
-    ConnectionModelForm = forms.ModelForm[Connection]
-    AgentModelForm = forms.ModelForm[Agent]
-    AgentVersionTabularInline = admin.TabularInline[AgentVersion, Agent]
+    AnyModelAdmin: TypeAlias = admin.ModelAdmin[Any]
+    RunModelAdmin: TypeAlias = admin.ModelAdmin[AgentRun]
+    ThreadModelAdmin: TypeAlias = admin.ModelAdmin[Thread]
+    NoteModelAdmin: TypeAlias = admin.ModelAdmin[Note]
+    ConnectionModelForm: TypeAlias = forms.ModelForm[Connection]
+    AgentModelForm: TypeAlias = forms.ModelForm[Agent]
+    AgentVersionTabularInline: TypeAlias = admin.TabularInline[AgentVersion, Agent]
 else:
     AnyModelAdmin = RunModelAdmin = ThreadModelAdmin = NoteModelAdmin = admin.ModelAdmin
     ConnectionModelForm = AgentModelForm = forms.ModelForm
