@@ -18,7 +18,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
-from ..models import RunStatus
+from ..models import AgentRun, RunStatus
 from ..runtime.agent_runtime import CancelResult
 from ..store import MAX_REASON_CHARS, BulkCancel
 from ..vocabulary.outcomes import EXECUTING_STOPS, bulk_wording, cancel_wording
@@ -70,9 +70,9 @@ def single_summary(result: CancelResult) -> tuple[str, int]:
 
 
 def confirmation(
-    modeladmin: ModelAdmin,
+    modeladmin: ModelAdmin[Any],
     request: HttpRequest,
-    queryset: QuerySet,
+    queryset: QuerySet[AgentRun],
     *,
     form: CancelForm,
     counts: BulkCancel,

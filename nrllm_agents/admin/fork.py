@@ -28,7 +28,7 @@ FORK_MAX_RUNS = 20  # forks start paid work: a bigger selection is refused, not 
 
 
 @admin.action(description="Fork selected runs (continue each from its last step before the stop)", permissions=["fork"])
-def fork_selected(modeladmin: ModelAdmin, request: HttpRequest, queryset: QuerySet[AgentRun]) -> None:
+def fork_selected(modeladmin: ModelAdmin[Any], request: HttpRequest, queryset: QuerySet[AgentRun]) -> None:
     """Queue a fork of each selected run, owned by the operator; report the forks and each refusal."""
     runs = list(queryset.order_by("created_at").values_list("pk", flat=True)[: FORK_MAX_RUNS + 1])
     if len(runs) > FORK_MAX_RUNS:

@@ -6,10 +6,11 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from ..models import Note
+from .bases import NoteModelAdmin
 
 
 @admin.register(Note)
-class NoteAdmin(admin.ModelAdmin):
+class NoteAdmin(NoteModelAdmin):
     """Read-only: a note is what an agent produced after a human approved it."""
 
     list_display = ("title", "run", "created_at")

@@ -16,9 +16,10 @@ from django.http import HttpRequest
 from ..models import Agent, AgentVersion, Connection, Price
 from ..setup import agents
 from ..vocabulary import policy
+from .bases import AgentModelForm, AgentVersionTabularInline, AnyModelAdmin, ConnectionModelForm
 
 
-class _Configured(admin.ModelAdmin):
+class _Configured(AnyModelAdmin):
     """Permissions from ``policy.may_configure`` for the model this admin serves."""
 
     def _may(self, request: HttpRequest, action: policy.Setup) -> bool:
@@ -40,7 +41,7 @@ class _Configured(admin.ModelAdmin):
         return self._may(request, policy.Setup.DELETE)
 
 
-class ConnectionForm(forms.ModelForm):
+class ConnectionForm(ConnectionModelForm):
     base_url = forms.URLField(max_length=500, assume_scheme="https", help_text="Where the key is sent.")
     api_key = forms.CharField(
         required=False,
@@ -95,7 +96,7 @@ class PriceAdmin(_Configured):
         return field
 
 
-class AgentForm(forms.ModelForm):
+class AgentForm(AgentModelForm):
     definition = forms.JSONField(
         initial=dict,
         help_text="Run request fields the agent sets (system, connection, provider, model, tools, max_iterations, "
@@ -120,7 +121,7 @@ class AgentForm(forms.ModelForm):
             raise forms.ValidationError(str(exc)) from None
 
 
-class AgentVersionInline(admin.TabularInline):
+class AgentVersionInline(AgentVersionTabularInline):
     model = AgentVersion
     fields = ("version", "definition", "created_at", "created_by")
     readonly_fields = fields

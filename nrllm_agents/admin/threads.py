@@ -26,6 +26,7 @@ from ..runtime import threads
 from ..runtime.agent_runtime import AgentRuntime
 from ..vocabulary import policy
 from ..vocabulary.run_request import MAX_PROMPT_CHARS, InvalidRequest
+from .bases import ThreadModelAdmin
 
 
 class MessageForm(forms.Form):
@@ -36,7 +37,7 @@ class MessageForm(forms.Form):
 
 
 @admin.register(Thread)
-class ThreadAdmin(admin.ModelAdmin):
+class ThreadAdmin(ThreadModelAdmin):
     """Lists and shows threads; posts messages through ``AgentRuntime.post`` only."""
 
     list_display = ("id", "title", "owner", "run_count", "created_at", "last_activity_at")

@@ -19,10 +19,10 @@ from rest_framework.response import Response
 from ..models import Agent
 from ..setup import agents
 from ..vocabulary import policy
+from .base import RunAPIView, checked_body
 from .fields import StrictCharField
+from .responses import ErrorSerializer
 from .schema import AUTH_ERRORS, BAD_REQUEST
-from .serializers import ErrorSerializer
-from .views import RunAPIView, checked_body
 
 NAME = OpenApiParameter(
     "name", OpenApiTypes.STR, OpenApiParameter.PATH, description="The agent's name.", pattern=r"^[-a-zA-Z0-9_]{1,100}$"
@@ -31,7 +31,7 @@ AGENT_NOT_FOUND = "No agent with this name."
 FORBIDDEN = "You may not change agents: it takes staff with the agent permission."
 
 
-class AgentWriteSerializer(serializers.Serializer):
+class AgentWriteSerializer(serializers.Serializer[Any]):
     """The body of a create (with ``name``) or an edit: the definition of the new version."""
 
     name = StrictCharField(max_length=100, help_text="Letters, digits, - and _ (create only).")
@@ -46,14 +46,14 @@ class AgentEditSerializer(AgentWriteSerializer):
     name = None  # type: ignore[assignment]
 
 
-class AgentVersionSerializer(serializers.Serializer):
+class AgentVersionSerializer(serializers.Serializer[Any]):
     version = serializers.IntegerField()
     definition = serializers.DictField()
     created_at = serializers.DateTimeField()
     created_by = serializers.CharField(allow_null=True)
 
 
-class AgentSerializer(serializers.Serializer):
+class AgentSerializer(serializers.Serializer[Any]):
     name = serializers.CharField()
     description = serializers.CharField(allow_blank=True)
     version = serializers.IntegerField(allow_null=True, help_text="The latest version.")

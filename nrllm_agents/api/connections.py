@@ -19,10 +19,10 @@ from ..crypto.vault import VaultError
 from ..models import Connection, ConnectionKind
 from ..setup import connections
 from ..vocabulary import policy
+from .base import RunAPIView, checked_body
 from .fields import StrictBooleanField, StrictCharField
+from .responses import ErrorSerializer
 from .schema import AUTH_ERRORS, BAD_REQUEST
-from .serializers import ErrorSerializer
-from .views import RunAPIView, checked_body
 
 NAME = OpenApiParameter(
     "name",
@@ -35,7 +35,7 @@ FORBIDDEN = "You may not do this to connections: it takes staff with the connect
 NOT_FOUND: dict[int, Any] = {404: OpenApiResponse(ErrorSerializer, "No connection with this name.")}
 
 
-class ConnectionWriteSerializer(serializers.Serializer):
+class ConnectionWriteSerializer(serializers.Serializer[Any]):
     name = StrictCharField(max_length=100, help_text="Letters, digits, - and _ (create only).")
     kind = serializers.ChoiceField(ConnectionKind.choices)
     base_url = StrictCharField(max_length=500, help_text="Where the key is sent.")
@@ -54,7 +54,7 @@ class ConnectionEditSerializer(ConnectionWriteSerializer):
     name = None  # type: ignore[assignment]
 
 
-class ConnectionSerializer(serializers.Serializer):
+class ConnectionSerializer(serializers.Serializer[Any]):
     name = serializers.CharField()
     kind = serializers.ChoiceField(ConnectionKind.choices)
     base_url = serializers.CharField()

@@ -1,10 +1,16 @@
-"""Error bodies: every error is JSON with ``detail``, or (400) field -> list of messages."""
+"""Error bodies: every error is JSON with ``detail``, or (400) field -> list of messages.
+
+Which status and ``detail`` a domain error or a policy refusal gets is ``http.answers``'s; this
+is DRF's hook that asks it."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
+
+from ..http import answers
 
 
 def flatten_errors(errors: Any, prefix: str = "") -> list[str]:
@@ -25,8 +31,16 @@ def flatten_errors(errors: Any, prefix: str = "") -> list[str]:
     return [f"{prefix.lstrip('.')}: {errors}" if prefix else str(errors)]
 
 
-def exception_handler(exc: Exception, context: dict[str, Any]) -> Any:
-    """DRF's handler, with 400 bodies flattened to field -> list of strings."""
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """``http.answers`` for a policy refusal or a domain error, else DRF's handler, with 400
+    bodies flattened to field -> list of strings.
+
+    A domain error does not roll back the request's transaction: what the runtime settled
+    before raising (a run marked ``failed`` by a refused enqueue) stays.
+    """
+    answer = answers.for_error(exc)
+    if answer is not None:
+        return Response(answer.body, status=answer.status, headers=answer.headers or None)
     response = drf_exception_handler(exc, context)
     if (
         response is not None

@@ -11,18 +11,15 @@ from typing import Any
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
-from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ..executors.dispatch import EnqueueError
-from ..runtime.agent_runtime import RunNotFound
-from ..runtime.forks import ParentStillActive, provider_of
-from ..vocabulary.run_request import InvalidRequest
+from ..runtime.forks import provider_of
+from . import responses as r
 from . import serializers as s
+from .base import RunAPIView, checked_body, refuse_provider, sync_slot
 from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, RUN_ID, THROTTLED
 from .throttling import CREATE_SCOPE
-from .views import NOT_FOUND_DETAIL, RunAPIView, checked_body, enqueue_failed, refuse_provider, sync_slot
 
 
 class RunForkView(RunAPIView):
@@ -39,10 +36,10 @@ class RunForkView(RunAPIView):
         "changed. Anything not overridden is copied from the parent. Queued (202) or executed "
         "here (`mode` sync: 201).",
         responses={
-            202: OpenApiResponse(s.RunOutcomeSerializer, "Queued: a worker runs the fork."),
-            201: OpenApiResponse(s.RunOutcomeSerializer, "Executed here: the fork and its outcome."),
+            202: OpenApiResponse(r.RunOutcomeSerializer, "Queued: a worker runs the fork."),
+            201: OpenApiResponse(r.RunOutcomeSerializer, "Executed here: the fork and its outcome."),
             409: OpenApiResponse(
-                s.ConflictSerializer, "The run has not stopped yet (queued, running, waiting): nothing to fork."
+                r.ConflictSerializer, "The run has not stopped yet (queued, running, waiting): nothing to fork."
             ),
             **BAD_REQUEST,
             **AUTH_ERRORS,
@@ -58,25 +55,10 @@ class RunForkView(RunAPIView):
         from_sequence = overrides.pop("from_sequence", None)
         refuse_provider(provider_of(parent, overrides))
         slot = sync_slot(request) if mode == "sync" else None
-        try:
+        try:  # an invalid request, a parent deleted or not stopped, a refused enqueue: ``http.answers``
             result = self.runtime.fork(
                 parent.pk, from_sequence=from_sequence, overrides=overrides, owner=request.user, queued=mode != "sync"
             )
-        except InvalidRequest as exc:
-            raise ValidationError({field: [message] for field, message in exc.errors.items()}) from None
-        except RunNotFound:  # deleted in between
-            raise NotFound(NOT_FOUND_DETAIL) from None
-        except ParentStillActive as exc:
-            return Response(
-                {
-                    "detail": f"The run is {exc.status}; only a stopped run can be forked.",
-                    "run_id": str(parent.pk),
-                    "status": exc.status,
-                },
-                status=status.HTTP_409_CONFLICT,
-            )
-        except EnqueueError as exc:
-            return enqueue_failed(exc.run_id)
         finally:
             if slot is not None:
                 slot.release()

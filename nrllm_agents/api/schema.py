@@ -8,7 +8,7 @@ from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 
-from . import serializers as s
+from . import responses as r
 
 # Served with the schema (``SpectacularAPIView(custom_settings=...)``): one name per shared choice set.
 SCHEMA_SETTINGS: dict[str, Any] = {
@@ -28,27 +28,27 @@ SCHEMA_SETTINGS: dict[str, Any] = {
 RUN_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The run's id.")
 
 AUTH_ERRORS: dict[int, Any] = {
-    401: OpenApiResponse(s.ErrorSerializer, "Not authenticated (send `Authorization: Token ...`, or log in)."),
-    403: OpenApiResponse(s.ErrorSerializer, "Authenticated, but not allowed (e.g. a session without its CSRF token)."),
+    401: OpenApiResponse(r.ErrorSerializer, "Not authenticated (send `Authorization: Token ...`, or log in)."),
+    403: OpenApiResponse(r.ErrorSerializer, "Authenticated, but not allowed (e.g. a session without its CSRF token)."),
 }
-BAD_REQUEST: dict[int, Any] = {400: OpenApiResponse(s.ValidationErrorSerializer, "Invalid input.")}
+BAD_REQUEST: dict[int, Any] = {400: OpenApiResponse(r.ValidationErrorSerializer, "Invalid input.")}
 NOT_FOUND: dict[int, Any] = {
-    404: OpenApiResponse(s.ErrorSerializer, "Unknown run, a run the caller may not see, or a malformed id."),
+    404: OpenApiResponse(r.ErrorSerializer, "Unknown run, a run the caller may not see, or a malformed id."),
 }
 THROTTLED: dict[int, Any] = {
     429: OpenApiResponse(
-        s.ErrorSerializer, "Too many requests, or too many sync runs executing for this caller; see Retry-After."
+        r.ErrorSerializer, "Too many requests, or too many sync runs executing for this caller; see Retry-After."
     )
 }
 ENQUEUE_FAILED: dict[int, Any] = {
-    503: OpenApiResponse(s.EnqueueFailedSerializer, "The queue is unavailable; the run was marked failed."),
+    503: OpenApiResponse(r.EnqueueFailedSerializer, "The queue is unavailable; the run was marked failed."),
 }
 
 
 class ValidationErrorExtension(OpenApiSerializerExtension):
     """Documents ``ValidationErrorSerializer``: an object of field -> messages (see ``errors``)."""
 
-    target_class = s.ValidationErrorSerializer
+    target_class = r.ValidationErrorSerializer
 
     def get_name(self, auto_schema: Any, direction: Any) -> str:
         return "ValidationError"

@@ -21,10 +21,14 @@ any process:
 It waits to be woken (``watch.py``, ``push.py``): on PostgreSQL by the process's one
 listening connection, holding no database connection while idle; elsewhere it polls every
 ``STREAM_POLL_SECONDS``. A user may hold ``STREAM_MAX_PER_USER`` open streams and a process
-``STREAM_MAX_OPEN`` (``limits.py``); past either, the answer is 429 with a JSON ``detail``.
+``STREAM_MAX_OPEN`` (``admission`` slots of kind ``STREAM``); past either, the answer is 429
+with a JSON ``detail``. A stream takes its slot before it starts and gives it back however it
+ends: ``Slot.release`` is idempotent and is called both by the stream's own ``finally`` and by
+the response's ``close()`` (a response closed before its first chunk never runs its generator).
 
 Authentication: the session, or a DRF token (``Authorization: Token <key>``). Who may
-stream which run is ``nrllm_agents.vocabulary.policy``'s decision; anything else is 404.
+stream which run is ``nrllm_agents.vocabulary.policy``'s decision; anything else is 404
+(``http.answers``). Routed by ``api/urls.py`` at ``nrllm_api:run-stream``.
 
 Served by a sync generator under WSGI (runserver, gunicorn gthread) and an async generator
 under ASGI (uvicorn), never buffered by Django. Behind a reverse proxy, responses carry
@@ -51,13 +55,14 @@ from django.views.decorators.http import require_GET
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
+from ..admission import Kind, Slot, SlotRefused, hold
 from ..conf import app_settings
+from ..http import answers
 from ..live.push import StepData
 from ..live.watch import Update, Watch, release_connection
+from ..runtime.forks import MAX_SEQUENCE
 from ..vocabulary import describe, policy
-from ..web import limits
-from ..web.limits import StreamSlot
-from .serializers import MAX_SEQUENCE, EventsQuerySerializer
+from .serializers import EventsQuerySerializer
 
 RETRY_AFTER_SECONDS = 5
 
@@ -162,7 +167,7 @@ class _Clock:
         return max(0.0, min(idle, self.pace.poll) if not watch.pushed else idle)
 
 
-def sync_stream(run_id: uuid.UUID, after: int, pace: Pace, slot: StreamSlot) -> Iterator[str]:
+def sync_stream(run_id: uuid.UUID, after: int, pace: Pace, slot: Slot) -> Iterator[str]:
     """The stream for WSGI servers: blocks its worker thread until something arrives."""
     clock = _Clock(pace)
     watch = Watch(run_id, after, poll=pace.poll)
@@ -180,7 +185,7 @@ def sync_stream(run_id: uuid.UUID, after: int, pace: Pace, slot: StreamSlot) -> 
         slot.release()
 
 
-async def async_stream(run_id: uuid.UUID, after: int, pace: Pace, slot: StreamSlot) -> AsyncIterator[str]:
+async def async_stream(run_id: uuid.UUID, after: int, pace: Pace, slot: Slot) -> AsyncIterator[str]:
     """The stream for ASGI servers: waits on the event loop, reads in a worker thread."""
     clock = _Clock(pace)
     watch = Watch(run_id, after, loop=asyncio.get_running_loop(), poll=pace.poll)
@@ -201,7 +206,8 @@ async def async_stream(run_id: uuid.UUID, after: int, pace: Pace, slot: StreamSl
 def _user(request: HttpRequest) -> tuple[Any, str | None]:
     """The caller from a DRF token, else the session; with the reason a token was refused."""
     try:
-        found = TokenAuthentication().authenticate(request)
+        # The stubs want DRF's Request; the token check reads only ``META``, which this has.
+        found = TokenAuthentication().authenticate(request)  # type: ignore[arg-type]
     except AuthenticationFailed as exc:
         return None, str(exc.detail)
     if found is not None:
@@ -232,38 +238,37 @@ def run_stream(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         response["WWW-Authenticate"] = "Token"
         return response
     run = policy.visible_runs(user).filter(pk=run_id).first()
-    if run is None or not policy.may(user, policy.Action.STREAM, run):
-        return JsonResponse({"detail": "Not found."}, status=404)
+    hidden = answers.refusal(policy.verdict(user, policy.Action.STREAM, run), policy.Action.STREAM)
+    if hidden is not None:  # a visible run is always streamable: this is a 404
+        return answers.json_response(hidden)
     after = _resume_after(request)
     if after is None:
         return JsonResponse(
             {"detail": f"Last-Event-ID / after must be a step sequence (an integer from -1 to {MAX_SEQUENCE})."},
             status=400,
         )
-    slot = limits.acquire(user.pk)
-    if isinstance(slot, limits.StreamRefused):
-        response = JsonResponse({"detail": slot.detail}, status=429)
-        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
-        return response
+    slot = hold(Kind.STREAM, user.pk)
+    if isinstance(slot, SlotRefused):
+        return answers.json_response(answers.too_many(slot.detail, RETRY_AFTER_SECONDS))
     try:
         pace = Pace.from_settings()
         # Under ASGI a sync iterator would be consumed whole before sending; under WSGI an async one.
         stream = async_stream if isinstance(request, ASGIRequest) else sync_stream
         content = stream(run_id, after, pace, slot)
-        response = _SlotResponse(slot, content, content_type="text/event-stream; charset=utf-8")
+        streaming = _SlotResponse(slot, content, content_type="text/event-stream; charset=utf-8")
     except BaseException:
         slot.release()
         raise
-    response["Cache-Control"] = "no-cache, no-transform"
-    response["X-Accel-Buffering"] = "no"
+    streaming["Cache-Control"] = "no-cache, no-transform"
+    streaming["X-Accel-Buffering"] = "no"
     release_connection()  # the checks above used this thread's connection; a stream holds none
-    return response
+    return streaming
 
 
 class _SlotResponse(StreamingHttpResponse):
     """Gives the stream's slot back when the server closes the response, even unstarted."""
 
-    def __init__(self, slot: limits.StreamSlot, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, slot: Slot, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._slot = slot
 

@@ -13,21 +13,20 @@ from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics, status
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ..executors.dispatch import EnqueueError
+from ..http import answers
 from ..models import ACTIVE, Thread
 from ..runtime import threads
 from ..vocabulary import policy
-from ..vocabulary.run_request import InvalidRequest, RunRequest
+from ..vocabulary.run_request import RunRequest
+from . import responses as r
 from . import serializers as s
+from .base import RunAPIView, RunPagination, checked_body, refuse_provider
 from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, THROTTLED
 from .throttling import CREATE_SCOPE
-from .views import RunAPIView, RunPagination, checked_body, enqueue_failed, refuse_provider
 
-THREAD_NOT_FOUND = "Thread not found."
 THREAD_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The thread's id.")
 
 
@@ -66,24 +65,21 @@ def thread_representation(thread: Thread, *, detail: bool = False) -> dict[str, 
 class ThreadAPIView(RunAPIView):
     def get_thread(self, thread_id: str, action: policy.Action = policy.Action.SEE) -> Thread:
         """The thread if the policy lets the caller ``action`` it: 404 hidden, 403 forbidden."""
-        try:
-            pk = threads.parse_thread_id(thread_id)
-        except threads.ThreadNotFound:
-            raise NotFound(THREAD_NOT_FOUND) from None
+        pk = threads.parse_thread_id(thread_id)  # ThreadNotFound: answered 404 like an unknown thread
         thread = policy.visible_threads(self.request.user).filter(pk=pk).first()
-        verdict = policy.verdict(self.request.user, action, thread)
-        if verdict == policy.Verdict.NOT_FOUND:
-            raise NotFound(THREAD_NOT_FOUND)
-        if verdict != policy.Verdict.ALLOWED:
-            raise PermissionDenied(policy.REFUSALS.get(action))
+        refused = answers.refusal(
+            policy.verdict(self.request.user, action, thread), action, not_found=answers.THREAD_NOT_FOUND
+        )
+        if refused is not None:
+            raise answers.Refused(refused)
         assert thread is not None
         return thread
 
 
-class ThreadListCreateView(generics.ListAPIView, ThreadAPIView):
+class ThreadListCreateView(generics.ListAPIView[Thread], ThreadAPIView):
     """``GET /api/threads/`` (most recently active first) and ``POST /api/threads/``."""
 
-    serializer_class = s.ThreadSerializer
+    serializer_class = r.ThreadSerializer
     pagination_class = RunPagination
     post_throttle_scope = CREATE_SCOPE
 
@@ -99,10 +95,10 @@ class ThreadListCreateView(generics.ListAPIView, ThreadAPIView):
         summary="List threads",
         description="The caller's threads (staff: all), most recently active first.",
         responses={
-            200: s.ThreadSerializer(many=True),
+            200: r.ThreadSerializer(many=True),
             **BAD_REQUEST,
             **AUTH_ERRORS,
-            404: OpenApiResponse(s.ErrorSerializer, "No such page."),
+            404: OpenApiResponse(r.ErrorSerializer, "No such page."),
         },
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -112,7 +108,7 @@ class ThreadListCreateView(generics.ListAPIView, ThreadAPIView):
         operation_id="threads_create",
         summary="Start a thread",
         request=s.CreateThreadSerializer,
-        responses={201: s.ThreadSerializer, **BAD_REQUEST, **AUTH_ERRORS, **THROTTLED},
+        responses={201: r.ThreadSerializer, **BAD_REQUEST, **AUTH_ERRORS, **THROTTLED},
     )
     def post(self, request: Request) -> Response:
         body = s.CreateThreadSerializer(data=checked_body(request, s.CreateThreadSerializer))
@@ -132,7 +128,7 @@ class ThreadDetailView(ThreadAPIView):
         parameters=[THREAD_ID],
         description="Its runs in message order (rolled-back ones too, marked) and `messages`: the "
         "transcript the thread's next run starts from.",
-        responses={200: s.ThreadDetailSerializer, **AUTH_ERRORS, **NOT_FOUND},
+        responses={200: r.ThreadDetailSerializer, **AUTH_ERRORS, **NOT_FOUND},
     )
     def get(self, request: Request, id: str) -> Response:
         return Response(thread_representation(self.get_thread(id), detail=True))
@@ -152,8 +148,8 @@ class ThreadMessageView(ThreadAPIView):
         "cancelled, source system, `interrupted_by_message`; its partial turn stays) or `rollback` "
         "(the same, and its turn leaves the transcript; the run and its steps stay, marked).",
         responses={
-            202: OpenApiResponse(s.RunSerializer, "Queued: the run that answers the message."),
-            409: OpenApiResponse(s.ThreadBusySerializer, "reject: a run of the thread is still active."),
+            202: OpenApiResponse(r.RunSerializer, "Queued: the run that answers the message."),
+            409: OpenApiResponse(r.ThreadBusySerializer, "reject: a run of the thread is still active."),
             **BAD_REQUEST,
             **AUTH_ERRORS,
             **NOT_FOUND,
@@ -165,26 +161,11 @@ class ThreadMessageView(ThreadAPIView):
         thread = self.get_thread(id, policy.Action.POST_MESSAGE)
         fields = checked_body(request, s.MessageRequestSerializer)
         strategy = fields.pop("multitask_strategy", None)
-        try:
-            run_request = RunRequest.from_mapping(fields)
-            refuse_provider(run_request.provider)
-            run_id = self.runtime.post(thread.pk, run_request, owner=request.user, strategy=strategy)
-        except InvalidRequest as exc:
-            raise ValidationError({field: [message] for field, message in exc.errors.items()}) from None
-        except threads.ThreadNotFound:  # purged in between
-            raise NotFound(THREAD_NOT_FOUND) from None
-        except threads.ThreadBusy as exc:
-            return Response(
-                {
-                    "detail": f"The thread is busy: run {exc.run_id} is {exc.status}; nothing was created.",
-                    "thread_id": str(thread.pk),
-                    "run_id": str(exc.run_id),
-                    "status": exc.status,
-                },
-                status=status.HTTP_409_CONFLICT,
-            )
-        except EnqueueError as exc:
-            return enqueue_failed(exc.run_id)
+        # an invalid request, a thread purged in between, a busy one (reject), a refused enqueue:
+        # answered by the handler (``http.answers``)
+        run_request = RunRequest.from_mapping(fields)
+        refuse_provider(run_request.provider)
+        run_id = self.runtime.post(thread.pk, run_request, owner=request.user, strategy=strategy)
         return Response(
             self.fresh(run_id),
             status=status.HTTP_202_ACCEPTED,

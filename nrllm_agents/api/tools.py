@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
@@ -10,11 +12,11 @@ from rest_framework.response import Response
 
 from ..setup import registry
 from ..vocabulary import policy
+from .base import RunAPIView
 from .schema import AUTH_ERRORS
-from .views import RunAPIView
 
 
-class OfferedToolSerializer(serializers.Serializer):
+class OfferedToolSerializer(serializers.Serializer[Any]):
     name = serializers.CharField(help_text="The name a run offers it by (`tools: [...]`, `--tool NAME`).")
     description = serializers.CharField()
     source = serializers.ChoiceField(["built-in", "settings", "mcp"])
@@ -23,7 +25,7 @@ class OfferedToolSerializer(serializers.Serializer):
     idempotent = serializers.BooleanField(help_text="May be repeated after a lost worker.")
 
 
-class ToolListSerializer(serializers.Serializer):
+class ToolListSerializer(serializers.Serializer[Any]):
     tools = OfferedToolSerializer(many=True)
     unavailable = serializers.DictField(
         child=serializers.CharField(), help_text="MCP servers that could not be listed, and why."

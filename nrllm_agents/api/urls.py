@@ -1,6 +1,7 @@
 """URLs of the REST API (included under ``api/``) with its OpenAPI schema and offline docs.
 
-``runs/<id>/stream/`` is left free for the playground's server-sent event stream.
+``runs/<id>/stream/`` is the browser's server-sent event stream (``stream``): a plain Django
+view, outside the schema, followed by the playground, the thread pages and the admin.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.permissions import IsAuthenticated
 
-from . import agents, connections, forks, threads, tools, views
+from . import agents, connections, forks, stream, threads, tools, views
 from .schema import SCHEMA_SETTINGS
 
 app_name = "nrllm_api"
@@ -25,6 +26,7 @@ urlpatterns = [
     path("runs/<str:id>/approve/", views.RunApproveView.as_view(), name="run-approve"),
     path("runs/<str:id>/events/", views.RunEventsView.as_view(), name="run-events"),
     path("runs/<str:id>/fork/", forks.RunForkView.as_view(), name="run-fork"),
+    path("runs/<uuid:run_id>/stream/", stream.run_stream, name="run-stream"),
     path("agents/", agents.AgentListView.as_view(), name="agent-list"),
     path("agents/<str:name>/", agents.AgentDetailView.as_view(), name="agent-detail"),
     path("connections/", connections.ConnectionListView.as_view(), name="connection-list"),

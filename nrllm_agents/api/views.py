@@ -1,6 +1,8 @@
 """The REST API over ``AgentRuntime``: list, create, inspect, approve and cancel runs.
 
-Every view calls the runtime and maps its result to an HTTP answer; none writes a status.
+Every view calls the runtime and maps its result to an HTTP answer; none writes a status. A
+refusal or a domain error (not found, not pending, a refused enqueue, an invalid request)
+propagates to the handler, which answers it as ``http.answers`` says.
 Who may see and act on which run is ``nrllm_agents.vocabulary.policy``'s decision: a run the caller may
 not see answers 404 with the same body as one that does not exist (and as a malformed id); a
 visible run the caller may not act on answers 403.
@@ -10,177 +12,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import QuerySet
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import generics, status
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
-from rest_framework.exceptions import NotFound, PermissionDenied, Throttled, ValidationError
-from rest_framework.pagination import PageNumberPagination
-from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from .. import admission
-from ..executors.dispatch import EnqueueError
 from ..models import AgentRun, CancelSource
-from ..runtime.agent_runtime import (
-    AgentRuntime,
-    ApprovalNotPending,
-    CancelOutcome,
-    InvalidRunId,
-    RunNotFound,
-    parse_run_id,
-)
+from ..runtime.agent_runtime import CancelOutcome, RunNotFound
 from ..vocabulary import policy
 from ..vocabulary.outcomes import bulk_wording, cancel_wording, queued_wording
 from ..vocabulary.presenters import event_dict, stream_finished
-from ..vocabulary.run_request import UNSTORABLE, InvalidRequest, RunRequest, unstorable
+from ..vocabulary.run_request import RunRequest
+from . import responses as r
 from . import serializers as s
-from .errors import exception_handler
-from .fields import positive_int, query_data
-from .parsers import BoundedJSONParser
+from .base import RunAPIView, RunPagination, checked_body, refuse_provider, sync_slot, with_children
+from .fields import query_data
 from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, RUN_ID, THROTTLED
-from .throttling import CANCEL_SCOPE, CREATE_SCOPE, RunRateThrottle
-
-NOT_FOUND_DETAIL = "Run not found."
-ENQUEUE_FAILED_DETAIL = "The queue did not accept the run; it was marked failed (enqueue_failed). Try again later."
+from .throttling import CANCEL_SCOPE, CREATE_SCOPE
 
 
-def enqueue_failed(run_id: Any) -> Response:
-    """The one answer to a queue that refused a run for good (create, fork, approve, thread message)."""
-    return Response(
-        {"detail": ENQUEUE_FAILED_DETAIL, "run_id": str(run_id)}, status=status.HTTP_503_SERVICE_UNAVAILABLE
-    )
-
-
-def with_children(runs: QuerySet[AgentRun], user: Any) -> QuerySet[AgentRun]:
-    """``runs`` with the forks of each that ``user`` may see, prefetched as ``visible_children``."""
-    children = policy.visible_runs(user).select_related(None).only("id", "parent_id").order_by("created_at")
-    return runs.prefetch_related(Prefetch("children", queryset=children, to_attr="visible_children"))
-
-
-def rejectunstorable(data: dict[str, Any]) -> None:
-    """Reject NUL and lone surrogate characters anywhere in a body the runtime stores as JSON.
-
-    PostgreSQL cannot store either (jsonb and text refuse NUL; UTF-8 cannot encode a lone
-    surrogate), so they are input errors here rather than server errors later.
-    """
-    errors = {
-        ("non_field_errors" if unstorable(key) else key): [UNSTORABLE]
-        for key, value in data.items()
-        if unstorable(key) or unstorable(value)
-    }
-    if errors:
-        raise ValidationError(errors)
-
-
-def refuse_provider(provider: str) -> None:
-    """A 400 naming the field when users may not start runs on ``provider`` (``policy``)."""
-    refusal = policy.provider_refusal(provider)
-    if refusal is not None:
-        raise ValidationError({"provider": [refusal]})
-
-
-class SyncCapacity(Throttled):
-    """429: the caller (or this process) already executes as many sync runs as allowed."""
-
-    def __init__(self, refused: admission.SlotRefused) -> None:
-        super().__init__(wait=1, detail=refused.detail)
-
-
-def sync_slot(request: Request) -> admission.Slot:
-    """A slot for a run executed in this request (``mode: sync``, a sync approval), else 429."""
-    slot = admission.hold(admission.Kind.SYNC, request.user.pk)
-    if isinstance(slot, admission.SlotRefused):
-        raise SyncCapacity(slot)
-    return slot
-
-
-def checked_body(request: Request, shape: type[Any]) -> dict[str, Any]:
-    """The JSON object body, once storable and of the serializer ``shape``; else a 400."""
-    data = request.data
-    if not isinstance(data, dict):
-        raise ValidationError({"non_field_errors": ["expected a JSON object"]})
-    rejectunstorable(data)
-    shape(data=data).is_valid(raise_exception=True)
-    return dict(data)
-
-
-class RunAPIView(APIView):
-    """Common ground: JSON bodies; token then session auth (so an anonymous caller gets 401
-    with a ``WWW-Authenticate: Token`` challenge); flat 400 bodies; throttles on POST only."""
-
-    parser_classes = [BoundedJSONParser]
-    authentication_classes = [TokenAuthentication, SessionAuthentication]
-    # Stated here, not left to the host project's REST_FRAMEWORK defaults: the API needs a
-    # signed-in caller whatever DEFAULT_PERMISSION_CLASSES says.
-    permission_classes = [IsAuthenticated]
-    post_throttle_scope: str | None = None
-    runtime = AgentRuntime()
-
-    def get_exception_handler(self) -> Any:
-        return exception_handler
-
-    def get_throttles(self) -> list[RunRateThrottle]:
-        if self.request.method == "POST" and self.post_throttle_scope:
-            return [RunRateThrottle(self.post_throttle_scope)]
-        return []
-
-    def get_run(self, run_id: str, action: policy.Action = policy.Action.SEE) -> AgentRun:
-        """The run with this id if the policy lets the caller ``action`` it.
-
-        404 when the caller may not see it (unknown, not visible and malformed look the same),
-        403 when they see it but may not act on it.
-        """
-        try:
-            pk = parse_run_id(run_id)
-        except InvalidRunId:
-            raise NotFound(NOT_FOUND_DETAIL) from None
-        run = with_children(policy.visible_runs(self.request.user), self.request.user).filter(pk=pk).first()
-        verdict = policy.verdict(self.request.user, action, run)
-        if verdict == policy.Verdict.NOT_FOUND:
-            raise NotFound(NOT_FOUND_DETAIL)
-        if verdict != policy.Verdict.ALLOWED:
-            raise PermissionDenied(policy.REFUSALS.get(action))
-        return run
-
-    def fresh(self, run_id: Any) -> dict[str, Any]:
-        """The run as it is now (after the runtime acted on it)."""
-        return s.run_representation(
-            with_children(policy.visible_runs(self.request.user), self.request.user).get(pk=run_id)
-        )
-
-
-class RunPagination(PageNumberPagination):
-    """Page numbers; a malformed ``page`` or ``page_size`` is a 400, not silently the default."""
-
-    page_size_query_param = "page_size"
-    max_page_size = 200
-    max_page = 10**9
-    last_page_strings = ()
-
-    def get_page_number(self, request: Request, paginator: Any) -> int:
-        raw = request.query_params.get(self.page_query_param)
-        return positive_int(raw, name=self.page_query_param, maximum=self.max_page) or 1
-
-    def get_page_size(self, request: Request) -> int:
-        raw = request.query_params.get(self.page_size_query_param)
-        return positive_int(raw, name=self.page_size_query_param, maximum=self.max_page_size) or self.page_size
-
-    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
-        parameters = super().get_schema_operation_parameters(view)
-        bounds = {self.page_query_param: self.max_page, self.page_size_query_param: self.max_page_size}
-        for parameter in parameters:
-            parameter["schema"].update(minimum=1, maximum=bounds[parameter["name"]])
-        return parameters
-
-
-class RunListCreateView(generics.ListAPIView, RunAPIView):
+class RunListCreateView(generics.ListAPIView[AgentRun], RunAPIView):
     """``GET /api/runs/`` (newest first, filtered, paginated) and ``POST /api/runs/``."""
 
-    serializer_class = s.RunSerializer
+    serializer_class = r.RunSerializer
     pagination_class = RunPagination
     post_throttle_scope = CREATE_SCOPE
 
@@ -214,10 +70,10 @@ class RunListCreateView(generics.ListAPIView, RunAPIView):
         description="The caller's runs (staff: all runs), newest first. Repeat `status` or "
         "`termination_reason` to match any of several values.",
         responses={
-            200: s.RunSerializer(many=True),
+            200: r.RunSerializer(many=True),
             **BAD_REQUEST,
             **AUTH_ERRORS,
-            404: OpenApiResponse(s.ErrorSerializer, "No such page."),
+            404: OpenApiResponse(r.ErrorSerializer, "No such page."),
         },
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -231,10 +87,10 @@ class RunListCreateView(generics.ListAPIView, RunAPIView):
         "or execute it in this request (`mode` sync: 201 with the settled run and its outcome).",
         responses={
             202: OpenApiResponse(
-                s.RunOutcomeSerializer,
+                r.RunOutcomeSerializer,
                 "Queued: a worker will run it (`outcome` `waiting_for_queue`: once the queue is reachable again).",
             ),
-            201: OpenApiResponse(s.RunOutcomeSerializer, "Executed here: the run and its outcome."),
+            201: OpenApiResponse(r.RunOutcomeSerializer, "Executed here: the run and its outcome."),
             **BAD_REQUEST,
             **AUTH_ERRORS,
             **THROTTLED,
@@ -244,10 +100,7 @@ class RunListCreateView(generics.ListAPIView, RunAPIView):
     def post(self, request: Request) -> Response:
         fields = checked_body(request, s.CreateRunSerializer)
         mode = fields.pop("mode", "queued")
-        try:
-            run_request = RunRequest.from_mapping(fields)
-        except InvalidRequest as exc:
-            raise ValidationError({field: [message] for field, message in exc.errors.items()}) from None
+        run_request = RunRequest.from_mapping(fields)
         refuse_provider(run_request.provider)
         if mode == "sync":
             with sync_slot(request):
@@ -257,10 +110,7 @@ class RunListCreateView(generics.ListAPIView, RunAPIView):
                 status=status.HTTP_201_CREATED,
                 headers=self._location(result.run_id),
             )
-        try:
-            queued = self.runtime.submit(run_request, owner=request.user)
-        except EnqueueError as exc:
-            return enqueue_failed(exc.run_id)
+        queued = self.runtime.submit(run_request, owner=request.user)
         run_id, wording = queued.run_id, queued_wording(queued.outcome)  # a queue outage is still 202: it waits
         return Response(
             {**self.fresh(run_id), "outcome": queued.outcome.value, "detail": wording.sentence(run_id)},
@@ -280,10 +130,10 @@ class RunDetailView(RunAPIView):
         parameters=[RUN_ID],
         description="Status, termination reason, request, timestamps, usage, the calls awaiting approval "
         "if any, and the cancel record.",
-        responses={200: s.RunSerializer, **AUTH_ERRORS, **NOT_FOUND},
+        responses={200: r.RunSerializer, **AUTH_ERRORS, **NOT_FOUND},
     )
     def get(self, request: Request, id: str) -> Response:
-        return Response(s.run_representation(self.get_run(id)))
+        return Response(r.run_representation(self.get_run(id)))
 
 
 class RunCancelView(RunAPIView):
@@ -298,16 +148,16 @@ class RunCancelView(RunAPIView):
         "tool in flight is cut short and recorded as an interrupted step, then a `cancelled` step.",
         responses={
             202: OpenApiResponse(
-                s.CancelResponseSerializer,
+                r.CancelResponseSerializer,
                 "It was executing: its step in flight is "
                 "interrupted, and `run.cancel.stopped_at` fills in when it has stopped.",
             ),
             200: OpenApiResponse(
-                s.CancelResponseSerializer,
+                r.CancelResponseSerializer,
                 "It was queued or waiting (now cancelled, "
                 "nothing executing), or already cancelled (`outcome` says so).",
             ),
-            409: OpenApiResponse(s.CancelResponseSerializer, "It had completed or failed; nothing changed."),
+            409: OpenApiResponse(r.CancelResponseSerializer, "It had completed or failed; nothing changed."),
             **BAD_REQUEST,
             **AUTH_ERRORS,
             **NOT_FOUND,
@@ -322,7 +172,7 @@ class RunCancelView(RunAPIView):
             run.pk, by=request.user, source=CancelSource.API, reason=body.validated_data["reason"]
         )
         if result.outcome == CancelOutcome.NOT_FOUND:  # deleted in between
-            raise NotFound(NOT_FOUND_DETAIL)
+            raise RunNotFound(run.pk)
         wording = cancel_wording(result)
         detail, code = wording.sentence(run.pk), wording.http_status
         return Response(
@@ -347,9 +197,9 @@ class RunApproveView(RunAPIView):
         request=s.ApproveRequestSerializer,
         description="Decide on the calls a waiting run holds, then resume it here, or (`queued`) hand it to a worker.",
         responses={
-            200: OpenApiResponse(s.RunOutcomeSerializer, "Resumed here: the run and its outcome."),
-            202: OpenApiResponse(s.RunOutcomeSerializer, "Decision stored: a worker resumes the run."),
-            409: OpenApiResponse(s.ConflictSerializer, "The run is not waiting for approval."),
+            200: OpenApiResponse(r.RunOutcomeSerializer, "Resumed here: the run and its outcome."),
+            202: OpenApiResponse(r.RunOutcomeSerializer, "Decision stored: a worker resumes the run."),
+            409: OpenApiResponse(r.ConflictSerializer, "The run is not waiting for approval."),
             **BAD_REQUEST,
             **AUTH_ERRORS,
             **NOT_FOUND,
@@ -363,17 +213,8 @@ class RunApproveView(RunAPIView):
         body.is_valid(raise_exception=True)
         queued = body.validated_data["queued"]
         slot = None if queued else sync_slot(request)
-        try:
+        try:  # not pending, not found, a refused enqueue: answered by the handler (``http.answers``)
             result = self.runtime.approve(run.pk, body.validated_data["approved"], by=request.user, queued=queued)
-        except RunNotFound:
-            raise NotFound(NOT_FOUND_DETAIL) from None
-        except ApprovalNotPending as exc:
-            return Response(
-                {"detail": str(exc), "run_id": str(run.pk), "status": exc.status},
-                status=exc.HTTP_STATUS,
-            )
-        except EnqueueError:
-            return enqueue_failed(run.pk)
         finally:
             if slot is not None:
                 slot.release()
@@ -390,7 +231,7 @@ class RunEventsView(RunAPIView):
         parameters=[RUN_ID, s.EventsQuerySerializer],
         description="Recorded steps with a sequence greater than `after`, in order. Poll with "
         "`after=next_after` until `finished`.",
-        responses={200: s.EventPageSerializer, **BAD_REQUEST, **AUTH_ERRORS, **NOT_FOUND},
+        responses={200: r.EventPageSerializer, **BAD_REQUEST, **AUTH_ERRORS, **NOT_FOUND},
     )
     def get(self, request: Request, id: str) -> Response:
         run = self.get_run(id)  # read before the steps, so "finished" never hides a step
@@ -421,7 +262,7 @@ class BulkCancelView(RunAPIView):
         description="Cancel the selected runs the caller may cancel (their own; every run for staff holding "
         "`cancel_agentrun`), in a constant number of statements: by "
         "`ids`, or by `status` (and `created_before`). `dry_run` only counts.",
-        responses={200: s.BulkCancelResponseSerializer, **BAD_REQUEST, **AUTH_ERRORS, **THROTTLED},
+        responses={200: r.BulkCancelResponseSerializer, **BAD_REQUEST, **AUTH_ERRORS, **THROTTLED},
     )
     def post(self, request: Request) -> Response:
         body = s.BulkCancelRequestSerializer(data=request.data)

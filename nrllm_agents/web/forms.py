@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 
@@ -83,24 +83,30 @@ class RunForm(forms.Form):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         offered = policy.offered_providers(registry.provider_names())  # no test double in production
-        self.fields["provider"].choices = [(p, p) for p in offered]
+        cast(forms.ChoiceField, self.fields["provider"]).choices = [(p, p) for p in offered]
         self.fields["provider"].initial = (
             app_settings.DEFAULT_PROVIDER if app_settings.DEFAULT_PROVIDER in offered else ""
         )
-        self.fields["tools"].choices = [(t, t) for t in registry.tool_names(discover=True)]  # MCP tools too
+        cast(forms.ChoiceField, self.fields["tools"]).choices = [
+            (t, t) for t in registry.tool_names(discover=True)
+        ]  # MCP tools too
         self.fields["tools"].initial = list(app_settings.DEFAULT_TOOLS)
-        self.fields["max_iterations"].max_value = app_settings.MAX_ITERATIONS_LIMIT
+        cast(forms.IntegerField, self.fields["max_iterations"]).max_value = app_settings.MAX_ITERATIONS_LIMIT
         self.fields["max_iterations"].initial = app_settings.DEFAULT_MAX_ITERATIONS
         names = Connection.objects.values_list("name", flat=True)
-        self.fields["connection"].choices = [("", "—"), *((n, n) for n in names)]
-        self.fields["agent"].choices = [("", "—"), *((n, n) for n in Agent.objects.values_list("name", flat=True))]
+        cast(forms.ChoiceField, self.fields["connection"]).choices = [("", "—"), *((n, n) for n in names)]
+        cast(forms.ChoiceField, self.fields["agent"]).choices = [
+            ("", "—"),
+            *((n, n) for n in Agent.objects.values_list("name", flat=True)),
+        ]
         self.run_request: RunRequest | None = None
 
     def clean_script(self) -> Any:
         return script_value(self.cleaned_data.get("script"))
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if self.errors:
             return data
         mapping = {k: data[k] for k in ("prompt", "provider", "model", "tools", "max_iterations")}

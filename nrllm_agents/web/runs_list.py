@@ -23,7 +23,7 @@ def recent_runs(request: HttpRequest) -> dict[str, Any]:
     """
     query = (request.GET.get("q") or "").strip()[:MAX_QUERY]
     status = request.GET.get("status") or ""
-    runs = AgentRun.objects.filter(owner=request.user)
+    runs = AgentRun.objects.filter(owner_id=request.user.pk)
     if query:
         runs = runs.filter(Q(prompt__icontains=query) | Q(id__istartswith=query))
     if status in RunStatus.values:

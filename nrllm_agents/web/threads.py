@@ -14,21 +14,22 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from ..api.throttling import CREATE_SCOPE
+from .. import admission
 from ..domain import jsonlimits
-from ..executors import dispatch
+from ..executors.dispatch import EnqueueError
+from ..http import answers
+from ..http.answers import Answer
 from ..models import ACTIVE, MultitaskStrategy, Thread
 from ..runtime import threads
 from ..runtime.agent_runtime import AgentRuntime
 from ..vocabulary import policy
 from ..vocabulary.run_request import MAX_PROMPT_CHARS, InvalidRequest, RunRequest
-from .access import login_required, wants_json
+from .access import login_required, raise_refusal, wants_json
 from .views import _throttled
 
 RECENT_THREADS = 30
@@ -51,7 +52,8 @@ class MessageForm(forms.Form):
         self.run_request: RunRequest | None = None
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if self.errors:
             return data
         mapping: dict[str, Any] = {"prompt": data["prompt"]}
@@ -72,13 +74,13 @@ class MessageForm(forms.Form):
         return data
 
 
-def _visible_thread(request: HttpRequest, thread_id: uuid.UUID, action: policy.Action) -> Thread:
+def _visible_thread(request: HttpRequest, thread_id: uuid.UUID, action: policy.Action) -> Thread | Answer:
+    """The thread if the policy lets the caller ``action`` it, else its refusal (``http.answers``)."""
     thread = policy.visible_threads(request.user).filter(pk=thread_id).first()
-    verdict = policy.verdict(request.user, action, thread)
-    if verdict == policy.Verdict.NOT_FOUND or thread is None:
-        raise Http404("no such thread")
-    if verdict != policy.Verdict.ALLOWED:
-        raise PermissionDenied(policy.REFUSALS[action])
+    refused = answers.refusal(policy.verdict(request.user, action, thread), action)
+    if refused is not None:
+        return refused
+    assert thread is not None
     return thread
 
 
@@ -86,7 +88,7 @@ def _visible_thread(request: HttpRequest, thread_id: uuid.UUID, action: policy.A
 @login_required
 def thread_list(request: HttpRequest) -> HttpResponse:
     """The user's threads, most recently active first, and a button for a new one."""
-    recent = Thread.objects.filter(owner=request.user).order_by("-last_activity_at")[:RECENT_THREADS]
+    recent = Thread.objects.filter(owner_id=request.user.pk).order_by("-last_activity_at")[:RECENT_THREADS]
     return render(request, "nrllm_agents/threads.html", {"threads": recent})
 
 
@@ -112,7 +114,7 @@ def _page(request: HttpRequest, thread: Thread, form: MessageForm | None = None,
         "may_stop": current is not None and policy.may(request.user, policy.Action.CANCEL, current),
     }
     if current is not None:
-        context["stream_url"] = reverse("nrllm_web:run-stream", args=[current.pk])
+        context["stream_url"] = reverse("nrllm_api:run-stream", args=[current.pk])
         context["cancel_url"] = reverse("nrllm_web:cancel", args=[current.pk])
     return render(request, "nrllm_agents/thread.html", context, status=status)
 
@@ -120,22 +122,24 @@ def _page(request: HttpRequest, thread: Thread, form: MessageForm | None = None,
 @require_GET
 @login_required
 def thread_page(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
-    return _page(request, _visible_thread(request, thread_id, policy.Action.SEE))
+    thread = _visible_thread(request, thread_id, policy.Action.SEE)
+    if isinstance(thread, Answer):
+        raise_refusal(thread, "no such thread")
+    return _page(request, thread)
 
 
 @require_POST
 @login_required
 def post_message(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
     """Post a message (throttled like starting a run); JSON for scripts, else back to the chat."""
-    refused = _throttled(request, CREATE_SCOPE)
+    refused = _throttled(request, admission.Action.CREATE)
     if refused is not None:
         return refused
-    try:
-        thread = _visible_thread(request, thread_id, policy.Action.POST_MESSAGE)
-    except Http404:
-        if wants_json(request):
-            return JsonResponse({"detail": "Not found."}, status=404)
-        raise
+    thread = _visible_thread(request, thread_id, policy.Action.POST_MESSAGE)
+    if isinstance(thread, Answer):
+        if wants_json(request) and thread.status == 404:
+            return answers.json_response(thread)
+        raise_refusal(thread, "no such thread")
     form = MessageForm(request.POST)
     if not form.is_valid() or form.run_request is None:
         if wants_json(request):
@@ -146,12 +150,13 @@ def post_message(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
         run_id = AgentRuntime().post(
             thread.pk, form.run_request, owner=request.user, strategy=form.cleaned_data["multitask_strategy"]
         )
-    except threads.ThreadBusy as exc:
-        return _said(request, url, 409, messages.WARNING, f"Not sent: run {exc.run_id} is still {exc.status}.")
-    except threads.ThreadNotFound:
-        raise Http404("no such thread") from None
-    except dispatch.EnqueueError as exc:
-        return _said(request, url, 503, messages.ERROR, f"The queue refused the run: {exc}")
+    except (threads.ThreadBusy, threads.ThreadNotFound, EnqueueError) as exc:
+        answer = answers.for_error(exc)
+        assert answer is not None
+        if answer.status == 404:  # purged in between
+            raise Http404(answer.message) from None
+        level = messages.WARNING if answer.status == 409 else messages.ERROR
+        return _said(request, url, answer.status, level, answer.message)
     return _said(request, url, 202, messages.SUCCESS, "Sent.", run_id=str(run_id))
 
 

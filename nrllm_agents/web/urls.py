@@ -1,6 +1,7 @@
-"""The playground pages, sign-in, and the browser stream at ``api/runs/<id>/stream/``.
+"""The playground pages and sign-in, mounted at the site root.
 
-Mounted at the site root; the REST API (``nrllm_agents.api``) leaves the stream path free.
+The pages follow a run on the browser stream, ``api/runs/<id>/stream/``, which the REST API
+routes (``nrllm_api:run-stream``).
 """
 
 from __future__ import annotations
@@ -8,7 +9,6 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
-from ..api import stream
 from . import threads, views
 
 app_name = "nrllm_web"
@@ -26,7 +26,6 @@ urlpatterns = [
     path("playground/threads/new/", threads.new_thread, name="thread-new"),
     path("playground/threads/<uuid:thread_id>/", threads.thread_page, name="thread"),
     path("playground/threads/<uuid:thread_id>/messages/", threads.post_message, name="thread-message"),
-    path("api/runs/<uuid:run_id>/stream/", stream.run_stream, name="run-stream"),
     path(
         "accounts/login/",
         auth_views.LoginView.as_view(redirect_authenticated_user=True, next_page=reverse_lazy("nrllm_web:playground")),

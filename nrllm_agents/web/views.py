@@ -4,7 +4,8 @@ Start, Cancel and Approve are plain POST forms (CSRF-protected) that work withou
 JavaScript and redirect to the run page; called by ``fetch`` with ``Accept:
 application/json`` they answer JSON instead. Every action calls the runtime and maps its
 result; none writes a status. Who may see and act on which run is ``nrllm_agents.vocabulary.policy``'s
-decision (404 for a run the caller may not see, 403 or a message for one they may not act on).
+decision, and how a refusal or a domain error is answered is ``http.answers``'s (404 for a run
+the caller may not see, 403 or a message for one they may not act on, 409, 503).
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ import uuid
 from typing import Any
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from .. import admission
-from ..executors import dispatch
+from ..executors.dispatch import EnqueueError
+from ..http import answers
 from ..models import ACTIVE, TERMINAL, AgentRun, CancelSource, RunStatus
 from ..observability import gantt
 from ..runtime.agent_runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, CancelResult, RunNotFound
@@ -32,7 +33,7 @@ from ..vocabulary.outcomes import Outcome, cancel_wording, queued_wording
 from ..vocabulary.presenters import event_dict, run_status_dict, stream_finished
 from ..vocabulary.run_request import InvalidRequest
 from . import interactive
-from .access import get_visible_run, login_required, wants_json
+from .access import get_visible_run, login_required, visible_run, wants_json
 from .display import elapsed, final_answer_sequence, for_page
 from .forms import ForkForm, RunForm
 from .runs_list import recent_runs
@@ -41,7 +42,7 @@ from .runs_list import recent_runs
 def _urls(run_id: uuid.UUID) -> dict[str, str]:
     return {
         "url": reverse("nrllm_web:run", args=[run_id]),
-        "stream_url": reverse("nrllm_web:run-stream", args=[run_id]),
+        "stream_url": reverse("nrllm_api:run-stream", args=[run_id]),
     }
 
 
@@ -51,20 +52,30 @@ def _run_json(run_id: uuid.UUID, status: int, **extra: Any) -> JsonResponse:
 
 
 def _visible(request: HttpRequest, run_id: uuid.UUID, action: policy.Action) -> AgentRun | HttpResponse:
-    """The run if the policy lets the caller ``action`` it; else a 404 answer (JSON for scripts,
-    Django's page otherwise), or for a visible run the caller may not act on, a 403 (scripts)
-    or a message on the run's page."""
-    try:
-        return get_visible_run(request.user, run_id, action)
-    except Http404:
-        if wants_json(request):
-            return JsonResponse({"detail": "Not found."}, status=404)
-        raise
-    except PermissionDenied as exc:
-        if wants_json(request):
-            return JsonResponse({"detail": str(exc)}, status=403)
-        messages.error(request, str(exc))
-        return redirect("nrllm_web:run", run_id=run_id)
+    """The run if the policy lets the caller ``action`` it; else its refusal (``http.answers``):
+    JSON for scripts; Django's 404 page, or for a visible run the caller may not act on, a
+    message on the run's page."""
+    run = visible_run(request.user, run_id, action)
+    if isinstance(run, AgentRun):
+        return run
+    if wants_json(request):
+        return answers.json_response(run)
+    if run.status == 404:
+        raise Http404("no such run")
+    messages.error(request, run.detail)
+    return redirect("nrllm_web:run", run_id=run_id)
+
+
+def _refused(request: HttpRequest, run_id: uuid.UUID, exc: BaseException, prefix: str = "") -> HttpResponse:
+    """A domain error as ``http.answers`` maps it: Django's 404 page for a run gone in between,
+    else its status and message (``prefix`` first): JSON for scripts, a message on the run's page."""
+    answer = answers.for_error(exc)
+    if answer is None:
+        raise exc
+    if answer.status == 404:
+        raise Http404(answer.message) from None
+    level = messages.WARNING if answer.status == 409 else messages.ERROR
+    return _answer(request, run_id, answer.status, level, prefix + answer.message)
 
 
 def _page(
@@ -117,9 +128,7 @@ def _throttled(request: HttpRequest, action: admission.Action) -> HttpResponse |
     if refused is None:
         return None
     if wants_json(request):
-        response = JsonResponse({"detail": refused.detail}, status=429)
-        response["Retry-After"] = str(refused.wait)
-        return response
+        return answers.json_response(answers.too_many(refused.detail, refused.wait))
     messages.error(request, refused.detail)
     return redirect("nrllm_web:playground")
 
@@ -172,8 +181,8 @@ def start_run(request: HttpRequest) -> HttpResponse:
     if form.queued:
         try:
             queued = runtime.submit(run_request, owner=request.user)
-        except dispatch.EnqueueError as exc:  # the run was settled failed (enqueue_failed)
-            return _answer(request, exc.run_id, 503, messages.ERROR, f"The queue refused the run: {exc}")
+        except EnqueueError as exc:  # the run was settled failed (enqueue_failed)
+            return _refused(request, exc.run_id, exc)
         wording = queued_wording(queued.outcome)  # a queue outage is still a success: the run waits for it
         level = messages.SUCCESS if queued.outcome == Outcome.QUEUED else messages.WARNING
         return _answer(
@@ -232,7 +241,7 @@ def cancel_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         return _answer(request, run.pk, 400, messages.ERROR, f"Not cancelled: {problem}.")
     result = AgentRuntime().cancel(run.pk, by=request.user, source=CancelSource.PLAYGROUND, reason=reason)
     if result.outcome == CancelOutcome.NOT_FOUND:  # deleted between the lookup and the cancel
-        raise Http404("no such run")
+        return _refused(request, run.pk, RunNotFound(run.pk))
     status, level, message = _cancel_answer(result)
     return _answer(
         request, run.pk, status, level, message, outcome=result.outcome.value, previous_status=result.previous_status
@@ -268,12 +277,8 @@ def approve_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         interactive.launch(
             lambda on_step: runtime.approve(run.pk, approved, by=user, on_step=on_step), user_key=user.pk
         )
-    except ApprovalNotPending as exc:
-        return _answer(request, run.pk, exc.HTTP_STATUS, messages.WARNING, str(exc))
-    except RunNotFound:
-        raise Http404("no such run") from None
-    except dispatch.EnqueueError as exc:
-        return _answer(request, run.pk, 503, messages.ERROR, f"The queue refused the run: {exc}")
+    except (ApprovalNotPending, RunNotFound, EnqueueError) as exc:
+        return _refused(request, run.pk, exc)
     except (interactive.LaunchTimeout, interactive.AtCapacity) as exc:
         return _answer(request, run.pk, 503, messages.ERROR, str(exc))
     return _answer(request, run.pk, 202, messages.SUCCESS, f"{verb}; the run resumes.")
@@ -293,7 +298,7 @@ def fork_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         return _answer(request, run.pk, 400, messages.ERROR, "Choose a step to continue from.")
     changes = ForkForm(request.POST)
     if not changes.is_valid():
-        problem = "; ".join(f"{name}: {' '.join(errors)}" for name, errors in changes.errors.items())
+        problem = "; ".join(f"{name}: {' '.join(str(e) for e in errors)}" for name, errors in changes.errors.items())
         return _answer(request, run.pk, 400, messages.ERROR, f"Cannot continue with these changes: {problem}")
     overrides = changes.overrides()
     refusal = policy.provider_refusal(provider_of(run, overrides))
@@ -316,11 +321,9 @@ def fork_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
             user_key=user.pk,
         )
     except InvalidRequest as exc:
-        return _answer(request, run.pk, 400, messages.ERROR, f"Cannot continue from there: {exc}")
-    except ParentStillActive as exc:
-        return _answer(request, run.pk, 409, messages.WARNING, f"The run is {exc.status}; stop it first.")
-    except RunNotFound:
-        raise Http404("no such run") from None
+        return _refused(request, run.pk, exc, prefix="Cannot continue from there: ")
+    except (ParentStillActive, RunNotFound) as exc:
+        return _refused(request, run.pk, exc)
     except (interactive.LaunchTimeout, interactive.AtCapacity) as exc:
         return _answer(request, run.pk, 503, messages.ERROR, str(exc))
     return _answer(request, fork_id, 201, messages.SUCCESS, f"Continuing run {run.pk} as a new run.")

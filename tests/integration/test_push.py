@@ -16,11 +16,10 @@ from django.core.management import call_command
 from django.db import connection, connections
 from django.test import Client
 
-from nrllm_agents import store
+from nrllm_agents import admission, store
 from nrllm_agents.live.push import hub
 from nrllm_agents.live.watch import Watch, merge_deltas
 from nrllm_agents.models import AgentRun, CancelSource
-from nrllm_agents.web import limits
 from tests.conftest import is_postgres
 from tests.integration.test_stream import frames_of, lines_of, stream_url
 
@@ -242,7 +241,7 @@ def test_a_watcher_over_the_per_user_cap_gets_429_until_one_closes(runtime, alic
     # (user ids are reused between tests, so alice may inherit some) Those only garbage
     # collection would close are closed first, so none closes during the test.
     gc.collect()
-    total, by_user = limits.open_streams()
+    total, by_user = admission.in_use(admission.Kind.STREAM)
     cap = by_user.get(alice.pk, 0) + 2
     live_settings.NRLLM_AGENTS = {
         **live_settings.NRLLM_AGENTS,
@@ -282,4 +281,4 @@ def test_a_watcher_over_the_per_user_cap_gets_429_until_one_closes(runtime, alic
             response.close()
         runtime.cancel(run.pk, source=CancelSource.SYSTEM)
         runtime.cancel(bobs.pk, source=CancelSource.SYSTEM)
-    assert limits.open_streams() == (total, by_user)
+    assert admission.in_use(admission.Kind.STREAM) == (total, by_user)

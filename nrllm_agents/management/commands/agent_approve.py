@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nrllm_agents.executors.dispatch import EnqueueError
-from nrllm_agents.management import console
+from nrllm_agents.management import console, terminal
 from nrllm_agents.runtime.agent_runtime import AgentRuntime, ApprovalNotPending, RunNotFound
 
 
@@ -38,7 +38,7 @@ class Command(BaseCommand):
         if options["follow"] and not options["queued"]:
             raise console.usage_error("--follow goes with --queued (a run resumed here always streams)")
         runtime = AgentRuntime()
-        printer = console.StreamPrinter(self.stdout, self.style, as_json=options["json"])
+        printer = terminal.StreamPrinter(self.stdout, self.style, as_json=options["json"])
         decision = bool(options["approve"])
         try:
             if options["queued"]:
@@ -54,8 +54,8 @@ class Command(BaseCommand):
         if code:
             sys.exit(code)
 
-    def _here(self, runtime: AgentRuntime, run_id: Any, decision: bool, printer: console.StreamPrinter) -> int:
-        with console.CancelOnInterrupt(runtime, self.stderr, run_id=run_id):
+    def _here(self, runtime: AgentRuntime, run_id: Any, decision: bool, printer: terminal.StreamPrinter) -> int:
+        with terminal.CancelOnInterrupt(runtime, self.stderr, run_id=run_id):
             announced = False
 
             def on_step(step: dict[str, Any]) -> None:
@@ -63,25 +63,25 @@ class Command(BaseCommand):
                 if not announced:  # only once the claim won: a refused approve prints no stream
                     announced = True
                     printer.started(run_id, " resumed" if decision else " resumed (denied)")
-                    console.stderr_hint(self.stderr, run_id)
+                    terminal.stderr_hint(self.stderr, run_id)
                 printer.step(step)
 
             runtime.approve(run_id, decision, on_step=on_step)
         return printer.summary(runtime.status(run_id))
 
     def _queued(
-        self, runtime: AgentRuntime, run_id: Any, decision: bool, printer: console.StreamPrinter, *, follow: bool
+        self, runtime: AgentRuntime, run_id: Any, decision: bool, printer: terminal.StreamPrinter, *, follow: bool
     ) -> int:
         after = runtime.events(run_id)[-1:]  # the stream so far is not repeated when following
         handed = runtime.approve(run_id, decision, queued=True)
         printer.started(run_id, f" {'approved' if decision else 'denied'}; a worker resumes it")
-        console.waiting_for_queue(self.stderr, handed)
+        terminal.waiting_for_queue(self.stderr, handed)
         if not follow:
             return console.EXIT_OK
         try:
-            run = console.follow(
+            run = terminal.follow(
                 runtime, run_id, after=after[0].sequence if after else -1, on_step=printer.step, on_delta=printer.delta
             )
         except KeyboardInterrupt:
-            raise console.interrupted_follow(run_id) from None
+            raise terminal.interrupted_follow(run_id) from None
         return printer.summary(run)

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from nrllm_agents.management import console
+from nrllm_agents.management import console, terminal
 from nrllm_agents.runtime.agent_runtime import AgentRuntime, RunNotFound
 from nrllm_agents.runtime.forks import MAX_SEQUENCE
 from nrllm_agents.vocabulary import presenters
@@ -40,12 +40,12 @@ class Command(BaseCommand):
         if not -1 <= options["after"] <= MAX_SEQUENCE:
             raise console.usage_error("--after: a sequence number, -1 or more")
         runtime = AgentRuntime()
-        printer = console.StreamPrinter(self.stdout, self.style, as_json=options["json"])
+        printer = terminal.StreamPrinter(self.stdout, self.style, as_json=options["json"])
         try:
             run = runtime.status(run_id)
             printer.started(run_id, f" ({run.status})")
             if options["follow"]:
-                run = console.follow(
+                run = terminal.follow(
                     runtime, run_id, after=options["after"], on_step=printer.step, on_delta=printer.delta
                 )
             else:
@@ -55,7 +55,7 @@ class Command(BaseCommand):
         except RunNotFound as exc:
             raise CommandError(str(exc), returncode=console.EXIT_FAILED) from None
         except KeyboardInterrupt:
-            raise console.interrupted_follow(run_id) from None
+            raise terminal.interrupted_follow(run_id) from None
         code = printer.summary(run)
         if options["follow"] and code:
             sys.exit(code)

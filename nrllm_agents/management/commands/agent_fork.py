@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nrllm_agents.executors.dispatch import EnqueueError
-from nrllm_agents.management import console
+from nrllm_agents.management import console, terminal
 from nrllm_agents.runtime.agent_runtime import AgentRuntime, RunNotFound
 from nrllm_agents.runtime.forks import ParentStillActive
 from nrllm_agents.vocabulary.run_request import InvalidRequest
@@ -62,12 +62,12 @@ class Command(BaseCommand):
             overrides["script"] = console.parse_script(options["script"])
         owner = console.owner_arg(options["owner"])
         runtime = AgentRuntime()
-        printer = console.StreamPrinter(self.stdout, self.style, as_json=options["json"])
+        printer = terminal.StreamPrinter(self.stdout, self.style, as_json=options["json"])
         try:
             if options["queued"]:
                 result = runtime.fork(parent, from_sequence=options["from_sequence"], overrides=overrides, owner=owner)
                 printer.started(result.run_id, f" queued (a fork of {parent})")
-                console.waiting_for_queue(self.stderr, result)
+                terminal.waiting_for_queue(self.stderr, result)
                 code = self._follow(runtime, result.run_id, printer) if options["follow"] else console.EXIT_OK
             else:
                 code = self._here(runtime, parent, options["from_sequence"], overrides, printer, owner)
@@ -86,15 +86,15 @@ class Command(BaseCommand):
         parent: Any,
         from_sequence: int | None,
         overrides: dict[str, Any],
-        printer: console.StreamPrinter,
+        printer: terminal.StreamPrinter,
         owner: Any,
     ) -> int:
-        with console.CancelOnInterrupt(runtime, self.stderr) as interrupt:
+        with terminal.CancelOnInterrupt(runtime, self.stderr) as interrupt:
 
             def on_step(step: dict[str, Any]) -> None:
                 if printer.run_id is None:  # the forked step names the new run
                     printer.started(step["run_id"], f" (a fork of {parent})")
-                    console.stderr_hint(self.stderr, step["run_id"])
+                    terminal.stderr_hint(self.stderr, step["run_id"])
                     interrupt.set_run_id(step["run_id"])
                 printer.step(step)
 
@@ -103,9 +103,9 @@ class Command(BaseCommand):
             )
         return printer.summary(runtime.status(result.run_id))
 
-    def _follow(self, runtime: AgentRuntime, run_id: Any, printer: console.StreamPrinter) -> int:
+    def _follow(self, runtime: AgentRuntime, run_id: Any, printer: terminal.StreamPrinter) -> int:
         try:
-            run = console.follow(runtime, run_id, on_step=printer.step)
+            run = terminal.follow(runtime, run_id, on_step=printer.step)
         except KeyboardInterrupt:
-            raise console.interrupted_follow(run_id) from None
+            raise terminal.interrupted_follow(run_id) from None
         return printer.summary(run)

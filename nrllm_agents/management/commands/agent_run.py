@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nrllm_agents.executors.dispatch import EnqueueError, uses_rq
-from nrllm_agents.management import console
+from nrllm_agents.management import console, terminal
 from nrllm_agents.runtime import threads
 from nrllm_agents.runtime.agent_runtime import AgentRuntime, RunNotFound
 from nrllm_agents.vocabulary.run_request import InvalidRequest, RunRequest
@@ -90,7 +90,7 @@ class Command(BaseCommand):
         request = self._request(options)
         owner = console.owner_arg(options["owner"])
         runtime = AgentRuntime()
-        printer = console.StreamPrinter(self.stdout, self.style, as_json=options["json"])
+        printer = terminal.StreamPrinter(self.stdout, self.style, as_json=options["json"])
         if options["queued"]:
             code = self._queued(runtime, request, printer, owner, follow=options["follow"])
         else:
@@ -105,7 +105,7 @@ class Command(BaseCommand):
             raise console.usage_error(f"--thread: not a thread id: {str(options['thread'])[:80]!r}") from None
         request = self._request(options)
         runtime = AgentRuntime()
-        printer = console.StreamPrinter(self.stdout, self.style, as_json=options["json"])
+        printer = terminal.StreamPrinter(self.stdout, self.style, as_json=options["json"])
         try:
             run_id = runtime.post(
                 thread_id, request, owner=console.owner_arg(options["owner"]), strategy=options["multitask"]
@@ -117,16 +117,16 @@ class Command(BaseCommand):
         except EnqueueError as exc:
             raise console.enqueue_failed(exc) from None
         printer.started(run_id, f" queued in thread {thread_id}")
-        console.stderr_hint(self.stderr, run_id)
+        terminal.stderr_hint(self.stderr, run_id)
         if options["queued"] and not options["follow"]:
             return console.EXIT_OK
         return self._follow(runtime, run_id, printer)
 
-    def _follow(self, runtime: AgentRuntime, run_id: Any, printer: console.StreamPrinter) -> int:
+    def _follow(self, runtime: AgentRuntime, run_id: Any, printer: terminal.StreamPrinter) -> int:
         try:
-            run = console.follow(runtime, run_id, on_step=printer.step, on_delta=printer.delta)
+            run = terminal.follow(runtime, run_id, on_step=printer.step, on_delta=printer.delta)
         except KeyboardInterrupt:
-            raise console.interrupted_follow(run_id) from None
+            raise terminal.interrupted_follow(run_id) from None
         except RunNotFound:  # deleted while we watched
             raise CommandError(
                 f"run {run_id} disappeared while being followed", returncode=console.EXIT_FAILED
@@ -143,14 +143,14 @@ class Command(BaseCommand):
             raise console.request_error(exc) from None
 
     def _interactive(
-        self, runtime: AgentRuntime, request: RunRequest, printer: console.StreamPrinter, owner: Any
+        self, runtime: AgentRuntime, request: RunRequest, printer: terminal.StreamPrinter, owner: Any
     ) -> int:
-        with console.CancelOnInterrupt(runtime, self.stderr) as interrupt:
+        with terminal.CancelOnInterrupt(runtime, self.stderr) as interrupt:
 
             def on_step(step: dict[str, Any]) -> None:
                 if printer.run_id is None:  # the first step names the run: announce it first
                     printer.started(step["run_id"])
-                    console.stderr_hint(self.stderr, step["run_id"])
+                    terminal.stderr_hint(self.stderr, step["run_id"])
                     interrupt.set_run_id(step["run_id"])
                 printer.step(step)
 
@@ -160,7 +160,7 @@ class Command(BaseCommand):
         return printer.summary(runtime.status(result.run_id))
 
     def _queued(
-        self, runtime: AgentRuntime, request: RunRequest, printer: console.StreamPrinter, owner: Any, *, follow: bool
+        self, runtime: AgentRuntime, request: RunRequest, printer: terminal.StreamPrinter, owner: Any, *, follow: bool
     ) -> int:
         try:
             queued = runtime.submit(request, owner=owner)
@@ -168,8 +168,8 @@ class Command(BaseCommand):
             raise console.enqueue_failed(exc) from None
         run_id = queued.run_id
         printer.started(run_id, " queued")
-        console.waiting_for_queue(self.stderr, queued)
-        console.stderr_hint(self.stderr, run_id)
+        terminal.waiting_for_queue(self.stderr, queued)
+        terminal.stderr_hint(self.stderr, run_id)
         if not uses_rq() and not follow:
             # The embedded executor lives in this process: it finishes the run before we exit.
             self.stderr.write("in-process executor: the run executes in this process, which exits when it is done")

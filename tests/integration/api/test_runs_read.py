@@ -12,6 +12,7 @@ from django.urls import resolve
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from nrllm_agents.api.stream import run_stream
 from nrllm_agents.models import AgentRun, RunStatus
 
 pytestmark = pytest.mark.django_db
@@ -60,9 +61,10 @@ def test_a_token_made_with_drfs_command_authenticates(alice, make_run):
     assert client.get(detail(run.pk)).json()["owner"] == "alice"
 
 
-def test_the_stream_path_is_left_to_the_playground():
+def test_the_stream_path_is_the_stream_not_a_run_view():
+    """The API routes the browser stream itself (``nrllm_api:run-stream``); no DRF run view takes it."""
     match = resolve(f"/api/runs/{uuid.uuid4()}/stream/")
-    assert match.namespace != "nrllm_api"
+    assert match.func is run_stream and match.view_name == "nrllm_api:run-stream"
 
 
 def test_token_and_session_auth_both_work(alice, api, make_run):
