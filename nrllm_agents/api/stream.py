@@ -53,7 +53,8 @@ from rest_framework.exceptions import AuthenticationFailed
 
 from ..conf import app_settings
 from ..live.push import StepData
-from ..live.watch import Update, Watch, release_connection
+from ..live.watch import Update, Watch
+from ..store.db import release_connection
 from ..vocabulary import describe, policy
 from ..web import limits
 from ..web.limits import StreamSlot
@@ -256,7 +257,7 @@ def run_stream(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         raise
     response["Cache-Control"] = "no-cache, no-transform"
     response["X-Accel-Buffering"] = "no"
-    release_connection()  # the checks above used this thread's connection; a stream holds none
+    release_connection(idle=True)  # the checks above used this thread's connection; a stream holds none
     return response
 
 

@@ -31,10 +31,11 @@ from django.db import connections
 from django.utils import timezone
 
 from ..domain import jsonlimits
-from ..live.watch import Watch, release_connection
+from ..live.watch import Watch
 from ..models import AgentRun, CancelSource, RunStatus
 from ..runtime.agent_runtime import AgentRuntime, InvalidRunId, parse_run_id
 from ..store import Operator
+from ..store.db import release_connection
 from ..vocabulary import describe, presenters, pricing
 from ..vocabulary.outcomes import Outcome, RunResult, queued_wording
 from ..vocabulary.run_request import InvalidRequest
@@ -411,7 +412,8 @@ def follow(
                 quiet_since = time.monotonic()
                 if _abandoned(runtime.status(run_id)):
                     return runtime.status(run_id)
-                release_connection(watch.pushed)
+                if watch.pushed:
+                    release_connection(idle=True)
             watch.wait(ABANDON_CHECK_SECONDS if watch.pushed else poll)
     finally:
         watch.close()
