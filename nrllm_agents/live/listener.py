@@ -31,6 +31,7 @@ import os
 import select
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -183,7 +184,7 @@ class Listener:
             pass
 
     @staticmethod
-    def _each(clients: list[Client], conn: Connection | None, call: Any) -> None:
+    def _each(clients: list[Client], conn: Connection | None, call: Callable[[Client], None]) -> None:
         """``call(client)`` for each client. A failure of the connection itself propagates (the
         thread reconnects); a client's own mistake is logged."""
         for client in clients:

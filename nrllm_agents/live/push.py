@@ -5,12 +5,11 @@ subscribe to a run here instead of polling its stored stream.
 
 - On PostgreSQL the hub is a client of the process's ONE listening connection (``listener.py``
   owns it; the cancel watcher and the publisher are its other clients). For each run it
-  watches, the hub LISTENs on
-  the run's own channel ``nrllm_run_<run id hex>`` and counts itself in the run's row
-  (``agentrun.watchers += 1``, announced on ``nrllm_watch``), both on that connection and
-  before any watcher of the run reads; when the run's last watcher goes, it UNLISTENs and
-  uncounts itself. So a process receives only the runs its watchers follow, and a run nobody
-  watches announces nothing.
+  watches, the hub LISTENs on the run's own channel ``nrllm_run_<run id hex>`` and counts
+  itself in the run's row (``agentrun.watchers += 1``, announced on ``nrllm_watch``), both on
+  that connection and before any watcher of the run reads; when the run's last watcher goes,
+  it UNLISTENs and uncounts itself. So a process receives only the runs its watchers follow,
+  and a run nobody watches announces nothing.
 - On a run's channel come its new steps (``<run id>:<sequence>``, from the publisher of the
   process executing it, ``deltas.py``, after the boundary committed), its settling or the
   acknowledgement of its cancel (``<run id>:s``, a trigger of migration
