@@ -59,8 +59,9 @@ from ..admission import Kind, Slot, SlotRefused, hold
 from ..conf import app_settings
 from ..http import answers
 from ..live.push import StepData
-from ..live.watch import Update, Watch, release_connection
+from ..live.watch import Update, Watch
 from ..runtime.forks import MAX_SEQUENCE
+from ..store.db import release_connection
 from ..vocabulary import describe, policy
 from .serializers import EventsQuerySerializer
 
@@ -261,7 +262,7 @@ def run_stream(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         raise
     streaming["Cache-Control"] = "no-cache, no-transform"
     streaming["X-Accel-Buffering"] = "no"
-    release_connection()  # the checks above used this thread's connection; a stream holds none
+    release_connection(idle=True)  # the checks above used this thread's connection; a stream holds none
     return streaming
 
 

@@ -9,7 +9,8 @@ boundary of every worker commit one at a time. Instead:
   is sent. For a watched one the segment hands ``step(run id, sequence)`` here once the step is
   committed; pending notices of all runs go out together.
 - **Deltas.** ``SegmentTrace.delta`` hands each piece here, and it is sent only while the run is
-  watched (its last boundary said so, or a watcher announced itself on ``nrllm_watch`` since).
+  watched (its last boundary said so, or a watcher announced itself on ``nrllm_watch`` since,
+  heard on the process's one listening connection: the publisher is a client of ``listener.py``).
   Pieces are coalesced per run and round: the first piece after a quiet moment goes out at
   once (the first token is not held back), later ones at most every
   ``DELTA_COALESCE_SECONDS`` (50 ms), merged.
@@ -46,7 +47,8 @@ from django.db import connections
 
 from ..conf import app_settings
 from ..store import leases
-from .interrupts import raw_connection, watcher
+from .interrupts import watcher
+from .listener import Client, Connection, Notify, listener, raw_connection
 from .push import WATCH_CHANNEL, hub, run_channel
 
 logger = logging.getLogger(__name__)
@@ -75,8 +77,12 @@ def chunks(delta: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-class Publisher:
-    """Coalesces this process's step notices and deltas and sends them (see the module docstring)."""
+class Publisher(Client):
+    """Coalesces this process's step notices and deltas and sends them (see the module docstring).
+
+    A client of the listener only to hear ``nrllm_watch``; it sends on a connection of its own."""
+
+    channels = (WATCH_CHANNEL,)
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -88,7 +94,7 @@ class Publisher:
         self._next_send = 0.0  # the rate bound: no notifying commit before this (monotonic)
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
-        self._conn: Any = None
+        self._conn: Connection | None = None
         self._conn_used = 0.0
         self.counts = {"published": 0, "sent": 0, "dropped": 0, "steps": 0, "commits": 0}
 
@@ -117,7 +123,10 @@ class Publisher:
             self._ensure_running()
         self._wake.set()
 
-    def _on_watch(self, batch: list[Any]) -> None:
+    def notified(self, conn: Connection, batch: list[Notify]) -> None:
+        self._on_watch(batch)
+
+    def _on_watch(self, batch: list[Notify]) -> None:
         """``nrllm_watch`` (on the listener's thread): a watcher announced itself; if this
         process executes the run, its deltas go out from now on, not from its next boundary."""
         announced = {n.payload for n in batch if n.channel == WATCH_CHANNEL}
@@ -173,11 +182,11 @@ class Publisher:
 
     @staticmethod
     def _window() -> float:
-        return max(0.0, app_settings.DELTA_COALESCE_SECONDS)
+        return max(0.0, float(app_settings.DELTA_COALESCE_SECONDS))
 
     @staticmethod
     def _interval() -> float:
-        return max(0.0, app_settings.PUSH_INTERVAL_SECONDS)
+        return max(0.0, float(app_settings.PUSH_INTERVAL_SECONDS))
 
     def _ensure_running(self) -> None:  # under self._lock
         if self._thread is None or not self._thread.is_alive():
@@ -267,5 +276,5 @@ _NOTIFY_SQL = "SELECT count(pg_notify(c, p)) FROM unnest(%s::text[], %s::text[])
 publisher = Publisher()
 """This process's publisher."""
 
-watcher.tap("publisher", (WATCH_CHANNEL,), publisher._on_watch, lambda up: None)
+listener.add(publisher)
 leases.on_boundary = publisher.boundary

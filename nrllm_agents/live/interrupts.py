@@ -1,31 +1,29 @@
 """Cancel signals: trip the token of a segment within milliseconds of its cancel's commit.
 
 Every process that executes runs (an RQ work horse, the in-process executor, the web process
-for interactive runs, ``agent_run``) holds ONE watcher: a daemon thread that routes run ids to
-the cancel tokens of the segments this process is executing.
+for interactive runs, ``agent_run``) holds ONE watcher, which routes run ids to the cancel
+tokens of the segments this process is executing. It owns no connection and no thread: it is
+a client of the process's listener (``listener.py``, the one owner of the one listening
+connection), like the live stream's hub and the publisher, and runs on the listener's thread.
 
-- On PostgreSQL the thread LISTENs on ``nrllm_cancel``. A trigger (migration
+- On PostgreSQL the watcher listens on ``nrllm_cancel``. A trigger (migration
   ``0003_cancel_notify``) sends the run id there whenever a row becomes ``cancelled``, inside
   the cancelling transaction, so it arrives only after that COMMIT, whichever code path
   cancelled (single, bulk, limits, anything added later).
 - Without it (SQLite, the embedded default) and while the listening connection is lost, the
-  thread re-reads the status of every run this process executes every
-  ``CANCEL_POLL_SECONDS``, in one query.
+  watcher re-reads the status of every run this process executes every
+  ``CANCEL_POLL_SECONDS``, in one query (on its turns of the listener's thread, ``tick``).
 - A cancel committed by this very process trips the tokens at once (``cancelled_here``).
 - A run's deadline (``limits``) is kept here too: when it passes, the same thread makes the
   system's guarded cancel, which trips the token like any cancel, so a deadline also cuts the
   step in flight short.
 
-The listening connection is the process's only one, and this watcher is its one owner: the
-live stream (``push.py``) and the publisher (``deltas.py``) are its clients (``tap``). A client
-LISTENs on channels of its own and runs its statements on that connection, on this thread,
-when it connects and whenever it asks (``wake``), so a process that both executes runs and
-serves watchers listens once.
-
-A lost connection is retried after 50 ms, then after twice as long each time it fails again
-(at most 5 s); once connected again the delay starts over at 50 ms. While it is down the
-runs this process executes are polled every ``DOWN_POLL_SECONDS`` (0.1 s), not every
-``CANCEL_POLL_SECONDS``: a cancel then still stops a step within about 100 ms.
+The listener retries a lost connection after 50 ms, then after twice as long each time it
+fails again (at most 5 s); once connected again the delay starts over at 50 ms. While it is
+down the runs this process executes are polled every ``DOWN_POLL_SECONDS`` (0.1 s), not every
+``CANCEL_POLL_SECONDS``: a cancel then still stops a step within about 100 ms. Once connected
+again, the watcher re-reads its runs on the new connection: a cancel that committed before
+LISTEN took effect sent nothing it saw.
 
 The row is the truth; the signal only makes the stop sooner. A notification trips nothing
 until the row reads ``cancelled``, so a stray or forged ``NOTIFY`` stops nothing. The boundary
@@ -36,52 +34,30 @@ from __future__ import annotations
 
 import logging
 import os
-import select
 import threading
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
 
 from django.db import DatabaseError, connections
 
 from ..conf import app_settings
 from ..domain import CancelToken
 from ..models import AgentRun, RunStatus
+from .listener import Client, Connection, Notify, listener
 
 logger = logging.getLogger(__name__)
 
 CHANNEL = "nrllm_cancel"
 _RECENT = 1024  # notified run ids remembered for a segment that registers just after
-_BACKOFF_MIN = 0.05
-_BACKOFF_MAX = 5.0
 DOWN_POLL_SECONDS = 0.1  # the poll while the listening connection is lost (PostgreSQL)
 
 
-def raw_connection(application_name: str) -> Any:
-    """A psycopg autocommit connection to the default database, outside Django's pool."""
-    import psycopg
-
-    params = connections["default"].get_connection_params()
-    params = {k: v for k, v in params.items() if k not in ("cursor_factory", "context", "pool")}
-    params["application_name"] = application_name  # also when the database URL names one
-    return psycopg.connect(**params, autocommit=True)
-
-
-@dataclass(frozen=True)
-class Tap:
-    """A client of the watcher's connection (see ``CancelWatcher.tap``)."""
-
-    channels: tuple[str, ...]
-    on_batch: Callable[[list[Any]], None]
-    on_state: Callable[[bool], None]
-    on_connection: Callable[[Any, bool], None] | None = None
-
-
-class CancelWatcher:
+class CancelWatcher(Client):
     """Routes committed cancels to the tokens of the segments this process executes."""
+
+    channels = (CHANNEL,)
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -89,52 +65,27 @@ class CancelWatcher:
         # token -> (run id, deadline as a Unix time, the check that cancels the run when it is due)
         self._deadlines: dict[CancelToken, tuple[uuid.UUID, float, Callable[[], bool]]] = {}
         self._recent: OrderedDict[uuid.UUID, None] = OrderedDict()
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
         self._pid = os.getpid()
-        self.listening = threading.Event()  # set while the LISTEN connection is up
-        self.listener_pid: int | None = None  # its backend pid (tests terminate it)
         self.counts = {"notified": 0, "stray": 0, "tripped": 0, "polls": 0, "connects": 0}
-        self._taps: dict[str, Tap] = {}  # the clients sharing this connection (push.py, deltas.py)
-        self._wake_r, self._wake_w = os.pipe()  # ``wake``: the thread runs the clients' requests
-        os.set_blocking(self._wake_r, False)
-        self._backoff = _BACKOFF_MIN
 
-    # --- one listening connection per process -------------------------------------------------
-    def tap(
-        self,
-        name: str,
-        channels: Iterable[str],
-        on_batch: Callable[[list[Any]], None],
-        on_state: Callable[[bool], None],
-        on_connection: Callable[[Any, bool], None] | None = None,
-    ) -> None:
-        """Share this process's listening connection: LISTEN on ``channels`` too, hand every
-        batch of notifications (all channels) to ``on_batch`` and tell ``on_state(True)`` once
-        listening, ``on_state(False)`` once the connection is lost; all on the watcher's
-        thread. ``on_connection(conn, fresh)`` runs the client's own statements on the
-        connection (its LISTENs, its writes): with ``fresh`` once connected, before
-        ``on_state(True)``, and without it after each ``wake``. Register before the thread
-        connects (at import); ``ensure_running`` starts it."""
-        self._taps[name] = Tap(tuple(channels), on_batch, on_state, on_connection)
+    def _forked(self) -> None:
+        if self._pid != os.getpid():  # forked (an RQ work horse): the parent's segments are not here
+            self.__init__()  # type: ignore[misc]
 
-    def wake(self) -> None:
-        """Have the thread run its clients' ``on_connection`` soon (a client has requests)."""
-        try:
-            os.write(self._wake_w, b"x")
-        except BlockingIOError:  # the pipe is full: the thread is awake already
-            pass
+    # --- the listener it rides on ---------------------------------------------------------------
+    @property
+    def listening(self) -> threading.Event:
+        """Set while the process's listening connection is up."""
+        return listener.listening
 
-    def ensure_running(self) -> None:
-        """Start the thread if it is not running (a tap needs it without any segment)."""
-        self._ensure_running()
+    @property
+    def listener_pid(self) -> int | None:
+        """The backend pid of the listening connection (tests terminate it)."""
+        return listener.backend_pid
 
-    def _tell(self, up: bool) -> None:
-        for tap in list(self._taps.values()):
-            try:
-                tap.on_state(up)
-            except Exception:
-                logger.exception("a listener tap failed; the cancel watcher goes on")
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the listener's thread (tests); it starts again with the next ``watch``."""
+        listener.stop(timeout)
 
     # --- segments ----------------------------------------------------------------------------
     def watch(
@@ -148,10 +99,11 @@ class CancelWatcher:
         """Route cancels of ``run_id`` to ``token`` until the returned function is called.
 
         With ``deadline`` (a Unix time) and ``on_deadline``: once it passes, ``on_deadline()``
-        is called on the watcher's thread; it cancels the run (the guarded system cancel) and
+        is called on the listener's thread; it cancels the run (the guarded system cancel) and
         answers whether the run is now cancelled, and then the token trips.
         """
-        self._ensure_running()
+        self._forked()
+        listener.ensure_running()
         with self._lock:
             self._tokens.setdefault(run_id, set()).add(token)
             if deadline is not None and on_deadline is not None:
@@ -185,58 +137,33 @@ class CancelWatcher:
         if ids:
             self._trip(self._confirmed_by_orm(ids))
 
-    # --- the thread ---------------------------------------------------------------------------
-    def _ensure_running(self) -> None:
-        if self._pid != os.getpid():  # forked (an RQ work horse): the parent's thread is not here
-            taps = self._taps
-            os.close(self._wake_r)
-            os.close(self._wake_w)
-            self.__init__()  # type: ignore[misc]
-            self._taps = taps
-        with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                return
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="nrllm-cancel-watcher", daemon=True)
-            self._thread.start()
+    # --- the listener's hooks (on its thread) ------------------------------------------------
+    def connected(self, conn: Connection) -> None:
+        # Cancels that committed before LISTEN took effect sent nothing this connection saw.
+        self._trip(self._confirmed(conn, self.watched()))
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop the thread (tests); it starts again with the next ``watch``."""
-        self._stop.set()
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout)
-        self._thread = None
+    def state(self, up: bool) -> None:
+        if up:
+            self.counts["connects"] += 1
 
-    def _run(self) -> None:
-        postgres = connections["default"].vendor == "postgresql"
-        self._backoff = _BACKOFF_MIN
-        retry_at = 0.0
-        while not self._stop.is_set():
-            if postgres and time.monotonic() >= retry_at:
-                try:
-                    self._listen()  # sets the back-off to its minimum once connected
-                except Exception as exc:  # the connection is lost: poll, then reconnect
-                    logger.warning(
-                        "cancel listener lost its connection (%s); polling until it is back", type(exc).__name__
-                    )
-                finally:
-                    was = self.listening.is_set()
-                    self.listening.clear()
-                    self.listener_pid = None
-                    if was:
-                        self._tell(False)
-                retry_at = time.monotonic() + self._backoff
-                self._backoff = min(self._backoff * 2, _BACKOFF_MAX)
+    def notified(self, conn: Connection, batch: list[Notify]) -> None:
+        ids = {run_id for n in batch if n.channel == CHANNEL for run_id in self._parse(n.payload)}
+        if ids:
+            self._route(ids, conn)
+
+    def tick(self, conn: Connection | None) -> float:
+        """Poll while no connection is up, fire the deadlines that passed; the next turn is due
+        at the next poll or deadline (within ``DOWN_POLL_SECONDS`` while PostgreSQL is lost)."""
+        if conn is None:
             self._poll()
-            self._fire_due()
-            if postgres:  # down: poll fast, and try again when the back-off says so
-                self._stop.wait(max(0.0, min(DOWN_POLL_SECONDS, retry_at - time.monotonic(), self._next_wait())))
-            else:
-                self._stop.wait(self._next_wait())
+        self._fire_due()
+        wait = self._next_wait()
+        if conn is None and connections["default"].vendor == "postgresql":
+            wait = min(DOWN_POLL_SECONDS, wait)
+        return wait
 
     def _poll_seconds(self) -> float:
-        return max(0.01, app_settings.CANCEL_POLL_SECONDS)
+        return max(0.01, float(app_settings.CANCEL_POLL_SECONDS))
 
     def _next_wait(self) -> float:
         """Until the next poll, or the next deadline if it comes sooner."""
@@ -264,59 +191,6 @@ class CancelWatcher:
         finally:
             connections["default"].close()
 
-    def _listen(self) -> None:
-        with raw_connection("nrllm-cancel-listener") as conn:
-            taps = list(self._taps.values())
-            channels = dict.fromkeys([CHANNEL, *(c for tap in taps for c in tap.channels)])
-            conn.execute("; ".join(f"LISTEN {channel}" for channel in channels))
-            self._serve(conn, taps, fresh=True)
-            self.listener_pid = conn.info.backend_pid
-            self.counts["connects"] += 1
-            self._backoff = _BACKOFF_MIN  # connected again: the next loss is retried quickly
-            self.listening.set()
-            self._tell(True)
-            # Cancels that committed before LISTEN took effect sent nothing this connection saw.
-            self._trip(self._confirmed(conn, self.watched()))
-            while not self._stop.is_set():
-                ready, _, _ = select.select([conn.fileno(), self._wake_r], [], [], self._next_wait())
-                if self._wake_r in ready:
-                    self._drain_wake()
-                    self._serve(conn, taps, fresh=False)
-                batch = list(conn.notifies(timeout=0))  # what arrived (also during the clients' statements)
-                if batch:
-                    ids = {run_id for n in batch if n.channel == CHANNEL for run_id in self._parse(n.payload)}
-                    if ids:
-                        self._route(ids, conn)
-                    for tap in taps:
-                        try:
-                            tap.on_batch(batch)
-                        except Exception:
-                            logger.exception("a listener tap failed; the cancel watcher goes on")
-                self._fire_due()
-
-    def _drain_wake(self) -> None:
-        try:
-            while os.read(self._wake_r, 512):
-                pass
-        except BlockingIOError:
-            pass
-
-    @staticmethod
-    def _serve(conn: Any, taps: list[Tap], *, fresh: bool) -> None:
-        """The clients' statements on the listening connection. A failure of the connection
-        itself propagates (the thread reconnects); a client's own mistake is logged."""
-        import psycopg
-
-        for tap in taps:
-            if tap.on_connection is None:
-                continue
-            try:
-                tap.on_connection(conn, fresh)
-            except psycopg.OperationalError:
-                raise
-            except Exception:
-                logger.exception("a listener client failed; the cancel watcher goes on")
-
     def _parse(self, payload: str) -> Iterable[uuid.UUID]:
         try:
             return (uuid.UUID(payload),)
@@ -324,7 +198,7 @@ class CancelWatcher:
             self.counts["stray"] += 1
             return ()
 
-    def _route(self, ids: set[uuid.UUID], conn: Any) -> None:
+    def _route(self, ids: set[uuid.UUID], conn: Connection) -> None:
         self.counts["notified"] += len(ids)
         with self._lock:
             for run_id in ids:
@@ -337,7 +211,7 @@ class CancelWatcher:
             self._trip(self._confirmed(conn, mine))
 
     @staticmethod
-    def _confirmed(conn: Any, ids: list[uuid.UUID]) -> list[uuid.UUID]:
+    def _confirmed(conn: Connection, ids: list[uuid.UUID]) -> list[uuid.UUID]:
         """The runs among ``ids`` whose row reads ``cancelled`` (on the listening connection)."""
         if not ids:
             return []
@@ -378,13 +252,14 @@ class CancelWatcher:
 
 watcher = CancelWatcher()
 """This process's watcher."""
+listener.add(watcher)  # the first client: cancels are routed before any other client's work
 
 
 def wait_listening(timeout: float = 5.0) -> bool:
     """Block until the PostgreSQL listener is connected (tests, benchmarks)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if watcher.listening.wait(0.05):
+        if listener.listening.wait(0.05):
             return True
-        watcher._ensure_running()
+        listener.ensure_running()
     return False

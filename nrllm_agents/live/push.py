@@ -3,13 +3,13 @@
 Watchers (the browser stream, ``agent_events --follow``, ``agent_run --queued --follow``)
 subscribe to a run here instead of polling its stored stream.
 
-- On PostgreSQL the hub is a client of the process's ONE listening connection (the cancel
-  watcher's, in ``interrupts.py``, which owns it). For each run it watches, the hub LISTENs on
-  the run's own channel ``nrllm_run_<run id hex>`` and counts itself in the run's row
-  (``agentrun.watchers += 1``, announced on ``nrllm_watch``), both on that connection and
-  before any watcher of the run reads; when the run's last watcher goes, it UNLISTENs and
-  uncounts itself. So a process receives only the runs its watchers follow, and a run nobody
-  watches announces nothing.
+- On PostgreSQL the hub is a client of the process's ONE listening connection (``listener.py``
+  owns it; the cancel watcher and the publisher are its other clients). For each run it
+  watches, the hub LISTENs on the run's own channel ``nrllm_run_<run id hex>`` and counts
+  itself in the run's row (``agentrun.watchers += 1``, announced on ``nrllm_watch``), both on
+  that connection and before any watcher of the run reads; when the run's last watcher goes,
+  it UNLISTENs and uncounts itself. So a process receives only the runs its watchers follow,
+  and a run nobody watches announces nothing.
 - On a run's channel come its new steps (``<run id>:<sequence>``, from the publisher of the
   process executing it, ``deltas.py``, after the boundary committed), its settling or the
   acknowledgement of its cancel (``<run id>:s``, a trigger of migration
@@ -43,6 +43,7 @@ import json
 import logging
 import os
 import threading
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -50,11 +51,12 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
+from .. import store
 from ..conf import app_settings
 from ..models import AgentRun
 from ..vocabulary.presenters import event_dict, final_event_name, run_status_dict, stream_finished
 from .interrupts import CHANNEL as CANCEL_CHANNEL
-from .interrupts import watcher
+from .listener import Client, Connection, Notify, listener
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +77,7 @@ def run_channel(run_id: Any) -> str:
     return RUN_CHANNEL_PREFIX + str(run_id).replace("-", "")
 
 
-class StepData(dict):
+class StepData(dict[str, Any]):
     """A step dict (``presenters.step_dict`` shape) that is encoded once: the feed hands the
     same object to every watcher of the run, so hundreds of streams share one encoding."""
 
@@ -88,14 +90,12 @@ class StepData(dict):
         return self._encoded
 
 
-def read_stream(run_id: str, after: int) -> tuple[list[dict[str, Any]], Final | None]:
+def read_stream(run_id: uuid.UUID, after: int) -> tuple[list[dict[str, Any]], Final | None]:
     """The steps after ``after`` and, when nothing more will be appended, the final event.
 
     The status is read *before* the steps: a run seen finished has every step committed
     already, so the read that follows misses none of them.
     """
-    from .. import store
-
     run = AgentRun.objects.select_related("cancelled_by").filter(pk=run_id).first()
     if run is None:  # deleted while watched: nothing more will come
         return [], ("", None)
@@ -199,8 +199,11 @@ class Feed:
         return steps, self.final
 
 
-class Hub:
-    """This process's listener and router (see the module docstring)."""
+class Hub(Client):
+    """This process's router of a run's news to its watchers: a client of the listener (see the
+    module docstring). Runs are keyed by the text of their id, as channels and payloads name them."""
+
+    channels = (CANCEL_CHANNEL,)  # and, on the same connection, the channel of each watched run
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -228,7 +231,7 @@ class Hub:
             sub.registered.set()
         elif self.available():
             self._ensure_running()
-            watcher.wake()  # the listener's thread listens to the run and counts this process in
+            listener.wake()  # the listener's thread listens to the run and counts this process in
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
@@ -245,11 +248,21 @@ class Hub:
             else:
                 last = False
         if last and self.available():
-            watcher.wake()  # the listener's thread unlistens and uncounts
+            listener.wake()  # the listener's thread unlistens and uncounts
 
-    def _on_connection(self, conn: Any, fresh: bool) -> None:
-        """On the listener's thread: LISTEN to the runs watched here and count this process in
-        their rows; the reverse for runs no longer watched. A fresh connection listens to none."""
+    # --- the listener's hooks (on its thread) ------------------------------------------------
+    def connected(self, conn: Connection) -> None:
+        self._register(conn, fresh=True)
+
+    def woken(self, conn: Connection) -> None:
+        self._register(conn, fresh=False)
+
+    def notified(self, conn: Connection, batch: list[Notify]) -> None:
+        self._dispatch(batch)
+
+    def _register(self, conn: Connection, *, fresh: bool) -> None:
+        """LISTEN to the runs watched here and count this process in their rows; the reverse
+        for runs no longer watched. A fresh connection listens to none."""
         if not self.available():
             return
         if fresh:
@@ -289,7 +302,7 @@ class Hub:
                 raise
             # A row held for long: tried again at the next wake; meanwhile the watchers read.
             logger.warning("push: a watched run's row stayed locked; its registration is retried")
-            watcher.wake()
+            listener.wake()
         with self._lock:
             ready = [s for r in wanted & self._listened & self._counted for s in self._subs.get(r, ())]
         for sub in ready:
@@ -321,29 +334,29 @@ class Hub:
             sub.changed(resync=resync)
 
     # --- the shared listening connection ---------------------------------------------------------
-    # The process's one LISTEN connection is the cancel watcher's (interrupts.py): this hub taps
-    # it for nrllm_step, nrllm_delta and nrllm_cancel, and runs on its thread.
+    # The process's one LISTEN connection is the listener's (listener.py): the hub LISTENs there
+    # on nrllm_cancel and on the channel of each run watched here, and runs on its thread.
     def pushing(self) -> bool:
         """Whether watchers are pushed to right now (else they poll)."""
-        return self.available() and watcher.listening.is_set()
+        return self.available() and listener.listening.is_set()
 
     @property
     def listening(self) -> threading.Event:
         """Set while the process's listening connection is up."""
-        return watcher.listening
+        return listener.listening
 
     @property
     def listener_pid(self) -> int | None:
-        return watcher.listener_pid
+        return listener.backend_pid
 
     def _ensure_running(self) -> None:
-        watcher.ensure_running()
+        listener.ensure_running()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the listening thread (tests); the next subscription starts it again."""
-        watcher.stop(timeout)
+        listener.stop(timeout)
 
-    def _on_state(self, up: bool) -> None:
+    def state(self, up: bool) -> None:
         if up:
             self.counts["connects"] += 1
         else:  # this thread's reading connection goes too; the next refresh opens a fresh one
@@ -352,7 +365,7 @@ class Hub:
         # Up: whatever committed before LISTEN took effect sent nothing; down: watchers poll.
         self._wake_all(resync=True)
 
-    def _dispatch(self, notifies: Iterable[Any]) -> None:
+    def _dispatch(self, notifies: Iterable[Notify]) -> None:
         if not self.available():
             return
         touched: dict[str, int | None] = {}  # run id -> lowest new sequence (None: status only)
@@ -384,8 +397,6 @@ class Hub:
 
     def _refresh(self, run_id: str, lowest: int | None) -> None:
         """Read the run's new steps and status once, into its feed; wake its watchers."""
-        from .. import store
-
         self.counts["refreshes"] += 1
         with self._lock:
             feed = self._feeds.get(run_id) or Feed()
@@ -395,8 +406,8 @@ class Hub:
             elif lowest is not None:
                 after = lowest - 1
             else:  # a status change on a run the feed knows nothing of: start at its end
-                after = store.next_sequence(run_id) - 1
-            steps, final = read_stream(run_id, after)
+                after = store.next_sequence(uuid.UUID(run_id)) - 1
+            steps, final = read_stream(uuid.UUID(run_id), after)
         except DatabaseError as exc:  # the watchers read themselves
             logger.warning("push read of run %s failed (%s)", run_id, type(exc).__name__)
             connections["default"].close()
@@ -421,5 +432,4 @@ class Hub:
 
 hub = Hub()
 """This process's hub."""
-
-watcher.tap("push", (CANCEL_CHANNEL,), hub._dispatch, hub._on_state, hub._on_connection)
+listener.add(hub)

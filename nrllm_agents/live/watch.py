@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import connections
 
 from ..conf import app_settings
+from ..store.db import release_connection
 from .push import REGISTER_TIMEOUT, Final, Hub, hub, read_stream
 
 # Watchers of a process reading the stored stream at once (each on a connection it then
@@ -43,14 +44,6 @@ class Update:
     @property
     def finished(self) -> bool:
         return self.final is not None
-
-
-def release_connection(pushed: bool = True) -> None:
-    """Close this thread's database connection while pushed (an idle watcher holds none);
-    never inside a transaction (a test's, a caller's), and not while polling."""
-    connection = connections["default"]
-    if pushed and not connection.in_atomic_block:
-        connection.close()
 
 
 def merge_deltas(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -147,9 +140,10 @@ class Watch:
         self.reads += 1
         with _reading:
             try:
-                return read_stream(self.run_id, self.last)
+                return read_stream(uuid.UUID(self.run_id), self.last)
             finally:
-                release_connection(pushed)
+                if pushed:  # an idle watcher holds no connection; a polling one keeps its own
+                    release_connection(idle=True)
 
     def _apply(self, update: Update, found: tuple[list[dict[str, Any]], Final | None]) -> None:
         steps, final = found

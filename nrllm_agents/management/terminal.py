@@ -23,9 +23,10 @@ from django.core.management.color import Style
 from django.db import connections
 from django.utils import timezone
 
-from ..live.watch import Watch, release_connection
+from ..live.watch import Watch
 from ..models import AgentRun, CancelSource, RunStatus
 from ..runtime.agent_runtime import AgentRuntime
+from ..store.db import release_connection
 from ..vocabulary import describe, presenters, pricing
 from ..vocabulary.outcomes import Outcome, RunResult, queued_wording
 from .console import EXIT_INTERRUPTED, cancel_hint, command_line, exit_code, json_line, operator, terminal_safe
@@ -165,7 +166,8 @@ def follow(
                 quiet_since = time.monotonic()
                 if _abandoned(runtime.status(run_id)):
                     return runtime.status(run_id)
-                release_connection(watch.pushed)
+                if watch.pushed:
+                    release_connection(idle=True)
             watch.wait(ABANDON_CHECK_SECONDS if watch.pushed else poll)
     finally:
         watch.close()

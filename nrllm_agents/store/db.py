@@ -10,6 +10,10 @@ call that may take minutes. Between boundaries it gives its thread's connection 
   of threads do not each keep a file handle and a page cache;
 - PostgreSQL without a pool (``NRLLM_DB_POOL_MAX=0``): kept, as before; a forking worker's work
   horse then holds one connection for its one segment.
+
+A thread about to sit idle for long (a pushed watcher of a live stream between two pushes, a
+stream about to start) gives its connection back even without a pool (``idle=True``): an idle
+watcher holds no connection at all, whatever the engine.
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ def pool_max_size(alias: str = "default") -> int | None:
     return int(options.get("max_size", 4)) if isinstance(options, dict) else 4  # psycopg_pool's own default
 
 
-def release_connection(alias: str = "default") -> None:
-    """Give this thread's connection back between step boundaries (see the module docstring).
+def release_connection(alias: str = "default", *, idle: bool = False) -> None:
+    """Give this thread's connection back (see the module docstring): between step boundaries,
+    to its pool or closed on SQLite; with ``idle``, closed whatever the engine (the thread waits
+    for long and holds none meanwhile).
 
     Never inside a transaction (the caller's ``atomic()`` keeps its connection) and never an
     error: a connection that cannot be closed cleanly is dropped by the next use anyway.
@@ -41,7 +47,7 @@ def release_connection(alias: str = "default") -> None:
     connection = connections[alias]
     if connection.connection is None or connection.in_atomic_block:
         return
-    if connection.vendor == "sqlite" or pooled(alias):
+    if idle or connection.vendor == "sqlite" or pooled(alias):
         try:
             connection.close()
         except Exception:  # a broken connection: the pool discards it, the next use reconnects

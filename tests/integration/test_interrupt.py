@@ -21,6 +21,7 @@ from django.db import connection
 from nrllm_agents import store
 from nrllm_agents.domain import tools as builtin_tools
 from nrllm_agents.live.interrupts import wait_listening, watcher
+from nrllm_agents.live.listener import listener
 from nrllm_agents.models import AgentRun, CancelSource, RunStatus
 from nrllm_agents.runtime.agent_runtime import AgentRuntime, Outcome
 from tests.conftest import is_postgres
@@ -235,14 +236,14 @@ def test_the_poll_stops_a_run_while_the_listener_is_down_and_the_listener_comes_
     assert wait_listening(5)
     old_pid = watcher.listener_pid
     blocked = threading.Event()
-    real_listen = watcher._listen
+    real_listen = listener._listen
 
     def refuse() -> None:  # the database refuses the listener while the test says so
         if blocked.is_set():
             raise ConnectionError("listener blocked by the test")
         real_listen()
 
-    monkeypatch.setattr(watcher, "_listen", refuse)
+    monkeypatch.setattr(listener, "_listen", refuse)
     blocked.set()
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(%s)", [old_pid])

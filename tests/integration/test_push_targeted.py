@@ -20,7 +20,7 @@ import pytest
 from django.db import connection, connections
 
 from nrllm_agents.conf import app_settings
-from nrllm_agents.live.interrupts import raw_connection
+from nrllm_agents.live.listener import raw_connection
 from nrllm_agents.live.push import hub, run_channel
 from nrllm_agents.live.watch import Watch
 from nrllm_agents.models import AgentRun
