@@ -299,10 +299,12 @@ def check_deploy_database(app_configs: Any = None, databases: Any = None, **kwar
         if alias == "default":
             for name in settings.CACHES:
                 cache = caches[name]
-                if isinstance(cache, DatabaseCache) and cache._table not in tables:
+                # django-stubs omit the private ``_table`` every DatabaseCache sets in __init__
+                table = cache._table if isinstance(cache, DatabaseCache) else None  # type: ignore[attr-defined]
+                if table is not None and table not in tables:
                     found.append(
                         Error(
-                            f"cache {name!r} is a database cache and its table {cache._table!r} does not exist",
+                            f"cache {name!r} is a database cache and its table {table!r} does not exist",
                             hint="Run `python manage.py createcachetable`, or use another cache backend.",
                             id="nrllm_agents.E011",
                         )

@@ -51,7 +51,7 @@ class SweepReport:
 
 
 def _stale_seconds() -> float:
-    return app_settings.QUEUED_STALE_SECONDS
+    return float(app_settings.QUEUED_STALE_SECONDS)
 
 
 def stale_queued(*, older_than: float, limit: int, now: datetime | None = None) -> list[uuid.UUID]:

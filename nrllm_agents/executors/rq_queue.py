@@ -74,7 +74,7 @@ def job_state(queue: Any, job_id: str) -> JobState:
         pipeline.hmget(Job.key_for(job_id), "status", "worker_name")
         pipeline.lpos(queue.key, job_id)
         pipeline.lpos(queue.intermediate_queue_key, job_id)
-        pipeline.zscore(ScheduledJobRegistry(queue=queue).key, job_id)
+        pipeline.zscore(ScheduledJobRegistry(queue=queue).key, job_id)  # type: ignore[no-untyped-call]  # rq: untyped __init__
         (status, worker), in_queue, dequeuing, when = pipeline.execute()
     return JobState(_text(status) or None, _text(worker), in_queue is not None, dequeuing is not None, when)
 

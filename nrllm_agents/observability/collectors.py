@@ -15,14 +15,20 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 logger = logging.getLogger(__name__)
 
-_cache: dict[str, Any] = {"at": 0.0, "data": None}
+
+class _Cached(TypedDict):
+    at: float  # time.monotonic() of the last read
+    data: dict[str, Any] | None  # run_state() as read then; None: read afresh
+
+
+_cache: _Cached = {"at": 0.0, "data": None}
 _lock = threading.Lock()
 
 
@@ -70,11 +76,12 @@ def cached_run_state() -> dict[str, Any]:
     from ..conf import app_settings
 
     with _lock:
-        if _cache["data"] is not None and time.monotonic() - _cache["at"] < app_settings.METRICS_STATE_TTL:
-            return _cache["data"]
+        cached = _cache["data"]
+        if cached is not None and time.monotonic() - _cache["at"] < app_settings.METRICS_STATE_TTL:
+            return cached
     data = run_state()
     with _lock:
-        _cache.update(at=time.monotonic(), data=data)
+        _cache["at"], _cache["data"] = time.monotonic(), data
     return data
 
 

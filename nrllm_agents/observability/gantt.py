@@ -179,7 +179,7 @@ def build(run: Any, events: Iterable[Any], now: datetime | None = None) -> Pictu
     """The picture of ``run`` from its recorded ``events`` (in sequence order)."""
     events = list(events)
     now = now or timezone.now()
-    start = run.created_at
+    start: datetime = run.created_at
     moments = [e.created_at for e in events] + [
         m for m in (run.started_at, run.finished_at, run.stopped_at, run.cancel_requested_at) if m
     ]
@@ -234,7 +234,9 @@ def build(run: Any, events: Iterable[Any], now: datetime | None = None) -> Pictu
         interrupted = " (interrupted)" if payload.get("interrupted") else ""
         when = f"ended {_clock(e.created_at)}"
         if e.kind == "llm":
-            usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+            usage = payload.get("usage")
+            if not isinstance(usage, dict):
+                usage = {}
             calls = [str(c.get("name")) for c in payload.get("tool_calls") or [] if isinstance(c, dict)]
             what = f"asks for {', '.join(calls)}" if calls else "answers"
             if payload.get("error"):
@@ -359,7 +361,7 @@ def spend(events: Iterable[Any]) -> Spend | None:
     slot = PLOT_WIDTH / max(len(by_round), 1)
     width = max(1.0, min(slot * 0.8, 40))
     inner = SPEND_HEIGHT - 20
-    rounds = []
+    rounds: list[dict[str, Any]] = []
     for i, (number, (prompt, completion)) in enumerate(sorted(by_round.items())):
         hp, hc = inner * prompt / peak, inner * completion / peak
         x = LABEL_WIDTH + i * slot + (slot - width) / 2
@@ -378,4 +380,5 @@ def spend(events: Iterable[Any]) -> Spend | None:
             }
         )
     cost = money.steps_cost(e.payload for e in events if e.kind == "llm")
-    return Spend(rounds, sum(r["prompt"] for r in rounds), sum(r["completion"] for r in rounds), cost=cost)
+    prompt_tokens = sum(p for p, _ in by_round.values())
+    return Spend(rounds, prompt_tokens, sum(c for _, c in by_round.values()), cost=cost)

@@ -21,12 +21,12 @@ RUN_FIELDS = ("run_id", "segment", "sequence", "event")
 _segment: contextvars.ContextVar[Any] = contextvars.ContextVar("nrllm_segment", default=None)
 
 
-def bind_segment(trace: Any) -> contextvars.Token:
+def bind_segment(trace: Any) -> contextvars.Token[Any]:
     """Make ``trace`` (with ``run_id``, ``owner``, ``last_sequence``) the current segment."""
     return _segment.set(trace)
 
 
-def unbind_segment(token: contextvars.Token) -> None:
+def unbind_segment(token: contextvars.Token[Any]) -> None:
     _segment.reset(token)
 
 

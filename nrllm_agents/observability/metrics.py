@@ -64,7 +64,8 @@ def _process_identifier() -> str:
 
 
 if MULTIPROC_DIR:
-    values.ValueClass = values.MultiProcessValue(process_identifier=_process_identifier)
+    # prometheus_client leaves MultiProcessValue unannotated
+    values.ValueClass = values.MultiProcessValue(process_identifier=_process_identifier)  # type: ignore[no-untyped-call]
 
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
 _WRITE_SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5)

@@ -28,7 +28,7 @@ def exposition() -> bytes:
     followed by the run-state gauges read from the database."""
     if metrics.MULTIPROC_DIR:
         registry = CollectorRegistry()
-        MultiProcessCollector(registry, path=metrics.MULTIPROC_DIR)
+        MultiProcessCollector(registry, path=metrics.MULTIPROC_DIR)  # type: ignore[no-untyped-call]  # unannotated
     else:
         registry = REGISTRY
     state = CollectorRegistry(auto_describe=False)

@@ -98,7 +98,7 @@ def public_dict(agent: Agent, *, versions: bool = False) -> dict[str, Any]:
                 "version": v.version,
                 "definition": v.definition,
                 "created_at": v.created_at.isoformat(),
-                "created_by": v.created_by.get_username() if v.created_by_id else None,
+                "created_by": v.created_by.get_username() if v.created_by is not None else None,
             }
             for v in rows
         ]

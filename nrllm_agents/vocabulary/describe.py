@@ -72,7 +72,7 @@ def run_cost_text(cost: dict[str, Any] | None) -> str:
     """A run's cost (``presenters.run_status_dict``'s ``cost``): ``0.0042 USD``, ``… (estimated
     in part)``, or ``not priced``."""
     shown = money.text(cost.get("amount"), cost.get("currency")) if cost else None
-    if shown is None:
+    if cost is None or shown is None:
         return "not priced"
     return shown + (" (estimated in part)" if cost.get("estimated") else "")
 

@@ -64,7 +64,9 @@ def steps_cost(payloads: Iterable[Any]) -> str | None:
     for payload in payloads:
         if not isinstance(payload, dict):
             continue
-        usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+        usage = payload.get("usage")
+        if not isinstance(usage, dict):
+            usage = {}
         number = decimal(usage.get("cost"))  # the loop records a priced call's cost in its usage
         if number is None:
             continue

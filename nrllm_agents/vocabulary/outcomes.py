@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -129,6 +130,7 @@ def cancel_wording(result: CancelResult) -> Wording:
     finished, 404 when there is no such run.
     """
     if result.outcome == CancelOutcome.CANCELLED:
+        assert result.previous_status is not None  # a cancel that applied found the run's status
         return Wording(_CANCELLED_FROM[RunStatus(result.previous_status)], 202 if result.was_executing else 200)
     if result.outcome == CancelOutcome.ALREADY_CANCELLED:
         return Wording("was already cancelled; nothing changed.", 200, changed=False)
@@ -152,11 +154,20 @@ def queued_wording(outcome: Outcome) -> Wording:
 
 
 class Counts(Protocol):
-    """What a bulk cancel did (``store.BulkCancel``), as the wording reads it."""
+    """What a bulk cancel did (``store.BulkCancel``, a frozen dataclass), as the wording reads it.
 
-    cancelled: dict[str, int]  # previous status -> runs this call cancelled (or would)
-    unchanged: dict[str, int]  # terminal status -> runs left as they were
-    dry_run: bool
+    Read-only members: a protocol of plain attributes asks for settable ones, which a frozen
+    dataclass does not have.
+    """
+
+    @property
+    def cancelled(self) -> Mapping[str, int]: ...  # previous status -> runs this call cancelled (or would)
+
+    @property
+    def unchanged(self) -> Mapping[str, int]: ...  # terminal status -> runs left as they were
+
+    @property
+    def dry_run(self) -> bool: ...
 
     @property
     def cancelled_total(self) -> int: ...

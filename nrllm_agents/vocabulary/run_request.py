@@ -180,6 +180,7 @@ class RunRequest:
                 errors[key if isinstance(key, str) and not unstorable(key) else "non_field_errors"] = UNSTORABLE
         if errors:
             raise InvalidRequest(errors)
+        assert isinstance(prompt, str)  # or errors["prompt"] was raised above
         return cls(
             prompt=prompt,
             provider=provider,

@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 def interval() -> int:
     """Seconds between two passes (RQ's ``maintenance_interval``)."""
-    return max(1, round(app_settings.MAINTENANCE_SECONDS))
+    return max(1, round(float(app_settings.MAINTENANCE_SECONDS)))
 
 
 def maintain(worker_name: str, log: Any = logger) -> None:

@@ -62,7 +62,7 @@ class GracefulWorker(RidesOutOutages, Worker):
         super().teardown()
 
     def setup_work_horse_signals(self) -> None:
-        super().setup_work_horse_signals()
+        super().setup_work_horse_signals()  # type: ignore[no-untyped-call]  # rq leaves this method unannotated
         # A SIGTERM sent to the whole process group must not kill a step in flight; the
         # worker forwards the shutdown as HANDOFF_SIGNAL, and a cold shutdown still SIGKILLs.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -95,7 +95,6 @@ class ThreadedWorker(RidesOutOutages, BaseWorker):
         self._handed_back = threading.Event()
         self._last_maintained = 0.0
         self._last_heartbeat = 0.0
-        self._state: str | None = None
         self.maintainer: Maintainer | None = None
         sys.setswitchinterval(SWITCH_INTERVAL)
 
@@ -105,7 +104,7 @@ class ThreadedWorker(RidesOutOutages, BaseWorker):
 
     # RQ keeps one "current execution" per worker; here each thread has its own.
     @property
-    def execution(self) -> Execution | None:  # type: ignore[override]
+    def execution(self) -> Execution | None:
         return getattr(self._local, "execution", None)
 
     @execution.setter
@@ -125,8 +124,7 @@ class ThreadedWorker(RidesOutOutages, BaseWorker):
                 idle_since = time.monotonic()
                 continue
             state = WorkerStatus.BUSY if self.executor.in_flight else WorkerStatus.IDLE
-            if state != self._state:
-                self._state = state
+            if state != self.get_state():  # RQ's own record of what it last told Redis
                 self.set_state(state)
             if self.should_run_maintenance_tasks:
                 self.run_maintenance_tasks()
@@ -155,7 +153,7 @@ class ThreadedWorker(RidesOutOutages, BaseWorker):
                 return None
             job, queue = result
             self.reorder_queues(reference_queue=queue)
-            job.redis_server_version = self.get_redis_server_version()
+            job.redis_server_version = self.get_redis_server_version()  # type: ignore[no-untyped-call]  # rq leaves this method unannotated
             self.log.info(
                 "Worker %s: %s: %s (%d in flight)", self.name, queue.name, job.id, self.executor.in_flight + 1
             )
@@ -214,7 +212,7 @@ class ThreadedWorker(RidesOutOutages, BaseWorker):
         super().heartbeat(timeout, pipeline=pipeline)
 
     def get_heartbeat_ttl(self, job: Job) -> int:
-        return self.job_monitoring_interval + 60  # no job timeout is enforced (see NoDeathPenalty)
+        return int(self.job_monitoring_interval) + 60  # no job timeout is enforced (see NoDeathPenalty)
 
     # --- shutdown ---------------------------------------------------------------------------
     def request_stop(self, signum: int, frame: FrameType | None) -> None:
@@ -239,7 +237,7 @@ class ThreadedWorker(RidesOutOutages, BaseWorker):
             cut,
         )
         try:
-            self.set_shutdown_requested_date()
+            self.set_shutdown_requested_date()  # type: ignore[no-untyped-call]  # rq leaves this method unannotated
         except redis.exceptions.RedisError:
             pass
 
@@ -252,5 +250,5 @@ class ThreadedWorker(RidesOutOutages, BaseWorker):
         if self.maintainer is not None:
             self.maintainer.stop()
         if self.scheduler:
-            self.stop_scheduler()
+            self.stop_scheduler()  # type: ignore[no-untyped-call]  # rq leaves this method unannotated
         super().teardown()
