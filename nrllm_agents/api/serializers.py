@@ -23,7 +23,7 @@ from ..domain import StepKind
 from ..domain.providers.scripted import MAX_DELAY_SECONDS, MAX_USAGE_TOKENS
 from ..models import AgentRun, CancelSource, MultitaskStrategy, RunStatus, TerminationReason
 from ..runtime.agent_runtime import CancelOutcome, Outcome
-from ..store import MAX_REASON_CHARS
+from ..store import MAX_REASON_CHARS, MAX_SEQUENCE
 from ..vocabulary.presenters import run_status_dict
 from ..vocabulary.run_request import MAX_PROMPT_CHARS
 from .fields import (
@@ -38,7 +38,6 @@ from .fields import (
 MAX_BULK_IDS = 1000  # beyond this, select by status: an IN list of ids does not scale
 MAX_EVENTS_PAGE = 1000
 DEFAULT_EVENTS_PAGE = 100
-MAX_SEQUENCE = 2**31 - 1  # the largest sequence the column holds
 
 
 def run_representation(run: AgentRun, *, expand_request: bool = True) -> dict[str, Any]:
