@@ -15,6 +15,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db import DatabaseError, IntegrityError, connection
@@ -282,7 +283,7 @@ class SegmentTrace:
         return event
 
 
-def _timed_record(run_id: uuid.UUID, owner: str, sequence: int, step: Step, created_at: Any) -> Lease:
+def _timed_record(run_id: uuid.UUID, owner: str, sequence: int, step: Step, created_at: datetime) -> Lease:
     """``store.record_step``, its duration (raised or not) to ``nrllm_boundary_write_seconds``:
     one ``perf_counter`` pair, the boundary pays nothing more."""
     started = time.perf_counter()
