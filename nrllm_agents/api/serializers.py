@@ -17,8 +17,7 @@ from rest_framework import serializers
 from ..conf import app_settings
 from ..domain.providers.scripted import MAX_DELAY_SECONDS, MAX_USAGE_TOKENS
 from ..models import MultitaskStrategy, RunStatus, TerminationReason
-from ..runtime.forks import MAX_SEQUENCE
-from ..store import MAX_REASON_CHARS
+from ..store import MAX_REASON_CHARS, MAX_SEQUENCE
 from ..vocabulary.run_request import MAX_PROMPT_CHARS
 from .fields import (
     StrictBooleanField,

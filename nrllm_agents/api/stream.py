@@ -60,7 +60,7 @@ from ..conf import app_settings
 from ..http import answers
 from ..live.push import StepData
 from ..live.watch import Update, Watch
-from ..runtime.forks import MAX_SEQUENCE
+from ..store import MAX_SEQUENCE
 from ..store.db import release_connection
 from ..vocabulary import describe, policy
 from .serializers import EventsQuerySerializer

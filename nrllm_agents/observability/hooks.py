@@ -16,14 +16,19 @@ from typing import Any, TypeVar
 
 from ..domain import Usage
 from ..models import ACTIVE, TERMINAL, AgentRun, RunStatus
+from ..store import Reaped
 from . import metrics
 from .logs import bind_segment, run_event, unbind_segment
 
 logger = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
 
-timed_boundary_write = metrics.BOUNDARY_WRITE_SECONDS.time()
-"""Decorator: the duration of each step boundary write goes to ``nrllm_boundary_write_seconds``."""
+
+def boundary_written(seconds: float) -> None:
+    """One step boundary write (``store.record_step``) took ``seconds``: to
+    ``nrllm_boundary_write_seconds``. Timed by its caller, the segment (the store imports
+    nothing above it); on the hot path, so it is the observation and nothing more."""
+    metrics.BOUNDARY_WRITE_SECONDS.observe(seconds)
 
 
 def _guarded(hook: F) -> F:
@@ -98,7 +103,8 @@ def step(trace: Any, step: Any, sequence: int) -> None:
         tool = _tool_label(payload.get("name")) if kind == "tool" else ""
         metrics.STEP_SECONDS.labels(kind, tool).observe(max(0.0, float(step.duration_ms)) / 1000)
     if kind == "llm":
-        usage = payload.get("usage") if isinstance(payload.get("usage"), dict) else {}
+        usage = payload.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
         prompt, completion = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
         if prompt or completion:  # only a model that answered names a label: bounded by real models
             provider, model = getattr(trace, "_obs_model", ("", ""))
@@ -319,27 +325,31 @@ def cancel_acknowledged(trace: Any, event: Any) -> None:
 
 # --- the reaper ----------------------------------------------------------------------------
 @_guarded
-def reaped_run(verdict: str, row: dict[str, Any], applied: bool) -> None:
-    """The reaper requeued or dead-lettered one run whose lease expired (``applied``), or found it alive."""
-    if not applied:
-        run_event("reap_skipped", row["id"], "renewed its lease meanwhile; left alone")
+def reaped_run(reaped: Reaped) -> None:
+    """The reaper requeued or dead-lettered one run whose lease expired (``applied``), or found it
+    alive. All it needs came back in the reaper's report (``store.Reaped``): no query here."""
+    if not reaped.applied:
+        run_event("reap_skipped", reaped.run_id, "renewed its lease meanwhile; left alone")
         return
-    if verdict == "requeue":
+    if reaped.verdict == "requeue":
         metrics.REAPER_ACTIONS.labels("requeued", "lease_expired").inc()
     else:
-        metrics.REAPER_ACTIONS.labels("dead_lettered", verdict).inc()
-        _finished(RunStatus.FAILED, verdict, _provider_label(row.get("provider")))
-    run_event("reap", row["id"], "lease expired: %s", verdict, level=logging.WARNING, verdict=verdict)
+        metrics.REAPER_ACTIONS.labels("dead_lettered", reaped.verdict).inc()
+        _finished(RunStatus.FAILED, reaped.verdict, _provider_label(reaped.provider))
+    run_event("reap", reaped.run_id, "lease expired: %s", reaped.verdict, level=logging.WARNING, verdict=reaped.verdict)
 
 
 def reap(method: F) -> F:
-    """Decorator of ``AgentRuntime.reap``: count the pass, remember it for the operations page."""
+    """Decorator of ``AgentRuntime.reap``: count what the pass did to each run (from its report)
+    and the pass itself, remember it for the operations page."""
 
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         started_at = datetime.now().astimezone()
         report = method(self, *args, **kwargs)
         if not report.dry_run:
+            for reaped in report.reaped:
+                reaped_run(reaped)
             _reap_done(report, started_at)
         return report
 

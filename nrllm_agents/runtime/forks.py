@@ -18,6 +18,7 @@ from ..conf import app_settings
 from ..domain import Step, StepKind
 from ..domain.fork import fork_payload
 from ..models import TERMINAL, AgentRun
+from ..store.journal import MAX_SEQUENCE
 from ..vocabulary.outcomes import RunNotFound
 from ..vocabulary.presenters import event_dict
 from ..vocabulary.run_request import InvalidRequest, RunRequest
@@ -34,7 +35,6 @@ OVERRIDABLE = (
     "max_cost",
     "agent",
 )
-MAX_SEQUENCE = 2**31 - 1
 
 
 class ParentStillActive(RuntimeError):

@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, Max, OuterRef
+from django.db.models import Exists, Max, OuterRef, QuerySet
 from django.utils import timezone
 
 from ..conf import app_settings
@@ -100,7 +100,7 @@ def create(*, owner: Any = None, title: str = "") -> Thread:
     return Thread.objects.create(owner=owner if getattr(owner, "pk", None) else None, title=title[:200])
 
 
-def _unstopped(thread_id: uuid.UUID) -> Any:
+def _unstopped(thread_id: uuid.UUID) -> QuerySet[AgentRun]:
     return AgentRun.objects.filter(thread_id=thread_id, stopped_at__isnull=True)
 
 

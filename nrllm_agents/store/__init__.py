@@ -9,8 +9,8 @@ and the claim fences are each one prepared statement whose CTE takes the row loc
 """
 
 from .bulk import BulkCancel, cancel_many
-from .journal import RECOVER, append_event, next_sequence
-from .leases import ReapReport, append_owned, lease_until, reap, record_step, renew, requeue, why_not_held
+from .journal import MAX_SEQUENCE, RECOVER, append_event, next_sequence, step_columns
+from .leases import Reaped, ReapReport, append_owned, lease_until, reap, record_step, renew, requeue, why_not_held
 from .results import MAX_REASON_CHARS, NOT_FOUND, InvalidArgument, Lease, Operator, Transition, reason_problem
 from .runs import (
     acknowledge_cancel,
@@ -28,11 +28,13 @@ from .runs import (
 
 __all__ = [
     "MAX_REASON_CHARS",
+    "MAX_SEQUENCE",
     "InvalidArgument",
     "reason_problem",
     "NOT_FOUND",
     "RECOVER",
     "BulkCancel",
+    "Reaped",
     "ReapReport",
     "Lease",
     "Operator",
@@ -56,6 +58,7 @@ __all__ = [
     "requeue",
     "requeue_for_resume",
     "settle",
+    "step_columns",
     "suspend",
     "why_not_held",
 ]

@@ -67,6 +67,11 @@ def ended_fields(
     }
 
 
+MAX_SEQUENCE = 2**31 - 1
+"""The largest sequence the column holds (``AgentRunEvent.sequence``, an ``integer`` on PostgreSQL):
+every surface that takes a sequence bounds it with this."""
+
+
 def last_sequence(run_id: uuid.UUID) -> int | None:
     """The sequence of a run's last recorded step; ``None`` before its first."""
     last: int | None = AgentRunEvent.objects.filter(run_id=run_id).aggregate(m=Max("sequence"))["m"]
@@ -79,17 +84,24 @@ def next_sequence(run_id: uuid.UUID) -> int:
     return 0 if last is None else last + 1
 
 
+def step_columns(run_id: uuid.UUID, sequence: int, step: Step, created_at: datetime) -> dict[str, Any]:
+    """The columns of the row that records ``step`` at ``sequence``: the one mapping of a step to
+    its row, for the append and for what a segment's observer is shown before it
+    (``presenters.step_dict`` takes these as they are)."""
+    return {
+        "run_id": run_id,
+        "sequence": sequence,
+        "kind": step.kind.value,
+        "round": step.round,
+        "duration_ms": step.duration_ms,
+        "payload": step.payload,
+        "created_at": created_at,
+    }
+
+
 def append_event(run_id: uuid.UUID, sequence: int, step: Step, created_at: datetime) -> None:
     """Record one step (append-only; ``(run, sequence)`` is unique)."""
-    AgentRunEvent.objects.create(
-        run_id=run_id,
-        sequence=sequence,
-        kind=step.kind.value,
-        round=step.round,
-        duration_ms=step.duration_ms,
-        payload=step.payload,
-        created_at=created_at,
-    )
+    AgentRunEvent.objects.create(**step_columns(run_id, sequence, step, created_at))
 
 
 def cancel_payload(run: dict[str, Any], boundary: int | None) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from django.utils import timezone
 from ..conf import app_settings
 from ..domain import Step, Usage
 from ..models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
-from ..observability import hooks as observe
 from . import prepared
 from .journal import append_cancelled, append_event, ended_fields, owned, requeued_fields, spend_fields
 from .results import NOT_FOUND, Lease, Transition
@@ -72,7 +71,6 @@ def renew(run_id: uuid.UUID, owner: str, *, effect: dict[str, Any] | None = None
         return Lease.UNKNOWN
 
 
-@observe.timed_boundary_write
 def record_step(
     run_id: uuid.UUID,
     owner: str,
@@ -94,6 +92,8 @@ def record_step(
     reads this step itself), and hands it to ``on_boundary`` (the process's publisher,
     ``deltas.py``): once the step is committed when some do (the push announces it; a
     boundary transaction itself never notifies), at once when none do.
+
+    Its duration is timed by the caller (``segment``): the store imports nothing above it.
     """
     until = lease_until()
     try:
@@ -183,6 +183,19 @@ def requeue(
     return Transition(False, status, status) if status else NOT_FOUND
 
 
+@dataclass(frozen=True)
+class Reaped:
+    """One run whose expired lease the reaper acted on: the verdict (``requeue`` or the dead
+    letter's reason), the run's provider, and whether the write applied (``False``: it renewed
+    its lease meanwhile). Read from the rows the reaper already fetched, for the metrics the
+    runtime emits from the report."""
+
+    run_id: uuid.UUID
+    verdict: str
+    provider: str
+    applied: bool
+
+
 @dataclass
 class ReapReport:
     """What one pass of the reaper found and did."""
@@ -193,6 +206,7 @@ class ReapReport:
     skipped: int = 0  # came back to life (heartbeat) between scan and write
     dry_run: bool = False
     deadline_cancelled: int = 0  # overdue runs nothing was executing, cancelled first (nrllm_agents.runtime.budgets)
+    reaped: list[Reaped] = field(default_factory=list)  # every write tried, in order (none on a dry run)
 
     def summary(self) -> str:
         parts = [f"{self.deadline_cancelled} cancelled (deadline_exceeded)"] if self.deadline_cancelled else []
@@ -245,7 +259,7 @@ def reap(*, limit: int = 100, dry_run: bool = False, now: datetime | None = None
             _count(report, verdict, row["id"])
         else:
             report.skipped += 1
-        observe.reaped_run(verdict, row, applied=bool(n))
+        report.reaped.append(Reaped(row["id"], verdict, row["provider"], applied=bool(n)))
     report.acknowledged = _acknowledge_orphaned_cancels(now, limit, dry_run)
     return report
 

@@ -46,4 +46,4 @@ class RetryPolicy:
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait before retry number ``attempt`` (0 for the first)."""
-        return min(self.base_seconds * 2 ** min(attempt, 64), self.max_seconds)
+        return min(self.base_seconds * 2.0 ** min(attempt, 64), self.max_seconds)

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nrllm_agents.management import console, terminal
 from nrllm_agents.runtime.agent_runtime import AgentRuntime, RunNotFound
-from nrllm_agents.runtime.forks import MAX_SEQUENCE
+from nrllm_agents.store import MAX_SEQUENCE
 from nrllm_agents.vocabulary import presenters
 
 

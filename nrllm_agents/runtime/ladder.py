@@ -1,0 +1,315 @@
+"""The ladder every segment goes through, and how its end maps to what the runtime returns.
+
+``Ladder`` is the base of ``AgentRuntime``: ``_execute`` arms the cancel watcher and the
+deadline, then ``_ladder`` drives the tool loop. A cancellation is caught before any generic
+handler, no settle is attempted (the cancel already won the row), the stop is acknowledged, and
+the outcome is ``cancelled``. A settle, suspend or hand-back that a fence refused reports the
+truth (``_close``). ``_dispatch`` wakes a worker for a queued run (a hand-back, a reaped run).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+
+from django.db import DatabaseError
+
+from .. import store
+from ..domain import (
+    LoopOutcome,
+    LoopResult,
+    ProviderError,
+    RunCancellationRequested,
+    RunLeaseLost,
+    SegmentInterrupted,
+    ToolLoop,
+    Usage,
+)
+from ..domain.sanitize import clean_text
+from ..executors import dispatch
+from ..live.interrupts import watcher
+from ..models import AgentRun, RunStatus, TerminationReason
+from ..observability import hooks as observe
+from ..setup import registry
+from ..store.retries import RetryPolicy
+from ..vocabulary import pricing
+from ..vocabulary.outcomes import Outcome, RunResult
+from ..vocabulary.run_request import RunRequest
+from . import budgets as limits
+from . import threads
+from .segment import SegmentTrace
+
+logger = logging.getLogger(__name__)
+
+_SETTLE = {
+    LoopOutcome.COMPLETED: (RunStatus.COMPLETED, TerminationReason.COMPLETED),
+    LoopOutcome.APPROVAL_DENIED: (RunStatus.COMPLETED, TerminationReason.APPROVAL_DENIED),
+    LoopOutcome.MAX_ITERATIONS: (RunStatus.FAILED, TerminationReason.MAX_ITERATIONS),
+    LoopOutcome.PROVIDER_FAILED: (RunStatus.FAILED, TerminationReason.PROVIDER_FAILED),
+    LoopOutcome.TOOL_FAILED: (RunStatus.FAILED, TerminationReason.TOOL_FAILED),
+}
+
+
+def _safe_message(exc: BaseException | None) -> str:
+    """What the row keeps of an error: never a piece of SQL. The database's own text carries
+    the statement (``LINE 1: ...``); only its one-line primary message is kept."""
+    if exc is None:
+        return ""
+    if isinstance(exc, DatabaseError):
+        diag = getattr(exc.__cause__, "diag", None)
+        primary = getattr(diag, "message_primary", None) or ""
+        said = f": {clean_text(primary)[:200]}" if primary else ""
+        return f"the database refused a write of this run ({type(exc).__name__}{said})"
+    return clean_text(str(exc))[:2000]
+
+
+def run_result(
+    run_id: uuid.UUID,
+    outcome: Outcome,
+    trace: SegmentTrace | None = None,
+    *,
+    steps: int = 0,
+    final_text: str | None = None,
+    run: AgentRun | None = None,
+) -> RunResult:
+    """The one builder of what a runtime call returns: the row as it is now (read once, unless
+    the caller just read it) and what this segment recorded. The spend is the row's, which
+    every fence that ends a segment writes; a segment that lost the run reports its own (the
+    row is not its any more)."""
+    if run is None:
+        run = AgentRun.objects.filter(pk=run_id).first()
+    steps = trace.recorded if trace is not None else steps
+    if run is None:  # deleted meanwhile: only what this segment knows
+        spent = (trace.usage, trace.iterations) if trace is not None else (Usage(), 0)
+        return RunResult(run_id, outcome, "", "", steps, final_text, spent[0], spent[1])
+    usage, iterations = Usage(run.prompt_tokens, run.completion_tokens), run.iterations
+    if outcome == Outcome.LEASE_LOST and trace is not None:
+        usage, iterations = trace.usage, trace.iterations
+    return RunResult(
+        run_id=run_id,
+        outcome=outcome,
+        status=run.status,
+        termination_reason=run.termination_reason,
+        steps=steps,
+        final_text=run.final_text or final_text,
+        usage=usage,
+        iterations=iterations,
+        error=f"{run.error_class}: {run.error_message}" if run.error_class else "",
+        pending_calls=(run.suspended_state or {}).get("pending_calls", []),
+    )
+
+
+class Ladder:
+    """The segments' ladder and its results; ``AgentRuntime`` adds the entry points."""
+
+    def _wake_thread(self, thread_id: uuid.UUID | None) -> None:
+        """A run of this thread stopped: dispatch the thread's next message, if one waits."""
+        head = threads.next_up(thread_id)
+        if head is not None:
+            try:
+                self._dispatch(head, segment=0)
+            except dispatch.EnqueueError:
+                logger.error("run %s: its thread's turn came but it could not be enqueued", head)
+
+    def _dispatch(self, run_id: uuid.UUID, *, delay_seconds: float = 0, segment: int | None = None) -> bool:
+        """Wake a worker for a queued run: ``True`` when the queue took the job, ``False`` when it
+        was unreachable (the run stays queued, a durable row, and the queued sweep dispatches it
+        once the queue is back: never failed for a transient outage). A refusal for good settles
+        the run ``failed`` (``enqueue_failed``) and raises ``EnqueueError``."""
+        try:
+            dispatch.dispatch(run_id, delay_seconds=delay_seconds, segment=segment)
+            return True
+        except Exception as exc:
+            if dispatch.is_outage(exc):
+                logger.warning(
+                    "run %s: the queue is unreachable (%s); the run stays queued for the queued sweep",
+                    run_id,
+                    type(exc).__name__,
+                )
+                observe.enqueue_deferred(run_id, exc)
+                return False
+            cause = f"{type(exc).__name__}: {_safe_message(exc)[:300]}"
+            logger.error("run %s: enqueue failed (%s)", run_id, type(exc).__name__)
+            store.settle(
+                run_id,
+                status=RunStatus.FAILED,
+                reason=TerminationReason.ENQUEUE_FAILED,
+                error_class=type(exc).__name__,
+                error_message=cause,
+            )
+            observe.enqueue_failed(run_id, exc)
+            raise dispatch.EnqueueError(run_id, cause) from None
+
+    @observe.segment
+    def _execute(
+        self, run_id: uuid.UUID, request: RunRequest, trace: SegmentTrace, drive: Callable[[ToolLoop], LoopResult]
+    ) -> RunResult:
+        """The ladder shared by every segment; cancels reach its calls in flight meanwhile."""
+        deadline = trace.limits.limits.deadline_at
+
+        def on_deadline() -> bool:  # on the watcher's thread: a deadline cuts the step in flight short
+            return limits.enforce(run_id, usage=trace.usage, limits=trace.limits.limits) is not None
+
+        unwatches = [
+            watcher.watch(
+                run_id, trace.token, deadline=deadline.timestamp() if deadline else None, on_deadline=on_deadline
+            )
+        ]
+
+        def late(read: limits.RunLimits) -> None:  # the limits were read only at a later boundary: arm them now
+            if read.deadline_at is not None:
+                unwatches.append(
+                    watcher.watch(run_id, trace.token, deadline=read.deadline_at.timestamp(), on_deadline=on_deadline)
+                )
+
+        trace.limits.on_late_read = late
+        try:
+            return self._ladder(run_id, request, trace, drive)
+        finally:
+            # No watch outlives its segment, and the hook (which holds the trace) goes with it:
+            # the segment's token leaves this process's set of queued segments at once.
+            trace.limits.on_late_read = None
+            for unwatch in reversed(unwatches):
+                unwatch()
+            trace.ended()
+
+    def _ladder(
+        self, run_id: uuid.UUID, request: RunRequest, trace: SegmentTrace, drive: Callable[[ToolLoop], LoopResult]
+    ) -> RunResult:
+        try:
+            loop = ToolLoop(
+                registry.build_provider(request, run_id),
+                registry.build_tools(request.tools, run_id),
+                trace=trace,
+                max_iterations=request.max_iterations,
+                on_deny=request.on_deny,
+                before_effect=trace.before_effect,
+                token=trace.token,
+                before_start=trace.before_start,
+                on_delta=trace.delta,
+                price=pricing.for_request(request),  # once per segment: the price in force now
+            )
+            result = drive(loop)
+        except RunCancellationRequested:
+            if trace.token.handing_back:  # the token tripped for a shutdown: hand back (or ack a cancel)
+                return self._requeue(run_id, trace, count_attempt=False)
+            # Before the generic handler: the cancel already won the row; never settle.
+            return self._cancelled(run_id, trace)
+        except RunLeaseLost:
+            return run_result(run_id, Outcome.LEASE_LOST, trace)
+        except SegmentInterrupted:
+            return self._requeue(run_id, trace, count_attempt=False)
+        except Exception as exc:
+            logger.exception("run %s: unexpected error in the runtime", run_id)
+            return self._fail(run_id, trace, TerminationReason.INTERNAL_ERROR, exc)
+        state = result.state
+        if result.outcome == LoopOutcome.AWAITING_APPROVAL:
+            fence = store.suspend(
+                run_id, state=state.as_dict(), iterations=state.iterations, usage=state.usage, owner=trace.owner
+            )
+            return self._close(run_id, trace, fence, Outcome.AWAITING_APPROVAL, result, refused=Outcome.SUSPEND_FAILED)
+        status, reason = _SETTLE[result.outcome]
+        if result.outcome == LoopOutcome.PROVIDER_FAILED and trace.interruptible:
+            # Queued runs retry transient model failures; permanent ones dead-letter at once.
+            if isinstance(result.error, ProviderError) and result.error.retryable:
+                attempts = AgentRun.objects.filter(pk=run_id).values_list("attempts", flat=True).first() or 0
+                if RetryPolicy.from_settings().may_retry(attempts):
+                    return self._requeue(run_id, trace, count_attempt=True, attempt=attempts, error=result.error)
+                reason = TerminationReason.RETRIES_EXHAUSTED
+            else:
+                reason = TerminationReason.NOT_RETRYABLE
+        fence = store.settle(
+            run_id,
+            status=status,
+            reason=reason,
+            iterations=state.iterations,
+            usage=state.usage,
+            final_text=result.final_text or "",
+            owner=trace.owner,
+            error_class=type(result.error).__name__ if result.error else "",
+            error_message=_safe_message(result.error),
+        )
+        return self._close(run_id, trace, fence, Outcome(status.value), result)
+
+    def _requeue(
+        self,
+        run_id: uuid.UUID,
+        trace: SegmentTrace,
+        *,
+        count_attempt: bool,
+        attempt: int = 0,
+        error: BaseException | None = None,
+    ) -> RunResult:
+        """Hand a running run back to the queue; it continues from its stream in a worker."""
+        fence = store.requeue(
+            run_id,
+            trace.owner,
+            count_attempt=count_attempt,
+            error_class=type(error).__name__ if error else "",
+            error_message=_safe_message(error),
+            iterations=trace.iterations,
+            usage=trace.usage,
+        )
+        if not fence.applied:
+            if fence.status == RunStatus.CANCELLED:
+                return self._cancelled(run_id, trace)
+            return run_result(run_id, Outcome.LEASE_LOST, trace)
+        delay = 0.0
+        if count_attempt:
+            delay = RetryPolicy.from_settings().delay(attempt)
+        observe.requeued(run_id, trace, count_attempt, delay, error)
+        try:
+            self._dispatch(run_id, delay_seconds=delay)
+        except dispatch.EnqueueError:
+            return run_result(run_id, Outcome.FAILED, trace)  # settled failed (enqueue_failed) by _dispatch
+        return run_result(run_id, Outcome.REQUEUED, trace)
+
+    def _close(
+        self,
+        run_id: uuid.UUID,
+        trace: SegmentTrace,
+        fence: store.Transition,
+        outcome: Outcome,
+        result: LoopResult | None = None,
+        refused: Outcome = Outcome.FAILED,
+    ) -> RunResult:
+        """Map a settle/suspend fence to the segment's result; a refused one reports the truth."""
+        if not fence.applied:
+            if fence.status == RunStatus.CANCELLED:
+                return self._cancelled(run_id, trace)
+            logger.warning("run %s: %s refused, row is %s", run_id, outcome, fence.status)
+            # Writes are ownership-guarded: a queued or running row was reaped or taken by
+            # another segment; a waiting one was suspended by someone else.
+            if fence.status in (RunStatus.QUEUED, RunStatus.RUNNING):
+                outcome = Outcome.LEASE_LOST
+            elif fence.status == RunStatus.WAITING_FOR_APPROVAL:
+                outcome = refused
+        run = AgentRun.objects.filter(pk=run_id).first()
+        if run is not None:
+            observe.closed(run, fence, outcome)
+            if run.thread_id is not None and run.stopped_at is not None:
+                self._wake_thread(run.thread_id)
+        return run_result(run_id, outcome, trace, final_text=result.final_text if result else None, run=run)
+
+    def _cancelled(self, run_id: uuid.UUID, trace: SegmentTrace) -> RunResult:
+        trace.acknowledge_cancel()
+        self._wake_thread(threads.thread_of(run_id))
+        return run_result(run_id, Outcome.CANCELLED, trace)
+
+    def _settle_unrunnable(self, run_id: uuid.UUID, trace: SegmentTrace, exc: Exception) -> RunResult:
+        return self._fail(run_id, trace, TerminationReason.INVALID_REQUEST, exc)
+
+    def _fail(self, run_id: uuid.UUID, trace: SegmentTrace, reason: str, exc: BaseException) -> RunResult:
+        """Settle the segment's run ``failed`` for ``reason``, naming the exception that caused it."""
+        fence = store.settle(
+            run_id,
+            status=RunStatus.FAILED,
+            reason=reason,
+            iterations=trace.iterations,
+            usage=trace.usage,
+            owner=trace.owner,
+            error_class=type(exc).__name__,
+            error_message=_safe_message(exc),
+        )
+        return self._close(run_id, trace, fence, Outcome.FAILED)
