@@ -17,6 +17,7 @@ from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
+from django.db.models.options import Options
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import reverse
 
@@ -131,7 +132,10 @@ class RunCancelAdmin(RunModelAdmin):
                 run.pk, by=request.user, source=CancelSource.ADMIN, reason=form.cleaned_data["reason"]
             )
             self.message_user(request, *single_summary(result))
-            preserved = {"preserved_filters": self.get_preserved_filters(request), "opts": self.opts}
+            preserved: dict[str, Options[Any] | str] = {
+                "preserved_filters": self.get_preserved_filters(request),
+                "opts": self.opts,
+            }
             return HttpResponseRedirect(add_preserved_filters(preserved, self._url("change", run.pk)))
         counts = self.runtime.cancel_many(queryset, source=CancelSource.ADMIN, dry_run=True)
         return confirmation(

@@ -19,10 +19,12 @@ from functools import update_wrapper
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.utils import flatten_fieldsets
 from django.db.models import Count, F, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
 from django.template.defaultfilters import truncatechars
+from django.template.response import SimpleTemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
@@ -140,7 +142,7 @@ class AgentRunAdmin(RunCancelAdmin):
         ),
         ("Options", {"fields": ("options",), "classes": ("collapse",)}),
     )
-    readonly_fields = tuple(f for _, spec in fieldsets for f in spec["fields"])
+    readonly_fields = tuple(flatten_fieldsets(fieldsets))
 
     # --- permissions: read-only; seeing and cancelling as the policy says ---------------------
     def has_module_permission(self, request: HttpRequest) -> bool:
@@ -169,9 +171,10 @@ class AgentRunAdmin(RunCancelAdmin):
         """The list, with the totals (runs, tokens, money) of the listed runs per day and per user."""
         context = {**(extra_context or {}), "may_manage_queues": policy.may_manage_queues(request.user)}
         response = super().changelist_view(request, extra_context=context)
-        changelist = getattr(response, "context_data", {}).get("cl") if hasattr(response, "context_data") else None
-        if changelist is not None:
-            response.context_data["totals"] = columns.totals(changelist.queryset)
+        context_data = response.context_data if isinstance(response, SimpleTemplateResponse) else None
+        changelist = context_data.get("cl") if context_data is not None else None
+        if context_data is not None and changelist is not None:
+            context_data["totals"] = columns.totals(changelist.queryset)
         return response
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AgentRun]:

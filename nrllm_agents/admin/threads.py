@@ -8,6 +8,7 @@ deleted here (``manage.py agent_threads`` creates and purges them).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import update_wrapper
 from typing import Any
 
@@ -115,7 +116,7 @@ class ThreadAdmin(ThreadModelAdmin):
         return super().render_change_form(request, context, *args, **kwargs)
 
     def get_urls(self) -> list[URLPattern]:
-        def wrap(view: Any) -> Any:
+        def wrap(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
             def wrapper(*args: Any, **kwargs: Any) -> HttpResponse:
                 return self.admin_site.admin_view(view)(*args, **kwargs)
 

@@ -77,7 +77,9 @@ def rate_for(action: Action) -> tuple[int, int] | None:
     """``(allowed, per seconds)`` for ``action`` now, or ``None`` when it is not limited."""
     from rest_framework.settings import api_settings
 
-    return parse_rate(api_settings.DEFAULT_THROTTLE_RATES.get(action.value))
+    rate = api_settings.DEFAULT_THROTTLE_RATES.get(action.value)
+    # (the stubs type the rates as numbers; DRF's own are text such as "120/min")
+    return parse_rate(None if rate is None else str(rate))
 
 
 def identity(request: Any) -> str:
@@ -192,6 +194,8 @@ def _client() -> tuple[Any, Any]:
     import redis
 
     url = settings.REDIS_URL
+    if not url:  # the callers ask only with REDIS_URL set (_store, reset)
+        raise RuntimeError("REDIS_URL is not set: the rate counts have no Redis to live in")
     with _clients_lock:
         if url not in _clients:
             client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)

@@ -15,6 +15,7 @@ from rest_framework.exceptions import Throttled, ValidationError
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
+from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from .. import admission
@@ -92,13 +93,13 @@ class RunAPIView(APIView):
     # Stated here, not left to the host project's REST_FRAMEWORK defaults: the API needs a
     # signed-in caller whatever DEFAULT_PERMISSION_CLASSES says.
     permission_classes = [IsAuthenticated]
-    post_throttle_scope: str | None = None
+    post_throttle_scope: admission.Action | None = None
     runtime = AgentRuntime()
 
     def get_exception_handler(self) -> Any:
         return exception_handler
 
-    def get_throttles(self) -> list[RunRateThrottle]:
+    def get_throttles(self) -> list[BaseThrottle]:
         if self.request.method == "POST" and self.post_throttle_scope:
             return [RunRateThrottle(self.post_throttle_scope)]
         return []
@@ -138,7 +139,7 @@ class RunPagination(PageNumberPagination):
         raw = request.query_params.get(self.page_query_param)
         return positive_int(raw, name=self.page_query_param, maximum=self.max_page) or 1
 
-    def get_page_size(self, request: Request) -> int:
+    def get_page_size(self, request: Request) -> int | None:
         raw = request.query_params.get(self.page_size_query_param)
         return positive_int(raw, name=self.page_size_query_param, maximum=self.max_page_size) or self.page_size
 

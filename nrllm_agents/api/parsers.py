@@ -8,6 +8,7 @@ checks the nesting depth of the raw text iteratively (400 beyond), and only then
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
@@ -35,7 +36,7 @@ def too_large_detail(limit: int) -> str:
 class BoundedJSONParser(JSONParser):
     """``JSONParser`` with a size limit (413) and a depth limit (400), both checked first."""
 
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: dict | None = None) -> Any:
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
         limit = body_limit()
         raw = stream.read() if limit is None else stream.read(limit + 1)
         if limit is not None and len(raw) > limit:

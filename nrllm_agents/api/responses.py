@@ -39,7 +39,7 @@ def run_representation(run: AgentRun, *, expand_request: bool = True) -> dict[st
     return {
         **run_status_dict(run),
         "children": [str(child.pk) for child in getattr(run, "visible_children", ())],
-        "owner": run.owner.get_username() if run.owner_id else None,
+        "owner": run.owner.get_username() if run.owner is not None else None,
         "request": request,
     }
 
@@ -98,7 +98,8 @@ class ParentSerializer(serializers.Serializer[Any]):
 class CancelRecordSerializer(serializers.Serializer[Any]):
     requested_at = serializers.DateTimeField()
     by = serializers.CharField(allow_null=True, help_text="Username of who cancelled, if a user did.")
-    source = serializers.ChoiceField(CancelSource.choices, allow_null=True)
+    # (DRF's metaclass takes declared fields off the class; the stubs see Field.source shadowed)
+    source = serializers.ChoiceField(CancelSource.choices, allow_null=True)  # type: ignore[assignment]
     reason = serializers.CharField(allow_null=True)
     stopped_at = serializers.DateTimeField(
         allow_null=True, help_text="When execution stopped; null while an executing run reaches its next boundary."

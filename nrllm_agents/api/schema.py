@@ -45,7 +45,8 @@ ENQUEUE_FAILED: dict[int, Any] = {
 }
 
 
-class ValidationErrorExtension(OpenApiSerializerExtension):
+# (drf-spectacular ships no types: its __init_subclass__ reads as untyped)
+class ValidationErrorExtension(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]
     """Documents ``ValidationErrorSerializer``: an object of field -> messages (see ``errors``)."""
 
     target_class = r.ValidationErrorSerializer

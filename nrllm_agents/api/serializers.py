@@ -9,7 +9,7 @@ surface shares.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from django.core.validators import MaxValueValidator
 from rest_framework import serializers
@@ -80,7 +80,8 @@ class ClosedSerializer(serializers.Serializer[Any]):
         unknown = sorted(map(str, set(data) - set(self.fields))) if isinstance(data, dict) else []
         if unknown:
             raise serializers.ValidationError({"non_field_errors": [f"unknown fields: {', '.join(unknown)}"]})
-        return super().validate(attrs)
+        validated: dict[str, Any] = super().validate(attrs)
+        return validated
 
 
 def reason_field(help_text: str) -> StrictCharField:
@@ -241,16 +242,19 @@ class CreateRunSerializer(serializers.Serializer[Any]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # The choices and bounds are settings: read them when used, not at import.
-        self.fields["provider"].choices = sorted(app_settings.PROVIDERS)
-        self.fields["tools"].child.choices = sorted(app_settings.TOOLS)
+        # (``fields`` maps names to the base Field: these are the fields declared above)
+        cast(serializers.ChoiceField, self.fields["provider"]).choices = sorted(app_settings.PROVIDERS)
+        tools = cast(serializers.ListField, self.fields["tools"])
+        cast(serializers.ChoiceField, tools.child).choices = sorted(app_settings.TOOLS)
         for name, setting in (
             ("max_iterations", "MAX_ITERATIONS_LIMIT"),
             ("deadline_seconds", "DEADLINE_SECONDS_LIMIT"),
             ("max_total_tokens", "MAX_TOTAL_TOKENS_LIMIT"),
         ):
             limit = int(getattr(app_settings, setting))
-            self.fields[name].max_value = limit
-            self.fields[name].validators.append(MaxValueValidator(limit))
+            field = cast(StrictIntegerField, self.fields[name])
+            field.max_value = limit
+            field.validators.append(MaxValueValidator(limit))
 
 
 class ForkRequestSerializer(CreateRunSerializer):

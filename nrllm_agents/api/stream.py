@@ -50,7 +50,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.views.decorators.http import require_GET
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
@@ -231,7 +232,7 @@ def _resume_after(request: HttpRequest) -> int | None:
 
 
 @require_GET
-def run_stream(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+def run_stream(request: HttpRequest, run_id: uuid.UUID) -> HttpResponseBase:
     """Stream a run's steps as Server-Sent Events (see the module docstring)."""
     user, refused = _user(request)
     if refused or not getattr(user, "is_authenticated", False):

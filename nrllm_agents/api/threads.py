@@ -37,7 +37,7 @@ def thread_representation(thread: Thread, *, detail: bool = False) -> dict[str, 
     body: dict[str, Any] = {
         "thread_id": str(thread.pk),
         "title": thread.title,
-        "owner": thread.owner.get_username() if thread.owner_id else None,
+        "owner": thread.owner.get_username() if thread.owner is not None else None,
         "created_at": thread.created_at.isoformat(),
         "last_activity_at": thread.last_activity_at.isoformat(),
         "busy": str(busy) if busy else None,

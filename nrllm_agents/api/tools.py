@@ -19,7 +19,8 @@ from .schema import AUTH_ERRORS
 class OfferedToolSerializer(serializers.Serializer[Any]):
     name = serializers.CharField(help_text="The name a run offers it by (`tools: [...]`, `--tool NAME`).")
     description = serializers.CharField()
-    source = serializers.ChoiceField(["built-in", "settings", "mcp"])
+    # (DRF's metaclass takes declared fields off the class; the stubs see Field.source shadowed)
+    source = serializers.ChoiceField(["built-in", "settings", "mcp"])  # type: ignore[assignment]
     server = serializers.CharField(allow_null=True, help_text="The MCP server it comes from (else null).")
     requires_approval = serializers.BooleanField(help_text="A call waits for a human decision.")
     idempotent = serializers.BooleanField(help_text="May be repeated after a lost worker.")

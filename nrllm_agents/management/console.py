@@ -34,7 +34,7 @@ EXIT_CANCELLED = 3  # the run was cancelled
 EXIT_AWAITING_APPROVAL = 4  # the run is waiting for a human decision
 EXIT_INTERRUPTED = 130  # a second Ctrl-C: left without waiting for the step in flight
 
-_EXIT_BY_STATUS = {
+_EXIT_BY_STATUS: dict[str, int] = {  # keyed by RunStatus, asked with a run's stored status
     RunStatus.COMPLETED: EXIT_OK,
     RunStatus.CANCELLED: EXIT_CANCELLED,
     RunStatus.WAITING_FOR_APPROVAL: EXIT_AWAITING_APPROVAL,

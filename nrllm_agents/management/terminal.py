@@ -156,8 +156,9 @@ def follow(
             update = watch.update()
             for step in update.steps:
                 on_step(step)
-            for delta in update.deltas if on_delta is not None else ():
-                on_delta(delta)
+            if on_delta is not None:
+                for delta in update.deltas:
+                    on_delta(delta)
             if update.finished:
                 return runtime.status(run_id)
             if update.steps:

@@ -37,7 +37,8 @@ class Command(BaseCommand):
         if not 0 < port < 65536:
             raise CommandError("--port must be between 1 and 65535", returncode=2)
         registry = CollectorRegistry()
-        MultiProcessCollector(registry, path=metrics.MULTIPROC_DIR)
+        # (prometheus_client's multiprocess module is not annotated)
+        MultiProcessCollector(registry, path=metrics.MULTIPROC_DIR)  # type: ignore[no-untyped-call]
         try:
             server, _ = start_http_server(port, addr=addr, registry=registry)
         except OSError as exc:

@@ -55,7 +55,7 @@ class Command(BaseCommand):
         elif action == "list":
             limit = console.in_range("--limit", options["limit"], 1, LIST_LIMIT) or 50
             for thread in Thread.objects.select_related("owner").order_by("-last_activity_at")[:limit]:
-                owner = thread.owner.get_username() if thread.owner_id else "-"
+                owner = thread.owner.get_username() if thread.owner is not None else "-"
                 line = f"{thread.pk}  {thread.last_activity_at:%Y-%m-%d %H:%M}  {owner}  {thread.title}"
                 self.stdout.write(console.terminal_safe(line))
         elif action == "show":

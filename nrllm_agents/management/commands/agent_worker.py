@@ -71,8 +71,12 @@ class Command(BaseCommand):
 
         setup_loghandlers(level)
         try:
+            # (django-rq annotates worker_class as type[Worker]; it builds any rq BaseWorker subclass)
             worker = django_rq.get_worker(
-                *(queues or (app_settings.QUEUE_NAME,)), worker_class=ThreadedWorker, name=name, concurrency=concurrency
+                *(queues or (app_settings.QUEUE_NAME,)),
+                worker_class=ThreadedWorker,  # type: ignore[arg-type]
+                name=name,
+                concurrency=concurrency,
             )
         except (KeyError, ValueError) as exc:  # a queue not in RQ_QUEUES, or queues on different Redis
             raise CommandError(f"bad queue: {exc}", returncode=2) from None
