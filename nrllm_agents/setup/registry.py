@@ -9,9 +9,10 @@ from django.utils.module_loading import import_string
 
 from ..conf import DEFAULTS, app_settings
 from ..domain import ConfigurationError
-from ..domain.providers import CallJournal, Provider, ScriptedProvider
+from ..domain.providers import Provider, ScriptedProvider
 from ..domain.tools import Calculator, CurrentTime, Sleep, Tool
 from ..mcp import catalog as mcp_catalog
+from ..testing import journal
 
 if TYPE_CHECKING:
     from ..vocabulary.run_request import RunRequest
@@ -87,16 +88,20 @@ CONNECTION_CLASSES = {
 
 def build_provider(request: RunRequest, run_id: uuid.UUID | None = None) -> Provider:
     """The provider of a run: through its connection (the key decrypted here, and only here),
-    else the factory named by ``NRLLM_AGENTS["PROVIDERS"]``."""
+    else the factory named by ``NRLLM_AGENTS["PROVIDERS"]``; journaled when the call journal is on."""
     if request.connection:
-        return connection_provider(request, run_id)
-    path = app_settings.PROVIDERS.get(request.provider)
-    if path is None:
-        raise ConfigurationError(f"unknown provider {request.provider!r}")
-    return import_string(path)(request, run_id)
+        provider = connection_provider(request, run_id)
+    else:
+        path = app_settings.PROVIDERS.get(request.provider)
+        if path is None:
+            raise ConfigurationError(f"unknown provider {request.provider!r}")
+        provider = import_string(path)(request, run_id)
+    return journal.recording_provider(provider, journal.CallJournal(run_id=run_id)) if journal.enabled() else provider
 
 
 def build_tools(names: list[str] | tuple[str, ...], run_id: uuid.UUID | None = None) -> dict[str, Tool]:
+    """The tools of a run by name (from settings, else MCP); journaled when the call journal is on."""
+    recording = journal.enabled()
     tools: dict[str, Tool] = {}
     for name in names:
         path = app_settings.TOOLS.get(name)
@@ -106,12 +111,12 @@ def build_tools(names: list[str] | tuple[str, ...], run_id: uuid.UUID | None = N
                 raise ConfigurationError(f"unknown tool {name!r}")
         else:
             tool = import_string(path)(run_id)
-        tools[tool.name] = tool
+        tools[tool.name] = journal.recording_tool(tool, journal.CallJournal(run_id=run_id)) if recording else tool
     return tools
 
 
 def scripted_provider(request: RunRequest, run_id: Any = None) -> Provider:
-    return ScriptedProvider(request.script, model=request.model or "scripted-demo", journal=CallJournal(run_id=run_id))
+    return ScriptedProvider(request.script, model=request.model or "scripted-demo")
 
 
 def openai_provider(request: RunRequest, run_id: Any = None) -> Provider:
@@ -121,7 +126,6 @@ def openai_provider(request: RunRequest, run_id: Any = None) -> Provider:
         request.model,
         timeout=app_settings.OPENAI_TIMEOUT,
         stream=bool(app_settings.OPENAI_STREAM),
-        journal=CallJournal(run_id=run_id),
     )
 
 
@@ -132,7 +136,6 @@ def anthropic_provider(request: RunRequest, run_id: Any = None) -> Provider:
         request.model or app_settings.ANTHROPIC_MODEL,
         timeout=app_settings.OPENAI_TIMEOUT,
         stream=bool(app_settings.OPENAI_STREAM),
-        journal=CallJournal(run_id=run_id),
         max_tokens=int(app_settings.ANTHROPIC_MAX_TOKENS),
     )
 
@@ -144,7 +147,6 @@ def gemini_provider(request: RunRequest, run_id: Any = None) -> Provider:
         request.model or app_settings.GEMINI_MODEL,
         timeout=app_settings.OPENAI_TIMEOUT,
         stream=bool(app_settings.OPENAI_STREAM),
-        journal=CallJournal(run_id=run_id),
     )
 
 
@@ -178,18 +180,17 @@ def connection_provider(request: RunRequest, run_id: Any = None) -> Provider:
         base_url=row.base_url,
         timeout=app_settings.OPENAI_TIMEOUT,
         stream=bool(app_settings.OPENAI_STREAM),
-        journal=CallJournal(run_id=run_id),
     )
     return provider
 
 
 def calculator_tool(run_id: Any = None) -> Tool:
-    return Calculator(journal=CallJournal(run_id=run_id))
+    return Calculator()
 
 
 def current_time_tool(run_id: Any = None) -> Tool:
-    return CurrentTime(journal=CallJournal(run_id=run_id))
+    return CurrentTime()
 
 
 def sleep_tool(run_id: Any = None) -> Tool:
-    return Sleep(max_seconds=app_settings.SLEEP_MAX_SECONDS, journal=CallJournal(run_id=run_id))
+    return Sleep(max_seconds=app_settings.SLEEP_MAX_SECONDS)

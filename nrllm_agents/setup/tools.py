@@ -6,7 +6,6 @@ import uuid
 from typing import Any
 
 from ..domain import ToolError
-from ..domain.providers import CallJournal
 
 
 class WriteNote:
@@ -28,12 +27,10 @@ class WriteNote:
 
     def __init__(self, run_id: uuid.UUID | None = None) -> None:
         self.run_id = run_id
-        self.journal = CallJournal(run_id=run_id)
 
     def execute(self, arguments: dict[str, Any]) -> Any:
         from ..models import Note
 
-        self.journal.record("tool", self.name)
         title, body = arguments.get("title"), arguments.get("body")
         if not isinstance(title, str) or not title.strip() or len(title) > 200:
             raise ToolError("title must be a non-empty string of at most 200 characters")

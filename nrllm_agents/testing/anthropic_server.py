@@ -95,7 +95,8 @@ class AnthropicServer(ChatCompletionServer):
     def authorized(self, headers: Any) -> bool:
         if self.api_key is None:
             return True
-        return headers.get("x-api-key") == self.api_key or headers.get("Authorization") == f"Bearer {self.api_key}"
+        keyed = headers.get("x-api-key") == self.api_key
+        return bool(keyed or headers.get("Authorization") == f"Bearer {self.api_key}")
 
     def error_body(self, message: str, status: int) -> dict[str, Any]:
         kind = _ERROR_TYPES.get(status, "api_error")

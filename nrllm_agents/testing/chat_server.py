@@ -36,26 +36,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import select
-import socket
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
+
+from .http_handler import ScriptedHandler, StreamLog
+
+__all__ = [
+    "COMPLETIONS_PATH",
+    "ChatCompletionServer",
+    "StreamLog",
+    "main",
+    "serve",
+    "transcript_problem",
+    "validate_entry",
+]
 
 COMPLETIONS_PATH = "/v1/chat/completions"
 _ENTRY_KEYS = frozenset({"content", "tool_calls", "usage", "status", "error", "raw", "delay", "chunk_delay"})
-
-
-@dataclass
-class StreamLog:
-    """One streamed answer: each piece sent ``(time.time(), text)``, and how it ended."""
-
-    sent: list[tuple[float, str]] = field(default_factory=list)
-    disconnected_at: float | None = None  # the client went away before the end
-    finished: bool = False  # ``[DONE]`` was sent
 
 
 def validate_entry(entry: Any) -> dict[str, Any]:
@@ -119,6 +119,11 @@ def transcript_problem(messages: Any) -> str | None:
     return None
 
 
+def _text(host: str | bytes | bytearray) -> str:
+    """A bound address's host as text (the socket API may give it as bytes)."""
+    return host if isinstance(host, str) else bytes(host).decode()
+
+
 def _error_body(message: str, status: int) -> dict[str, Any]:
     kind = {401: "invalid_request_error", 404: "invalid_request_error", 429: "rate_limit_error"}.get(
         status, "server_error" if status >= 500 else "invalid_request_error"
@@ -169,7 +174,7 @@ class ChatCompletionServer:
         if self._httpd is None:
             raise RuntimeError("the server is not started")
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{_text(host)}:{port}/v1"
 
     def queue(self, *entries: dict[str, Any]) -> None:
         """Append entries to the script; raises ``ValueError`` for a malformed one."""
@@ -182,7 +187,7 @@ class ChatCompletionServer:
         if self._httpd is not None:
             return self
         self._stopping.clear()
-        handler = type("_BoundHandler", (_Handler,), {"owner": self})  # the wire format: this class's hooks
+        handler = type("_BoundHandler", (ScriptedHandler,), {"owner": self})  # the wire format: this class's hooks
         self._httpd = ThreadingHTTPServer(self._address, handler)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="chat-completion-server", daemon=True
@@ -340,109 +345,6 @@ class ChatCompletionServer:
         if "usage" in whole and (body.get("stream_options") or {}).get("include_usage"):
             out.append({**base, "choices": [], "usage": whole["usage"]})
         return out
-
-
-class _Handler(BaseHTTPRequestHandler):
-    owner: ChatCompletionServer
-    server_version = "nrllm-chat-server/1"
-
-    def do_POST(self) -> None:
-        owner = self.owner
-        raw = self._read_body()
-        try:
-            body: Any = json.loads(raw)
-        except ValueError:
-            body = None
-        stream = owner.route(self.path, body)
-        if stream is None:
-            self._send_json(404, owner.error_body(f"no route for POST {self.path}", 404))
-            return
-        owner._record(body, {k.lower(): v for k, v in self.headers.items()})
-        if not owner.authorized(self.headers):
-            self._send_json(401, owner.error_body("Incorrect API key provided.", 401))
-            return
-        if not isinstance(body, dict):
-            self._send_json(400, owner.error_body("the request body is not a JSON object", 400))
-            return
-        problem = owner.problem(body)
-        if problem is not None:
-            self._send_json(400, owner.error_body(problem, 400))
-            return
-        entry = owner._next_entry(body)
-        if entry is None:
-            self._send_json(500, owner.error_body("script exhausted", 500))
-            return
-        if entry.get("delay") and owner._stopping.wait(float(entry["delay"])):
-            return  # stopping: drop the connection unanswered
-        if "raw" in entry:  # verbatim, as an event stream when one was asked for
-            kind = "text/event-stream" if stream else "application/json"
-            self._send(int(entry.get("status", 200)), str(entry["raw"]).encode(), kind)
-        elif "error" in entry:
-            self._send_json(int(entry["status"]), owner.error_body(str(entry["error"]), int(entry["status"])))
-        elif stream:
-            self._stream(owner.frames(entry, body), float(entry.get("chunk_delay") or 0))
-        else:
-            self._send_json(200, owner.answer(entry, body))
-
-    def _stream(self, frames: list[tuple[bytes, str]], pause: float) -> None:
-        """Send the frames ``pause`` apart; the last one (the end marker) marks it finished."""
-        log = StreamLog()
-        with self.owner._lock:
-            self.owner.streams.append(log)
-        try:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.end_headers()
-            self.wfile.flush()
-            for i, (data, text) in enumerate(frames):
-                if i and pause and i < len(frames) - 1 and self._client_left(pause):
-                    raise ConnectionResetError
-                self.wfile.write(data)
-                self.wfile.flush()
-                if i < len(frames) - 1:
-                    log.sent.append((time.time(), text))
-            log.finished = True
-        except (BrokenPipeError, ConnectionResetError, OSError):
-            log.disconnected_at = time.time()
-            self.owner.disconnected.set()
-            self.close_connection = True
-
-    def _client_left(self, seconds: float) -> bool:
-        """Wait ``seconds`` unless the client closes its end first (then ``True``, at once)."""
-        if self.owner._stopping.is_set():
-            return True
-        readable, _, _ = select.select([self.connection], [], [], seconds)
-        if not readable:
-            return False
-        try:
-            return self.connection.recv(1, socket.MSG_PEEK) == b""
-        except OSError:
-            return True
-
-    def do_GET(self) -> None:
-        self._send_json(404, self.owner.error_body(f"no route for GET {self.path}", 404))
-
-    def _read_body(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length > 0 else b""
-
-    def _send_json(self, status: int, payload: dict[str, Any]) -> None:
-        self._send(status, json.dumps(payload).encode())
-
-    def _send(self, status: int, data: bytes, content_type: str = "application/json") -> None:
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):  # the client gave up (e.g. its timeout)
-            pass
-
-    def log_message(self, format: str, *args: Any) -> None:
-        if self.owner.verbose:
-            super().log_message(format, *args)
 
 
 def serve(

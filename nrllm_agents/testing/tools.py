@@ -11,7 +11,6 @@ import uuid
 from typing import Any
 
 from ..domain import ToolError
-from ..domain.providers import CallJournal
 
 
 class SlowNote:
@@ -33,12 +32,10 @@ class SlowNote:
 
     def __init__(self, run_id: uuid.UUID | None = None) -> None:
         self.run_id = run_id
-        self.journal = CallJournal(run_id=run_id)
 
     def execute(self, arguments: dict[str, Any]) -> Any:
         from ..models import Note
 
-        self.journal.record("tool", self.name)
         title, seconds = arguments.get("title"), arguments.get("seconds", 0)
         if not isinstance(title, str) or not title:
             raise ToolError("title must be a non-empty string")
@@ -72,10 +69,9 @@ class StubbornWait:
     started: Any = None
 
     def __init__(self, run_id: uuid.UUID | None = None) -> None:
-        self.journal = CallJournal(run_id=run_id)
+        self.run_id = run_id
 
     def execute(self, arguments: dict[str, Any]) -> Any:
-        self.journal.record("tool", self.name)
         seconds = arguments.get("seconds")
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds <= 30:
             raise ToolError("seconds must be a number from 0 to 30")

@@ -11,11 +11,12 @@ import pytest
 
 from nrllm_agents.domain.errors import ConfigurationError, ProviderError, ToolError
 from nrllm_agents.domain.loop import ToolLoop
-from nrllm_agents.domain.providers import CallJournal, OpenAIProvider, Provider
+from nrllm_agents.domain.providers import OpenAIProvider, Provider
 from nrllm_agents.domain.providers.openai_compat import parse_arguments, to_wire_messages
 from nrllm_agents.domain.steps import LoopOutcome, Step, StepKind, ToolCall, Usage
 from nrllm_agents.domain.tools.base import schema
 from nrllm_agents.testing.chat_server import ChatCompletionServer
+from nrllm_agents.testing.journal import CallJournal, recording_provider
 
 API_KEY = "sk-test-S3CRET-do-not-leak-0123456789"
 USER = [{"role": "user", "content": "hi"}]
@@ -77,7 +78,7 @@ def test_is_a_provider_and_needs_a_model() -> None:
 def test_plain_answer_with_usage(server: ChatCompletionServer, tmp_path: Path) -> None:
     server.queue({"content": "hello there", "usage": {"prompt_tokens": 11, "completion_tokens": 4}})
     journal = tmp_path / "calls.jsonl"
-    provider = provider_for(server, journal=CallJournal(str(journal)))
+    provider = recording_provider(provider_for(server), CallJournal(str(journal)))
 
     response = provider.complete(USER, [])
 

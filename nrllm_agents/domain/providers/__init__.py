@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from .base import Provider
-from .scripted import DEMO_SCRIPT, CallJournal, ScriptedProvider, validate_script
+from .scripted import DEMO_SCRIPT, ScriptedProvider, validate_script
 
-__all__ = ["DEMO_SCRIPT", "CallJournal", "OpenAIProvider", "Provider", "ScriptedProvider", "validate_script"]
+__all__ = ["DEMO_SCRIPT", "OpenAIProvider", "Provider", "ScriptedProvider", "validate_script"]
 
 
 def __getattr__(name: str) -> Any:

@@ -25,7 +25,6 @@ from ..errors import ConfigurationError, ProviderError
 from ..steps import ModelResponse, ToolCall, Usage
 from .abortable import AbortableHttp
 from .failures import bounded_tokens, guarded_call, sdk_failure
-from .scripted import CallJournal
 from .wire import call_arguments, call_name, declarations, estimate_usage, field, parse_arguments, text_of
 
 DEFAULT_MAX_TOKENS = 4096
@@ -165,7 +164,6 @@ class AnthropicProvider:
     base_url: the API root; defaults to the SDK's ``ANTHROPIC_BASE_URL``, then Anthropic's.
     timeout: seconds per request. The SDK never retries; retrying is the runtime's decision.
     stream: stream the answer (the default); a cancel then keeps what had arrived.
-    journal: records each model call start.
     max_tokens: the most output tokens a call may generate (the API requires a bound).
     """
 
@@ -179,7 +177,6 @@ class AnthropicProvider:
         base_url: str | None = None,
         timeout: float = 60.0,
         stream: bool = True,
-        journal: CallJournal | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
     ) -> None:
         if not model or not isinstance(model, str) or not model.strip():
@@ -189,7 +186,6 @@ class AnthropicProvider:
         self._api_key = api_key or os.environ.get("ANTHROPIC_API_KEY") or None
         self.timeout = timeout
         self.stream = stream
-        self.journal = journal or CallJournal()
         self.max_tokens = max_tokens
         # A gateway's bearer token, the SDK's other variable, when no key is set.
         token = None if self._api_key else os.environ.get("ANTHROPIC_AUTH_TOKEN") or None
@@ -219,7 +215,6 @@ class AnthropicProvider:
         when the context's token trips during the call.
         """
         context = context or CallContext()
-        self.journal.record("model", self.model)
         client = self._client
         if client is None:
             raise ProviderError(f"no API key for the anthropic provider: set {VARIABLES[0]}")

@@ -35,7 +35,6 @@ from ..errors import ConfigurationError, ProviderError
 from ..steps import ModelResponse, ToolCall, Usage
 from .abortable import AbortableHttp
 from .failures import bounded_tokens, guarded_call, sdk_failure
-from .scripted import CallJournal
 from .wire import call_arguments, call_name, declarations, estimate_usage, field, parse_arguments, text_of
 
 VARIABLES = ("GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL")
@@ -150,7 +149,6 @@ class GeminiProvider:
     base_url: the API root; defaults to the SDK's ``GOOGLE_GEMINI_BASE_URL``, then Google's.
     timeout: seconds per request. The SDK never retries; retrying is the runtime's decision.
     stream: stream the answer (the default); a cancel then keeps what had arrived.
-    journal: records each model call start.
     """
 
     name = "gemini"
@@ -163,7 +161,6 @@ class GeminiProvider:
         base_url: str | None = None,
         timeout: float = 60.0,
         stream: bool = True,
-        journal: CallJournal | None = None,
     ) -> None:
         if not model or not isinstance(model, str) or not model.strip():
             raise ConfigurationError("the gemini provider needs a model name")
@@ -172,7 +169,6 @@ class GeminiProvider:
         self._api_key = api_key or os.environ.get("GOOGLE_API_KEY") or os.environ.get("GEMINI_API_KEY") or None
         self.timeout = timeout
         self.stream = stream
-        self.journal = journal or CallJournal()
         self._signatures: dict[str, bytes] = {}
         self._http = AbortableHttp(httpx2.Client, timeout=timeout)
         options = types.HttpOptions(base_url=self.base_url, timeout=int(timeout * 1000), httpx_client=self._http.client)
@@ -192,7 +188,6 @@ class GeminiProvider:
         trips during the call.
         """
         context = context or CallContext()
-        self.journal.record("model", self.model)
         client = self._client
         if client is None:
             raise ProviderError("no API key for the gemini provider: set GEMINI_API_KEY (or GOOGLE_API_KEY)")

@@ -24,7 +24,6 @@ from ..errors import ConfigurationError, ProviderError
 from ..steps import ModelResponse, ToolCall, Usage
 from .abortable import AbortableHttp
 from .failures import bounded_tokens, guarded_call, sdk_failure
-from .scripted import CallJournal
 from .wire import estimate_usage, parse_arguments
 from .wire import field as _get
 
@@ -139,7 +138,6 @@ class OpenAIProvider:
     base_url: the API root (``.../v1``); defaults to ``OPENAI_BASE_URL``, then the SDK default.
     api_key: defaults to ``OPENAI_API_KEY``, then a placeholder for keyless local servers.
     timeout: seconds per request. The SDK never retries; retrying is the runtime's decision.
-    journal: records each model call start.
     stream: stream the answer (the default); a cancel then keeps what had arrived.
     """
 
@@ -152,7 +150,6 @@ class OpenAIProvider:
         base_url: str | None = None,
         api_key: str | None = None,
         timeout: float = 60.0,
-        journal: CallJournal | None = None,
         stream: bool = True,
     ) -> None:
         if not model or not isinstance(model, str) or not model.strip():
@@ -161,7 +158,6 @@ class OpenAIProvider:
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
         self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or PLACEHOLDER_API_KEY
         self.timeout = timeout
-        self.journal = journal or CallJournal()
         self.stream = stream
         self._stream_usage = True  # dropped once for a server that refuses stream_options
         self._http = AbortableHttp(openai.DefaultHttpxClient, timeout=timeout)
@@ -181,7 +177,6 @@ class OpenAIProvider:
         when the context's token trips during the call.
         """
         context = context or CallContext()
-        self.journal.record("model", self.model)
         kwargs: dict[str, Any] = {"model": self.model, "messages": to_wire_messages(messages)}
         if tools:
             kwargs["tools"] = list(tools)

@@ -21,9 +21,6 @@ Any other transcript fails the call with a ``ProviderError`` saying where it dif
 from __future__ import annotations
 
 import json
-import os
-import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -123,48 +120,21 @@ def transcript_mismatch(expect: list[dict[str, Any]], messages: Sequence[dict[st
     return None
 
 
-class CallJournal:
-    """Appends one JSON line per model call or tool start to a file, across processes.
-
-    Tests and benchmarks use it to prove that nothing started after a cancellation
-    boundary. Enabled by the ``NRLLM_CALL_JOURNAL`` environment variable (a file path).
-    Given a ``run_id``, each line carries it, so runs sharing a process stay apart.
-    """
-
-    _lock = threading.Lock()
-
-    def __init__(self, path: str | None = None, *, run_id: object = None) -> None:
-        self.path = path if path is not None else os.environ.get("NRLLM_CALL_JOURNAL") or None
-        self.run_id = None if run_id is None else str(run_id)
-
-    def record(self, what: str, name: str) -> None:
-        if not self.path:
-            return
-        entry = {"what": what, "name": name, "t": time.time(), "pid": os.getpid()}
-        if self.run_id is not None:
-            entry["run_id"] = self.run_id
-        line = json.dumps(entry)
-        with self._lock, open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
-
-
 class ScriptedProvider:
     """Plays a validated script; ``calls`` counts the model calls this instance served."""
 
     name = "scripted"
 
-    def __init__(self, script: Any = None, *, model: str = "scripted-demo", journal: CallJournal | None = None) -> None:
+    def __init__(self, script: Any = None, *, model: str = "scripted-demo") -> None:
         self.script = validate_script(DEMO_SCRIPT if script is None else script)
         self.model = model or "scripted-demo"
         self.calls = 0
-        self.journal = journal or CallJournal()
 
     def complete(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], context: CallContext | None = None
     ) -> ModelResponse:
         context = context or CallContext()
         self.calls += 1
-        self.journal.record("model", self.model)
         # The run's own turn: a fork or a thread starts from a transcript holding earlier turns.
         position = sum(1 for m in messages if m.get("role") == "assistant")  # keeps call ids unique
         index = position if context.call_index is None else context.call_index

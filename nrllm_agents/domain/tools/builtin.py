@@ -12,7 +12,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..cancel import CallContext, StepInterrupted
 from ..errors import ToolError
-from ..providers.scripted import CallJournal
 
 _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -41,11 +40,7 @@ class Calculator:
     }
     requires_approval = False
 
-    def __init__(self, journal: CallJournal | None = None) -> None:
-        self.journal = journal or CallJournal()
-
     def execute(self, arguments: dict[str, Any]) -> Any:
-        self.journal.record("tool", self.name)
         expression = arguments.get("expression")
         if not isinstance(expression, str) or not expression.strip():
             raise ToolError("expression must be a non-empty string")
@@ -93,11 +88,7 @@ class CurrentTime:
     }
     requires_approval = False
 
-    def __init__(self, journal: CallJournal | None = None) -> None:
-        self.journal = journal or CallJournal()
-
     def execute(self, arguments: dict[str, Any]) -> Any:
-        self.journal.record("tool", self.name)
         name = arguments.get("timezone") or "UTC"
         if not isinstance(name, str):
             raise ToolError("timezone must be a string")
@@ -114,12 +105,11 @@ class Sleep:
     name = "sleep"
     requires_approval = False
 
-    def __init__(self, max_seconds: float = 30.0, journal: CallJournal | None = None) -> None:
+    def __init__(self, max_seconds: float = 30.0) -> None:
         self.max_seconds = max_seconds
         self.description = (
             f"Wait for the given number of seconds (at most {max_seconds:g}), then report how long it waited."
         )
-        self.journal = journal or CallJournal()
         self.parameters = {
             "type": "object",
             "properties": {"seconds": {"type": "number", "minimum": 0, "maximum": max_seconds}},
@@ -129,7 +119,6 @@ class Sleep:
 
     def execute(self, arguments: dict[str, Any], context: CallContext | None = None) -> Any:
         """Wait ``seconds``; a cancel ends the wait at once (``StepInterrupted``)."""
-        self.journal.record("tool", self.name)
         seconds = arguments.get("seconds")
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
             raise ToolError("seconds must be a number")
