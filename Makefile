@@ -52,12 +52,12 @@ test-postgres: venv
 test-sqlite: venv
 	DATABASE_URL=sqlite:///$(CURDIR)/db.sqlite3 NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
-# Line coverage of the store, the segment hook and the runtime by the tests that call those
-# modules directly (tests/unit, tests/integration/modules), not through HTTP, commands or workers.
+# Line coverage of the store and the runtime by the tests of those floors (tests/unit,
+# tests/integration/store, tests/integration/runtime), not through HTTP, commands or workers.
 # On PostgreSQL, so the prepared statements count too; not part of `make test`, which stays lean.
 coverage-modules: venv
-	DATABASE_URL=$(PG_URL) NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest tests/unit tests/integration/modules \
-		--cov=nrllm_agents.store --cov=nrllm_agents.runtime.segment --cov=nrllm_agents.runtime.agent_runtime \
+	DATABASE_URL=$(PG_URL) NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest tests/unit tests/integration/store tests/integration/runtime \
+		--cov=nrllm_agents.store --cov=nrllm_agents.runtime \
 		--cov-report=term-missing $(PYTEST_ARGS)
 
 # The oldest supported stack: Python 3.11 with Django 5.2 LTS (unit + integration, both databases).

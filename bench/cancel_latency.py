@@ -102,7 +102,7 @@ def measure(
         from nrllm_agents.models import TERMINAL, AgentRun, AgentRunEvent, RunStatus
         from nrllm_agents.runtime.agent_runtime import AgentRuntime
         from nrllm_agents.vocabulary.presenters import stream_finished
-        from tests.e2e.workers import Canceller, Workers, wait_for
+        from tests.e2e.processes import Canceller, Workers, wait_for
 
         env = {k: v for k, v in os.environ.items() if k != "NRLLM_CALL_JOURNAL"}
         env.update(
@@ -221,7 +221,7 @@ def measure_stream(args: argparse.Namespace, rng: random.Random, workdir: Path, 
 
     from nrllm_agents.models import AgentRun, AgentRunEvent
     from nrllm_agents.runtime.agent_runtime import AgentRuntime
-    from tests.e2e.workers import Canceller, Workers, wait_for
+    from tests.e2e.processes import Canceller, Workers, wait_for
 
     server_path, key_variable, url_variable = STREAM_SERVERS[provider]
     server_class = import_string(server_path)

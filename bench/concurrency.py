@@ -153,7 +153,7 @@ def measure(args: argparse.Namespace, rng: random.Random, workdir: Path, url: st
     from nrllm_agents.models import AgentRun, AgentRunEvent
     from nrllm_agents.runtime.agent_runtime import AgentRuntime
     from nrllm_agents.vocabulary.presenters import stream_finished
-    from tests.e2e.workers import Workers, wait_for
+    from tests.e2e.processes import Workers, wait_for
 
     redis.Redis.from_url(args.redis_url).flushdb()
     app_name = f"nrllm-bench-{uuid.uuid4().hex[:6]}"

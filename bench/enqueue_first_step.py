@@ -62,7 +62,7 @@ def main() -> None:
         from nrllm_agents.executors import dispatch
         from nrllm_agents.models import AgentRun, AgentRunEvent
         from nrllm_agents.runtime.agent_runtime import AgentRuntime
-        from tests.e2e.workers import Workers
+        from tests.e2e.processes import Workers
 
         env = {**os.environ, "DATABASE_URL": url, "REDIS_URL": args.redis_url, "DJANGO_DEBUG": "0"}
         runtime = AgentRuntime()

@@ -187,7 +187,7 @@ def measure_cell(
 
     from nrllm_agents.models import ACTIVE, AgentRun, AgentRunEvent
     from nrllm_agents.runtime.agent_runtime import AgentRuntime
-    from tests.e2e.workers import Workers
+    from tests.e2e.processes import Workers
 
     redis.Redis.from_url(redis_url).flushdb()
     rounds = 30

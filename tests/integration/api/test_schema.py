@@ -153,7 +153,7 @@ def test_every_generated_request_gets_a_documented_non_5xx_answer(api_schema, al
     # Driven with hypothesis directly: schemathesis' own pytest plugin does not run on pytest 9.
     token = Token.objects.get_or_create(user=alice)[0].key
     # The stream is left out: a generated request at a running run's stream would stay open for
-    # STREAM_MAX_SECONDS; tests/integration/test_stream.py drives it with bad input instead.
+    # STREAM_MAX_SECONDS; tests/integration/api/test_stream.py drives it with bad input instead.
     operations = [result.ok() for result in api_schema.get_all_operations()]
     operations = [op for op in operations if not op.path.endswith("/stream/")]
     assert len(operations) == 23  # runs (8), agents (5), connections (5), tools (1), threads (4)

@@ -1,0 +1,149 @@
+"""Races of threads' messages: real threads posting at the same moment, each on its own
+connection, against PostgreSQL (the thread's row lock), many rounds each; the runs are
+executed by the in-process executor.
+
+``transaction=True``: the posters and the executor's threads use their own connections and
+must see each other's committed rows.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from nrllm_agents.domain.thread import transcript_after
+from nrllm_agents.executors import dispatch
+from nrllm_agents.models import ACTIVE, AgentRun, AgentRunEvent
+from nrllm_agents.runtime import threads
+from nrllm_agents.runtime.agent_runtime import AgentRuntime
+from nrllm_agents.vocabulary.presenters import event_dict
+from nrllm_agents.workers import maintenance
+from tests.conftest import race_rounds
+from tests.e2e.processes import wait_for
+from tests.integration.api.test_threads import assert_nothing_started_after_the_boundary, journal
+from tests.integration.runtime.test_races import race
+
+ROUNDS = race_rounds(100)
+POSTERS = 8
+SLEEPY = [{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 30}}]}, {"content": "never"}]
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_only]
+
+
+@pytest.fixture(autouse=True)
+def embedded(settings, tmp_path, monkeypatch):
+    settings.REDIS_URL = None
+    monkeypatch.setenv("NRLLM_CALL_JOURNAL", str(tmp_path / "journal.jsonl"))
+    yield
+    maintenance.stop_local()
+    assert dispatch.wait_local_idle(60), "the in-process executor is still busy"
+
+
+def message(prompt: str, script: list[dict[str, Any]]) -> dict[str, Any]:
+    tools = ["sleep"] if any("tool_calls" in t for t in script) else []
+    return {"prompt": prompt, "script": script, "tools": tools}
+
+
+def stream(run_id: Any) -> list[AgentRunEvent]:
+    return list(AgentRunEvent.objects.filter(run_id=run_id).order_by("sequence"))
+
+
+def test_concurrent_enqueue_posts_run_one_at_a_time_in_arrival_order():
+    runtime = AgentRuntime()
+    for round_ in range(ROUNDS):
+        thread = threads.create(title=f"enqueue {round_}")
+        posted = race(
+            *(
+                (lambda i=i: runtime.post(thread.pk, message(f"m{i}", [{"content": f"a{i}"}]), strategy="enqueue"))
+                for i in range(POSTERS)
+            )
+        )
+        assert all(not isinstance(p, BaseException) for p in posted), posted
+        wait_for(
+            lambda: not AgentRun.objects.filter(thread=thread, stopped_at__isnull=True).exists(),
+            timeout=60,
+            what="every message's run to stop",
+        )
+        runs = list(AgentRun.objects.filter(thread=thread).order_by("thread_position"))
+        assert sorted(r.pk for r in runs) == sorted(posted)
+        assert [r.thread_position for r in runs] == list(range(POSTERS))
+        assert [r.status for r in runs] == ["completed"] * POSTERS, [(r.status, r.error_message) for r in runs]
+        for before, after in zip(runs, runs[1:]):
+            assert after.started_at >= before.stopped_at, "two runs of a thread executed at once"
+            opened = stream(after.pk)[0]
+            assert opened.kind == "thread" and opened.payload["after_run"] == str(before.pk)
+        # The last run saw every message before it, each answered, in arrival order.
+        seen = [m["content"] for m in stream(runs[-1].pk)[0].payload["messages"]]
+        assert seen == [x for r in runs[:-1] for x in (r.prompt, r.final_text)] + [runs[-1].prompt]
+
+
+def test_concurrent_interrupt_posts_leave_exactly_one_run_going(tmp_path):
+    runtime = AgentRuntime()
+    for round_ in range(ROUNDS):
+        thread = threads.create(title=f"interrupt {round_}")
+        first = runtime.post(thread.pk, message("first", SLEEPY))
+        wait_for(
+            lambda: AgentRun.objects.filter(pk=first, status="running", events__kind="llm").exists(),
+            what="the first run in its sleep",
+        )
+        posted = race(
+            *(
+                (lambda i=i: runtime.post(thread.pk, message(f"m{i}", SLEEPY), strategy="interrupt"))
+                for i in range(POSTERS)
+            )
+        )
+        assert all(not isinstance(p, BaseException) for p in posted), posted
+        runs = list(AgentRun.objects.filter(thread=thread).order_by("thread_position"))
+        going = [r for r in runs if r.status in ACTIVE]
+        assert len(going) == 1 and going[0].thread_position == POSTERS  # the last message's run
+        # Every other run was cancelled by the message after it, and stops with its audit.
+        wait_for(
+            lambda: (
+                AgentRun.objects.filter(thread=thread, status="cancelled", stopped_at__isnull=False).count() == POSTERS
+            ),
+            what="every interrupted run to acknowledge",
+        )
+        entries = journal(tmp_path / "journal.jsonl")
+        by_id = {str(r.pk): r for r in runs}
+        for run in AgentRun.objects.filter(thread=thread, status="cancelled"):
+            assert run.termination_reason == "interrupted_by_message" and run.cancel_source == "system"
+            interrupter = by_id[run.cancel_reason.split()[3]]
+            assert interrupter.thread_position == run.thread_position + 1
+            assert_nothing_started_after_the_boundary(run, entries)
+        runtime.cancel(going[0].pk, source="system", reason="round over")
+        wait_for(lambda: AgentRun.objects.get(pk=going[0].pk).stopped_at, what="the last run to stop")
+
+
+def test_an_interrupt_racing_completion_gives_one_outcome_and_a_transcript_that_matches():
+    runtime = AgentRuntime()
+    outcomes = {"completed": 0, "cancelled": 0}
+    for round_ in range(ROUNDS):
+        thread = threads.create(title=f"photo finish {round_}")
+        first = runtime.post(thread.pk, message("quick", [{"content": "finished", "delay": random.uniform(0, 0.02)}]))
+        wait_for(
+            lambda: AgentRun.objects.filter(pk=first).exclude(status="queued").exists(), what="the first run's claim"
+        )
+        second = runtime.post(thread.pk, message("next", [{"content": "second"}]), strategy="interrupt")
+        wait_for(lambda: AgentRun.objects.get(pk=second).stopped_at, what="the second run to stop")
+        one = AgentRun.objects.get(pk=first)
+        assert one.status in ("completed", "cancelled")
+        outcomes[one.status] += 1
+        events = stream(first)
+        if one.status == "completed":
+            assert one.termination_reason == "completed" and one.final_text == "finished"
+            assert one.cancel_requested_at is None and not any(e.kind == "cancelled" for e in events)
+        else:
+            assert one.termination_reason == "interrupted_by_message" and one.final_text == ""
+            assert events[-1].kind == "cancelled"
+        seen = stream(second)[0].payload["messages"]
+        assert seen == [
+            *transcript_after([event_dict(e) for e in events], status=one.status),
+            {"role": "user", "content": "next"},
+        ]
+        if one.status == "completed":
+            assert seen[-2] == {"role": "assistant", "content": "finished"}
+        # A cancelled run settled nothing; an answer recorded before its boundary (whole, or
+        # the part a cut-short call kept) stays in the transcript as its interrupted turn.
+    print(f"interrupt vs completion over {ROUNDS} rounds: {outcomes}")
