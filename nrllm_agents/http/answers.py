@@ -120,6 +120,9 @@ def for_error(exc: BaseException) -> Answer | None:
         return Answer(400, {name: [message] for name, message in exc.errors.items()}, str(exc))
     if isinstance(exc, Refused):
         return exc.answer
+    status = getattr(type(exc), "HTTP_STATUS", None)
+    if isinstance(status, int):  # an error that names its own status (the playground's capacity refusals)
+        return Answer(status, {"detail": str(exc)}, str(exc))
     return None
 
 

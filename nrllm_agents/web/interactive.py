@@ -36,12 +36,16 @@ _in_flight = InFlight()  # background segments started and not yet finished
 class AtCapacity(RuntimeError):
     """Every interactive slot of this process, or of this user, is taken; nothing was started."""
 
+    HTTP_STATUS = 503  # the one mapping to HTTP (``http.answers.for_error``) reads it
+
     def __init__(self, refused: admission.SlotRefused) -> None:
         super().__init__(refused.detail)
 
 
 class LaunchTimeout(RuntimeError):
     """The segment neither recorded a step nor returned in time; it goes on in the background."""
+
+    HTTP_STATUS = 503
 
     def __init__(self, timeout: float) -> None:
         super().__init__(f"the run did not start within {timeout:g} s")

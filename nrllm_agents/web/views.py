@@ -198,11 +198,19 @@ def start_run(request: HttpRequest) -> HttpResponse:
             lambda on_step: runtime.run(run_request, owner=request.user, on_step=on_step), user_key=request.user.pk
         )
     except (interactive.LaunchTimeout, interactive.AtCapacity) as exc:
+        answer = _capacity(exc)
         if wants_json(request):
-            return JsonResponse({"detail": str(exc)}, status=503)
-        messages.error(request, str(exc))
+            return answers.json_response(answer)
+        messages.error(request, answer.message)
         return redirect("nrllm_web:playground")
     return _answer(request, run_id, 201, messages.SUCCESS, "Run started.")
+
+
+def _capacity(exc: interactive.AtCapacity | interactive.LaunchTimeout) -> answers.Answer:
+    """What the one mapping answers to a run this process could not start now."""
+    answer = answers.for_error(exc)
+    assert answer is not None  # both name their status
+    return answer
 
 
 def _answer(
@@ -280,7 +288,8 @@ def approve_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     except (ApprovalNotPending, RunNotFound, EnqueueError) as exc:
         return _refused(request, run.pk, exc)
     except (interactive.LaunchTimeout, interactive.AtCapacity) as exc:
-        return _answer(request, run.pk, 503, messages.ERROR, str(exc))
+        answer = _capacity(exc)
+        return _answer(request, run.pk, answer.status, messages.ERROR, answer.message)
     return _answer(request, run.pk, 202, messages.SUCCESS, f"{verb}; the run resumes.")
 
 
@@ -325,5 +334,6 @@ def fork_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     except (ParentStillActive, RunNotFound) as exc:
         return _refused(request, run.pk, exc)
     except (interactive.LaunchTimeout, interactive.AtCapacity) as exc:
-        return _answer(request, run.pk, 503, messages.ERROR, str(exc))
+        answer = _capacity(exc)
+        return _answer(request, run.pk, answer.status, messages.ERROR, answer.message)
     return _answer(request, fork_id, 201, messages.SUCCESS, f"Continuing run {run.pk} as a new run.")
