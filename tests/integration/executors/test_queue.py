@@ -109,7 +109,7 @@ def test_enqueue_stores_the_request_and_the_job_carries_only_the_run_id(
 
     job = rq_queue.fetch_job(dispatch.job_id(run_id))
     assert job is not None and rq_queue.job_ids == [job.id] == [f"nrllm-run-{run_id}-0"]
-    assert job.func_name == "nrllm_agents.workers.jobs.execute_run"
+    assert job.func_name == "nrllm_agents.jobs.execute_run"  # its stable name on the queue (rq_queue.JOB_FUNCTION)
     assert job.args == (str(run_id),) and job.kwargs == {}
     # Passed explicitly: never RQ's 180 s nor the queue's DEFAULT_TIMEOUT.
     assert job.timeout == 3600
