@@ -204,6 +204,8 @@ def test_a_killed_worker_s_run_is_reaped_and_finished_by_another_worker_without_
         ("model", "scripted-demo"),
     ]
     continued = queue.fetch_job(dispatch.job_id(run_id, len(before)))  # the job the reaper dispatched
+    # RQ stores the job's result after the job returns, a moment after the run's row settles.
+    wait_for(lambda: results_of(queue, continued.id), timeout=10, what="the continued job's result")
     assert results_of(queue, continued.id) == ["completed"]
     assert continued.worker_name == workers.names[1 - victim]
 
