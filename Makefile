@@ -1,10 +1,11 @@
 # make run   - the app on the embedded default (SQLite, no Redis needed)
-# make test  - the whole suite, on PostgreSQL and on SQLite (PostgreSQL and Redis must be up)
+# make test  - the whole suite, on PostgreSQL and on SQLite at once (PostgreSQL and Redis must be up)
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PG_URL ?= postgres://postgres@127.0.0.1:5432/nrllm_agents
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
+SQLITE_TEST_REDIS_URL ?= redis://127.0.0.1:6379/14
 PYTEST_ARGS ?=
 # Development mode for everything make starts (debug pages, a local key kept in .dev-secret-key).
 # Production sets DJANGO_SECRET_KEY and leaves DJANGO_DEBUG unset (README, "Security").
@@ -38,7 +39,11 @@ demo: migrate
 	@$(PY) manage.py agent_run "Work out (17 + 25) * 3, tell me the time, then wait a little." \
 		--tool calculator --tool current_time --tool sleep
 
-test: test-postgres test-sqlite
+# Both halves at once: most of the suite waits on processes, sockets and browsers rather than on
+# the CPU, so on two cores this takes about as long as the longer half. Each half has its own
+# test database, Redis db and pytest cache; its output is shown whole when it ends.
+test:
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-postgres test-sqlite
 
 # ruff (lint and format) and mypy on the whole package (strict on domain/ and store/); .ci/run runs it first
 lint: venv
@@ -50,7 +55,8 @@ test-postgres: venv
 	DATABASE_URL=$(PG_URL) NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
 test-sqlite: venv
-	DATABASE_URL=sqlite:///$(CURDIR)/db.sqlite3 NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
+	DATABASE_URL=sqlite:///$(CURDIR)/db.sqlite3 NRLLM_TEST_REDIS_URL=$(SQLITE_TEST_REDIS_URL) $(PY) -m pytest \
+		-o cache_dir=.pytest_cache/sqlite $(PYTEST_ARGS)
 
 # Line coverage of the store and the runtime by the tests of those floors (tests/unit,
 # tests/integration/store, tests/integration/runtime), not through HTTP, commands or workers.
@@ -60,13 +66,17 @@ coverage-modules: venv
 		--cov=nrllm_agents.store --cov=nrllm_agents.runtime \
 		--cov-report=term-missing $(PYTEST_ARGS)
 
-# The oldest supported stack: Python 3.11 with Django 5.2 LTS (unit + integration, both databases).
+# The oldest supported stack: Python 3.11 with Django 5.2 LTS (unit + integration, on PostgreSQL),
+# on a test database and a Redis db of its own, so it can run beside `make test` (.ci/run does).
 COMPAT_VENV ?= .venv-django52
+COMPAT_PG_URL ?= postgres://postgres@127.0.0.1:5432/nrllm_agents_compat
+COMPAT_REDIS_URL ?= redis://127.0.0.1:6379/13
 test-django52:
 	@test -x $(COMPAT_VENV)/bin/python || python3.11 -m venv $(COMPAT_VENV) || python3 -m venv $(COMPAT_VENV)
 	@$(COMPAT_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt "Django>=5.2,<5.3"
 	@$(COMPAT_VENV)/bin/python -c "import django; assert django.VERSION[:2] == (5, 2), django.__version__"
-	DATABASE_URL=$(PG_URL) NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(COMPAT_VENV)/bin/python -m pytest tests/unit tests/integration $(PYTEST_ARGS)
+	DATABASE_URL=$(COMPAT_PG_URL) NRLLM_TEST_REDIS_URL=$(COMPAT_REDIS_URL) $(COMPAT_VENV)/bin/python -m pytest \
+		-o cache_dir=.pytest_cache/django52 tests/unit tests/integration $(PYTEST_ARGS)
 
 BENCH_REDIS_URL ?= redis://127.0.0.1:6379/12
 bench: venv

@@ -18,7 +18,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from pathlib import Path
 
 import dj_database_url
@@ -36,15 +38,24 @@ def _env_bool(name: str, default: bool) -> bool:
 
 
 def _dev_secret_key(path: Path) -> str:
-    """A random key for local development, created once and kept in an ignored file."""
+    """A random key for local development, created once and kept in an ignored file.
+
+    Written whole to a file of its own, then linked into place: processes started at the same
+    moment (the two halves of ``make test``, runserver and its reloader) all read one complete
+    key, never an empty or half-written file."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
         return path.read_text().strip()
-    with os.fdopen(fd, "w") as f:
-        key = get_random_secret_key()
-        f.write(key)
-    return key
+    except FileNotFoundError:
+        pass
+    fd, staged = tempfile.mkstemp(dir=path.parent, prefix=".dev-secret-key.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(get_random_secret_key())
+        with contextlib.suppress(FileExistsError):  # another process linked its key first
+            os.link(staged, path)
+    finally:
+        os.unlink(staged)
+    return path.read_text().strip()
 
 
 # Debug is off unless asked for (``make`` and the tests ask for it): a debug error page shows

@@ -65,3 +65,28 @@ def test_check_refuses_production_without_a_key_for_connections():
     done = run(["manage.py", "check", "--deploy"], **settings)
     assert done.returncode != 0
     assert "nrllm_agents.E014" in done.stderr and "NRLLM_SECRET_KEYS" in done.stderr
+
+
+def test_processes_starting_together_in_development_read_one_whole_key(tmp_path):
+    """The development key is created by whichever process comes first (the two halves of
+    ``make test``, runserver and its reloader); none may read it empty or half written."""
+    import threading
+
+    from config.settings import _dev_secret_key
+
+    for round_ in range(50):
+        path = tmp_path / f"key-{round_}"
+        start, keys = threading.Barrier(8), []
+
+        def read(path=path, start=start, keys=keys) -> None:
+            start.wait()
+            keys.append(_dev_secret_key(path))
+
+        threads = [threading.Thread(target=read) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(set(keys)) == 1 and len(keys[0]) >= 50, keys
+        assert path.read_text() == keys[0] and oct(path.stat().st_mode & 0o777) == "0o600"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"key-{i}" for i in range(50))  # no staged file left
