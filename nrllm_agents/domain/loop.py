@@ -77,8 +77,11 @@ class ToolLoop:
         stamps a write fence there); like ``trace``, it may raise to stop the loop.
     token: trips when the run is cancelled; handed to providers and tools that take a
         ``context``, and checked before every model call and tool call starts.
-    before_start: called right before any model call or tool call starts; may raise to stop
-        the loop (the runtime re-checks the row there after a boundary it could not guard).
+    before_start: called right before any model call or tool call starts, with whether that
+        call may wait (``False`` for a tool marked ``instant``, and before the request step,
+        which starts no call yet); may raise to stop the loop (the runtime re-checks the row
+        there after a boundary it could not guard, and gives its database connection back
+        before a call that may wait).
     on_delta: receives ``(round, text)`` as a streaming model call produces its answer.
     price: the model's price in force for this drive; each model call's usage (and step)
         then carries its cost, and the step the price it was costed at.
@@ -94,7 +97,7 @@ class ToolLoop:
         on_deny: str = "continue",
         before_effect: Callable[[ToolCall], None] | None = None,
         token: CancelToken = NEVER,
-        before_start: Callable[[], None] | None = None,
+        before_start: Callable[[bool], None] | None = None,
         on_delta: Callable[[int, str], None] | None = None,
         price: Price | None = None,
     ) -> None:
@@ -182,7 +185,7 @@ class ToolLoop:
         while True:
             if state.iterations >= self.max_iterations:
                 return LoopResult(LoopOutcome.MAX_ITERATIONS, state)
-            self._gate()  # the request step opens the model call: nothing opens once stopped
+            self._gate(waits=False)  # the request step opens the model call: nothing opens once stopped
             state.round += 1
             new_messages = state.messages[state.sent :]
             state.sent = len(state.messages)
@@ -241,12 +244,13 @@ class ToolLoop:
             if failed is not None:
                 return failed
 
-    def _gate(self) -> None:
-        """Right before a call starts: nothing starts once the token has tripped."""
+    def _gate(self, *, waits: bool = True) -> None:
+        """Right before a call starts: nothing starts once the token has tripped. ``waits``:
+        the call may wait (on the network, a clock, a lock), as every call but an instant tool's."""
         if self.token.cancelled:
             raise RunCancellationRequested()
         if self.before_start is not None:
-            self.before_start()
+            self.before_start(waits)
 
     def _context(self, state: LoopState) -> CallContext:
         sink = None
@@ -313,7 +317,7 @@ class ToolLoop:
                 t0 = time.perf_counter()
                 error = f"unknown tool {call.name!r}"
             else:
-                self._gate()
+                self._gate(waits=not getattr(tool, "instant", False))
                 if self.before_effect is not None and not getattr(tool, "idempotent", True):
                     self.before_effect(call)
                 t0 = time.perf_counter()

@@ -46,14 +46,16 @@ def _guarded(hook: F) -> F:
 def _provider_label(provider: str | None) -> str:
     from ..setup import registry
 
-    known = set(registry.provider_names()) | set(registry.CONNECTION_CLASSES)
-    return metrics.bounded(provider or "", known) if provider else "unknown"
+    if not provider:
+        return "unknown"
+    return provider if registry.is_known_provider(provider) else "other"
 
 
 def _tool_label(name: Any) -> str:
     from ..setup import registry
 
-    return metrics.bounded(str(name or ""), set(registry.tool_names()))
+    label = str(name or "")
+    return label if registry.is_known_tool(label) else "other"
 
 
 def _provider_of(run_id: uuid.UUID) -> str:

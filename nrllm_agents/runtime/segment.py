@@ -199,17 +199,20 @@ class SegmentTrace:
         with _handing_back_lock:
             _queued_tokens.discard(self.token)
 
-    def before_start(self) -> None:
+    def before_start(self, waits: bool = True) -> None:
         """Right before a model call or tool starts: after a boundary that could not renew the
-        lease, read the row again, and stop if the run was cancelled or lost meanwhile. Then give
-        the thread's connection back (``db.release_connection``): the call holds none."""
+        lease, read the row again, and stop if the run was cancelled or lost meanwhile. Then, if
+        the call may wait, give the thread's connection back (``db.release_connection``): the
+        call holds none. An instant tool keeps it: giving it back and taking one again would
+        cost more than the call."""
         if self._recheck:
             renewed = _retried(lambda: store.renew(self.run_id, self.owner))
             if renewed is not Lease.UNKNOWN:  # a store that cannot be reached never fabricates a cancel
                 self._recheck = False
                 if self._cancelled_while_ours(renewed):
                     raise RunCancellationRequested(boundary_sequence=self.last_sequence)
-        release_connection()  # the call about to start may take minutes: hold no connection meanwhile
+        if waits:
+            release_connection()  # the call about to start may take minutes: hold no connection meanwhile
 
     def delta(self, round_: int, text: str) -> None:
         """Publish a piece of the answer a model call is streaming (never recorded): to every

@@ -22,6 +22,18 @@ def provider_names() -> list[str]:
     return sorted(app_settings.PROVIDERS)
 
 
+def is_known_provider(name: str) -> bool:
+    """Whether ``name`` is a provider of the settings or a connection kind (no sorting, no copy:
+    metrics ask it after every cancel)."""
+    return name in CONNECTION_CLASSES or name in app_settings.PROVIDERS
+
+
+def is_known_tool(name: str) -> bool:
+    """Whether ``name`` is a tool of the settings or an MCP tool this process listed (no I/O:
+    metrics ask it after every tool step)."""
+    return name in app_settings.TOOLS or (mcp_catalog.configured() and name in mcp_catalog.listed())
+
+
 def tool_names(*, discover: bool = False) -> list[str]:
     """Names of the tools a run can be offered; MCP ones only once listed here (or ``discover``)."""
     names = set(app_settings.TOOLS)

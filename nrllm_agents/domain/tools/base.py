@@ -21,6 +21,10 @@ class Tool(Protocol):
     # Optional ``idempotent: bool`` (default True). A tool with a side effect that must not
     # happen twice sets it False: the runtime stamps a write fence before it starts, and a
     # run lost while that stamp stands is never retried.
+    # Optional ``instant: bool`` (default False). A tool that returns at once, waiting on
+    # nothing (no I/O, no sleep, no lock; microseconds of CPU, as the calculator), sets it True:
+    # the runtime then keeps its database connection across the call rather than giving it
+    # back to the pool and taking one again for the step that follows.
 
     def execute(self, arguments: dict[str, Any]) -> Any: ...
 

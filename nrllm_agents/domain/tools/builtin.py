@@ -39,6 +39,7 @@ class Calculator:
         "additionalProperties": False,
     }
     requires_approval = False
+    instant = True  # pure arithmetic on a bounded expression: waits on nothing
 
     def execute(self, arguments: dict[str, Any]) -> Any:
         expression = arguments.get("expression")
@@ -87,6 +88,7 @@ class CurrentTime:
         "additionalProperties": False,
     }
     requires_approval = False
+    instant = True  # the clock and the local zone database: waits on nothing
 
     def execute(self, arguments: dict[str, Any]) -> Any:
         name = arguments.get("timezone") or "UTC"

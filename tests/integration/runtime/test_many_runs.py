@@ -103,3 +103,17 @@ def test_the_in_process_executor_holds_many_runs_at_once(runtime, no_redis, sett
     assert peak >= 50
     assert dispatch.wait_local_idle(60)
     assert set(AgentRun.objects.filter(pk__in=ids).values_list("status", flat=True)) == {RunStatus.COMPLETED}
+
+
+def test_a_segment_gives_its_connection_back_before_each_call_that_may_wait_and_only_then(runtime, monkeypatch):
+    """Before every model call and every tool that may wait (``sleep``); not before the request
+    step (no call starts there) nor an instant tool (the calculator, the clock), where giving the
+    connection back and taking one again would cost more than the call."""
+    released: list[str] = []
+    real = segment.release_connection
+    monkeypatch.setattr(segment, "release_connection", lambda: (released.append("release"), real())[1])
+    calls = [("calculator", {"expression": "2 + 2"}), ("current_time", {}), ("sleep", {"seconds": 0})]
+    script = [{"tool_calls": [{"name": n, "arguments": a}]} for n, a in calls] + [{"content": "done"}]
+    result = runtime.run({"prompt": "p", "tools": ["calculator", "current_time", "sleep"], "script": script})
+    assert result.outcome == "completed"
+    assert len(released) == len(script) + 1  # four model calls and the sleep
