@@ -80,9 +80,13 @@ def throwaway_database(name: str) -> Iterator[str]:
 
 
 def production_settings() -> None:
-    """Debug off (no query log), as production runs; a throwaway secret key for the bench."""
+    """Debug off (no query log), as production runs; throwaway keys for the bench (the secret
+    key, and the Fernet key of connections' API keys, which production requires too)."""
+    from cryptography.fernet import Fernet
+
     os.environ["DJANGO_DEBUG"] = "0"
     os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only-" + uuid.uuid4().hex)
+    os.environ.setdefault("NRLLM_SECRET_KEYS", Fernet.generate_key().decode())
 
 
 def summary(samples: list[float]) -> dict[str, float]:
