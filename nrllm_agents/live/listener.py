@@ -168,11 +168,18 @@ class Listener:
             self.listening.set()
             self._tell(True)
             while not self._stop.is_set():
-                ready, _, _ = select.select([conn.fileno(), self._wake_r], [], [], max(0.0, self._tick(conn)))
-                if self._wake_r in ready:
-                    self._drain_wake()
-                    self._each(clients, conn, lambda client: client.woken(conn))
-                batch = list(conn.notifies(timeout=0))  # what arrived (also during the clients' statements)
+                wait = self._tick(conn)
+                # A notification that arrived while a client's statement ran on this connection
+                # (a cancel's row check, a tick) was read off the socket by psycopg then: nothing
+                # is left to wake select(), so it is taken first. Waiting for the next tick
+                # delayed such a cancel by up to a second.
+                batch = list(conn.notifies(timeout=0))
+                if not batch:
+                    ready, _, _ = select.select([conn.fileno(), self._wake_r], [], [], max(0.0, wait))
+                    if self._wake_r in ready:
+                        self._drain_wake()
+                        self._each(clients, conn, lambda client: client.woken(conn))
+                    batch = list(conn.notifies(timeout=0))  # what arrived (also during ``woken``)
                 if batch:
                     self._each(clients, conn, lambda client: client.notified(conn, batch))
 
