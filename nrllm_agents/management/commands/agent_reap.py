@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nrllm_agents import executors
+from nrllm_agents.conf import DEFAULTS
 from nrllm_agents.executors import recovery
 from nrllm_agents.management import console
 from nrllm_agents.runtime.agent_runtime import AgentRuntime
@@ -22,7 +23,8 @@ class Command(BaseCommand):
         "dead-letter them when their requeue budget is used or a non-idempotent tool was in flight. "
         "Safe to run on a schedule (cron, rq-scheduler) and concurrently with live workers: a run "
         "that renews its lease meanwhile is left alone. Then dispatches again queued runs older than "
-        "NRLLM_QUEUED_STALE_SECONDS (default 300) that have no job in the queue (Redis flushed, queue "
+        f"NRLLM_QUEUED_STALE_SECONDS (default {DEFAULTS['QUEUED_STALE_SECONDS'].default:g}) that have no job "
+        "in the queue (Redis flushed, queue "
         "emptied, a job lost)."
     )
 
