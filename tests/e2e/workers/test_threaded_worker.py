@@ -211,13 +211,17 @@ def test_hundreds_of_runs_on_one_worker_process_with_cancels_at_random_moments(
 
 def test_a_fresh_agent_worker_reaps_a_killed_one_s_runs_by_itself(runtime, queue, start_worker, worker_env):
     """No ``agent_reap``: the next agent_worker's own maintenance requeues the killed worker's
-    runs once their leases lapse, and finishes them, gap-free, each requeued once."""
-    env = {**worker_env, "NRLLM_LEASE_SECONDS": "2"}
+    runs once their leases lapse, and finishes them, gap-free, each requeued once.
+
+    The lease exceeds the longest step threefold, as the README asks of a deployment: a step as
+    long as the lease lets the new worker's own maintenance reap a live run of its own (a second
+    requeue), which is the configuration error, not the behaviour under test."""
+    env = {**worker_env, "NRLLM_LEASE_SECONDS": "3"}
     rng = random.Random()
     ids = enqueue_many(
         runtime,
         [
-            {"prompt": "kill", "tools": ["sleep"], "script": script(rng, 3, 1, 2), "max_iterations": 5}
+            {"prompt": "kill", "tools": ["sleep"], "script": script(rng, 3, 0.3, 1), "max_iterations": 5}
             for _ in range(20)
         ],
     )
