@@ -10,7 +10,11 @@ ends the process, and a run in flight loses its worker. Both workers (``worker.G
   trying again after the pauses of ``RetryPolicy.reconnect()`` (bounded), and a shutdown
   request still ends the wait;
 - once Redis answers again the worker registers itself again (a restarted Redis has forgotten
-  it) and goes on.
+  it) and goes on;
+- RQ's scheduler process dies with the outage and RQ forks it again from its registry
+  maintenance: that fork waits for the maintenance thread to be between two passes (its
+  ``fork_guard``, as a work horse's does), and stopping the scheduler is bounded, so that a
+  scheduler that hangs can never hold the worker's shutdown (and its restart) forever.
 
 The runs themselves live in the database: a run in flight keeps executing during the outage
 and settles as usual; a job lost with Redis is recovered by the queued sweep.
@@ -18,6 +22,9 @@ and settles as usual; a job lost with Redis is recovered by the queued sweep.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -29,6 +36,11 @@ from ..executors.rq_queue import OUTAGES
 from ..store.retries import RetryPolicy
 
 T = TypeVar("T")
+
+SCHEDULER_STOP_SECONDS = 5.0
+"""How long a stopping worker waits for its scheduler process after SIGTERM before SIGKILL. The
+scheduler holds no run (scheduled jobs live in Redis, its locks expire), so killing it loses
+nothing; RQ's own ``stop_scheduler`` waits without a bound."""
 
 if TYPE_CHECKING:
     from rq.worker import BaseWorker as _Base
@@ -68,12 +80,36 @@ class RidesOutOutages(_Base):
         self._skipped_while_away(lambda: super(RidesOutOutages, self).maintain_heartbeats(job), "job heartbeat")
 
     def run_maintenance_tasks(self) -> None:
-        """RQ's registry maintenance; during an outage it waits for the next interval."""
+        """RQ's registry maintenance; during an outage it waits for the next interval. It may
+        fork the scheduler again (after an outage killed it): never half-way through a pass of
+        the maintenance thread, whose locks the child would inherit held."""
+        maintainer = getattr(self, "maintainer", None)
+        guard = maintainer.fork_guard if maintainer is not None else contextlib.nullcontext()
         try:
-            super().run_maintenance_tasks()  # type: ignore[no-untyped-call]
+            with guard:
+                super().run_maintenance_tasks()  # type: ignore[no-untyped-call]
         except OUTAGES as exc:
             self.last_cleaned_at = now()  # type: ignore[assignment]
             self._redis_away(exc, "registry maintenance")
+
+    def stop_scheduler(self) -> None:
+        """RQ's, bounded: SIGTERM to the scheduler process, then SIGKILL after
+        ``SCHEDULER_STOP_SECONDS`` if it has not exited."""
+        process = self.scheduler._process if self.scheduler is not None else None
+        if process is None or not process.pid:
+            return
+        with contextlib.suppress(OSError):
+            os.kill(process.pid, signal.SIGTERM)
+        process.join(SCHEDULER_STOP_SECONDS)
+        if process.is_alive():
+            self.log.warning(
+                "Worker %s: its scheduler (pid %s) did not stop within %g s; killed",
+                self.name,
+                process.pid,
+                SCHEDULER_STOP_SECONDS,
+            )
+            process.kill()
+            process.join(SCHEDULER_STOP_SECONDS)
 
     def teardown(self) -> None:
         try:

@@ -250,5 +250,5 @@ class ThreadedWorker(RidesOutOutages, BaseWorker):
         if self.maintainer is not None:
             self.maintainer.stop()
         if self.scheduler:
-            self.stop_scheduler()  # type: ignore[no-untyped-call]  # rq leaves this method unannotated
+            self.stop_scheduler()
         super().teardown()

@@ -128,7 +128,12 @@ def test_the_worker_loop_brings_a_worker_back(command, child_env, settings, runt
 
         [pid] = wait_for(loops_worker, timeout=120, what="the loop's worker")
         os.kill(pid, signal.SIGTERM)  # the worker process exits (warm shutdown: no job is in flight)
-        wait_for(lambda: loops_worker() - {pid}, timeout=90, what="a new worker")
+        try:
+            wait_for(lambda: loops_worker() - {pid}, timeout=90, what="a new worker")
+        except AssertionError:
+            old = [(p, _cmdline(p)) for p in [pid, *_children(pid)] if Path(f"/proc/{p}").exists()]
+            tail = (tmp_path / "worker.log").read_text(errors="replace")[-3000:]
+            raise AssertionError(f"no new worker; still alive: {old}; worker log:\n{tail}") from None
         assert f"{command} exited with status" in (tmp_path / "worker.log").read_text(errors="replace")
         executes("after the worker exited")
 
