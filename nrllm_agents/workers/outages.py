@@ -44,6 +44,8 @@ nothing; RQ's own ``stop_scheduler`` waits without a bound."""
 
 if TYPE_CHECKING:
     from rq.worker import BaseWorker as _Base
+
+    from .maintenance import Maintainer
 else:
     _Base = object
 
@@ -52,6 +54,7 @@ class RidesOutOutages(_Base):
     """Mixin for an ``rq.worker.BaseWorker`` subclass (see the module docstring)."""
 
     _outage_since: float | None = None
+    maintainer: Maintainer | None = None  # the worker's own maintenance thread, once started
 
     # --- the bookkeeping nobody waits for: skipped while Redis is away ----------------------
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
@@ -83,8 +86,7 @@ class RidesOutOutages(_Base):
         """RQ's registry maintenance; during an outage it waits for the next interval. It may
         fork the scheduler again (after an outage killed it): never half-way through a pass of
         the maintenance thread, whose locks the child would inherit held."""
-        maintainer = getattr(self, "maintainer", None)
-        guard = maintainer.fork_guard if maintainer is not None else contextlib.nullcontext()
+        guard = self.maintainer.fork_guard if self.maintainer is not None else contextlib.nullcontext()
         try:
             with guard:
                 super().run_maintenance_tasks()  # type: ignore[no-untyped-call]
