@@ -78,8 +78,8 @@ class ToolLoop:
     token: trips when the run is cancelled; handed to providers and tools that take a
         ``context``, and checked before every model call and tool call starts.
     before_start: called right before any model call or tool call starts, with whether that
-        call may wait (``False`` for a tool marked ``instant``, and before the request step,
-        which starts no call yet); may raise to stop the loop (the runtime re-checks the row
+        call may wait (``False`` for a tool or a provider marked ``instant``, and before the
+        request step, which starts no call yet); may raise to stop the loop (the runtime re-checks the row
         there after a boundary it could not guard, and gives its database connection back
         before a call that may wait).
     on_delta: receives ``(round, text)`` as a streaming model call produces its answer.
@@ -202,7 +202,7 @@ class ToolLoop:
                     },
                 )
             )
-            self._gate()
+            self._gate(waits=not getattr(self.provider, "instant", False))
             t0 = time.perf_counter()
             try:
                 response = self._complete(state)
@@ -246,7 +246,7 @@ class ToolLoop:
 
     def _gate(self, *, waits: bool = True) -> None:
         """Right before a call starts: nothing starts once the token has tripped. ``waits``:
-        the call may wait (on the network, a clock, a lock), as every call but an instant tool's."""
+        the call may wait (on the network, a clock, a lock), as every call but an instant one's."""
         if self.token.cancelled:
             raise RunCancellationRequested()
         if self.before_start is not None:

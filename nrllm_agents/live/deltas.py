@@ -109,12 +109,13 @@ class Publisher(Client):
         """A boundary of ``run_id`` committed ``sequence``; ``watched``: some process watches it.
         Watched, the step is announced (soon, with whatever else is pending); not, its deltas
         stop going out. No database work here."""
+        if not watched and not self._watched:  # the common case: nothing to touch, nothing to reset
+            return
         run_id = str(run_id)
         self._forked()  # before any state is touched: a fork starts from a fresh publisher
         if not watched:
-            if self._watched:
-                with self._lock:
-                    self._watched.discard(run_id)
+            with self._lock:
+                self._watched.discard(run_id)
             return
         with self._lock:
             self._watched.add(run_id)
@@ -164,6 +165,8 @@ class Publisher(Client):
 
     def discard(self, run_id: Any) -> None:
         """Drop what is pending for ``run_id`` (its recorded step replaces it)."""
+        if not self._pending:  # after every model answer: mostly nothing is
+            return
         run_id = str(run_id)
         with self._lock:
             for key in [k for k in self._pending if k[0] == run_id]:

@@ -68,6 +68,18 @@ def _finished(status: str, reason: str, provider: str) -> None:
         metrics.RUNS_FAILED.labels(reason or "none", provider).inc()
 
 
+_step_children: dict[tuple[str, str], Any] = {}
+
+
+def _step_seconds(kind: str, tool: str) -> Any:
+    """``STEP_SECONDS.labels(kind, tool)``, kept: looked up at every step, and the labels are
+    bounded (two kinds, the known tools and ``other``)."""
+    child = _step_children.get((kind, tool))
+    if child is None:
+        child = _step_children[(kind, tool)] = metrics.STEP_SECONDS.labels(kind, tool)
+    return child
+
+
 # --- runs ----------------------------------------------------------------------------------
 @_guarded
 def started(run: AgentRun, mode: str) -> None:
@@ -103,7 +115,7 @@ def step(trace: Any, step: Any, sequence: int) -> None:
         trace._obs_model = (str(payload.get("provider") or ""), str(payload.get("model") or ""))
     elif step.duration_ms is not None and kind in ("llm", "tool"):
         tool = _tool_label(payload.get("name")) if kind == "tool" else ""
-        metrics.STEP_SECONDS.labels(kind, tool).observe(max(0.0, float(step.duration_ms)) / 1000)
+        _step_seconds(kind, tool).observe(max(0.0, float(step.duration_ms)) / 1000)
     if kind == "llm":
         usage = payload.get("usage")
         usage = usage if isinstance(usage, dict) else {}

@@ -203,8 +203,8 @@ class SegmentTrace:
         """Right before a model call or tool starts: after a boundary that could not renew the
         lease, read the row again, and stop if the run was cancelled or lost meanwhile. Then, if
         the call may wait, give the thread's connection back (``db.release_connection``): the
-        call holds none. An instant tool keeps it: giving it back and taking one again would
-        cost more than the call."""
+        call holds none. An instant call (a tool or a provider marked so) keeps it: giving it
+        back and taking one again would cost more than the call."""
         if self._recheck:
             renewed = _retried(lambda: store.renew(self.run_id, self.owner))
             if renewed is not Lease.UNKNOWN:  # a store that cannot be reached never fabricates a cancel

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, IntegrityError, connection, connections, transaction
 from django.utils import timezone
 
 from ..conf import app_settings
@@ -45,6 +45,10 @@ def lease_until(now: datetime | None = None) -> datetime:
 on_boundary: Callable[[uuid.UUID, int, bool], None] | None = None
 """Told of every boundary that held: ``(run id, sequence, watched)``. Set by the process's
 publisher (``deltas.py``), which announces watched steps; the store imports nothing above it."""
+
+
+_payload_json = json.JSONEncoder(default=str).encode
+"""``json.dumps(payload, default=str)`` without building an encoder at every step."""
 
 
 def _held(matched: bool) -> Lease:
@@ -96,21 +100,26 @@ def record_step(
     Its duration is timed by the caller (``segment``): the store imports nothing above it.
     """
     until = lease_until()
+    db = connections[DEFAULT_DB_ALIAS]  # looked up once: this is the step path
     try:
-        if prepared.enabled():
+        if db.vendor == "postgresql":
             params = [
                 until,
                 run_id,
-                RunStatus.RUNNING.value,
+                _RUNNING,
                 owner,
                 sequence,
                 step.kind.value,
                 step.round,
                 step.duration_ms,
-                json.dumps(step.payload, default=str),
+                _payload_json(step.payload),
                 created_at,
             ]
-            _, rows = _isolated(lambda: prepared.execute(_RECORD_SQL, params, fetch=True))
+            if db.in_atomic_block:  # as _isolated(), without its lookups
+                with transaction.atomic():
+                    _, rows = prepared.execute(_RECORD_SQL, params, fetch=True)
+            else:
+                _, rows = prepared.execute(_RECORD_SQL, params, fetch=True)
             hook = on_boundary
             if rows and hook is not None:
                 if rows[0][0] > 0:
@@ -130,6 +139,7 @@ def record_step(
         return Lease.UNKNOWN
 
 
+_RUNNING = RunStatus.RUNNING.value
 _RECORD_SQL = (
     f"WITH renewed AS (UPDATE {AgentRun._meta.db_table} SET lease_expires = %s "
     f"WHERE id = %s AND status = %s AND claimed_by = %s RETURNING id, watchers), "
@@ -317,7 +327,7 @@ def append_owned(run_id: uuid.UUID, owner: str, sequence: int, step: Step, creat
         step.kind.value,
         step.round,
         step.duration_ms,
-        json.dumps(step.payload, default=str),
+        _payload_json(step.payload),
         _field(AgentRunEvent, "created_at").get_db_prep_value(created_at, connection),
         _field(AgentRun, "id").get_db_prep_value(run_id, connection),
         owner,

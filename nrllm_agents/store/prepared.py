@@ -25,7 +25,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from ..conf import app_settings
 
@@ -42,27 +42,46 @@ def execute(sql: str, params: Sequence[Any], *, fetch: bool = False) -> tuple[in
 
     Returns ``(rowcount, rows)``; ``rows`` is filled only with ``fetch=True``. Raises the
     ``django.db`` exception matching what PostgreSQL reported.
-    """
-    import psycopg
 
-    connection.ensure_connection()
-    connection.validate_no_broken_transaction()
-    raw = connection.connection
+    On the step path, so it looks the thread's connection up once (each ``connection.``
+    attribute is a lookup of its own) and keeps one server-binding cursor per psycopg
+    connection, made on first use.
+    """
+    db = connections[DEFAULT_DB_ALIAS]
+    if db.connection is None:
+        db.ensure_connection()
+    db.validate_no_broken_transaction()
+    raw = db.connection
     prepare = bool(app_settings.PREPARED_STATEMENTS)
     if prepare and raw.prepare_threshold is None:
         # Django opens connections with preparation disabled, which also ignores an explicit
         # prepare=True. Its own cursors bind on the client and never prepare, so enabling it
         # here affects only the statements sent through this function.
         raw.prepare_threshold = _NEVER_AUTOMATICALLY
-    with connection.wrap_database_errors:
-        # A plain (server-binding) psycopg cursor, not the connection's client-binding factory.
-        with psycopg.Cursor(raw) as cursor:
+    with db.wrap_database_errors:
+        cursor = _cursor(raw)
+        wrappers = db.execute_wrappers
+        if wrappers:
 
             def run(sql: str, params: Sequence[Any], many: bool, context: dict[str, Any]) -> None:
                 cursor.execute(sql, params, prepare=prepare)
 
             executor = run
-            for wrapper in reversed(connection.execute_wrappers):
+            for wrapper in reversed(wrappers):
                 executor = functools.partial(wrapper, executor)
-            executor(sql, params, False, {"connection": connection, "cursor": cursor})
-            return cursor.rowcount, (cursor.fetchall() if fetch else [])
+            executor(sql, params, False, {"connection": db, "cursor": cursor})
+        else:
+            cursor.execute(sql, params, prepare=prepare)
+        return cursor.rowcount, (cursor.fetchall() if fetch else [])
+
+
+def _cursor(raw: Any) -> Any:
+    """The psycopg connection's own server-binding cursor (a plain ``psycopg.Cursor``, not the
+    connection's client-binding factory), made on first use. A connection serves one thread
+    at a time, so one cursor is enough; a pooled connection takes it along to its next user."""
+    cursor = getattr(raw, "_nrllm_cursor", None)
+    if cursor is None or cursor.closed:
+        import psycopg
+
+        cursor = raw._nrllm_cursor = psycopg.Cursor(raw)
+    return cursor

@@ -19,5 +19,9 @@ class Provider(Protocol):
 
     name: str
     model: str
+    # Optional ``instant: bool`` (default False), as for tools (``tools/base.py``): a provider
+    # whose calls wait on nothing (no network, no clock: the scripted one with no delays) sets
+    # it True, and the runtime keeps its database connection across the call. Every provider
+    # that talks to a model server waits, and leaves it unset.
 
     def complete(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> ModelResponse: ...

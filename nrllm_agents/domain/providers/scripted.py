@@ -129,6 +129,8 @@ class ScriptedProvider:
         self.script = validate_script(DEMO_SCRIPT if script is None else script)
         self.model = model or "scripted-demo"
         self.calls = 0
+        # No turn waits: every call returns at once (see ``Provider.instant``).
+        self.instant = not any(turn.get("delay") for turn in self.script)
 
     def complete(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], context: CallContext | None = None

@@ -108,12 +108,20 @@ def test_the_in_process_executor_holds_many_runs_at_once(runtime, no_redis, sett
 def test_a_segment_gives_its_connection_back_before_each_call_that_may_wait_and_only_then(runtime, monkeypatch):
     """Before every model call and every tool that may wait (``sleep``); not before the request
     step (no call starts there) nor an instant tool (the calculator, the clock), where giving the
-    connection back and taking one again would cost more than the call."""
+    connection back and taking one again would cost more than the call. A scripted model with
+    a delay waits (on its clock); one with none is instant too, and keeps it as well."""
     released: list[str] = []
     real = segment.release_connection
     monkeypatch.setattr(segment, "release_connection", lambda: (released.append("release"), real())[1])
     calls = [("calculator", {"expression": "2 + 2"}), ("current_time", {}), ("sleep", {"seconds": 0})]
-    script = [{"tool_calls": [{"name": n, "arguments": a}]} for n, a in calls] + [{"content": "done"}]
-    result = runtime.run({"prompt": "p", "tools": ["calculator", "current_time", "sleep"], "script": script})
+    tools = ["calculator", "current_time", "sleep"]
+    script = [{"tool_calls": [{"name": n, "arguments": a}], "delay": 0.001} for n, a in calls] + [{"content": "done"}]
+    result = runtime.run({"prompt": "p", "tools": tools, "script": script})
     assert result.outcome == "completed"
     assert len(released) == len(script) + 1  # four model calls and the sleep
+
+    released.clear()
+    instant = [{k: v for k, v in turn.items() if k != "delay"} for turn in script]
+    result = runtime.run({"prompt": "p", "tools": tools, "script": instant})
+    assert result.outcome == "completed"
+    assert released == ["release"]  # the sleep alone
