@@ -31,7 +31,11 @@ _ACTIVE = "(" + ", ".join(f"'{s.value}'" for s in sorted(ACTIVE)) + ")"
 # Parameters: id, id, reason code, by id, by name, source, reason text, detail (JSON or NULL), by name.
 _CANCEL_SQL = f"""
 WITH locked AS (
-    SELECT r.id, r.status, r.provider, r.xmin = (SELECT s.xmin FROM {_RUN} s WHERE s.id = %s) AS fresh
+    -- fresh: the locked row is the version this statement's snapshot saw; only a quiescent
+    -- run needs it (the CASE skips the second look-up for a running one)
+    SELECT r.id, r.status, r.provider,
+           CASE WHEN r.status = 'running' THEN true
+                ELSE r.xmin = (SELECT s.xmin FROM {_RUN} s WHERE s.id = %s) END AS fresh
     FROM {_RUN} r WHERE r.id = %s FOR UPDATE OF r
 ), stamp AS (
     SELECT clock_timestamp() AS at FROM locked
