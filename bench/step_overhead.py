@@ -220,12 +220,15 @@ PLAIN_SQL = (
 )
 
 
-def end_to_end(url: str, rounds: int, runs: int) -> tuple[list[float], list[float]]:
-    """A step end to end against the floor, alternating run by run: the gaps between the
-    ``created_at`` of consecutive steps of zero-delay runs (everything a step costs: loop,
-    provider, tool, bookkeeping, the boundary), and, between runs, as many executions of a
-    fused prepared statement (the renewal feeding the insert) on two plain tables with nothing
-    but their primary keys."""
+def end_to_end(url: str, rounds: int, runs: int, *, block: int = 1) -> tuple[list[float], list[float]]:
+    """A step end to end against the floor: the gaps between the ``created_at`` of consecutive
+    steps of zero-delay runs (everything a step costs: loop, provider, tool, bookkeeping, the
+    boundary), and as many executions of a fused prepared statement (the renewal feeding the
+    insert) on two plain tables with nothing but their primary keys, on a raw connection.
+
+    They alternate in blocks of ``block`` runs and as many floor statements. ``block=1``
+    alternates run by run; a larger block measures each side in its steady state, its first run
+    (and the floor's first run's worth of statements) a warm-up dropped from the figures."""
     import psycopg
 
     from nrllm_agents.models import AgentRunEvent
@@ -237,6 +240,7 @@ def end_to_end(url: str, rounds: int, runs: int) -> tuple[list[float], list[floa
     ] + [{"content": "done"}]
     request = {"prompt": "bench", "tools": ["calculator"], "script": script, "max_iterations": rounds + 1}
     conn = psycopg.connect(url, autocommit=True)
+    conn.execute("DROP TABLE IF EXISTS bench_plain_run, bench_plain_event")
     conn.execute(PLAIN_TABLES)
     plain_run = uuid.uuid4()
     conn.execute("INSERT INTO bench_plain_run VALUES (%s, 'running', 'floor', now())", [plain_run])
@@ -244,18 +248,22 @@ def end_to_end(url: str, rounds: int, runs: int) -> tuple[list[float], list[floa
     gaps: list[float] = []
     floor: list[float] = []
     sequence = 0
+    warm = block == 1  # run by run, the very first pair is the warm-up
     try:
-        for i in range(runs + 1):  # the first of each is a warm-up
-            result = runtime.run(request)
-            assert result.outcome == "completed", result
-            stamps = list(
-                AgentRunEvent.objects.filter(run_id=result.run_id)
-                .order_by("sequence")
-                .values_list("created_at", flat=True)
-            )
-            if i:
-                gaps += [(b - a).total_seconds() for a, b in zip(stamps, stamps[1:], strict=False)]
-            for _ in range(len(stamps)):
+        for i in range(max(1, runs // block) + (1 if warm else 0)):
+            steps = 0
+            for j in range(block):
+                result = runtime.run(request)
+                assert result.outcome == "completed", result
+                stamps = list(
+                    AgentRunEvent.objects.filter(run_id=result.run_id)
+                    .order_by("sequence")
+                    .values_list("created_at", flat=True)
+                )
+                steps += len(stamps)
+                if i if warm else j:
+                    gaps += [(b - a).total_seconds() for a, b in zip(stamps, stamps[1:], strict=False)]
+            for k in range(steps):
                 sequence += 1
                 t0 = time.perf_counter()
                 with conn.cursor() as cur:
@@ -275,7 +283,7 @@ def end_to_end(url: str, rounds: int, runs: int) -> tuple[list[float], list[floa
                         ],
                         prepare=True,
                     )
-                if i:
+                if i if warm else k >= steps // block:
                     floor.append(time.perf_counter() - t0)
     finally:
         conn.close()
@@ -287,6 +295,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3000, help="steps to time (approximately)")
     parser.add_argument("--rounds", type=int, default=50, help="tool rounds per run (3 steps each)")
     parser.add_argument("--database", default="nrllm_bench", help="throwaway database to create and drop")
+    parser.add_argument(
+        "--block", type=int, default=5, help="runs per block in the steady-state end-to-end schedule (at least 2)"
+    )
     args = parser.parse_args()
 
     production_settings()
@@ -347,18 +358,23 @@ def main() -> None:
         )
         rest = wall - sum(sum(v) for v in samples.values())
         print(f"  everything else per step (loop, provider, tool, begin/settle): {rest / steps * 1000:.3f} ms")
-        gaps, plain = end_to_end(url, args.rounds, runs)
-        g, f = summary(gaps), summary(plain)
-        print(
-            f"end to end ({len(gaps)} steps: the gap between consecutive steps' created_at in zero-delay runs) "
-            f"against a fused prepared statement on two plain tables, alternating run by run"
+        schedules = (
+            ("alternating run by run", 1),
+            (f"in steady-state blocks of {args.block} runs, each block's first run a warm-up", args.block),
         )
-        print(f"  {'a step, end to end':44} {g['mean']:9.3f} {g['p50']:9.3f} {g['p99']:9.3f}")
-        print(f"  {'floor: fused statement, plain tables':44} {f['mean']:9.3f} {f['p50']:9.3f} {f['p99']:9.3f}")
-        print(
-            f"  {'ratio step / plain floor':44} {g['mean'] / f['mean']:8.2f}x {g['p50'] / f['p50']:8.2f}x "
-            f"{g['p99'] / f['p99']:8.2f}x"
-        )
+        for label, block in schedules:
+            gaps, plain = end_to_end(url, args.rounds, max(runs, 2 * block), block=block)
+            g, f = summary(gaps), summary(plain)
+            print(
+                f"end to end ({len(gaps)} steps: the gap between consecutive steps' created_at in zero-delay runs) "
+                f"against a fused prepared statement on two plain tables, {label}"
+            )
+            print(f"  {'a step, end to end':44} {g['mean']:9.3f} {g['p50']:9.3f} {g['p99']:9.3f}")
+            print(f"  {'floor: fused statement, plain tables':44} {f['mean']:9.3f} {f['p50']:9.3f} {f['p99']:9.3f}")
+            print(
+                f"  {'ratio step / plain floor':44} {g['mean'] / f['mean']:8.2f}x {g['p50'] / f['p50']:8.2f}x "
+                f"{g['p99'] / f['p99']:8.2f}x"
+            )
 
 
 if __name__ == "__main__":
