@@ -101,10 +101,13 @@ class Watch:
         return self._finish(update)
 
     async def update_async(self) -> Update:
-        """``update`` for an event loop: a stored-stream read runs in a worker thread."""
+        """``update`` for an event loop: a stored-stream read runs in a worker thread of the
+        loop's pool, not in the one thread that Django's ASGI handler runs sync code in
+        (``thread_sensitive``): there every stream's reads and every request's view would take
+        turns, and 100 polling streams were enough to keep new ones from opening."""
         read, update = self._collect()
         if read:
-            self._apply(update, await sync_to_async(self._read)())
+            self._apply(update, await sync_to_async(self._read, thread_sensitive=False)())
         return self._finish(update)
 
     def wait(self, timeout: float) -> bool:
@@ -142,8 +145,10 @@ class Watch:
             try:
                 return read_stream(uuid.UUID(self.run_id), self.last)
             finally:
-                if pushed:  # an idle watcher holds no connection; a polling one keeps its own
-                    release_connection(idle=True)
+                # An idle watcher holds no connection. A polling one gives its thread's back to
+                # the pool (SQLite: closes it) and keeps it only without a pool, where opening
+                # one at every poll would cost more than the poll.
+                release_connection(idle=pushed)
 
     def _apply(self, update: Update, found: tuple[list[dict[str, Any]], Final | None]) -> None:
         steps, final = found

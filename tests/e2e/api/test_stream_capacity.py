@@ -126,3 +126,62 @@ def test_200_open_streams_hold_a_fixed_number_of_connections_and_one_more_gets_4
     assert over.status == 429 and b"Too many open streams on this server (200 at most)" in over.body
     assert idle_held - before <= BOUND, (idle_held, before)
     assert after_held >= 0 and after_held - before <= BOUND, (after_held, before)
+
+
+POLLED = 100
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_100_polled_streams_open_get_their_step_and_leave_the_server_answering(alice, child_env, tmp_path, monkeypatch):
+    """Polling (``NRLLM_STREAM_PUSH=0``, as on SQLite): every stream reads the stored stream five
+    times a second. Under ASGI those reads run in the loop's thread pool, not in the one thread
+    Django runs every sync view in: there, 100 polled streams kept new ones (and any other
+    request) waiting for minutes. Each read gives its connection back to the pool."""
+    import http.client
+
+    from rest_framework.authtoken.models import Token
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # ORM calls below run beside the event loop
+    token = Token.objects.create(user=alice).key
+    run = store.begin(
+        {"prompt": "p", "provider": "scripted", "owner": alice}, claimed_by="me", lease_expires=store.lease_until()
+    )
+    env = {**child_env, "NRLLM_STREAM_PUSH": "0", "NRLLM_STREAM_MAX_PER_USER": "0"}
+    path = f"/api/runs/{run.pk}/stream/"
+    before = held_connections()
+
+    def get_run(port: int) -> tuple[int, float]:
+        started = time.monotonic()
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        try:
+            conn.request("GET", f"/api/runs/{run.pk}/", headers={"Authorization": f"Token {token}"})
+            return conn.getresponse().status, time.monotonic() - started
+        finally:
+            conn.close()
+
+    try:
+        with serve("uvicorn", env, tmp_path) as base:
+            port = int(base.rsplit(":", 1)[1])
+
+            async def scenario() -> tuple[list[Client], tuple[int, float], int]:
+                clients = [Client() for _ in range(POLLED)]
+                tasks = [asyncio.create_task(c.run(port, path, token)) for c in clients]
+                await asyncio.wait_for(asyncio.gather(*(c.opened.wait() for c in clients)), 60)
+                answered = await asyncio.to_thread(get_run, port)  # while 100 streams poll
+                held = await asyncio.to_thread(held_connections)
+                await asyncio.to_thread(append_step, run)
+                await asyncio.wait_for(asyncio.gather(*(c.got_step.wait() for c in clients)), 30)
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                return clients, answered, held
+
+            clients, answered, held = asyncio.run(scenario())
+    finally:
+        store.cancel(run.pk, source=CancelSource.SYSTEM)
+    assert all(c.status == 200 for c in clients)
+    assert all(c.steps == [0] for c in clients)
+    status, seconds = answered
+    assert status == 200 and seconds < 10, answered  # generous: it took minutes when reads queued
+    assert held - before <= BOUND, (held, before)

@@ -268,7 +268,9 @@ def test_token_and_session_auth_see_own_runs_and_404_for_others(runtime, alice, 
 
 
 # --- ASGI ----------------------------------------------------------------------------------
-@pytest.mark.django_db
+# transaction=True: under ASGI the stream reads in a worker thread of the loop's pool, on a
+# connection of its own, which sees only committed rows (as in production).
+@pytest.mark.django_db(transaction=True)
 def test_under_asgi_the_stream_is_an_async_iterator_with_the_same_frames(runtime, alice, fast_stream):
     run = quick_run(runtime, alice)
     sync_frames = read_all(session(alice).get(stream_url(run.pk)))
