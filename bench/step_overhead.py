@@ -248,9 +248,9 @@ def end_to_end(url: str, rounds: int, runs: int, *, block: int = 1) -> tuple[lis
     gaps: list[float] = []
     floor: list[float] = []
     sequence = 0
-    warm = block == 1  # run by run, the very first pair is the warm-up
+    by_run = block == 1  # run by run, the first pair is the warm-up; in blocks, each block's first run
     try:
-        for i in range(max(1, runs // block) + (1 if warm else 0)):
+        for i in range(max(1, runs // block) + (1 if by_run else 0)):
             steps = 0
             for j in range(block):
                 result = runtime.run(request)
@@ -261,7 +261,7 @@ def end_to_end(url: str, rounds: int, runs: int, *, block: int = 1) -> tuple[lis
                     .values_list("created_at", flat=True)
                 )
                 steps += len(stamps)
-                if i if warm else j:
+                if (i > 0) if by_run else (j > 0):
                     gaps += [(b - a).total_seconds() for a, b in zip(stamps, stamps[1:], strict=False)]
             for k in range(steps):
                 sequence += 1
@@ -283,7 +283,7 @@ def end_to_end(url: str, rounds: int, runs: int, *, block: int = 1) -> tuple[lis
                         ],
                         prepare=True,
                     )
-                if i if warm else k >= steps // block:
+                if (i > 0) if by_run else (k >= steps // block):
                     floor.append(time.perf_counter() - t0)
     finally:
         conn.close()
@@ -299,6 +299,8 @@ def main() -> None:
         "--block", type=int, default=5, help="runs per block in the steady-state end-to-end schedule (at least 2)"
     )
     args = parser.parse_args()
+    if args.block < 2:
+        parser.error("--block must be at least 2 (1 is the run-by-run schedule, printed anyway)")
 
     production_settings()
     with throwaway_database(args.database) as url:

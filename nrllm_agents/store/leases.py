@@ -29,10 +29,11 @@ from .retries import RetryPolicy
 logger = logging.getLogger(__name__)
 
 
-def _isolated(query: Callable[[], Any]) -> Any:
+def _isolated(query: Callable[[], Any], db: Any = None) -> Any:
     """Run a fail-soft query; inside a caller's transaction, in a savepoint so a failure
-    does not doom that transaction. In autocommit (the normal case) it costs nothing extra."""
-    if transaction.get_connection().in_atomic_block:
+    does not doom that transaction. In autocommit (the normal case) it costs nothing extra.
+    ``db``: the default connection, when the caller has already looked it up."""
+    if (db or transaction.get_connection()).in_atomic_block:
         with transaction.atomic():
             return query()
     return query()
@@ -102,7 +103,7 @@ def record_step(
     until = lease_until()
     db = connections[DEFAULT_DB_ALIAS]  # looked up once: this is the step path
     try:
-        if db.vendor == "postgresql":
+        if prepared.enabled():  # not db.vendor: the portable path is forced through it in tests
             params = [
                 until,
                 run_id,
@@ -115,11 +116,7 @@ def record_step(
                 _payload_json(step.payload),
                 created_at,
             ]
-            if db.in_atomic_block:  # as _isolated(), without its lookups
-                with transaction.atomic():
-                    _, rows = prepared.execute(_RECORD_SQL, params, fetch=True)
-            else:
-                _, rows = prepared.execute(_RECORD_SQL, params, fetch=True)
+            _, rows = _isolated(lambda: prepared.execute(_RECORD_SQL, params, fetch=True), db)
             hook = on_boundary
             if rows and hook is not None:
                 if rows[0][0] > 0:
