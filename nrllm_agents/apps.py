@@ -15,7 +15,12 @@ class NrllmAgentsConfig(AppConfig):
         from django.core.signals import request_started
 
         from . import checks, executors  # noqa: F401  (checks: registers the settings checks)
+        from .observability import tracing
         from .workers import jobs, maintenance
+
+        # Traces: on when the host set its own tracer provider, or when the standard OTEL_*
+        # variables ask for OTLP export (then the provider is built here); off and free otherwise.
+        tracing.configure()
 
         # The in-process executor calls the job by reference: the job sits above the runtime,
         # which dispatches, so the executor cannot import it.

@@ -165,6 +165,9 @@ class AgentRun(models.Model):
     thread_position = models.PositiveIntegerField(null=True, blank=True)
     multitask_strategy = models.CharField(max_length=16, choices=MultitaskStrategy.choices, blank=True)
     rolled_back = models.BooleanField(default=False)
+    # Traces (nrllm_agents.observability.tracing): the W3C trace context the run continues
+    # (``{"traceparent", "tracestate"}``), so every segment, in whichever process, joins one trace.
+    trace_context = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

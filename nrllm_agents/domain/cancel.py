@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,13 +154,16 @@ class CallContext:
     the answer's text as it streams in (short-lived, never recorded as a step). ``round``:
     the loop round this call belongs to. ``call_index``: how many model calls this run made
     before this one (its own, whatever transcript it started from: a fork's copied turns do
-    not count); ``None`` when the caller does not know.
+    not count); ``None`` when the caller does not know. ``headers``: the W3C trace context
+    (``traceparent``, ``tracestate``) that carries the run's trace to this call: a provider sends
+    them with its HTTP requests, an MCP tool in its request's ``_meta``; empty when nothing traces.
     """
 
     token: CancelToken = field(default_factory=lambda: NEVER)
     on_delta: DeltaSink | None = None
     round: int = 0
     call_index: int | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     def delta(self, text: str) -> None:
         """Publish a piece of streamed text; a failing sink never stops the call."""

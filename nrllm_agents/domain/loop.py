@@ -85,6 +85,9 @@ class ToolLoop:
     on_delta: receives ``(round, text)`` as a streaming model call produces its answer.
     price: the model's price in force for this drive; each model call's usage (and step)
         then carries its cost, and the step the price it was costed at.
+    carrier: called right before a model call (with ``None``) or a tool call (with the call)
+        starts, after every gate; returns the headers that carry the trace context to that
+        call (``CallContext.headers``). ``None`` (nothing traces): the loop does nothing more.
     """
 
     def __init__(
@@ -100,6 +103,7 @@ class ToolLoop:
         before_start: Callable[[bool], None] | None = None,
         on_delta: Callable[[int, str], None] | None = None,
         price: Price | None = None,
+        carrier: Callable[[ToolCall | None], Mapping[str, str]] | None = None,
     ) -> None:
         self.provider = provider
         self.tools = dict(tools)
@@ -111,6 +115,7 @@ class ToolLoop:
         self.before_start = before_start
         self.on_delta = on_delta
         self.price = price
+        self.carrier = carrier
         self._schemas = [schema(t) for t in self.tools.values()]
         self._provider_context = accepts_context(provider.complete)
         self._tool_context = {name: accepts_context(t.execute) for name, t in self.tools.items()}
@@ -203,9 +208,10 @@ class ToolLoop:
                 )
             )
             self._gate(waits=not getattr(self.provider, "instant", False))
+            headers = self.carrier(None) if self.carrier is not None else None
             t0 = time.perf_counter()
             try:
-                response = self._complete(state)
+                response = self._complete(state, headers)
             except StepInterrupted as stop:
                 self._interrupted_llm(state, stop, t0)
             except Exception as exc:  # a provider failure ends the run; control flow is BaseException
@@ -232,6 +238,8 @@ class ToolLoop:
             }
             if usage_note is not None:
                 answer["usage_note"] = usage_note
+            if response.model:
+                answer["model"] = response.model
             self.trace(Step(StepKind.LLM, state.round, answer, duration_ms=_elapsed_ms(t0)))
             if not calls:
                 return LoopResult(LoopOutcome.COMPLETED, state, final_text=response.content or "")
@@ -252,17 +260,19 @@ class ToolLoop:
         if self.before_start is not None:
             self.before_start(waits)
 
-    def _context(self, state: LoopState) -> CallContext:
+    def _context(self, state: LoopState, headers: Mapping[str, str] | None = None) -> CallContext:
         sink = None
         if self.on_delta is not None:
             round_, publish = state.round, self.on_delta
             sink = lambda text: publish(round_, text)  # noqa: E731
-        return CallContext(token=self.token, on_delta=sink, round=state.round, call_index=state.iterations)
+        return CallContext(
+            token=self.token, on_delta=sink, round=state.round, call_index=state.iterations, headers=headers or {}
+        )
 
-    def _complete(self, state: LoopState) -> Any:
+    def _complete(self, state: LoopState, headers: Mapping[str, str] | None = None) -> Any:
         if self._provider_context:
             provider: Any = self.provider  # a provider that takes the optional ``context``
-            return provider.complete(state.messages, self._schemas, context=self._context(state))
+            return provider.complete(state.messages, self._schemas, context=self._context(state, headers))
         return self.provider.complete(state.messages, self._schemas)
 
     def _interrupted_llm(self, state: LoopState, stop: StepInterrupted, t0: float) -> None:
@@ -320,11 +330,12 @@ class ToolLoop:
                 self._gate(waits=not getattr(tool, "instant", False))
                 if self.before_effect is not None and not getattr(tool, "idempotent", True):
                     self.before_effect(call)
+                headers = self.carrier(call) if self.carrier is not None else None
                 t0 = time.perf_counter()
                 try:
                     if self._tool_context.get(call.name):
                         aware: Any = tool  # a tool that takes the optional ``context``
-                        result = aware.execute(dict(call.arguments), context=self._context(state))
+                        result = aware.execute(dict(call.arguments), context=self._context(state, headers))
                     else:
                         result = tool.execute(dict(call.arguments))
                     result = clean_value(result)  # what the tool returned, made storable

@@ -101,6 +101,7 @@ def clean_response(response: ModelResponse) -> tuple[ModelResponse, str | None]:
             tool_calls=tuple(clean_call(c) for c in response.tool_calls),
             usage=usage,
             finish_reason=clean_text(str(response.finish_reason)),
+            model=None if response.model is None else clean_text(str(response.model))[:200] or None,
         ),
         note,
     )

@@ -119,6 +119,7 @@ class ModelResponse:
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage = Usage()
     finish_reason: str = "stop"
+    model: str | None = None  # the model that answered, when the server says (it may differ from the one asked)
 
 
 @dataclass(frozen=True)

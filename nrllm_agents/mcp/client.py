@@ -24,6 +24,7 @@ import concurrent.futures
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from ..domain.cancel import CancelToken
@@ -108,20 +109,22 @@ class Hub:
         token: CancelToken,
         timeout: float,
         on_progress: ProgressSink | None = None,
+        meta: Mapping[str, str] | None = None,
     ) -> tuple[Any, CallRecord]:
         """Call ``tool`` and wait for its ``CallToolResult``; the token cancels it.
 
         Returns ``(result, record)``. Raises ``ToolError`` (with a message fit for the model)
         when the server cannot be reached, breaks, times out or refuses, and
         ``McpCallInterrupted`` when the token trips first: the request then gets its
-        ``notifications/cancelled`` and its late answer is dropped.
+        ``notifications/cancelled`` and its late answer is dropped. ``meta`` goes in the request's
+        ``_meta`` (the run's trace context, as the MCP spec allows).
         """
         server = self._server(config)
         record = CallRecord()
         if token.cancelled:  # nothing starts once the token has tripped
             raise McpCallInterrupted(record)
         future = asyncio.run_coroutine_threadsafe(
-            server.call(tool, arguments, timeout, record, on_progress, token), self._ensure_loop()
+            server.call(tool, arguments, timeout, record, on_progress, token, meta), self._ensure_loop()
         )
 
         def abandon() -> None:  # on the tripping thread: the loop cancels the task, the SDK tells the server

@@ -18,7 +18,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -220,6 +220,7 @@ class ServerSession:
         record: CallRecord,
         sink: ProgressSink | None,
         token: CancelToken,
+        meta: Mapping[str, str] | None = None,
     ) -> Any:
         from mcp.shared.exceptions import MCPError
         from pydantic import ValidationError
@@ -241,7 +242,13 @@ class ServerSession:
 
         self._calls[task] = record
         try:
-            return await session.call_tool(tool, arguments, read_timeout_seconds=timeout, progress_callback=progress)
+            return await session.call_tool(
+                tool,
+                arguments,
+                read_timeout_seconds=timeout,
+                progress_callback=progress,
+                meta=dict(meta) if meta else None,  # an open map: the trace context's keys
+            )
         except asyncio.CancelledError:
             record.cancelled_at = time.time()
             raise

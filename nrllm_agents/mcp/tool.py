@@ -7,6 +7,7 @@ says otherwise); ``readOnlyHint`` or ``idempotentHint`` → idempotent (the runt
 after a lost worker; any other MCP tool gets a write fence). A result is recorded as its text,
 its ``structuredContent`` and the progress the server reported; ``isError`` is a tool error the
 model sees. A cancel interrupts the call (``StepInterrupted`` carrying the progress so far).
+The call's trace context (``CallContext.headers``) travels in the request's ``_meta``.
 
 Plain Python: no Django.
 """
@@ -71,6 +72,7 @@ class McpTool:
                 token=context.token,
                 timeout=self.timeout,
                 on_progress=shown,
+                meta=context.headers,
             )
         except McpCallInterrupted as stop:
             where: dict[str, Any] = dict(self._where())

@@ -1,4 +1,5 @@
-"""The calls the runtime, the segment and the store make: each counts and logs one event.
+"""The calls the runtime, the segment and the store make: each counts and logs one event, and
+traces it when this process traces (``spans``).
 
 Every hook is one line (or one decorator) at its call site, so the instrumented modules stay
 easy to read and to merge. A hook never changes what the caller does, and never raises into
@@ -17,7 +18,7 @@ from typing import Any, TypeVar
 from ..domain import Usage
 from ..models import ACTIVE, TERMINAL, AgentRun, RunStatus
 from ..store import Reaped
-from . import metrics
+from . import metrics, spans
 from .logs import bind_segment, run_event, unbind_segment
 
 logger = logging.getLogger(__name__)
@@ -109,7 +110,10 @@ def claimed(run_id: uuid.UUID, segment: str, claim: Any) -> None:
 
 @_guarded
 def step(trace: Any, step: Any, sequence: int) -> None:
-    """A step was recorded at a boundary: its duration, its tokens, a DEBUG ``boundary`` line."""
+    """A step was recorded at a boundary: its duration, its tokens, a DEBUG ``boundary`` line,
+    and the end of its call's span when the segment is traced."""
+    if trace.spans is not None:
+        trace.spans.step(step, sequence)
     kind, payload = step.kind.value, step.payload if isinstance(step.payload, dict) else {}
     if kind == "request":
         trace._obs_model = (str(payload.get("provider") or ""), str(payload.get("model") or ""))
@@ -207,14 +211,23 @@ def enqueue_deferred(run_id: uuid.UUID, exc: BaseException) -> None:
 
 
 def segment(execute: F) -> F:
-    """Decorator of the runtime's ladder: bind the segment to log records, count its outcome."""
+    """Decorator of the runtime's ladder: bind the segment to log records, count its outcome,
+    and make it an ``invoke_agent`` span when this process traces (``spans.begin``)."""
 
     @functools.wraps(execute)
     def wrapper(self: Any, run_id: uuid.UUID, request: Any, trace: Any, drive: Any) -> Any:
         token = bind_segment(trace)
+        trace.spans = spans.begin(trace, run_id, request)
+        result, error = None, None
         try:
             result = execute(self, run_id, request, trace, drive)
+        except BaseException as exc:
+            error = exc
+            raise
         finally:
+            if trace.spans is not None:
+                trace.spans.end(result, error)
+                trace.spans = None
             unbind_segment(token)
         _segment_done(trace, result)
         return result
@@ -322,6 +335,8 @@ def _bulk_done(result: Any, before: dict[str, list[tuple[str, int]]], source: st
 @_guarded
 def cancel_acknowledged(trace: Any, event: Any) -> None:
     """A segment stopped for a cancel and appended ``cancelled``: the cancel-to-stop latency."""
+    if trace.spans is not None:
+        trace.spans.cancelled(event.payload or {})
     requested = (event.payload or {}).get("requested_at")
     if requested:
         latency = (event.created_at - datetime.fromisoformat(requested)).total_seconds()

@@ -29,6 +29,7 @@ from ..executors import dispatch
 from ..live.interrupts import watcher
 from ..models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
 from ..observability import hooks as observe
+from ..observability import tracing
 from ..vocabulary.outcomes import (
     ApprovalNotPending,
     CancelOutcome,
@@ -92,7 +93,9 @@ class AgentRuntime(Ladder):
         request = request if isinstance(request, RunRequest) else RunRequest.from_mapping(request)
         segment = identity("interactive")
         run = store.begin(
-            {**request.row_fields(), "owner": owner}, claimed_by=segment, lease_expires=store.lease_until()
+            {**request.row_fields(), "owner": owner, **tracing.stored()},
+            claimed_by=segment,
+            lease_expires=store.lease_until(),
         )
         observe.started(run, "interactive")
         trace = SegmentTrace(run.pk, owner=segment, next_sequence=0, on_step=on_step, on_delta=on_delta)
@@ -197,7 +200,8 @@ class AgentRuntime(Ladder):
         wake: bool = True,
     ) -> tuple[uuid.UUID, dict[str, bool]]:
         request = request if isinstance(request, RunRequest) else RunRequest.from_mapping(request)
-        run = store.create_queued({**request.row_fields(), "owner": owner, **(fields or {})}, request.as_dict())
+        row = {**request.row_fields(), "owner": owner, **tracing.stored(), **(fields or {})}  # continues the trace
+        run = store.create_queued(row, request.as_dict())
         observe.started(run, "queued")
         dispatched: dict[str, bool] = {}
         if not wake:
@@ -231,7 +235,7 @@ class AgentRuntime(Ladder):
         ``from_sequence`` or override), ``EnqueueError`` like ``enqueue``.
         """
         plan = forks.plan(parse_run_id(parent_id), from_sequence, overrides)
-        fields = {**plan.request.row_fields(), "owner": owner, **plan.lineage}
+        fields = {**plan.request.row_fields(), "owner": owner, **plan.lineage, **tracing.stored()}
         if queued:
             robust = transaction.get_connection().in_atomic_block  # as in enqueue
             dispatched: dict[str, bool] = {}

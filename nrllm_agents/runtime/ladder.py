@@ -189,6 +189,7 @@ class Ladder:
                 before_start=trace.before_start,
                 on_delta=trace.delta,
                 price=pricing.for_request(request),  # once per segment: the price in force now
+                carrier=trace.spans.starting if trace.spans is not None else None,  # traced: spans per call
             )
             result = drive(loop)
         except RunCancellationRequested:

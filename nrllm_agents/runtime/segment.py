@@ -130,6 +130,7 @@ class SegmentTrace:
         self._delta_round = -1
         self._delta_offset = 0
         self.limits = limits.Enforcer(run_id)
+        self.spans: Any = None  # the segment's spans while this process traces (observability.spans)
 
     @property
     def last_sequence(self) -> int | None:

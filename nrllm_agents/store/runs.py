@@ -282,6 +282,13 @@ def acknowledge_cancel(
     return Transition(True, RunStatus.CANCELLED, RunStatus.CANCELLED, {"event": event})
 
 
+def keep_trace_context(run_id: uuid.UUID, carrier: dict[str, str]) -> bool:
+    """Give a run that holds no trace context yet ``carrier`` (its first traced segment's), so
+    that its later segments join the same trace. Moves no status; returns whether it was kept
+    (``False``: the run already had one, or is gone)."""
+    return bool(AgentRun.objects.filter(pk=run_id, trace_context__isnull=True).update(trace_context=carrier))
+
+
 def probe_status(run_id: uuid.UUID, *, fail_soft: bool = True) -> str | None:
     """Re-read a run's status by primary key.
 

@@ -24,6 +24,7 @@ from django.db import connections
 from rq.worker import Worker
 
 from ..executors.rq_queue import OUTAGES
+from ..observability import tracing
 from ..runtime.segment import shutdown_requested
 from . import warm
 from .maintenance import Maintainer, interval
@@ -105,6 +106,7 @@ class GracefulWorker(RidesOutOutages, Worker):
         finally:
             if self._is_horse:
                 connections.close_all()  # say goodbye to the server before os._exit()
+                tracing.flush()  # and export the run's spans: os._exit() skips the provider's own shutdown
 
     def handle_warm_shutdown_request(self) -> None:
         if self.horse_pid:

@@ -11,6 +11,9 @@ from whichever its default client is built on. Its connection pool takes a netwo
 (a documented ``httpcore`` hook); the transport's ``_pool`` attribute is the one private
 name used, and without it ``abort()`` falls back to closing the client, which still stops
 the stream at its next chunk.
+
+The client also carries the trace context of the call in flight: ``arm(headers)`` names the
+headers (W3C ``traceparent``) that a request hook adds to every HTTP request of that call.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import socket
 import sys
 import threading
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -79,6 +83,7 @@ class AbortableHttp:
         self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._aborted = False
+        self._headers: Mapping[str, str] = {}
         transport = module.HTTPTransport()
         pool = getattr(transport, "_pool", None)
         self.tracking = pool is not None and hasattr(pool, "_network_backend")
@@ -86,12 +91,18 @@ class AbortableHttp:
             pool._network_backend = _TrackingBackend(pool._network_backend, self)
         else:
             logger.warning("the HTTP transport offers no network backend hook; a cancel closes the client instead")
-        self.client = client_class(transport=transport, **client_options)
+        self.client = client_class(transport=transport, event_hooks={"request": [self._carry]}, **client_options)
 
-    def arm(self) -> None:
-        """A call starts: connections are allowed again (until the next ``abort``)."""
+    def arm(self, headers: Mapping[str, str] | None = None) -> None:
+        """A call starts: connections are allowed again (until the next ``abort``), and its
+        requests carry ``headers`` (the call's trace context; none when nothing traces)."""
         with self._lock:
             self._aborted = False
+            self._headers = headers or {}
+
+    def _carry(self, request: Any) -> None:
+        for name, value in self._headers.items():
+            request.headers[name] = value
 
     def abort(self) -> None:
         """Shut down every socket this client opened, and any it opens before the next ``arm``

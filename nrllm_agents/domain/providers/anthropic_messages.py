@@ -123,7 +123,13 @@ def parse_message(message: Any) -> ModelResponse:
         tool_calls=tuple(calls),
         usage=Usage(_prompt_tokens(usage), bounded_tokens(field(usage, "output_tokens"))),
         finish_reason=_FINISH.get(str(stop), str(stop)) if stop else ("tool_calls" if calls else "stop"),
+        model=_model(field(message, "model")),
     )
+
+
+def _model(value: Any) -> str | None:
+    """The answering model's name as the server gave it, when it gave a string."""
+    return value if isinstance(value, str) and value else None
 
 
 def _tool_call(call_id: Any, name: Any, arguments: Any, index: int) -> ToolCall:
@@ -274,11 +280,13 @@ class _Received:
         self.stop_reason: str | None = None
         self.stopped = False
         self.events = 0
+        self.model: str | None = None
 
     def add(self, event: Any, context: CallContext) -> None:
         self.events += 1
         kind = field(event, "type")
         if kind == "message_start":
+            self.model = _model(field(field(event, "message"), "model"))
             usage = field(field(event, "message"), "usage")
             self.prompt_tokens = _prompt_tokens(usage)
             self.completion_tokens = bounded_tokens(field(usage, "output_tokens"))
@@ -334,6 +342,7 @@ class _Received:
             tool_calls=tuple(calls),
             usage=Usage(self.prompt_tokens or 0, self.completion_tokens),
             finish_reason=_FINISH.get(stop, stop) if stop else ("tool_calls" if calls else "stop"),
+            model=self.model,
         )
 
     def interrupted(self) -> StepInterrupted:

@@ -136,9 +136,10 @@ def guarded_call(
     """Run one model call so that it ends in a ``ModelResponse``, a ``ProviderError`` or, once the
     context's token trips (``http.abort`` then cuts the connection, even one not yet opened), the
     ``StepInterrupted`` holding what had arrived. The error is raised outside every handler, so it
-    chains nothing: SDK exceptions carry the request and its headers.
+    chains nothing: SDK exceptions carry the request and its headers. The call's HTTP requests
+    carry the context's trace headers.
     """
-    http.arm()
+    http.arm(context.headers)
     unregister = context.token.on_cancel(http.abort)
     error: ProviderError
     try:

@@ -242,9 +242,12 @@ class _Received:
         self.usage: Usage | None = None
         self.finish_reason: str | None = None
         self.chunks = 0
+        self.model: str | None = None
 
     def add(self, chunk: Any, context: CallContext, *, publish: bool = True) -> None:
         self.chunks += 1
+        version = field(chunk, "model_version")
+        self.model = self.model or (version if isinstance(version, str) and version else None)
         metadata = field(chunk, "usage_metadata")
         if metadata is not None:
             self.usage = _usage(metadata)
@@ -301,6 +304,7 @@ class _Received:
             tool_calls=tuple(self.calls),
             usage=self.usage or Usage(),
             finish_reason=finish,
+            model=self.model,
         )
 
     def interrupted(self) -> StepInterrupted:

@@ -97,7 +97,13 @@ def parse_completion(completion: Any) -> ModelResponse:
         tool_calls=tuple(calls),
         usage=Usage(bounded_tokens(_get(usage, "prompt_tokens")), bounded_tokens(_get(usage, "completion_tokens"))),
         finish_reason=str(finish_reason),
+        model=_model(_get(completion, "model")),
     )
+
+
+def _model(value: Any) -> str | None:
+    """The answering model's name as the server gave it, when it gave a string."""
+    return value if isinstance(value, str) and value else None
 
 
 def _description(exc: openai.OpenAIError) -> str:
@@ -231,10 +237,12 @@ class _Received:
         self.calls: dict[int, dict[str, Any]] = {}
         self.usage: Usage | None = None
         self.finish_reason: str | None = None
+        self.model: str | None = None
         self.chunks = 0
 
     def add(self, chunk: Any, context: CallContext) -> None:
         self.chunks += 1
+        self.model = self.model or _model(_get(chunk, "model"))
         usage = _get(chunk, "usage")
         if usage is not None:
             self.usage = Usage(
@@ -277,6 +285,7 @@ class _Received:
             tool_calls=tuple(calls),
             usage=self.usage or Usage(),
             finish_reason=str(self.finish_reason or ("tool_calls" if calls else "stop")),
+            model=self.model,
         )
 
     def interrupted(self) -> StepInterrupted:
