@@ -119,7 +119,8 @@ class ModelResponse:
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage = Usage()
     finish_reason: str = "stop"
-    model: str | None = None  # the model that answered, when the server says (it may differ from the one asked)
+    # the model that answered, when the server says (it may differ from the one asked); metadata, not compared
+    model: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@
 appends one JSON line per event to FILE, on the server's side of the pipe: ``started`` when a
 call's handler begins, ``progress`` for each notification it sends, ``cancelled`` when its
 handler is cancelled (the SDK cancels it on ``notifications/cancelled``), ``finished`` when it
-returns; each with the tool, the request id and the wall-clock time ``t``.
+returns; each with the tool, the request id and the wall-clock time ``t``, and ``meta``: the
+request's ``_meta`` as it arrived (a trace context, a progress token), when it had one.
 
 Tools: ``slow`` (progress every step, read-only), ``echo``, ``erase`` (destructive), and
 hostile ones: ``huge`` (an enormous result), ``garbage`` (writes a line that is not JSON, then
@@ -39,8 +40,20 @@ def record(event: str, tool: str, ctx: Context | None, **extra: Any) -> None:
     line = {"event": event, "tool": tool, "t": time.time(), "pid": os.getpid(), "ppid": os.getppid(), **extra}
     if ctx is not None:
         line["request_id"] = ctx.request_id
+        meta = _meta(ctx)
+        if meta:
+            line["meta"] = meta
     with _record_lock, open(RECORD, "a", encoding="utf-8") as out:
         out.write(json.dumps(line) + "\n")
+
+
+def _meta(ctx: Context) -> dict[str, Any]:
+    """The inbound request's ``_meta``, JSON-ready (empty when it had none)."""
+    try:
+        meta = ctx.request_context.meta
+    except (AttributeError, ValueError, LookupError):
+        return {}
+    return json.loads(json.dumps(dict(meta or {}), default=str))
 
 
 server = MCPServer("nrllm-test-server")

@@ -12,7 +12,7 @@ from whichever its default client is built on. Its connection pool takes a netwo
 name used, and without it ``abort()`` falls back to closing the client, which still stops
 the stream at its next chunk.
 
-The client also carries the trace context of the call in flight: ``arm(headers)`` names the
+The client also carries the trace context of the call in flight: ``carry(headers)`` names the
 headers (W3C ``traceparent``) that a request hook adds to every HTTP request of that call.
 """
 
@@ -93,12 +93,15 @@ class AbortableHttp:
             logger.warning("the HTTP transport offers no network backend hook; a cancel closes the client instead")
         self.client = client_class(transport=transport, event_hooks={"request": [self._carry]}, **client_options)
 
-    def arm(self, headers: Mapping[str, str] | None = None) -> None:
-        """A call starts: connections are allowed again (until the next ``abort``), and its
-        requests carry ``headers`` (the call's trace context; none when nothing traces)."""
+    def arm(self) -> None:
+        """A call starts: connections are allowed again (until the next ``abort``)."""
         with self._lock:
             self._aborted = False
-            self._headers = headers or {}
+
+    def carry(self, headers: Mapping[str, str]) -> None:
+        """The requests of the call that starts carry ``headers`` (its trace context; none
+        when nothing traces)."""
+        self._headers = headers
 
     def _carry(self, request: Any) -> None:
         for name, value in self._headers.items():

@@ -139,7 +139,8 @@ def guarded_call(
     chains nothing: SDK exceptions carry the request and its headers. The call's HTTP requests
     carry the context's trace headers.
     """
-    http.arm(context.headers)
+    http.arm()
+    http.carry(context.headers)
     unregister = context.token.on_cancel(http.abort)
     error: ProviderError
     try:

@@ -1,0 +1,210 @@
+"""Runs traced in OpenTelemetry's GenAI conventions, through the SDK with an in-memory exporter.
+
+The tracer provider is the real SDK's, installed for this module only (``tracing.install``), so
+the process's own provider stays unset for every other test. ``transaction=True``: a cancel and
+the run it stops are on two threads, each with its own connection.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from nrllm_agents.models import AgentRun, AgentRunEvent
+from nrllm_agents.observability import spans as segment_spans
+from nrllm_agents.observability import tracing
+from nrllm_agents.runtime.agent_runtime import Outcome
+from nrllm_agents.setup import connections
+from nrllm_agents.testing.chat_server import ChatCompletionServer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CALC = {"name": "calculator", "arguments": {"expression": "6 * 7"}}
+TOOL_THEN_ANSWER = {
+    "prompt": "what is six times seven?",
+    "tools": ["calculator"],
+    "script": [{"tool_calls": [CALC], "usage": {"prompt_tokens": 12, "completion_tokens": 3}}, {"content": "42"}],
+}
+
+
+@pytest.fixture
+def exported():
+    """Spans finished by our tracer (an SDK provider of this test's own); ``provider`` starts others."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.install(provider)
+    exporter.provider = provider  # type: ignore[attr-defined]
+    yield exporter
+    tracing.uninstall()
+    provider.shutdown()
+
+
+def by_name(finished: Any) -> dict[str, list[Any]]:
+    found: dict[str, list[Any]] = {}
+    for span in finished:
+        found.setdefault(span.name.split(" ", 1)[0], []).append(span)
+    return found
+
+
+def test_a_run_is_an_invoke_agent_span_with_a_chat_span_per_call_and_an_execute_tool_span(runtime, exported):
+    result = runtime.run(TOOL_THEN_ANSWER)
+    assert result.outcome == Outcome.COMPLETED
+    found = by_name(exported.get_finished_spans())
+    (run,) = found["invoke_agent"]
+    chats, (tool,) = found["chat"], found["execute_tool"]
+    assert len(chats) == 2
+    assert {s.parent.span_id for s in [*chats, tool]} == {run.context.span_id}
+    assert {s.context.trace_id for s in [*chats, tool]} == {run.context.trace_id}
+    assert run.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert run.attributes["gen_ai.provider.name"] == "scripted"
+    assert run.attributes["nrllm.run.id"] == str(result.run_id)
+    assert run.attributes["nrllm.run.outcome"] == "completed"
+    assert run.attributes["gen_ai.usage.input_tokens"] == 12 and run.attributes["gen_ai.usage.output_tokens"] == 3
+    first = min(chats, key=lambda s: s.start_time)
+    assert first.name == "chat scripted-demo" and first.kind == trace.SpanKind.CLIENT
+    assert first.attributes["gen_ai.request.model"] == "scripted-demo"
+    assert first.attributes["gen_ai.response.finish_reasons"] == ("tool_calls",)
+    assert (first.attributes["gen_ai.usage.input_tokens"], first.attributes["gen_ai.usage.output_tokens"]) == (12, 3)
+    assert tool.name == "execute_tool calculator"
+    assert tool.attributes["gen_ai.tool.name"] == "calculator"
+    assert tool.attributes["gen_ai.tool.call.id"] == "call_1_1"
+    # In order, and each inside the run's span.
+    assert run.start_time <= first.start_time <= first.end_time <= tool.start_time <= tool.end_time <= run.end_time
+    # No message content unless asked for.
+    assert not any(k.endswith(("messages", "arguments", "result")) for s in chats + [tool] for k in s.attributes)
+
+
+def test_message_contents_only_when_the_opt_in_variable_asks_and_scrubbed_like_errors(runtime, exported, monkeypatch):
+    monkeypatch.setenv(tracing.CAPTURE_CONTENT, "true")
+    secret = "sk-live-4f9a8b7c6d5e4f3a2b1c"
+    result = runtime.run({**TOOL_THEN_ANSWER, "prompt": f"my key is {secret}; what is six times seven?"})
+    assert result.outcome == Outcome.COMPLETED
+    found = by_name(exported.get_finished_spans())
+    first = min(found["chat"], key=lambda s: s.start_time)
+    sent = first.attributes["gen_ai.input.messages"]
+    assert '"role": "user"' in sent and "what is six times seven?" in sent
+    assert secret not in sent and "[redacted]" in sent
+    assert '"type": "tool_call"' in first.attributes["gen_ai.output.messages"]
+    (tool,) = found["execute_tool"]
+    assert tool.attributes["gen_ai.tool.call.arguments"] == '{"expression": "6 * 7"}'
+    assert tool.attributes["gen_ai.tool.call.result"] == '{"expression": "6 * 7", "value": 42}'
+
+
+def test_with_no_provider_the_step_path_does_no_tracing_work(runtime, monkeypatch):
+    """Tracing installed but off: no spans object, no carrier for the loop, no header built."""
+    tracing.install(None)
+    try:
+        made: list[Any] = []
+        monkeypatch.setattr(segment_spans, "SegmentSpans", lambda *a, **k: made.append(a))
+        monkeypatch.setattr(tracing, "carrier", lambda *a, **k: made.append(a) or {})
+        from nrllm_agents.domain import loop
+
+        carriers: list[Any] = []
+        original = loop.ToolLoop.__init__
+
+        def spy(self, *args, **kwargs):
+            carriers.append(kwargs.get("carrier"))
+            original(self, *args, **kwargs)
+
+        monkeypatch.setattr(loop.ToolLoop, "__init__", spy)
+        result = runtime.run(TOOL_THEN_ANSWER)
+        assert result.outcome == Outcome.COMPLETED
+        assert made == [] and carriers == [None]
+        assert AgentRun.objects.get(pk=result.run_id).trace_context is None
+    finally:
+        tracing.uninstall()
+
+
+def test_a_queued_run_continues_the_trace_it_was_created_in_across_its_segments(runtime, exported):
+    """Enqueued inside a request's span: its row keeps that context; the segment that executes
+    it, and the one that resumes it after an approval, are children of it in its trace."""
+    request_tracer = exported.provider.get_tracer("host")
+    script = [{"tool_calls": [{"name": "write_note", "arguments": {"title": "t", "body": "b"}}]}, {"content": "ok"}]
+    with request_tracer.start_as_current_span("POST /api/runs/") as request_span:
+        run_id = runtime.enqueue({"prompt": "note", "tools": ["write_note"], "script": script}, wake=False)
+    stored = AgentRun.objects.get(pk=run_id).trace_context
+    assert stored["traceparent"].split("-")[1:3] == [
+        format(request_span.get_span_context().trace_id, "032x"),
+        format(request_span.get_span_context().span_id, "016x"),
+    ]
+    assert runtime.run_queued(run_id).outcome == Outcome.AWAITING_APPROVAL  # write_note is gated
+    with request_tracer.start_as_current_span("POST /api/runs/approve/") as approving:
+        assert runtime.approve(run_id, True).outcome == Outcome.COMPLETED
+    segments = sorted(by_name(exported.get_finished_spans())["invoke_agent"], key=lambda s: s.start_time)
+    assert len(segments) == 2
+    assert {s.context.trace_id for s in segments} == {request_span.get_span_context().trace_id}
+    assert {s.parent.span_id for s in segments} == {request_span.get_span_context().span_id}
+    assert [s.attributes["nrllm.segment.kind"] for s in segments] == ["worker", "resume"]
+    assert segments[0].attributes["nrllm.run.outcome"] == "awaiting_approval"
+    # The approving request is another trace: linked, not the parent.
+    assert [link.context.span_id for link in segments[1].links] == [approving.get_span_context().span_id]
+
+
+def test_a_run_created_with_no_span_current_keeps_its_first_segments_context(runtime, exported):
+    run_id = runtime.enqueue({"prompt": "p", "tools": ["write_note"], "script": [{"content": "x"}]}, wake=False)
+    assert AgentRun.objects.get(pk=run_id).trace_context is None
+    runtime.run_queued(run_id)
+    (segment,) = by_name(exported.get_finished_spans())["invoke_agent"]
+    assert segment.parent is None
+    kept = AgentRun.objects.get(pk=run_id).trace_context["traceparent"]
+    assert kept.split("-")[2] == format(segment.context.span_id, "016x")
+
+
+def test_a_run_cancelled_during_a_model_call_ends_both_spans_as_cancelled_with_the_cancel_event(
+    runtime, exported, alice
+):
+    request = {"prompt": "write a lot", "script": [{"content": "word " * 400, "delay": 30}]}
+    results: list[Any] = []
+    worker = threading.Thread(target=lambda: results.append(runtime.run(request)))
+    worker.start()
+    deadline = time.monotonic() + 30
+    run = None
+    while run is None and time.monotonic() < deadline:  # the request step is recorded before the call
+        run = AgentRunEvent.objects.filter(kind="request").values_list("run_id", flat=True).first()
+        time.sleep(0.02)
+    assert run is not None
+    runtime.cancel(run, by=alice, source="api", reason="took too long")
+    worker.join(30)
+    assert results and results[0].outcome == Outcome.CANCELLED
+    found = by_name(exported.get_finished_spans())
+    (segment,), (chat,) = found["invoke_agent"], found["chat"]
+    for span in (segment, chat):
+        assert span.status.status_code == trace.StatusCode.ERROR
+        assert span.attributes["error.type"] == "cancelled"
+        assert span.attributes["nrllm.cancel.source"] == "api"
+        assert span.attributes["nrllm.cancel.by"] == "alice"
+        assert span.attributes["nrllm.cancel.reason"] == "took too long"
+    assert chat.attributes["nrllm.step.interrupted"] is True
+    (event,) = [e for e in segment.events if e.name == segment_spans.CANCEL_EVENT]
+    requested = AgentRun.objects.get(pk=run).cancel_requested_at
+    assert event.timestamp == int(requested.timestamp() * 1e9)
+    assert chat.start_time < event.timestamp <= segment.end_time
+
+
+def test_a_provider_http_call_carries_the_chat_spans_traceparent(runtime, exported):
+    with ChatCompletionServer([{"tool_calls": [CALC]}, {"content": "42"}], by_turn=True) as server:
+        connections.save("traced", kind="openai", base_url=server.base_url, default_model="gpt-x")
+        result = runtime.run({"prompt": "p", "connection": "traced", "tools": ["calculator"]})
+    assert result.outcome == Outcome.COMPLETED, result
+    chats = sorted(by_name(exported.get_finished_spans())["chat"], key=lambda s: s.start_time)
+    sent = [h.get("traceparent", "").split("-")[1:3] for h in server.request_headers]
+    assert sent == [[f"{s.context.trace_id:032x}", f"{s.context.span_id:016x}"] for s in chats]
+    assert chats[0].attributes["gen_ai.provider.name"] == "openai"
+    assert chats[0].attributes["gen_ai.response.model"] == "gpt-x"
+
+
+def test_trace_context_round_trips_and_a_broken_one_is_no_parent():
+    assert tracing.context_from({"traceparent": "not a traceparent"}) is None
+    assert tracing.context_from(None) is None and tracing.context_from({}) is None
+    traceparent = f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"
+    ctx = tracing.context_from({"traceparent": traceparent})
+    assert ctx is not None and tracing.carrier(ctx)["traceparent"] == traceparent
