@@ -208,3 +208,47 @@ def test_trace_context_round_trips_and_a_broken_one_is_no_parent():
     traceparent = f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"
     ctx = tracing.context_from({"traceparent": traceparent})
     assert ctx is not None and tracing.carrier(ctx)["traceparent"] == traceparent
+
+
+@pytest.fixture
+def mcp_server(settings, tmp_path):
+    """Our recording MCP server over stdio for one test (``ours__*`` tools); stopped after it."""
+    from nrllm_agents.mcp import catalog
+    from nrllm_agents.mcp.client import hub
+    from nrllm_agents.testing import mcp_servers
+
+    record = tmp_path / "mcp.jsonl"
+    settings.NRLLM_AGENTS = {
+        **getattr(settings, "NRLLM_AGENTS", {}),
+        "MCP_SERVERS": {"mcpServers": {"ours": mcp_servers.ours(record)}},
+    }
+    catalog.forget()
+    yield lambda: mcp_servers.records(record)
+    hub().close()
+    catalog.forget()
+
+
+def test_an_mcp_call_carries_the_tool_spans_context_in_its_meta(runtime, exported, mcp_server):
+    script = [{"tool_calls": [{"name": "ours__echo", "arguments": {"text": "hi"}}]}, {"content": "done"}]
+    result = runtime.run({"prompt": "p", "tools": ["ours__echo"], "script": script})
+    assert result.outcome == Outcome.COMPLETED, result
+    (tool,) = by_name(exported.get_finished_spans())["execute_tool"]
+    (started,) = [r for r in mcp_server() if r["event"] == "started"]
+    assert started["meta"]["traceparent"].split("-")[1:3] == [
+        f"{tool.context.trace_id:032x}",
+        f"{tool.context.span_id:016x}",
+    ]
+
+
+def test_an_mcp_tool_sends_the_context_it_is_handed_in_meta_with_no_span_current(mcp_server):
+    """The trace context travels explicitly (``CallContext.headers``), not only through the
+    SDK's own look at the current span: a tool called with no span current still sends it."""
+    from nrllm_agents.domain.cancel import CallContext
+    from nrllm_agents.mcp import catalog
+
+    traceparent = f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"
+    tool = catalog.tool("ours__echo")
+    assert tool is not None
+    tool.execute({"text": "hi"}, context=CallContext(headers={"traceparent": traceparent}))
+    (started,) = [r for r in mcp_server() if r["event"] == "started"]
+    assert started["meta"]["traceparent"] == traceparent
