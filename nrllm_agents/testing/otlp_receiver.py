@@ -63,7 +63,9 @@ def decode(body: bytes) -> list[dict[str, Any]]:
                             {"name": e.name, "time": e.time_unix_nano, "attributes": _attributes(e.attributes)}
                             for e in span.events
                         ],
-                        "links": [{"trace_id": link.trace_id.hex(), "span_id": link.span_id.hex()} for link in span.links],
+                        "links": [
+                            {"trace_id": link.trace_id.hex(), "span_id": link.span_id.hex()} for link in span.links
+                        ],
                         "status": {"code": STATUS_CODES.get(span.status.code, "?"), "message": span.status.message},
                         "scope": scope_spans.scope.name,
                         "service": resource.get("service.name"),

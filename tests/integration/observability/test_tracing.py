@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -252,3 +253,34 @@ def test_an_mcp_tool_sends_the_context_it_is_handed_in_meta_with_no_span_current
     tool.execute({"text": "hi"}, context=CallContext(headers={"traceparent": traceparent}))
     (started,) = [r for r in mcp_server() if r["event"] == "started"]
     assert started["meta"]["traceparent"] == traceparent
+
+
+REGISTRY = Path(__file__).with_name("genai_registry.txt")
+
+
+def registry() -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for line in REGISTRY.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            kind, name = line.split()
+            found.setdefault(kind, set()).add(name)
+    return found
+
+
+def test_every_emitted_name_is_the_conventions_or_ours(runtime, exported, monkeypatch):
+    """Against the conventions' published registry (the names we use, vendored with their commit):
+    every ``gen_ai.*`` attribute and ``error.type`` is registered, every other name is ours
+    (``nrllm.*``), and each span is named ``{gen_ai.operation.name} {what}``."""
+    monkeypatch.setenv(tracing.CAPTURE_CONTENT, "true")
+    runtime.run(TOOL_THEN_ANSWER)
+    runtime.run({"prompt": "p", "tools": ["calculator"], "script": [{"tool_calls": [{"name": "calculator"}]}]})  # fails
+    finished = exported.get_finished_spans()
+    names = registry()
+    emitted = {k for s in finished for k in s.attributes}
+    emitted |= {k for s in finished for e in s.events for k in e.attributes}
+    ours = {k for k in emitted if k.startswith("nrllm.")}
+    assert emitted - ours <= names["attribute"], sorted(emitted - ours - names["attribute"])
+    operations = {s.attributes["gen_ai.operation.name"] for s in finished}
+    assert operations == names["operation"]
+    assert all(s.name.split(" ", 1)[0] == s.attributes["gen_ai.operation.name"] for s in finished)
+    assert {e.name for s in finished for e in s.events} <= {segment_spans.CANCEL_EVENT, "nrllm.approval"}
