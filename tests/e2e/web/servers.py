@@ -28,7 +28,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _command(kind: str, port: int, workers: int = 1, threads: int = 8) -> list[str]:
+def _command(kind: str, port: int, workers: int = 1, threads: int = 8, app: str = "config.wsgi") -> list[str]:
     if kind == "runserver":
         return [sys.executable, str(ROOT / "manage.py"), "runserver", "--noreload", f"127.0.0.1:{port}"]
     if kind == "uvicorn":
@@ -66,7 +66,7 @@ def _command(kind: str, port: int, workers: int = 1, threads: int = 8) -> list[s
             "2",
             "--log-level",
             "warning",
-            "config.wsgi",
+            app,
         ]
     raise ValueError(kind)
 
@@ -84,15 +84,22 @@ def stop(proc: subprocess.Popen, timeout: float = 15) -> None:
 
 @contextlib.contextmanager
 def serve(
-    kind: str, env: dict[str, str], log_dir: Path, timeout: float = 60, *, workers: int = 1, threads: int = 8
+    kind: str,
+    env: dict[str, str],
+    log_dir: Path,
+    timeout: float = 60,
+    *,
+    workers: int = 1,
+    threads: int = 8,
+    app: str = "config.wsgi",
 ) -> Iterator[str]:
-    """Run the app under ``kind`` (runserver, uvicorn, gunicorn; ``workers`` × ``threads`` for
-    gunicorn); yield its base URL."""
+    """Run the app under ``kind`` (runserver, uvicorn, gunicorn; ``workers`` × ``threads`` and
+    the WSGI module ``app`` for gunicorn); yield its base URL."""
     port = free_port()
     log_path = log_dir / f"{kind}-{port}.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            _command(kind, port, workers, threads), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+            _command(kind, port, workers, threads, app), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
         )
     base = f"http://127.0.0.1:{port}"
     try:
