@@ -339,3 +339,20 @@ def check_mcp_servers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessa
         for row in catalog.health()
         if not row["ok"]
     ]
+
+
+@register(Tags.compatibility)
+def check_tracing(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """The OTEL_* variables ask for OTLP trace export: the SDK and its exporter must be installed."""
+    from .observability import tracing
+
+    missing = tracing.sdk_missing() if tracing.asked_by_environment() else None
+    if missing is None:
+        return []
+    return [
+        Warning(
+            f"OTEL_EXPORTER_OTLP_ENDPOINT asks for traces, but {missing} cannot be imported: nothing is traced",
+            hint="pip install -r requirements-otel.txt (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http)",
+            id="nrllm_agents.W011",
+        )
+    ]
