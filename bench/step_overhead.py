@@ -9,6 +9,10 @@ step, right beside it, it times the floor: the same row written with raw psycopg
 connection of its own. Both see the same moment's load; which goes first alternates. It prints
 both distributions and their ratio. No assertions; numbers only.
 
+Then the cost of tracing (``--tracing-blocks``): the same zero-delay runs with tracing off (no
+provider: what every figure above measures) and on (the SDK's provider, a batch processor and the
+OTLP/HTTP exporter sending to a receiver on loopback), in alternating steady-state blocks.
+
 PostgreSQL only. ``DATABASE_URL`` names the server (and credentials); the benchmark creates,
 migrates and finally drops its own database (``nrllm_bench`` unless ``--database``)::
 
@@ -290,6 +294,55 @@ def end_to_end(url: str, rounds: int, runs: int, *, block: int = 1) -> tuple[lis
     return gaps, floor
 
 
+def run_gaps(runtime: Any, request: dict[str, Any]) -> list[float]:
+    """One run's gaps between the ``created_at`` of consecutive steps (seconds)."""
+    from nrllm_agents.models import AgentRunEvent
+
+    result = runtime.run(request)
+    assert result.outcome == "completed", result
+    stamps = list(
+        AgentRunEvent.objects.filter(run_id=result.run_id).order_by("sequence").values_list("created_at", flat=True)
+    )
+    return [(b - a).total_seconds() for a, b in zip(stamps, stamps[1:], strict=False)]
+
+
+def tracing_cost(rounds: int, blocks: int, block: int) -> tuple[list[float], list[float], int]:
+    """A step end to end with tracing off and on: ``blocks`` pairs of blocks of ``block`` runs,
+    which side goes first alternating, each block's first run a warm-up. On: the SDK's provider
+    with a batch processor and the OTLP/HTTP exporter to a receiver on loopback (a real export,
+    on the exporter's own thread). Returns (gaps off, gaps on, spans received)."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from nrllm_agents.observability import tracing
+    from nrllm_agents.runtime.agent_runtime import AgentRuntime
+    from nrllm_agents.testing.otlp_receiver import OtlpReceiver
+
+    runtime = AgentRuntime()
+    script = [
+        {"tool_calls": [{"name": "calculator", "arguments": {"expression": f"{i} * 7"}}]} for i in range(rounds)
+    ] + [{"content": "done"}]
+    request = {"prompt": "bench", "tools": ["calculator"], "script": script, "max_iterations": rounds + 1}
+    gaps: dict[bool, list[float]] = {False: [], True: []}
+    with OtlpReceiver() as receiver:
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{receiver.endpoint}/v1/traces")))
+        try:
+            for i in range(blocks):
+                for traced in (False, True) if i % 2 == 0 else (True, False):
+                    tracing.install(provider if traced else None)
+                    for j in range(block):
+                        found = run_gaps(runtime, request)
+                        if j > 0:
+                            gaps[traced] += found
+        finally:
+            tracing.uninstall()
+            provider.force_flush()
+            provider.shutdown()
+        return gaps[False], gaps[True], len(receiver.spans)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=3000, help="steps to time (approximately)")
@@ -297,6 +350,9 @@ def main() -> None:
     parser.add_argument("--database", default="nrllm_bench", help="throwaway database to create and drop")
     parser.add_argument(
         "--block", type=int, default=5, help="runs per block in the steady-state end-to-end schedule (at least 2)"
+    )
+    parser.add_argument(
+        "--tracing-blocks", type=int, default=4, help="pairs of blocks (off, on) timing the cost of tracing (0: none)"
     )
     args = parser.parse_args()
     if args.block < 2:
@@ -376,6 +432,23 @@ def main() -> None:
             print(
                 f"  {'ratio step / plain floor':44} {g['mean'] / f['mean']:8.2f}x {g['p50'] / f['p50']:8.2f}x "
                 f"{g['p99'] / f['p99']:8.2f}x"
+            )
+        if args.tracing_blocks:
+            off, on, received = tracing_cost(args.rounds, args.tracing_blocks, args.block)
+            o, t = summary(off), summary(on)
+            print(
+                f"tracing ({len(off)} steps off, {len(on)} on, {received} spans received over OTLP/HTTP on loopback), "
+                f"alternating blocks of {args.block} runs: a step end to end"
+            )
+            print(f"  {'tracing off (no provider)':44} {o['mean']:9.3f} {o['p50']:9.3f} {o['p99']:9.3f}")
+            print(f"  {'tracing on (SDK, batch, OTLP/HTTP)':44} {t['mean']:9.3f} {t['p50']:9.3f} {t['p99']:9.3f}")
+            print(
+                f"  {'overhead per step, on - off (ms)':44} {t['mean'] - o['mean']:9.3f} {t['p50'] - o['p50']:9.3f} "
+                f"{t['p99'] - o['p99']:9.3f}"
+            )
+            print(
+                f"  {'ratio on / off':44} {t['mean'] / o['mean']:8.2f}x {t['p50'] / o['p50']:8.2f}x "
+                f"{t['p99'] / o['p99']:8.2f}x"
             )
 
 
