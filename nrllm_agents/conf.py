@@ -45,17 +45,17 @@ class Env:
 DEFAULTS: dict[str, Any] = {
     # name -> dotted path of a factory ``(request, run_id) -> Provider``
     "PROVIDERS": {
-        "scripted": "nrllm_agents.setup.registry.scripted_provider",
-        "openai": "nrllm_agents.setup.registry.openai_provider",
-        "anthropic": "nrllm_agents.setup.registry.anthropic_provider",
-        "gemini": "nrllm_agents.setup.registry.gemini_provider",
+        "scripted": "nrllm_agents.catalog.registry.scripted_provider",
+        "openai": "nrllm_agents.catalog.registry.openai_provider",
+        "anthropic": "nrllm_agents.catalog.registry.anthropic_provider",
+        "gemini": "nrllm_agents.catalog.registry.gemini_provider",
     },
     # name -> dotted path of a factory ``(run_id) -> Tool``
     "TOOLS": {
-        "calculator": "nrllm_agents.setup.registry.calculator_tool",
-        "current_time": "nrllm_agents.setup.registry.current_time_tool",
-        "sleep": "nrllm_agents.setup.registry.sleep_tool",
-        "write_note": "nrllm_agents.setup.tools.WriteNote",
+        "calculator": "nrllm_agents.catalog.registry.calculator_tool",
+        "current_time": "nrllm_agents.catalog.registry.current_time_tool",
+        "sleep": "nrllm_agents.catalog.registry.sleep_tool",
+        "write_note": "nrllm_agents.catalog.tools.WriteNote",
     },
     # MCP servers in the ``{"mcpServers": {...}}`` shape (README, "Tools from MCP servers"), from a
     # JSON file (MCP_CONFIG) and from here; their tools are offered as ``<server>__<tool>``
@@ -75,7 +75,7 @@ DEFAULTS: dict[str, Any] = {
     "DEADLINE_SECONDS_LIMIT": 7 * 24 * 3600,
     "DEFAULT_MAX_TOTAL_TOKENS": None,
     "MAX_TOTAL_TOKENS_LIMIT": 100_000_000,
-    # Spend (nrllm_agents.vocabulary.pricing): the currency every price is in, and a cost limit per run
+    # Spend (nrllm_agents.money.pricing): the currency every price is in, and a cost limit per run
     # (a decimal amount; None: no limit unless the request sets one).
     "CURRENCY": Env("NRLLM_CURRENCY", str, "USD"),
     "DEFAULT_MAX_COST": None,
