@@ -15,7 +15,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 
-from .conf import DEFAULTS, Env, app_settings
+from .conf import DEFAULTS, RENAMED, Env, app_settings, renamed_in_use
 from .crypto.vault import problem as vault_problem
 from .executors import CHOICES as EXECUTORS
 
@@ -81,8 +81,8 @@ RULES: dict[str, Rule] = {
     "DEFAULT_MAX_TOTAL_TOKENS": OPTIONAL_POSITIVE_INT,
     "MAX_TOTAL_TOKENS_LIMIT": POSITIVE_INT,
     "SLEEP_MAX_SECONDS": POSITIVE,
-    "OPENAI_TIMEOUT": POSITIVE,
-    "OPENAI_STREAM": FLAG,
+    "PROVIDER_TIMEOUT": POSITIVE,
+    "PROVIDER_STREAM": FLAG,
     "ANTHROPIC_MODEL": NAME,
     "ANTHROPIC_MAX_TOKENS": POSITIVE_INT,
     "GEMINI_MODEL": NAME,
@@ -138,7 +138,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     user = getattr(settings, "NRLLM_AGENTS", None) or {}
     if not isinstance(user, dict):
         return [Error("NRLLM_AGENTS must be a dict of settings", id="nrllm_agents.E001")]
-    for unknown in sorted(set(user) - set(DEFAULTS)):
+    for old, new in renamed_in_use():
+        messages.append(
+            Warning(
+                f"{old} is renamed {new}; the old name is read until the next release",
+                hint=f"Set {new} instead.",
+                id="nrllm_agents.W011",
+            )
+        )
+    for unknown in sorted(set(user) - set(DEFAULTS) - set(RENAMED)):
         messages.append(
             Warning(
                 f"NRLLM_AGENTS[{unknown!r}] is not a setting of nrllm_agents (a typo?)",
@@ -168,14 +176,14 @@ def _consistency(v: dict[str, Any]) -> list[CheckMessage]:
     def ok(*names: str) -> bool:
         return all(name in v and (RULES.get(name) or (lambda _: True, ""))[0](v[name]) for name in names)
 
-    if ok("LEASE_SECONDS", "OPENAI_TIMEOUT", "SLEEP_MAX_SECONDS") and v["LEASE_SECONDS"] <= max(
-        v["OPENAI_TIMEOUT"], v["SLEEP_MAX_SECONDS"]
+    if ok("LEASE_SECONDS", "PROVIDER_TIMEOUT", "SLEEP_MAX_SECONDS") and v["LEASE_SECONDS"] <= max(
+        v["PROVIDER_TIMEOUT"], v["SLEEP_MAX_SECONDS"]
     ):
         # A warning, not an error: drills and tests shorten the lease on purpose to watch the reaper.
         found.append(
             Warning(
                 f"NRLLM_AGENTS['LEASE_SECONDS'] ({v['LEASE_SECONDS']:g}) should exceed the longest single step: "
-                f"OPENAI_TIMEOUT ({v['OPENAI_TIMEOUT']:g}) and SLEEP_MAX_SECONDS ({v['SLEEP_MAX_SECONDS']:g})",
+                f"PROVIDER_TIMEOUT ({v['PROVIDER_TIMEOUT']:g}) and SLEEP_MAX_SECONDS ({v['SLEEP_MAX_SECONDS']:g})",
                 hint="A segment renews its lease at every step boundary; a shorter lease lets the reaper take "
                 "a run from a live worker.",
                 id="nrllm_agents.W002",

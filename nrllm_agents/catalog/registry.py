@@ -142,8 +142,8 @@ def openai_provider(request: RunRequest, run_id: Any = None) -> Provider:
 
     return OpenAIProvider(
         request.model,
-        timeout=app_settings.OPENAI_TIMEOUT,
-        stream=bool(app_settings.OPENAI_STREAM),
+        timeout=app_settings.PROVIDER_TIMEOUT,
+        stream=bool(app_settings.PROVIDER_STREAM),
     )
 
 
@@ -152,8 +152,8 @@ def anthropic_provider(request: RunRequest, run_id: Any = None) -> Provider:
 
     return AnthropicProvider(
         request.model or app_settings.ANTHROPIC_MODEL,
-        timeout=app_settings.OPENAI_TIMEOUT,
-        stream=bool(app_settings.OPENAI_STREAM),
+        timeout=app_settings.PROVIDER_TIMEOUT,
+        stream=bool(app_settings.PROVIDER_STREAM),
         max_tokens=int(app_settings.ANTHROPIC_MAX_TOKENS),
     )
 
@@ -163,8 +163,8 @@ def gemini_provider(request: RunRequest, run_id: Any = None) -> Provider:
 
     return GeminiProvider(
         request.model or app_settings.GEMINI_MODEL,
-        timeout=app_settings.OPENAI_TIMEOUT,
-        stream=bool(app_settings.OPENAI_STREAM),
+        timeout=app_settings.PROVIDER_TIMEOUT,
+        stream=bool(app_settings.PROVIDER_STREAM),
     )
 
 
@@ -196,8 +196,8 @@ def connection_provider(request: RunRequest, run_id: Any = None) -> Provider:
         request.model or row.default_model,
         api_key=api_key,
         base_url=row.base_url,
-        timeout=app_settings.OPENAI_TIMEOUT,
-        stream=bool(app_settings.OPENAI_STREAM),
+        timeout=app_settings.PROVIDER_TIMEOUT,
+        stream=bool(app_settings.PROVIDER_STREAM),
     )
     return provider
 

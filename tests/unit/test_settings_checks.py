@@ -32,7 +32,7 @@ def test_the_defaults_pass():
         ("MAX_ATTEMPTS", -1),
         ("LOCAL_WORKERS", True),
         ("CANCEL_POLL_SECONDS", -1),
-        ("OPENAI_STREAM", "yes"),
+        ("PROVIDER_STREAM", "yes"),
         ("DEFAULT_DEADLINE_SECONDS", 0),
         ("QUEUE_NAME", " "),
         ("TOOLS", ["calculator"]),
@@ -48,7 +48,7 @@ def test_a_bad_value_is_named(name, value):
 
 
 def test_settings_that_do_not_fit_together_are_named():
-    assert ids(LEASE_SECONDS=30, OPENAI_TIMEOUT=60, MCP_CALL_TIMEOUT=20) == ["nrllm_agents.W002"]
+    assert ids(LEASE_SECONDS=30, PROVIDER_TIMEOUT=60, MCP_CALL_TIMEOUT=20) == ["nrllm_agents.W002"]
     assert ids(LEASE_SECONDS=100, MCP_CALL_TIMEOUT=120) == ["nrllm_agents.W003"]
     assert ids(DEFAULT_MAX_ITERATIONS=50, MAX_ITERATIONS_LIMIT=10) == ["nrllm_agents.E005"]
     assert ids(DEFAULT_PROVIDER="nope") == ["nrllm_agents.E006"]
@@ -96,3 +96,19 @@ def test_a_redis_rate_store_needs_redis():
         assert ids(RATE_LIMIT_STORE="redis") == ["nrllm_agents.E013"]
     with override_settings(REDIS_URL="redis://127.0.0.1:6379/0"):
         assert ids(RATE_LIMIT_STORE="redis") == []
+
+
+def test_the_old_provider_setting_names_are_read_for_one_release_and_warned(monkeypatch):
+    """OPENAI_TIMEOUT and OPENAI_STREAM governed all three vendors; their new names say so."""
+    from nrllm_agents.conf import app_settings
+
+    with override_settings(NRLLM_AGENTS={"OPENAI_TIMEOUT": 12.5}):
+        assert app_settings.PROVIDER_TIMEOUT == 12.5
+    assert ids(OPENAI_TIMEOUT=12.5) == ["nrllm_agents.W011"]
+    with override_settings(NRLLM_AGENTS={"OPENAI_TIMEOUT": 12.5, "PROVIDER_TIMEOUT": 7.0}):
+        assert app_settings.PROVIDER_TIMEOUT == 7.0  # the new name wins
+    monkeypatch.setenv("NRLLM_OPENAI_STREAM", "0")
+    assert app_settings.PROVIDER_STREAM is False
+    assert ids() == ["nrllm_agents.W011"]
+    monkeypatch.setenv("NRLLM_PROVIDER_STREAM", "1")
+    assert app_settings.PROVIDER_STREAM is True
