@@ -17,7 +17,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from .conf import DEFAULTS, RENAMED, Env, app_settings, renamed_in_use
 from .crypto.vault import problem as vault_problem
-from .executors import CHOICES as EXECUTORS
+from .executors import RQ
+from .executors import named as executor_named
 
 Rule = tuple[Callable[[Any], bool], str]
 
@@ -53,6 +54,17 @@ def _amount(value: Any) -> bool:
 
 AMOUNT: Rule = (_amount, "a decimal amount above 0 (a string such as '12.50', or a whole number)")
 
+
+def _names_an_executor(value: Any) -> bool:
+    if value == "auto":
+        return True
+    try:
+        executor_named(str(value))
+    except ImproperlyConfigured:
+        return False
+    return True
+
+
 RULES: dict[str, Rule] = {
     "CURRENCY": NAME,
     "DEFAULT_MAX_COST": (lambda v: v is None or _amount(v), "None or " + AMOUNT[1]),
@@ -65,7 +77,7 @@ RULES: dict[str, Rule] = {
     "TOOLS": PATHS,
     "DEFAULT_PROVIDER": NAME,
     "QUEUE_NAME": NAME,
-    "EXECUTOR": (lambda v: v in EXECUTORS, "one of " + ", ".join(repr(c) for c in EXECUTORS)),
+    "EXECUTOR": (_names_an_executor, "'auto', 'rq', 'local' or the dotted path of an Executor class"),
     "THREAD_MULTITASK_STRATEGY": (
         lambda v: v in ("reject", "enqueue", "interrupt", "rollback"),
         "one of 'reject', 'enqueue', 'interrupt', 'rollback'",
@@ -220,7 +232,12 @@ def _consistency(v: dict[str, Any]) -> list[CheckMessage]:
                     id="nrllm_agents.E007",
                 )
             )
-    if ok("EXECUTOR") and v["EXECUTOR"] == "rq" and not getattr(settings, "REDIS_URL", None):
+    if (
+        ok("EXECUTOR")
+        and v["EXECUTOR"] != "auto"
+        and executor_named(v["EXECUTOR"]) is RQ
+        and not getattr(settings, "REDIS_URL", None)
+    ):
         found.append(
             Error(
                 "NRLLM_AGENTS['EXECUTOR'] is 'rq' but REDIS_URL is not set",

@@ -28,7 +28,10 @@ def test_manage_py_check_refuses_to_start_and_names_the_value():
 def test_manage_py_check_names_an_unknown_executor():
     ran = manage_py_check(NRLLM_EXECUTOR="threads")
     assert ran.returncode == 1, ran.stdout + ran.stderr
-    assert "NRLLM_AGENTS['EXECUTOR'] must be one of 'auto', 'rq', 'local', not 'threads'" in ran.stderr
+    assert (
+        "NRLLM_AGENTS['EXECUTOR'] must be 'auto', 'rq', 'local' or the dotted path of an Executor class, not 'threads'"
+        in ran.stderr
+    )
     assert "nrllm_agents.E003" in ran.stderr
     ran = manage_py_check(NRLLM_EXECUTOR="rq")  # no REDIS_URL in this environment
     assert ran.returncode == 1 and "nrllm_agents.E009" in ran.stderr, ran.stdout + ran.stderr
