@@ -143,7 +143,6 @@ def _default_rule(default: Any) -> Rule | None:
     return None
 
 
-@register(Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Every ``NRLLM_AGENTS`` setting (or its environment variable) has a usable value."""
     messages: list[CheckMessage] = []
@@ -279,9 +278,6 @@ def _consistency(v: dict[str, Any]) -> list[CheckMessage]:
     return found
 
 
-# Not tagged "database": Django runs those only with `check --database`, and a deploy check that
-# needs `--database` to speak would stay as silent as before.
-@register("deploy", deploy=True)
 def check_deploy_database(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """``check --deploy``: what ``migrate`` (or a cache table) still owes the database.
 
@@ -337,7 +333,6 @@ def check_deploy_database(app_configs: Any = None, databases: Any = None, **kwar
     return found
 
 
-@register(Tags.compatibility)
 def check_mcp_servers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """The MCP configuration parses; under ``manage.py check`` every server is also started and listed.
 
@@ -364,3 +359,13 @@ def check_mcp_servers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessa
         for row in catalog.health()
         if not row["ok"]
     ]
+
+
+def register_all() -> None:
+    """Register these checks with Django's registry; the app's ``ready()`` calls it (once is enough:
+    the registry keeps a set)."""
+    register(check_settings, Tags.compatibility)
+    # Not tagged "database": Django runs those only with `check --database`, and a deploy check
+    # that needs `--database` to speak would stay as silent as before.
+    register(check_deploy_database, "deploy", deploy=True)
+    register(check_mcp_servers, Tags.compatibility)

@@ -432,4 +432,3 @@ class Hub(Client):
 
 hub = Hub()
 """This process's hub."""
-listener.add(hub)
