@@ -100,8 +100,8 @@ def measure(
     journal_path = workdir / "journal.jsonl"
     if True:  # (one throwaway database for every step length)
         from nrllm_agents.models import TERMINAL, AgentRun, AgentRunEvent, RunStatus
+        from nrllm_agents.presentation.presenters import stream_finished
         from nrllm_agents.runtime.agent_runtime import AgentRuntime
-        from nrllm_agents.vocabulary.presenters import stream_finished
         from tests.e2e.processes import Canceller, Workers, wait_for
 
         env = {k: v for k, v in os.environ.items() if k != "NRLLM_CALL_JOURNAL"}

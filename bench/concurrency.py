@@ -151,8 +151,8 @@ def measure(args: argparse.Namespace, rng: random.Random, workdir: Path, url: st
     from django.db import connections
 
     from nrllm_agents.models import AgentRun, AgentRunEvent
+    from nrllm_agents.presentation.presenters import stream_finished
     from nrllm_agents.runtime.agent_runtime import AgentRuntime
-    from nrllm_agents.vocabulary.presenters import stream_finished
     from tests.e2e.processes import Workers, wait_for
 
     redis.Redis.from_url(args.redis_url).flushdb()

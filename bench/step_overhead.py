@@ -364,7 +364,7 @@ def main() -> None:
 
         from nrllm_agents import store
         from nrllm_agents.models import AgentRun
-        from nrllm_agents.vocabulary.run_request import RunRequest
+        from nrllm_agents.validation.run_request import RunRequest
 
         steps_per_run = 3 * args.rounds + 2
         runs = max(1, round(args.steps / steps_per_run))

@@ -14,14 +14,17 @@ class NrllmAgentsConfig(AppConfig):
     def ready(self) -> None:
         from django.core.signals import request_started
 
-        from . import checks, executors  # noqa: F401  (checks: registers the settings checks)
+        from . import checks, executors, live
         from .observability import tracing
         from .workers import jobs, maintenance
 
+        # The process is wired here, by explicit calls: nothing registers itself at import.
+        checks.register_all()
+        # the listener's clients (cancel watcher first, the hub, the publisher of boundaries)
+        live.install()
         # Traces: on when the host set its own tracer provider, or when the standard OTEL_*
         # variables ask for OTLP export (then the provider is built here); off and free otherwise.
         tracing.configure()
-
         # The in-process executor calls the job by reference: the job sits above the runtime,
         # which dispatches, so the executor cannot import it.
         executors.LOCAL.use_job(jobs.execute_run)

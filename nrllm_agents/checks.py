@@ -15,9 +15,10 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 
-from .conf import DEFAULTS, Env, app_settings
+from .conf import DEFAULTS, RENAMED, Env, app_settings, renamed_in_use
 from .crypto.vault import problem as vault_problem
-from .executors import CHOICES as EXECUTORS
+from .executors import RQ
+from .executors import named as executor_named
 
 Rule = tuple[Callable[[Any], bool], str]
 
@@ -53,6 +54,17 @@ def _amount(value: Any) -> bool:
 
 AMOUNT: Rule = (_amount, "a decimal amount above 0 (a string such as '12.50', or a whole number)")
 
+
+def _names_an_executor(value: Any) -> bool:
+    if value == "auto":
+        return True
+    try:
+        executor_named(str(value))
+    except ImproperlyConfigured:
+        return False
+    return True
+
+
 RULES: dict[str, Rule] = {
     "CURRENCY": NAME,
     "DEFAULT_MAX_COST": (lambda v: v is None or _amount(v), "None or " + AMOUNT[1]),
@@ -65,7 +77,7 @@ RULES: dict[str, Rule] = {
     "TOOLS": PATHS,
     "DEFAULT_PROVIDER": NAME,
     "QUEUE_NAME": NAME,
-    "EXECUTOR": (lambda v: v in EXECUTORS, "one of " + ", ".join(repr(c) for c in EXECUTORS)),
+    "EXECUTOR": (_names_an_executor, "'auto', 'rq', 'local' or the dotted path of an Executor class"),
     "THREAD_MULTITASK_STRATEGY": (
         lambda v: v in ("reject", "enqueue", "interrupt", "rollback"),
         "one of 'reject', 'enqueue', 'interrupt', 'rollback'",
@@ -81,8 +93,8 @@ RULES: dict[str, Rule] = {
     "DEFAULT_MAX_TOTAL_TOKENS": OPTIONAL_POSITIVE_INT,
     "MAX_TOTAL_TOKENS_LIMIT": POSITIVE_INT,
     "SLEEP_MAX_SECONDS": POSITIVE,
-    "OPENAI_TIMEOUT": POSITIVE,
-    "OPENAI_STREAM": FLAG,
+    "PROVIDER_TIMEOUT": POSITIVE,
+    "PROVIDER_STREAM": FLAG,
     "ANTHROPIC_MODEL": NAME,
     "ANTHROPIC_MAX_TOKENS": POSITIVE_INT,
     "GEMINI_MODEL": NAME,
@@ -131,14 +143,21 @@ def _default_rule(default: Any) -> Rule | None:
     return None
 
 
-@register(Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Every ``NRLLM_AGENTS`` setting (or its environment variable) has a usable value."""
     messages: list[CheckMessage] = []
     user = getattr(settings, "NRLLM_AGENTS", None) or {}
     if not isinstance(user, dict):
         return [Error("NRLLM_AGENTS must be a dict of settings", id="nrllm_agents.E001")]
-    for unknown in sorted(set(user) - set(DEFAULTS)):
+    for old, new in renamed_in_use():
+        messages.append(
+            Warning(
+                f"{old} is renamed {new}; the old name is read until the next release",
+                hint=f"Set {new} instead.",
+                id="nrllm_agents.W011",
+            )
+        )
+    for unknown in sorted(set(user) - set(DEFAULTS) - set(RENAMED)):
         messages.append(
             Warning(
                 f"NRLLM_AGENTS[{unknown!r}] is not a setting of nrllm_agents (a typo?)",
@@ -168,14 +187,14 @@ def _consistency(v: dict[str, Any]) -> list[CheckMessage]:
     def ok(*names: str) -> bool:
         return all(name in v and (RULES.get(name) or (lambda _: True, ""))[0](v[name]) for name in names)
 
-    if ok("LEASE_SECONDS", "OPENAI_TIMEOUT", "SLEEP_MAX_SECONDS") and v["LEASE_SECONDS"] <= max(
-        v["OPENAI_TIMEOUT"], v["SLEEP_MAX_SECONDS"]
+    if ok("LEASE_SECONDS", "PROVIDER_TIMEOUT", "SLEEP_MAX_SECONDS") and v["LEASE_SECONDS"] <= max(
+        v["PROVIDER_TIMEOUT"], v["SLEEP_MAX_SECONDS"]
     ):
         # A warning, not an error: drills and tests shorten the lease on purpose to watch the reaper.
         found.append(
             Warning(
                 f"NRLLM_AGENTS['LEASE_SECONDS'] ({v['LEASE_SECONDS']:g}) should exceed the longest single step: "
-                f"OPENAI_TIMEOUT ({v['OPENAI_TIMEOUT']:g}) and SLEEP_MAX_SECONDS ({v['SLEEP_MAX_SECONDS']:g})",
+                f"PROVIDER_TIMEOUT ({v['PROVIDER_TIMEOUT']:g}) and SLEEP_MAX_SECONDS ({v['SLEEP_MAX_SECONDS']:g})",
                 hint="A segment renews its lease at every step boundary; a shorter lease lets the reaper take "
                 "a run from a live worker.",
                 id="nrllm_agents.W002",
@@ -212,7 +231,12 @@ def _consistency(v: dict[str, Any]) -> list[CheckMessage]:
                     id="nrllm_agents.E007",
                 )
             )
-    if ok("EXECUTOR") and v["EXECUTOR"] == "rq" and not getattr(settings, "REDIS_URL", None):
+    if (
+        ok("EXECUTOR")
+        and v["EXECUTOR"] != "auto"
+        and executor_named(v["EXECUTOR"]) is RQ
+        and not getattr(settings, "REDIS_URL", None)
+    ):
         found.append(
             Error(
                 "NRLLM_AGENTS['EXECUTOR'] is 'rq' but REDIS_URL is not set",
@@ -254,9 +278,6 @@ def _consistency(v: dict[str, Any]) -> list[CheckMessage]:
     return found
 
 
-# Not tagged "database": Django runs those only with `check --database`, and a deploy check that
-# needs `--database` to speak would stay as silent as before.
-@register("deploy", deploy=True)
 def check_deploy_database(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """``check --deploy``: what ``migrate`` (or a cache table) still owes the database.
 
@@ -312,7 +333,6 @@ def check_deploy_database(app_configs: Any = None, databases: Any = None, **kwar
     return found
 
 
-@register(Tags.compatibility)
 def check_mcp_servers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """The MCP configuration parses; under ``manage.py check`` every server is also started and listed.
 
@@ -341,7 +361,6 @@ def check_mcp_servers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessa
     ]
 
 
-@register(Tags.compatibility)
 def check_tracing(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """The OTEL_* variables ask for OTLP trace export: the SDK and its exporter must be installed."""
     from .observability import tracing
@@ -353,6 +372,17 @@ def check_tracing(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
         Warning(
             f"OTEL_EXPORTER_OTLP_ENDPOINT asks for traces, but {missing} cannot be imported: nothing is traced",
             hint="pip install -r requirements-otel.txt (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http)",
-            id="nrllm_agents.W011",
+            id="nrllm_agents.W012",
         )
     ]
+
+
+def register_all() -> None:
+    """Register these checks with Django's registry; the app's ``ready()`` calls it (once is enough:
+    the registry keeps a set)."""
+    register(check_settings, Tags.compatibility)
+    # Not tagged "database": Django runs those only with `check --database`, and a deploy check
+    # that needs `--database` to speak would stay as silent as before.
+    register(check_deploy_database, "deploy", deploy=True)
+    register(check_mcp_servers, Tags.compatibility)
+    register(check_tracing, Tags.compatibility)

@@ -45,17 +45,17 @@ class Env:
 DEFAULTS: dict[str, Any] = {
     # name -> dotted path of a factory ``(request, run_id) -> Provider``
     "PROVIDERS": {
-        "scripted": "nrllm_agents.setup.registry.scripted_provider",
-        "openai": "nrllm_agents.setup.registry.openai_provider",
-        "anthropic": "nrllm_agents.setup.registry.anthropic_provider",
-        "gemini": "nrllm_agents.setup.registry.gemini_provider",
+        "scripted": "nrllm_agents.catalog.registry.scripted_provider",
+        "openai": "nrllm_agents.catalog.registry.openai_provider",
+        "anthropic": "nrllm_agents.catalog.registry.anthropic_provider",
+        "gemini": "nrllm_agents.catalog.registry.gemini_provider",
     },
     # name -> dotted path of a factory ``(run_id) -> Tool``
     "TOOLS": {
-        "calculator": "nrllm_agents.setup.registry.calculator_tool",
-        "current_time": "nrllm_agents.setup.registry.current_time_tool",
-        "sleep": "nrllm_agents.setup.registry.sleep_tool",
-        "write_note": "nrllm_agents.setup.tools.WriteNote",
+        "calculator": "nrllm_agents.catalog.registry.calculator_tool",
+        "current_time": "nrllm_agents.catalog.registry.current_time_tool",
+        "sleep": "nrllm_agents.catalog.registry.sleep_tool",
+        "write_note": "nrllm_agents.catalog.tools.WriteNote",
     },
     # MCP servers in the ``{"mcpServers": {...}}`` shape (README, "Tools from MCP servers"), from a
     # JSON file (MCP_CONFIG) and from here; their tools are offered as ``<server>__<tool>``
@@ -75,7 +75,7 @@ DEFAULTS: dict[str, Any] = {
     "DEADLINE_SECONDS_LIMIT": 7 * 24 * 3600,
     "DEFAULT_MAX_TOTAL_TOKENS": None,
     "MAX_TOTAL_TOKENS_LIMIT": 100_000_000,
-    # Spend (nrllm_agents.vocabulary.pricing): the currency every price is in, and a cost limit per run
+    # Spend (nrllm_agents.money.pricing): the currency every price is in, and a cost limit per run
     # (a decimal amount; None: no limit unless the request sets one).
     "CURRENCY": Env("NRLLM_CURRENCY", str, "USD"),
     "DEFAULT_MAX_COST": None,
@@ -85,12 +85,12 @@ DEFAULTS: dict[str, Any] = {
     # development a key derived from SECRET_KEY; in production a system check error.
     "SECRET_KEYS": Env("NRLLM_SECRET_KEYS", str, ""),
     "SLEEP_MAX_SECONDS": 30.0,
-    "OPENAI_TIMEOUT": 60.0,
-    # stream model answers (live text, and a cancel keeps what arrived); off: one response,
-    # and a cancel still aborts the call by closing its connection
-    "OPENAI_STREAM": Env("NRLLM_OPENAI_STREAM", bool, True),
-    # the anthropic and gemini providers take OPENAI_TIMEOUT and OPENAI_STREAM too; a run that
-    # names no model gets these (the key and server: each SDK's own variables, README)
+    # every model provider (openai, anthropic, gemini): the deadline of one call, and whether
+    # answers stream (live text, and a cancel keeps what arrived); off: one response, and a
+    # cancel still aborts the call by closing its connection
+    "PROVIDER_TIMEOUT": Env("NRLLM_PROVIDER_TIMEOUT", float, 60.0),
+    "PROVIDER_STREAM": Env("NRLLM_PROVIDER_STREAM", bool, True),
+    # a run that names no model gets these (the key and server: each SDK's own variables, README)
     "ANTHROPIC_MODEL": Env("NRLLM_ANTHROPIC_MODEL", str, "claude-sonnet-4-5"),
     "ANTHROPIC_MAX_TOKENS": Env("NRLLM_ANTHROPIC_MAX_TOKENS", int, 4096),
     "GEMINI_MODEL": Env("NRLLM_GEMINI_MODEL", str, "gemini-2.5-flash"),
@@ -166,6 +166,19 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+# Settings renamed in 0.5, still read (under their old names, and their old environment
+# variables) for one release; ``manage.py check`` warns where one is used (nrllm_agents.W011).
+RENAMED: dict[str, str] = {"OPENAI_TIMEOUT": "PROVIDER_TIMEOUT", "OPENAI_STREAM": "PROVIDER_STREAM"}
+RENAMED_ENV: dict[str, str] = {"NRLLM_PROVIDER_STREAM": "NRLLM_OPENAI_STREAM"}
+
+
+def renamed_in_use() -> list[tuple[str, str]]:
+    """The ``(old, new)`` names of renamed settings or environment variables this process sets."""
+    user = getattr(django_settings, "NRLLM_AGENTS", {}) or {}
+    used = [(old, new) for old, new in RENAMED.items() if isinstance(user, dict) and old in user]
+    return used + [(old, new) for new, old in RENAMED_ENV.items() if old in os.environ]
+
+
 class _Settings:
     """Attribute access to the merged settings; nothing is read before first use."""
 
@@ -173,7 +186,10 @@ class _Settings:
         if name not in DEFAULTS:
             raise AttributeError(name)
         user = getattr(django_settings, "NRLLM_AGENTS", {}) or {}
-        value = user.get(name, DEFAULTS[name])
+        old = next((o for o, new in RENAMED.items() if new == name), None)
+        value = user.get(name, user.get(old, DEFAULTS[name]) if old else DEFAULTS[name])
+        if isinstance(value, Env) and value.name in RENAMED_ENV and value.name not in os.environ:
+            value = Env(RENAMED_ENV[value.name], value.kind, value.default)
         if isinstance(value, Env):
             value = value.resolve()
         if name in ("PROVIDERS", "TOOLS") and isinstance(value, dict):

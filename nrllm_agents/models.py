@@ -121,7 +121,7 @@ class AgentRun(models.Model):
     iterations = models.PositiveIntegerField(default=0)
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
-    # Money (nrllm_agents.vocabulary.pricing): the sum of its model calls' costs at the prices in force when
+    # Money (nrllm_agents.money.pricing): the sum of its model calls' costs at the prices in force when
     # they ran; null while no call was priced. Estimated: an interrupted call's tokens were estimated.
     cost = models.DecimalField(max_digits=24, decimal_places=12, null=True, blank=True)
     cost_estimated = models.BooleanField(default=False)
@@ -153,7 +153,7 @@ class AgentRun(models.Model):
     # Live push (push.py): how many processes watch this run now. The boundary returns it, so a
     # run nobody watches announces none of its steps (migration 0010_targeted_push).
     watchers = models.IntegerField(default=0, db_default=0, editable=False)
-    # Agents (nrllm_agents.setup.agents): the exact version it was started from, and a copy of that
+    # Agents (nrllm_agents.catalog.agents): the exact version it was started from, and a copy of that
     # version's definition, which no later edit (or deletion) of the agent changes.
     agent_version = models.ForeignKey(
         "AgentVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
@@ -353,7 +353,7 @@ class Price(models.Model):
     """What a model costs, per million tokens, through a connection or a provider.
 
     The price in force when a model call runs is the one its cost is recorded at
-    (``nrllm_agents.vocabulary.pricing``); changing a price later changes no recorded cost.
+    (``nrllm_agents.money.pricing``); changing a price later changes no recorded cost.
     """
 
     connection = models.ForeignKey(Connection, null=True, blank=True, on_delete=models.CASCADE, related_name="prices")

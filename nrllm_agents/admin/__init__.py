@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from .catalog import AgentAdmin, ConnectionAdmin, PriceAdmin
 from .notes import NoteAdmin
 from .runs import AgentRunAdmin
-from .setup import AgentAdmin, ConnectionAdmin, PriceAdmin
 from .threads import ThreadAdmin
 
 __all__ = ["AgentAdmin", "AgentRunAdmin", "ConnectionAdmin", "NoteAdmin", "PriceAdmin", "ThreadAdmin"]

@@ -19,9 +19,9 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
 from ..models import AgentRun, RunStatus
+from ..presentation.outcomes import EXECUTING_STOPS, bulk_wording, cancel_wording
 from ..runtime.agent_runtime import CancelResult
 from ..store import MAX_REASON_CHARS, BulkCancel
-from ..vocabulary.outcomes import EXECUTING_STOPS, bulk_wording, cancel_wording
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin

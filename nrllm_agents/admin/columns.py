@@ -15,7 +15,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from ..models import AgentRun
-from ..vocabulary import money
+from ..money import amounts
 from ..web.display import duration
 
 TOTAL_DAYS = 7  # the per-day totals: the latest days of the listed runs
@@ -57,15 +57,15 @@ def status_badge(run: AgentRun) -> SafeString:
 
 
 def cost_text(run: AgentRun) -> str:
-    """The run's cost (``money.COST_FIELDS``), or ``—`` while runs have no cost column."""
-    field = money.cost_field(AgentRun)
-    return (money.text(getattr(run, field)) if field else None) or "—"
+    """The run's cost (``amounts.COST_FIELDS``), or ``—`` while runs have no cost column."""
+    field = amounts.cost_field(AgentRun)
+    return (amounts.text(getattr(run, field)) if field else None) or "—"
 
 
 def totals(queryset: QuerySet[AgentRun]) -> dict[str, Any]:
     """Runs, tokens, time and money of the listed runs: all together, per day and per user."""
     runs = AgentRun.objects.filter(pk__in=queryset.order_by().values("pk"))
-    field = money.cost_field(AgentRun)
+    field = amounts.cost_field(AgentRun)
     sums: dict[str, Any] = {
         "n_runs": Count("pk"),
         "tokens": Coalesce(Sum(F("prompt_tokens") + F("completion_tokens")), 0),
@@ -75,7 +75,7 @@ def totals(queryset: QuerySet[AgentRun]) -> dict[str, Any]:
     sums["failed"] = Count("pk", filter=Q(status="failed"))
 
     def shown(row: Mapping[str, Any]) -> dict[str, Any]:
-        return {**row, "cost": money.text(row.get("cost")) or "—"}
+        return {**row, "cost": amounts.text(row.get("cost")) or "—"}
 
     per_day = runs.annotate(day=TruncDate("created_at")).values("day").annotate(**sums).order_by("-day")[:TOTAL_DAYS]
     # (an F(): the annotations come from a dict, which the ORM's type plugin cannot read)

@@ -22,7 +22,7 @@ from ..executors.dispatch import EnqueueError
 from ..models import AgentRun
 from ..runtime.agent_runtime import AgentRuntime, RunNotFound
 from ..runtime.forks import ParentStillActive
-from ..vocabulary.run_request import InvalidRequest
+from ..validation.run_request import InvalidRequest
 
 FORK_MAX_RUNS = 20  # forks start paid work: a bigger selection is refused, not silently cut
 

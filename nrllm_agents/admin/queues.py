@@ -19,7 +19,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, reverse
 from django_rq.urls import get_admin_urlpatterns, get_api_urlpatterns
 
-from ..vocabulary import policy
+from ..access import policy
 
 
 def queue_managers_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:

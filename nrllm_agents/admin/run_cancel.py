@@ -1,7 +1,7 @@
 """The runs admin's cancel: the list's "Cancel selected runs" action and a run's own
 ``<id>/cancel/`` confirmation page, both through ``AgentRuntime`` only.
 
-Who may cancel which run is ``nrllm_agents.vocabulary.policy``'s decision: staff cancel their
+Who may cancel which run is ``nrllm_agents.access.policy``'s decision: staff cancel their
 own runs, and other users' runs with the ``nrllm_agents.cancel_agentrun`` permission. The
 confirmation and the per-outcome summaries are ``cancel``'s.
 """
@@ -21,9 +21,9 @@ from django.db.models.options import Options
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import reverse
 
+from ..access import policy
 from ..models import AgentRun, CancelSource
 from ..runtime.agent_runtime import AgentRuntime, InvalidRunId, parse_run_id
-from ..vocabulary import policy
 from . import timeline
 from .bases import RunModelAdmin
 from .cancel import CancelForm, bulk_summary, confirmation, single_summary

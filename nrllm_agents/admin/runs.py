@@ -1,6 +1,6 @@
 """The runs admin: a read-only list and page per run, its step timeline, and cancel actions.
 
-Who may see and cancel which run is ``nrllm_agents.vocabulary.policy``'s decision, as on every other
+Who may see and cancel which run is ``nrllm_agents.access.policy``'s decision, as on every other
 surface: staff see every run; they cancel their own runs, and other users' runs with the
 dedicated ``nrllm_agents.cancel_agentrun`` permission. Runs are
 never added, edited or deleted here: a run is the audit record of what an agent did, its
@@ -28,12 +28,14 @@ from django.template.response import SimpleTemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
+from ..access import policy
 from ..models import AgentRun, AgentRunEvent
+from ..money import pricing
 from ..observability import gantt
+from ..presentation import describe
+from ..presentation.outcomes import EXECUTING_STOPS
+from ..presentation.presenters import run_status_dict, stream_finished
 from ..runtime.agent_runtime import InvalidRunId, parse_run_id
-from ..vocabulary import describe, policy, pricing
-from ..vocabulary.outcomes import EXECUTING_STOPS
-from ..vocabulary.presenters import run_status_dict, stream_finished
 from . import columns, timeline
 from .fork import fork_selected
 from .operations import HealthFilter, operations_page

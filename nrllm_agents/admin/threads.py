@@ -1,7 +1,7 @@
 """The threads admin: a read-only list and page per thread (its runs, its transcript), and a
 form on the page that posts a message with a multitask strategy through ``AgentRuntime``.
 
-Seeing a thread and posting to it are ``nrllm_agents.vocabulary.policy``'s decisions, as everywhere:
+Seeing a thread and posting to it are ``nrllm_agents.access.policy``'s decisions, as everywhere:
 staff see every thread; only its owner posts to it. Threads are never added, edited or
 deleted here (``manage.py agent_threads`` creates and purges them).
 """
@@ -21,12 +21,12 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllow
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
+from ..access import policy
 from ..executors.dispatch import EnqueueError
 from ..models import MultitaskStrategy, Thread
 from ..runtime import threads
 from ..runtime.agent_runtime import AgentRuntime
-from ..vocabulary import policy
-from ..vocabulary.run_request import MAX_PROMPT_CHARS, InvalidRequest
+from ..validation.run_request import MAX_PROMPT_CHARS, InvalidRequest
 from .bases import ThreadModelAdmin
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..models import AgentRunEvent
-from ..vocabulary import describe
+from ..presentation import describe
 from ..web import display
 from . import columns
 

@@ -16,9 +16,9 @@ from rest_framework.exceptions import NotFound, PermissionDenied, ValidationErro
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from ..access import policy
+from ..catalog import agents
 from ..models import Agent
-from ..setup import agents
-from ..vocabulary import policy
 from .base import RunAPIView, checked_body
 from .fields import StrictCharField
 from .responses import ErrorSerializer

@@ -19,11 +19,11 @@ from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from .. import admission
+from ..access import policy
 from ..http import answers
 from ..models import AgentRun
 from ..runtime.agent_runtime import AgentRuntime, parse_run_id
-from ..vocabulary import policy
-from ..vocabulary.run_request import UNSTORABLE, unstorable
+from ..validation.run_request import UNSTORABLE, unstorable
 from . import responses as r
 from .errors import exception_handler
 from .fields import positive_int

@@ -15,10 +15,10 @@ from rest_framework.exceptions import NotFound, PermissionDenied, ValidationErro
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from ..access import policy
+from ..catalog import connections
 from ..crypto.vault import VaultError
 from ..models import Connection, ConnectionKind
-from ..setup import connections
-from ..vocabulary import policy
 from .base import RunAPIView, checked_body
 from .fields import StrictBooleanField, StrictCharField
 from .responses import ErrorSerializer

@@ -1,6 +1,6 @@
 """The documented response shapes of the REST API.
 
-They describe the JSON that ``nrllm_agents.vocabulary.presenters`` builds; they render through
+They describe the JSON that ``nrllm_agents.presentation.presenters`` builds; they render through
 the presenters, never beside them, and the schemathesis test proves the served schema and the
 responses agree. What a caller sends is validated by ``serializers``.
 """
@@ -13,8 +13,8 @@ from rest_framework import serializers
 
 from ..domain import StepKind
 from ..models import AgentRun, CancelSource, MultitaskStrategy, RunStatus, TerminationReason
+from ..presentation.presenters import run_status_dict
 from ..runtime.agent_runtime import CancelOutcome, Outcome
-from ..vocabulary.presenters import run_status_dict
 
 
 def run_representation(run: AgentRun, *, expand_request: bool = True) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from ..conf import app_settings
 from ..domain.providers.scripted import MAX_DELAY_SECONDS, MAX_USAGE_TOKENS
 from ..models import MultitaskStrategy, RunStatus, TerminationReason
 from ..store import MAX_REASON_CHARS, MAX_SEQUENCE
-from ..vocabulary.run_request import MAX_PROMPT_CHARS
+from ..validation.run_request import MAX_PROMPT_CHARS
 from .fields import (
     StrictBooleanField,
     StrictCharField,

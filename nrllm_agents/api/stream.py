@@ -27,7 +27,7 @@ ends: ``Slot.release`` is idempotent and is called both by the stream's own ``fi
 the response's ``close()`` (a response closed before its first chunk never runs its generator).
 
 Authentication: the session, or a DRF token (``Authorization: Token <key>``). Who may
-stream which run is ``nrllm_agents.vocabulary.policy``'s decision; anything else is 404
+stream which run is ``nrllm_agents.access.policy``'s decision; anything else is 404
 (``http.answers``). Routed by ``api/urls.py`` at ``nrllm_api:run-stream``.
 
 Served by a sync generator under WSGI (runserver, gunicorn gthread) and an async generator
@@ -56,14 +56,16 @@ from django.views.decorators.http import require_GET
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
+from ..access import policy
 from ..admission import Kind, Slot, SlotRefused, hold
 from ..conf import app_settings
 from ..http import answers
 from ..live.push import StepData
 from ..live.watch import Update, Watch
+from ..money import amounts
+from ..presentation import describe
 from ..store import MAX_SEQUENCE
 from ..store.db import release_connection
-from ..vocabulary import describe, policy
 from .serializers import EventsQuerySerializer
 
 RETRY_AFTER_SECONDS = 5
@@ -78,7 +80,7 @@ def final_data(status: dict[str, Any]) -> dict[str, Any]:
     return {
         **status,
         "cancel_text": describe.cancel_text(cancel) if cancel else None,
-        "cost_text": describe.run_cost_text(status.get("cost")),
+        "cost_text": amounts.run_cost_text(status.get("cost")),
         "pending_text": [describe.call_text(call) for call in status.get("pending_approval") or []],
     }
 

@@ -16,11 +16,11 @@ from rest_framework import generics, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from ..access import policy
 from ..http import answers
 from ..models import ACTIVE, Thread
 from ..runtime import threads
-from ..vocabulary import policy
-from ..vocabulary.run_request import RunRequest
+from ..validation.run_request import RunRequest
 from . import responses as r
 from . import serializers as s
 from .base import RunAPIView, RunPagination, checked_body, refuse_provider

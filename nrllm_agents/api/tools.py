@@ -10,8 +10,8 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ..setup import registry
-from ..vocabulary import policy
+from ..access import policy
+from ..catalog import registry
 from .base import RunAPIView
 from .schema import AUTH_ERRORS
 

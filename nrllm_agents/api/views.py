@@ -3,7 +3,7 @@
 Every view calls the runtime and maps its result to an HTTP answer; none writes a status. A
 refusal or a domain error (not found, not pending, a refused enqueue, an invalid request)
 propagates to the handler, which answers it as ``http.answers`` says.
-Who may see and act on which run is ``nrllm_agents.vocabulary.policy``'s decision: a run the caller may
+Who may see and act on which run is ``nrllm_agents.access.policy``'s decision: a run the caller may
 not see answers 404 with the same body as one that does not exist (and as a malformed id); a
 visible run the caller may not act on answers 403.
 """
@@ -19,12 +19,12 @@ from rest_framework import generics, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from ..access import policy
 from ..models import AgentRun, CancelSource
+from ..presentation.outcomes import bulk_wording, cancel_wording, queued_wording
+from ..presentation.presenters import event_dict, stream_finished
 from ..runtime.agent_runtime import CancelOutcome, RunNotFound
-from ..vocabulary import policy
-from ..vocabulary.outcomes import bulk_wording, cancel_wording, queued_wording
-from ..vocabulary.presenters import event_dict, stream_finished
-from ..vocabulary.run_request import RunRequest
+from ..validation.run_request import RunRequest
 from . import responses as r
 from . import serializers as s
 from .base import RunAPIView, RunPagination, checked_body, refuse_provider, sync_slot, with_children

@@ -22,12 +22,12 @@ from typing import Any
 
 from django.http import JsonResponse
 
+from ..access import policy
 from ..executors.dispatch import EnqueueError
+from ..presentation.outcomes import ApprovalNotPending, InvalidRunId, RunNotFound
 from ..runtime.forks import ParentStillActive
 from ..runtime.threads import ThreadBusy, ThreadNotFound
-from ..vocabulary import policy
-from ..vocabulary.outcomes import ApprovalNotPending, InvalidRunId, RunNotFound
-from ..vocabulary.run_request import InvalidRequest
+from ..validation.run_request import InvalidRequest
 
 NOT_FOUND = "Not found."
 RUN_NOT_FOUND = "Run not found."

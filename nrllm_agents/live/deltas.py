@@ -46,9 +46,8 @@ from typing import Any
 from django.db import connections
 
 from ..conf import app_settings
-from ..store import leases
 from .interrupts import watcher
-from .listener import Client, Connection, Notify, listener, raw_connection
+from .listener import Client, Connection, Notify, raw_connection
 from .push import WATCH_CHANNEL, hub, run_channel
 
 logger = logging.getLogger(__name__)
@@ -278,6 +277,3 @@ _NOTIFY_SQL = "SELECT count(pg_notify(c, p)) FROM unnest(%s::text[], %s::text[])
 
 publisher = Publisher()
 """This process's publisher."""
-
-listener.add(publisher)
-leases.on_boundary = publisher.boundary

@@ -252,7 +252,6 @@ class CancelWatcher(Client):
 
 watcher = CancelWatcher()
 """This process's watcher."""
-listener.add(watcher)  # the first client: cancels are routed before any other client's work
 
 
 def wait_listening(timeout: float = 5.0) -> bool:

@@ -3,7 +3,7 @@
 A process LISTENs on PostgreSQL once, whatever it does (executes runs, serves watchers, both).
 That connection and its daemon thread live here, in ``listener``; the cancel watcher
 (``interrupts.py``), the live stream's hub (``push.py``) and the publisher (``deltas.py``) are
-its clients, each a ``Client`` registered with ``listener.add`` at import. The listener:
+its clients, each a ``Client`` registered with ``listener.add`` by ``live.install()``. The listener:
 
 - connects (``raw_connection``, outside Django's pool, named ``nrllm-cancel-listener``, the name
   the benches count), LISTENs on the channels of every client, and lets each run its own
@@ -97,8 +97,9 @@ class Listener:
         self._backoff = BACKOFF_MIN
 
     def add(self, client: Client) -> None:
-        """Register ``client`` (at import, before the thread connects); ``ensure_running`` starts it."""
-        self._clients.append(client)
+        """Register ``client`` (by the app's ``ready()``, before the thread connects); once only."""
+        if client not in self._clients:
+            self._clients.append(client)
 
     def wake(self) -> None:
         """Have the thread run its clients' ``woken`` soon (a client has requests)."""

@@ -54,7 +54,7 @@ from django.db import DatabaseError, connections
 from .. import store
 from ..conf import app_settings
 from ..models import AgentRun
-from ..vocabulary.presenters import event_dict, final_event_name, run_status_dict, stream_finished
+from ..presentation.presenters import event_dict, final_event_name, run_status_dict, stream_finished
 from .interrupts import CHANNEL as CANCEL_CHANNEL
 from .listener import Client, Connection, Notify, listener
 
@@ -432,4 +432,3 @@ class Hub(Client):
 
 hub = Hub()
 """This process's hub."""
-listener.add(hub)

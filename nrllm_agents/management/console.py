@@ -24,7 +24,7 @@ from ..domain import jsonlimits
 from ..models import RunStatus
 from ..runtime.agent_runtime import InvalidRunId, parse_run_id
 from ..store import Operator
-from ..vocabulary.run_request import InvalidRequest
+from ..validation.run_request import InvalidRequest
 
 # Exit codes shared by agent_run, agent_approve and the followers.
 EXIT_OK = 0  # completed (an approval denial that ended the run included)

@@ -25,10 +25,11 @@ from django.utils import timezone
 
 from ..live.watch import Watch
 from ..models import AgentRun, CancelSource, RunStatus
+from ..money import pricing
+from ..presentation import describe, presenters
+from ..presentation.outcomes import Outcome, RunResult, queued_wording
 from ..runtime.agent_runtime import AgentRuntime
 from ..store.db import release_connection
-from ..vocabulary import describe, presenters, pricing
-from ..vocabulary.outcomes import Outcome, RunResult, queued_wording
 from .console import EXIT_INTERRUPTED, cancel_hint, command_line, exit_code, json_line, operator, terminal_safe
 
 POLL_SECONDS = 0.2

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from ..vocabulary import money
+from ..money import amounts
 
 WIDTH = 960
 LABEL_WIDTH = 120
@@ -145,7 +145,7 @@ class Spend:
     prompt_tokens: int
     completion_tokens: int
     height: int = SPEND_HEIGHT
-    cost: str | None = None  # money.steps_cost of the model's answers, when they have prices
+    cost: str | None = None  # amounts.steps_cost of the model's answers, when they have prices
 
     @property
     def total_tokens(self) -> int:
@@ -379,6 +379,6 @@ def spend(events: Iterable[Any]) -> Spend | None:
                 "completion_h": round(hc, 2),
             }
         )
-    cost = money.steps_cost(e.payload for e in events if e.kind == "llm")
+    cost = amounts.steps_cost(e.payload for e in events if e.kind == "llm")
     prompt_tokens = sum(p for p, _ in by_round.values())
     return Spend(rounds, prompt_tokens, sum(c for _, c in by_round.values()), cost=cost)

@@ -45,7 +45,7 @@ def _guarded(hook: F) -> F:
 
 
 def _provider_label(provider: str | None) -> str:
-    from ..setup import registry
+    from ..catalog import registry
 
     if not provider:
         return "unknown"
@@ -53,7 +53,7 @@ def _provider_label(provider: str | None) -> str:
 
 
 def _tool_label(name: Any) -> str:
-    from ..setup import registry
+    from ..catalog import registry
 
     label = str(name or "")
     return label if registry.is_known_tool(label) else "other"

@@ -17,8 +17,8 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from ..access import policy
 from ..conf import app_settings
-from ..vocabulary import policy
 from . import metrics
 from .collectors import RunStateCollector
 

@@ -30,7 +30,7 @@ from ..live.interrupts import watcher
 from ..models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
 from ..observability import hooks as observe
 from ..observability import tracing
-from ..vocabulary.outcomes import (
+from ..presentation.outcomes import (
     ApprovalNotPending,
     CancelOutcome,
     CancelResult,
@@ -40,8 +40,8 @@ from ..vocabulary.outcomes import (
     RunResult,
     parse_run_id,
 )
-from ..vocabulary.presenters import event_dict
-from ..vocabulary.run_request import InvalidRequest, RunRequest
+from ..presentation.presenters import event_dict
+from ..validation.run_request import InvalidRequest, RunRequest
 from . import budgets as limits
 from . import forks, threads
 from .ladder import Ladder, run_result

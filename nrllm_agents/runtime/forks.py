@@ -18,10 +18,10 @@ from ..conf import app_settings
 from ..domain import Step, StepKind
 from ..domain.fork import fork_payload
 from ..models import TERMINAL, AgentRun
+from ..presentation.outcomes import RunNotFound
+from ..presentation.presenters import event_dict
 from ..store.journal import MAX_SEQUENCE
-from ..vocabulary.outcomes import RunNotFound
-from ..vocabulary.presenters import event_dict
-from ..vocabulary.run_request import InvalidRequest, RunRequest
+from ..validation.run_request import InvalidRequest, RunRequest
 
 OVERRIDABLE = (
     "script",

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from django.db import DatabaseError
 
 from .. import store
+from ..catalog import registry
 from ..domain import (
     LoopOutcome,
     LoopResult,
@@ -30,12 +31,11 @@ from ..domain.sanitize import clean_text
 from ..executors import dispatch
 from ..live.interrupts import watcher
 from ..models import AgentRun, RunStatus, TerminationReason
+from ..money import pricing
 from ..observability import hooks as observe
-from ..setup import registry
+from ..presentation.outcomes import Outcome, RunResult
 from ..store.retries import RetryPolicy
-from ..vocabulary import pricing
-from ..vocabulary.outcomes import Outcome, RunResult
-from ..vocabulary.run_request import RunRequest
+from ..validation.run_request import RunRequest
 from . import budgets as limits
 from . import threads
 from .segment import SegmentTrace

@@ -35,9 +35,9 @@ from ..domain import (
 from ..live.deltas import publisher
 from ..models import AgentRunEvent
 from ..observability import hooks as observe
+from ..presentation.presenters import event_dict, step_dict
 from ..store import Lease
 from ..store.db import release_connection
-from ..vocabulary.presenters import event_dict, step_dict
 from . import budgets as limits
 
 logger = logging.getLogger(__name__)

@@ -39,8 +39,8 @@ from ..conf import app_settings
 from ..domain import Step, StepKind
 from ..domain.thread import opening_payload, transcript_after
 from ..models import ACTIVE, AgentRun, AgentRunEvent, CancelSource, MultitaskStrategy, TerminationReason, Thread
-from ..vocabulary.presenters import event_dict
-from ..vocabulary.run_request import InvalidRequest, RunRequest
+from ..presentation.presenters import event_dict
+from ..validation.run_request import InvalidRequest, RunRequest
 
 logger = logging.getLogger(__name__)
 

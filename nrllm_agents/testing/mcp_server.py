@@ -53,7 +53,8 @@ def _meta(ctx: Context) -> dict[str, Any]:
         meta = ctx.request_context.meta
     except (AttributeError, ValueError, LookupError):
         return {}
-    return json.loads(json.dumps(dict(meta or {}), default=str))
+    found: dict[str, Any] = json.loads(json.dumps(dict(meta or {}), default=str))
+    return found
 
 
 server = MCPServer("nrllm-test-server")

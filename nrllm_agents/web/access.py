@@ -1,4 +1,4 @@
-"""The playground's side of ``nrllm_agents.vocabulary.policy``: the run a caller may see and act
+"""The playground's side of ``nrllm_agents.access.policy``: the run a caller may see and act
 on, else the refusal ``http.answers`` maps (404 for a run the caller may not see, exactly like
 one that does not exist; 403 for one they see but may not act on); and sign-in for scripts."""
 
@@ -14,10 +14,10 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse_lazy
 
+from ..access import policy
 from ..http import answers
 from ..http.answers import Answer
 from ..models import AgentRun
-from ..vocabulary import policy
 
 LOGIN_URL = reverse_lazy("nrllm_web:login")
 

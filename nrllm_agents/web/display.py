@@ -11,7 +11,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from ..vocabulary import describe
+from ..presentation import describe
 
 
 def time_of(iso: str | None) -> str:

@@ -7,12 +7,12 @@ from typing import Any, cast
 
 from django import forms
 
+from ..access import policy
+from ..catalog import registry
 from ..conf import app_settings
 from ..domain import jsonlimits
 from ..models import Agent, Connection
-from ..setup import registry
-from ..vocabulary import policy
-from ..vocabulary.run_request import MAX_PROMPT_CHARS, InvalidRequest, RunRequest
+from ..validation.run_request import MAX_PROMPT_CHARS, InvalidRequest, RunRequest
 
 SCRIPT_HELP = (
     "Optional, scripted provider only. A JSON list of turns, e.g. "

@@ -20,6 +20,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from .. import admission
+from ..access import policy
 from ..domain import jsonlimits
 from ..executors.dispatch import EnqueueError
 from ..http import answers
@@ -27,8 +28,7 @@ from ..http.answers import Answer
 from ..models import ACTIVE, MultitaskStrategy, Thread
 from ..runtime import threads
 from ..runtime.agent_runtime import AgentRuntime
-from ..vocabulary import policy
-from ..vocabulary.run_request import MAX_PROMPT_CHARS, InvalidRequest, RunRequest
+from ..validation.run_request import MAX_PROMPT_CHARS, InvalidRequest, RunRequest
 from .access import login_required, raise_refusal, wants_json
 from .views import _throttled
 

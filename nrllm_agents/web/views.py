@@ -3,7 +3,7 @@
 Start, Cancel and Approve are plain POST forms (CSRF-protected) that work without
 JavaScript and redirect to the run page; called by ``fetch`` with ``Accept:
 application/json`` they answer JSON instead. Every action calls the runtime and maps its
-result; none writes a status. Who may see and act on which run is ``nrllm_agents.vocabulary.policy``'s
+result; none writes a status. Who may see and act on which run is ``nrllm_agents.access.policy``'s
 decision, and how a refusal or a domain error is answered is ``http.answers``'s (404 for a run
 the caller may not see, 403 or a message for one they may not act on, 409, 503).
 """
@@ -20,18 +20,19 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from .. import admission
+from ..access import policy
 from ..executors.dispatch import EnqueueError
 from ..http import answers
 from ..models import ACTIVE, TERMINAL, AgentRun, CancelSource, RunStatus
+from ..money.amounts import run_cost_text
 from ..observability import gantt
+from ..presentation.describe import call_text, cancel_text
+from ..presentation.outcomes import Outcome, cancel_wording, queued_wording
+from ..presentation.presenters import event_dict, run_status_dict, stream_finished
 from ..runtime.agent_runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, CancelResult, RunNotFound
 from ..runtime.forks import ParentStillActive, provider_of
 from ..store import reason_problem
-from ..vocabulary import policy
-from ..vocabulary.describe import call_text, cancel_text, run_cost_text
-from ..vocabulary.outcomes import Outcome, cancel_wording, queued_wording
-from ..vocabulary.presenters import event_dict, run_status_dict, stream_finished
-from ..vocabulary.run_request import InvalidRequest
+from ..validation.run_request import InvalidRequest
 from . import interactive
 from .access import get_visible_run, login_required, visible_run, wants_json
 from .display import elapsed, final_answer_sequence, for_page

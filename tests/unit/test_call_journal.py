@@ -1,4 +1,4 @@
-"""The call journal's recording proxies (testing/journal.py): no database, no Django."""
+"""The call journal's recording proxies (testing/call_journal.py): no database, no Django."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from nrllm_agents.domain.providers.gemini import GeminiProvider
 from nrllm_agents.domain.providers.openai_compat import OpenAIProvider
 from nrllm_agents.domain.steps import LoopOutcome
 from nrllm_agents.domain.tools import Calculator, CurrentTime, Sleep
-from nrllm_agents.testing import journal
-from nrllm_agents.testing.journal import CallJournal, recording_provider, recording_tool
+from nrllm_agents.testing import call_journal
+from nrllm_agents.testing.call_journal import CallJournal, recording_provider, recording_tool
 from nrllm_agents.testing.tools import StubbornWait
 
 
@@ -35,11 +35,11 @@ def test_no_product_class_takes_a_journal(cls: type) -> None:
 
 
 def test_enabled_by_the_variable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv(journal.VARIABLE, raising=False)
-    assert not journal.enabled()
+    monkeypatch.delenv(call_journal.VARIABLE, raising=False)
+    assert not call_journal.enabled()
     CallJournal(run_id="r").record("model", "m")  # no file named: nothing written, no error
-    monkeypatch.setenv(journal.VARIABLE, str(tmp_path / "j.jsonl"))
-    assert journal.enabled()
+    monkeypatch.setenv(call_journal.VARIABLE, str(tmp_path / "j.jsonl"))
+    assert call_journal.enabled()
     CallJournal(run_id="r").record("tool", "t")
     assert [(e["what"], e["name"], e["run_id"]) for e in lines(tmp_path / "j.jsonl")] == [("tool", "t", "r")]
 

@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nrllm_agents.vocabulary import describe
+from nrllm_agents.presentation import describe
 
 CALL = {"id": "c1", "name": "calculator", "arguments": {"z": 1, "expression": "6*7"}}
 

@@ -44,5 +44,41 @@ def test_the_environment_picks_the_executor(settings, monkeypatch):
 
 def test_an_unknown_executor_is_refused_by_name(settings):
     settings.NRLLM_AGENTS = {"EXECUTOR": "celery"}
-    with pytest.raises(ImproperlyConfigured, match="one of 'auto', 'rq', 'local', not 'celery'"):
+    with pytest.raises(
+        ImproperlyConfigured, match="'auto', 'rq', 'local' or the dotted path of an Executor class, not 'celery'"
+    ):
+        executors.chosen()
+
+
+class InlineExecutor:
+    """An executor of a host's own: runs nothing, records what it was handed."""
+
+    name = "inline"
+
+    def __init__(self):
+        self.submitted: list[str] = []
+
+    def submit(self, run_id, *, job_id, delay_seconds=0):
+        self.submitted.append(run_id)
+
+    def holds(self, run_id, *, job_id, stale_after):
+        return run_id in self.submitted
+
+    def wait_idle(self, timeout):
+        return True
+
+
+def test_a_dotted_path_names_an_executor_class_as_djangos_task_backends_do(settings):
+    """One instance per process, whatever the number of look-ups; the built-in ones by path too."""
+    settings.NRLLM_AGENTS = {"EXECUTOR": f"{__name__}.InlineExecutor"}
+    first = executors.chosen()
+    assert isinstance(first, InlineExecutor) and executors.chosen() is first
+    assert not dispatch.uses_rq()
+    settings.NRLLM_AGENTS = {"EXECUTOR": "nrllm_agents.executors.local.LocalExecutor"}
+    assert executors.chosen() is executors.LOCAL
+
+
+def test_a_path_to_something_else_is_refused_by_name(settings):
+    settings.NRLLM_AGENTS = {"EXECUTOR": "nrllm_agents.conf.DEFAULTS"}
+    with pytest.raises(ImproperlyConfigured, match="is not an Executor class"):
         executors.chosen()

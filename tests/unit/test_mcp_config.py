@@ -140,7 +140,7 @@ def test_the_core_of_the_mcp_package_imports_no_django():
 
 
 def test_an_interrupted_mcp_step_reads_with_the_progress_it_had_made():
-    from nrllm_agents.vocabulary.describe import lines
+    from nrllm_agents.presentation.describe import lines
 
     payload = {
         "name": "ours__slow",

@@ -7,7 +7,6 @@ naming the same object, not a copy: the old path answers with the module object 
 from __future__ import annotations
 
 import importlib
-import subprocess
 import sys
 import warnings
 
@@ -24,14 +23,14 @@ STORED = {
     "nrllm_agents.worker.GracefulWorker": "nrllm_agents.workers.rq_worker.GracefulWorker",
     "nrllm_agents.threaded.ThreadedWorker": "nrllm_agents.workers.threaded.ThreadedWorker",
     "nrllm_agents.middleware.EdgeGuardMiddleware": "nrllm_agents.http.edge.EdgeGuardMiddleware",
-    "nrllm_agents.registry.scripted_provider": "nrllm_agents.setup.registry.scripted_provider",
-    "nrllm_agents.registry.openai_provider": "nrllm_agents.setup.registry.openai_provider",
-    "nrllm_agents.registry.anthropic_provider": "nrllm_agents.setup.registry.anthropic_provider",
-    "nrllm_agents.registry.gemini_provider": "nrllm_agents.setup.registry.gemini_provider",
-    "nrllm_agents.registry.calculator_tool": "nrllm_agents.setup.registry.calculator_tool",
-    "nrllm_agents.registry.current_time_tool": "nrllm_agents.setup.registry.current_time_tool",
-    "nrllm_agents.registry.sleep_tool": "nrllm_agents.setup.registry.sleep_tool",
-    "nrllm_agents.tools.WriteNote": "nrllm_agents.setup.tools.WriteNote",
+    "nrllm_agents.registry.scripted_provider": "nrllm_agents.catalog.registry.scripted_provider",
+    "nrllm_agents.registry.openai_provider": "nrllm_agents.catalog.registry.openai_provider",
+    "nrllm_agents.registry.anthropic_provider": "nrllm_agents.catalog.registry.anthropic_provider",
+    "nrllm_agents.registry.gemini_provider": "nrllm_agents.catalog.registry.gemini_provider",
+    "nrllm_agents.registry.calculator_tool": "nrllm_agents.catalog.registry.calculator_tool",
+    "nrllm_agents.registry.current_time_tool": "nrllm_agents.catalog.registry.current_time_tool",
+    "nrllm_agents.registry.sleep_tool": "nrllm_agents.catalog.registry.sleep_tool",
+    "nrllm_agents.tools.WriteNote": "nrllm_agents.catalog.tools.WriteNote",
     "nrllm_agents.observability.logs.TextFormatter": "nrllm_agents.observability.logs.TextFormatter",
     "nrllm_agents.runtime.AgentRuntime": "nrllm_agents.runtime.agent_runtime.AgentRuntime",
 }
@@ -67,19 +66,6 @@ def test_the_queue_names_the_job_by_its_stable_path():
 
     assert JOB_FUNCTION == "nrllm_agents.jobs.execute_run"
     assert import_string(JOB_FUNCTION) is import_string("nrllm_agents.workers.jobs.execute_run")
-
-
-def test_an_old_path_imports_in_a_fresh_interpreter_before_anything_else():
-    """The first import a process makes may be an old path (an RQ worker resolving a job)."""
-    code = (
-        "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'config.test_settings'); django.setup();"
-        "from rq.utils import import_attribute;"
-        "f = import_attribute('nrllm_agents.jobs.execute_run');"
-        "import nrllm_agents.workers.jobs as j; assert f is j.execute_run; print('ok')"
-    )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "ok"
 
 
 def test_nothing_in_the_package_uses_an_old_path():

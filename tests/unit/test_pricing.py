@@ -7,7 +7,7 @@ from decimal import Decimal
 from nrllm_agents.domain import Price, ToolLoop, Usage
 from nrllm_agents.domain.providers import ScriptedProvider
 from nrllm_agents.domain.steps import decimal_text
-from nrllm_agents.vocabulary import describe
+from nrllm_agents.presentation import describe
 
 PRICE = Price(Decimal("0.15"), Decimal("0.6"), "EUR", "connection vendor")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from nrllm_agents.domain import rebuild_state
 from nrllm_agents.domain.fork import NOT_EXECUTED
 from nrllm_agents.domain.thread import opening_payload, transcript_after
-from nrllm_agents.vocabulary import describe
+from nrllm_agents.presentation import describe
 
 
 def step(sequence: int, kind: str, payload: dict, round_: int = 1) -> dict:

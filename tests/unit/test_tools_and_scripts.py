@@ -130,7 +130,7 @@ def test_scripted_turn_follows_the_transcript_not_the_instance():
     ],
 )
 def test_run_requests_refuse_text_the_database_cannot_store(field, value, settings):
-    from nrllm_agents.vocabulary.run_request import UNSTORABLE, InvalidRequest, RunRequest
+    from nrllm_agents.validation.run_request import UNSTORABLE, InvalidRequest, RunRequest
 
     with pytest.raises(InvalidRequest) as info:
         RunRequest.from_mapping({"prompt": "ok", field: value})

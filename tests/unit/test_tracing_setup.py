@@ -64,5 +64,5 @@ def test_a_missing_sdk_is_named_by_the_checks_when_the_variables_ask_for_traces(
     assert check_tracing() == []  # installed here (requirements-dev.txt)
     monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace", None)  # as if it were not installed
     (warning,) = check_tracing()
-    assert warning.id == "nrllm_agents.W011" and "opentelemetry.sdk.trace" in warning.msg
+    assert warning.id == "nrllm_agents.W012" and "opentelemetry.sdk.trace" in warning.msg
     assert tracing.configure() is False  # the process goes on untraced; nothing raised

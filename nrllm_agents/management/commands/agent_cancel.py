@@ -9,9 +9,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nrllm_agents.management import console
 from nrllm_agents.models import AgentRun, CancelSource, RunStatus
+from nrllm_agents.presentation.outcomes import bulk_wording, cancel_wording
 from nrllm_agents.runtime.agent_runtime import AgentRuntime, CancelOutcome, CancelResult
 from nrllm_agents.store import reason_problem
-from nrllm_agents.vocabulary.outcomes import bulk_wording, cancel_wording
 
 
 class Command(BaseCommand):

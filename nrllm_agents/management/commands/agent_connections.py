@@ -9,10 +9,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from nrllm_agents.catalog import connections
 from nrllm_agents.crypto.vault import VaultError
 from nrllm_agents.management import console
 from nrllm_agents.models import Connection, ConnectionKind
-from nrllm_agents.setup import connections
 
 
 class Command(BaseCommand):

@@ -8,9 +8,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nrllm_agents.management import console, terminal
+from nrllm_agents.presentation import presenters
 from nrllm_agents.runtime.agent_runtime import AgentRuntime, RunNotFound
 from nrllm_agents.store import MAX_SEQUENCE
-from nrllm_agents.vocabulary import presenters
 
 
 class Command(BaseCommand):

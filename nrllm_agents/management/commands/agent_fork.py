@@ -11,7 +11,7 @@ from nrllm_agents.executors.dispatch import EnqueueError
 from nrllm_agents.management import console, terminal
 from nrllm_agents.runtime.agent_runtime import AgentRuntime, RunNotFound
 from nrllm_agents.runtime.forks import ParentStillActive
-from nrllm_agents.vocabulary.run_request import InvalidRequest
+from nrllm_agents.validation.run_request import InvalidRequest
 
 
 class Command(BaseCommand):

@@ -12,7 +12,7 @@ from nrllm_agents.conf import app_settings
 from nrllm_agents.domain.steps import decimal_text
 from nrllm_agents.management import console
 from nrllm_agents.models import Connection, Price
-from nrllm_agents.vocabulary import pricing
+from nrllm_agents.money import pricing
 
 MAX_PRICE = Decimal("1000000")
 

@@ -11,7 +11,7 @@ from nrllm_agents.executors.dispatch import EnqueueError, uses_rq
 from nrllm_agents.management import console, terminal
 from nrllm_agents.runtime import threads
 from nrllm_agents.runtime.agent_runtime import AgentRuntime, RunNotFound
-from nrllm_agents.vocabulary.run_request import InvalidRequest, RunRequest
+from nrllm_agents.validation.run_request import InvalidRequest, RunRequest
 
 
 class Command(BaseCommand):

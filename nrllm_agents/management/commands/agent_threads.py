@@ -10,7 +10,7 @@ from django.utils import timezone
 from nrllm_agents.management import console
 from nrllm_agents.models import Thread
 from nrllm_agents.runtime import threads
-from nrllm_agents.vocabulary.run_request import unstorable
+from nrllm_agents.validation.run_request import unstorable
 
 LIST_LIMIT = 1000
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from nrllm_agents.setup import registry
-from nrllm_agents.vocabulary.describe import short
+from nrllm_agents.catalog import registry
+from nrllm_agents.presentation.describe import short
 
 
 class Command(BaseCommand):

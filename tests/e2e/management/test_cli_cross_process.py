@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus
-from nrllm_agents.vocabulary import presenters
+from nrllm_agents.presentation import presenters
 from tests.conftest import ROOT, manage
 
 WAIT = 60  # seconds: a safety net against a hung child, never a measured bound

@@ -16,8 +16,8 @@ import pytest
 import requests
 from rest_framework.authtoken.models import Token
 
+from nrllm_agents.catalog import connections
 from nrllm_agents.models import AgentRun
-from nrllm_agents.setup import connections
 from nrllm_agents.testing import mcp_servers
 from nrllm_agents.testing.chat_server import ChatCompletionServer
 from nrllm_agents.testing.otlp_receiver import OtlpReceiver

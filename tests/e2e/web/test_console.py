@@ -11,9 +11,9 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from nrllm_agents.models import AgentRun, Price, RunStatus
+from nrllm_agents.money import amounts
+from nrllm_agents.presentation.presenters import run_status_dict
 from nrllm_agents.runtime.agent_runtime import AgentRuntime
-from nrllm_agents.vocabulary import describe
-from nrllm_agents.vocabulary.presenters import run_status_dict
 
 from .conftest import PASSWORD
 from .test_live_answer import ANSWER, writing
@@ -140,7 +140,7 @@ def test_the_picture_and_the_spend_follow_an_answer_and_stop_shows_it_cut_short(
     run = AgentRun.objects.get(pk=run_id)
     expect(spend).to_have_text(str(run.total_tokens))
     assert run.total_tokens > 7
-    cost = describe.run_cost_text(run_status_dict(run)["cost"])
+    cost = amounts.run_cost_text(run_status_dict(run)["cost"])
     assert cost.endswith("USD (estimated in part)"), cost  # the cut answer is priced from estimates
     expect(page.locator("#st-cost")).to_have_text(cost)
     expect(page.locator("#outcome")).to_contain_text(re.compile(r"at \d\d:\d\d:\d\d\.\d{3} UTC; stopped \d+ ms later"))

@@ -27,8 +27,8 @@ from django.utils import timezone
 from nrllm_agents.executors import dispatch
 from nrllm_agents.executors.rq_queue import JOB_FUNCTION
 from nrllm_agents.models import AgentRun, AgentRunEvent, Note, RunStatus
+from nrllm_agents.presentation.presenters import stream_finished
 from nrllm_agents.testing.chat_server import ChatCompletionServer
-from nrllm_agents.vocabulary.presenters import stream_finished
 from tests.conftest import manage
 from tests.e2e.processes import Workers, wait_for
 

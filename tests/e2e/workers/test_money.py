@@ -12,10 +12,10 @@ from decimal import Decimal
 
 import pytest
 
+from nrllm_agents.catalog import agents, connections
 from nrllm_agents.models import AgentRun, RunStatus
-from nrllm_agents.setup import agents, connections
+from nrllm_agents.money import pricing
 from nrllm_agents.testing.chat_server import ChatCompletionServer
-from nrllm_agents.vocabulary import pricing
 from tests.e2e.processes import wait_for
 from tests.e2e.workers.test_rqworker import events, finished, start_workers  # noqa: F401
 

@@ -21,8 +21,8 @@ import pytest
 from nrllm_agents.executors import dispatch
 from nrllm_agents.executors.rq_queue import JOB_FUNCTION
 from nrllm_agents.models import TERMINAL, AgentRun, AgentRunEvent, CancelSource, Note, RunStatus
+from nrllm_agents.presentation.presenters import stream_finished
 from nrllm_agents.runtime.agent_runtime import ApprovalNotPending, CancelOutcome, Outcome
-from nrllm_agents.vocabulary.presenters import stream_finished
 from tests.conftest import manage
 from tests.e2e.processes import Canceller, Workers, wait_for
 

@@ -24,7 +24,7 @@ import pytest
 from django.db import connection, connections
 
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, RunStatus
-from nrllm_agents.vocabulary.presenters import stream_finished
+from nrllm_agents.presentation.presenters import stream_finished
 from tests.conftest import manage
 from tests.e2e.processes import Workers, wait_for
 

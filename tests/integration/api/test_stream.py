@@ -17,8 +17,8 @@ from django.test import AsyncClient, Client
 from nrllm_agents import store
 from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, CancelSource, RunStatus
-from nrllm_agents.vocabulary import describe
-from nrllm_agents.vocabulary.presenters import event_dict, run_status_dict
+from nrllm_agents.presentation import describe
+from nrllm_agents.presentation.presenters import event_dict, run_status_dict
 from tests.e2e.web.servers import serve
 
 FINAL = {"done", "cancelled", "awaiting_approval", "failed"}

@@ -20,9 +20,9 @@ from django.db import connection, transaction
 from nrllm_agents import executors, store
 from nrllm_agents.executors import dispatch, recovery
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, Note, RunStatus
+from nrllm_agents.presentation.outcomes import queued_wording
 from nrllm_agents.runtime.agent_runtime import ApprovalNotPending, InvalidRunId, Outcome
-from nrllm_agents.vocabulary.outcomes import queued_wording
-from nrllm_agents.vocabulary.run_request import RunRequest
+from nrllm_agents.validation.run_request import RunRequest
 from nrllm_agents.workers import jobs
 from tests.conftest import is_postgres, manage
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 from nrllm_agents import executors, store
 from nrllm_agents.executors import dispatch, recovery
 from nrllm_agents.models import AgentRun, RunStatus
-from nrllm_agents.vocabulary.run_request import RunRequest
+from nrllm_agents.validation.run_request import RunRequest
 from nrllm_agents.workers import maintenance
 from tests.e2e.processes import wait_for
 

@@ -205,7 +205,7 @@ def test_hostile_provider_responses_fail_the_run_clearly(runtime, monkeypatch):
     """Whatever an OpenAI-compatible server answers, a run ends completed or failed for a reason
     of the provider's, never ``internal_error``, and its error names no SQL."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    monkeypatch.setenv("NRLLM_OPENAI_STREAM", "0")  # a raw body is sent verbatim to a plain request
+    monkeypatch.setenv("NRLLM_PROVIDER_STREAM", "0")  # a raw body is sent verbatim to a plain request
     bodies = BODIES
 
     @FUZZ

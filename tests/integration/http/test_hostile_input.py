@@ -38,7 +38,7 @@ def openai_server(monkeypatch):
         server = ChatCompletionServer(list(entries)).start()
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-        monkeypatch.setenv("NRLLM_OPENAI_STREAM", "1" if stream else "0")
+        monkeypatch.setenv("NRLLM_PROVIDER_STREAM", "1" if stream else "0")
         started.append(server)
         return server
 

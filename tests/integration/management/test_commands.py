@@ -21,8 +21,8 @@ from django.utils import timezone
 from nrllm_agents import store
 from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, AgentRunEvent, Note, RunStatus
-from nrllm_agents.vocabulary import presenters
-from nrllm_agents.vocabulary.run_request import RunRequest
+from nrllm_agents.presentation import presenters
+from nrllm_agents.validation.run_request import RunRequest
 
 SLOW = [{"delay": 0.15, "tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.1}}]}] * 8 + [{"content": "done"}]
 NOTE = [{"tool_calls": [{"name": "write_note", "arguments": {"title": "t", "body": "b"}}]}, {"content": "noted"}]

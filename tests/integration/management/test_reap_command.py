@@ -21,7 +21,7 @@ from nrllm_agents.domain import Step, StepKind
 from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus
 from nrllm_agents.runtime.segment import SegmentTrace, identity
-from nrllm_agents.vocabulary.run_request import RunRequest
+from nrllm_agents.validation.run_request import RunRequest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

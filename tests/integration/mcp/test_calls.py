@@ -138,7 +138,7 @@ def test_an_unreachable_server_is_named_and_a_run_offering_it_is_refused(servers
     assert (
         rows[0]["server"] == "gone" and rows[0]["ok"] is False and "could not be started or reached" in rows[0]["error"]
     )
-    from nrllm_agents.vocabulary.run_request import InvalidRequest
+    from nrllm_agents.validation.run_request import InvalidRequest
 
     with pytest.raises(InvalidRequest, match="MCP server 'gone' is unavailable"):
         AgentRuntime().run({"prompt": "p", "tools": ["gone__anything"], "script": [{"content": "x"}]})

@@ -19,11 +19,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from nrllm_agents.catalog import connections
 from nrllm_agents.models import AgentRun, AgentRunEvent
 from nrllm_agents.observability import spans as segment_spans
 from nrllm_agents.observability import tracing
 from nrllm_agents.runtime.agent_runtime import Outcome
-from nrllm_agents.setup import connections
 from nrllm_agents.testing.chat_server import ChatCompletionServer
 
 pytestmark = pytest.mark.django_db(transaction=True)

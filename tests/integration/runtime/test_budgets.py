@@ -14,7 +14,7 @@ from nrllm_agents.domain import Usage
 from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
 from nrllm_agents.runtime import budgets as limits
 from nrllm_agents.runtime.agent_runtime import Outcome
-from nrllm_agents.vocabulary.run_request import InvalidRequest, RunRequest
+from nrllm_agents.validation.run_request import InvalidRequest, RunRequest
 
 pytestmark = pytest.mark.django_db
 

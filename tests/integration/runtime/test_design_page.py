@@ -19,7 +19,7 @@ from nrllm_agents.runtime.agent_runtime import (
     RunNotFound,
     parse_run_id,
 )
-from nrllm_agents.vocabulary.run_request import InvalidRequest
+from nrllm_agents.validation.run_request import InvalidRequest
 
 TWO_TOOLS = [
     {

@@ -11,11 +11,11 @@ from nrllm_agents.domain import rebuild_state, tool_content
 from nrllm_agents.domain.fork import NOT_EXECUTED, repair
 from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, RunStatus
+from nrllm_agents.presentation.presenters import event_dict
 from nrllm_agents.runtime import forks
 from nrllm_agents.runtime.agent_runtime import Outcome, RunNotFound
 from nrllm_agents.testing.chat_server import ChatCompletionServer, transcript_problem
-from nrllm_agents.vocabulary.presenters import event_dict
-from nrllm_agents.vocabulary.run_request import InvalidRequest
+from nrllm_agents.validation.run_request import InvalidRequest
 
 TWO_CALLS = {
     "tool_calls": [

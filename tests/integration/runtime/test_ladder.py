@@ -17,7 +17,7 @@ from nrllm_agents.models import AgentRun, CancelSource, Note, RunStatus
 from nrllm_agents.runtime import segment
 from nrllm_agents.runtime.agent_runtime import ApprovalNotPending, CancelOutcome, InvalidRunId, Outcome, RunNotFound
 from nrllm_agents.store.retries import RetryPolicy
-from nrllm_agents.vocabulary.run_request import InvalidRequest
+from nrllm_agents.validation.run_request import InvalidRequest
 from tests.integration.runs import kinds, row, running, stream, waiting
 
 pytestmark = pytest.mark.django_db

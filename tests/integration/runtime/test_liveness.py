@@ -17,7 +17,7 @@ from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, Note, Run
 from nrllm_agents.runtime.agent_runtime import Outcome
 from nrllm_agents.runtime.segment import identity
 from nrllm_agents.testing.chat_server import ChatCompletionServer
-from nrllm_agents.vocabulary.run_request import RunRequest
+from nrllm_agents.validation.run_request import RunRequest
 from tests.conftest import race_rounds
 
 SLOW_NOTE = {"slow_note": "nrllm_agents.testing.tools.SlowNote"}

@@ -17,7 +17,7 @@ from django.db import connection
 from nrllm_agents import store
 from nrllm_agents.models import TERMINAL, AgentRun, AgentRunEvent, CancelSource, RunStatus
 from nrllm_agents.runtime.agent_runtime import ApprovalNotPending, CancelOutcome, Outcome
-from nrllm_agents.vocabulary.run_request import RunRequest
+from nrllm_agents.validation.run_request import RunRequest
 from tests.conftest import race_rounds
 
 ROUNDS = race_rounds(200)

@@ -16,9 +16,9 @@ import pytest
 from nrllm_agents.domain.thread import transcript_after
 from nrllm_agents.executors import dispatch
 from nrllm_agents.models import ACTIVE, AgentRun, AgentRunEvent
+from nrllm_agents.presentation.presenters import event_dict
 from nrllm_agents.runtime import threads
 from nrllm_agents.runtime.agent_runtime import AgentRuntime
-from nrllm_agents.vocabulary.presenters import event_dict
 from nrllm_agents.workers import maintenance
 from tests.conftest import race_rounds
 from tests.e2e.processes import wait_for

@@ -25,7 +25,7 @@ from nrllm_agents import store
 from nrllm_agents.domain import Step, StepKind
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, RunStatus
 from nrllm_agents.runtime.agent_runtime import CancelOutcome
-from nrllm_agents.vocabulary.run_request import RunRequest
+from nrllm_agents.validation.run_request import RunRequest
 from tests.conftest import race_rounds
 
 pytestmark = pytest.mark.django_db(transaction=True)

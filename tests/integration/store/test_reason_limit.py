@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 
 from nrllm_agents import store
 from nrllm_agents.models import AgentRun, CancelSource, RunStatus
-from nrllm_agents.vocabulary.run_request import RunRequest
+from nrllm_agents.validation.run_request import RunRequest
 
 pytestmark = pytest.mark.django_db
 

@@ -20,7 +20,7 @@ from rest_framework.test import APIClient
 
 from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, RunStatus
-from nrllm_agents.vocabulary.run_request import RunRequest
+from nrllm_agents.validation.run_request import RunRequest
 from nrllm_agents.web import interactive
 
 from .test_forks import cancelled_run

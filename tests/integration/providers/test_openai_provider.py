@@ -15,8 +15,8 @@ from nrllm_agents.domain.providers import OpenAIProvider, Provider
 from nrllm_agents.domain.providers.openai_compat import parse_arguments, to_wire_messages
 from nrllm_agents.domain.steps import LoopOutcome, Step, StepKind, ToolCall, Usage
 from nrllm_agents.domain.tools.base import schema
+from nrllm_agents.testing.call_journal import CallJournal, recording_provider
 from nrllm_agents.testing.chat_server import ChatCompletionServer
-from nrllm_agents.testing.journal import CallJournal, recording_provider
 
 API_KEY = "sk-test-S3CRET-do-not-leak-0123456789"
 USER = [{"role": "user", "content": "hi"}]

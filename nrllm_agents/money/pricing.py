@@ -21,7 +21,7 @@ from ..domain import Price
 from ..domain.steps import decimal_text
 from ..models import AgentRun, Connection
 from ..models import Price as PriceRow
-from .describe import run_cost_text
+from .amounts import run_cost_text
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def cost_dict(run: AgentRun) -> dict[str, Any] | None:
 
 
 def cost_text(run: AgentRun) -> str:
-    """The run's cost in words (``describe.run_cost_text``)."""
+    """The run's cost in words (``amounts.run_cost_text``)."""
     return run_cost_text(cost_dict(run))
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..domain.steps import decimal_text
 from ..models import AgentRun, AgentRunEvent, RunStatus
-from .pricing import cost_dict
+from ..money.pricing import cost_dict
 
 
 def step_dict(

@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 
 from ..models import Agent, AgentVersion
-from ..vocabulary.run_request import AGENT_FIELDS, InvalidRequest, RunRequest
+from ..validation.run_request import AGENT_FIELDS, InvalidRequest, RunRequest
 
 MAX_DESCRIPTION_CHARS = 2000
 

@@ -13,13 +13,13 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from prometheus_client import REGISTRY
 
+from nrllm_agents.catalog import connections
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, Price, RunStatus
+from nrllm_agents.money import pricing
+from nrllm_agents.presentation.outcomes import Outcome
 from nrllm_agents.runtime.agent_runtime import AgentRuntime
-from nrllm_agents.setup import connections
 from nrllm_agents.testing.chat_server import ChatCompletionServer
-from nrllm_agents.vocabulary import pricing
-from nrllm_agents.vocabulary.outcomes import Outcome
-from nrllm_agents.vocabulary.run_request import InvalidRequest, RunRequest
+from nrllm_agents.validation.run_request import InvalidRequest, RunRequest
 
 pytestmark = pytest.mark.django_db
 
@@ -236,7 +236,7 @@ def test_spend_is_counted_by_provider_and_model():
 
 
 def test_the_playground_and_the_api_take_max_cost_a_connection_and_an_agent(client, alice):
-    from nrllm_agents.setup import agents
+    from nrllm_agents.catalog import agents
     from nrllm_agents.web.forms import RunForm
 
     connections.save("vendor", kind="openai", base_url="http://127.0.0.1:9/v1", default_model="gpt-x")

@@ -2,7 +2,7 @@
 
 Every surface (REST API, playground, admin, the browser stream) asks this module and only
 translates its answer into HTTP, HTML or a message. The table of who may do what is in the
-README ("Who may do what"); ``tests/integration/vocabulary/test_policy_matrix.py`` checks that table, this
+README ("Who may do what"); ``tests/integration/access/test_policy_matrix.py`` checks that table, this
 module and every surface against each other.
 
 Seeing another user's run takes ``is_staff``; acting on it takes, in addition, the dedicated

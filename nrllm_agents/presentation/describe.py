@@ -20,8 +20,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from . import money
-
 PAGE_CHARS = 2000  # per value on the playground; the stored step keeps it all
 TIMELINE_CHARS = 400  # per value on the admin page, which shows up to hundreds of steps
 HEADLINE_CHARS = 100  # per value in a command's one-line step
@@ -66,15 +64,6 @@ def usage_text(payload: dict[str, Any]) -> str:
     total = usage.get("total_tokens", "?")
     estimated = " (estimated)" if payload.get("usage_estimated") else ""
     return f"{prompt} prompt + {completion} completion = {total} tokens{estimated}"
-
-
-def run_cost_text(cost: dict[str, Any] | None) -> str:
-    """A run's cost (``presenters.run_status_dict``'s ``cost``): ``0.0042 USD``, ``… (estimated
-    in part)``, or ``not priced``."""
-    shown = money.text(cost.get("amount"), cost.get("currency")) if cost else None
-    if cost is None or shown is None:
-        return "not priced"
-    return shown + (" (estimated in part)" if cost.get("estimated") else "")
 
 
 def cost_text(payload: dict[str, Any]) -> str | None:

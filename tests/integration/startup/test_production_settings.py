@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import ROOT
+
 KEY = "k" * 10 + "0123456789abcdefghijklmnopqrstuvwxyz!@#$%^&*(-_=+)"  # 60 chars, varied
 PRODUCTION = {
     "DJANGO_SECRET_KEY": KEY,

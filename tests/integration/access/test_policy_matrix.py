@@ -2,7 +2,7 @@
 
 Guards issue 9 finding 3 (staff without the dedicated permissions acted on anyone's runs through
 the API and the playground) and issue 13 (two ``visible_runs`` copies that disagreed): every
-surface must give the answer of ``nrllm_agents.vocabulary.policy``, and that answer must be the table
+surface must give the answer of ``nrllm_agents.access.policy``, and that answer must be the table
 below. Each action is tried on a run where an allowed caller changes nothing (a finished run
 answers 409 to cancel and approve; bulk cancel is a dry run; start is sent an empty form), so
 the matrix is walked on one set of rows.
@@ -16,8 +16,8 @@ import pytest
 from django.contrib.auth.models import AnonymousUser, Permission
 from django.test import Client
 
+from nrllm_agents.access import policy
 from nrllm_agents.models import AgentRun, RunStatus
-from nrllm_agents.vocabulary import policy
 
 A = policy.Action
 ALL_ON_OWN = {A.SEE, A.STREAM, A.CANCEL, A.APPROVE, A.BULK_CANCEL, A.START}

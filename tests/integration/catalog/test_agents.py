@@ -11,10 +11,10 @@ from django.contrib.auth.models import Permission
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
+from nrllm_agents.catalog import agents
 from nrllm_agents.models import Agent, AgentRun, AgentRunEvent, AgentVersion
-from nrllm_agents.setup import agents
-from nrllm_agents.vocabulary.outcomes import Outcome
-from nrllm_agents.vocabulary.run_request import InvalidRequest, RunRequest
+from nrllm_agents.presentation.outcomes import Outcome
+from nrllm_agents.validation.run_request import InvalidRequest, RunRequest
 
 pytestmark = pytest.mark.django_db
 

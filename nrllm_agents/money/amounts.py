@@ -83,3 +83,12 @@ def cost_field(model: Any) -> str | None:
         if getattr(f, "get_internal_type", lambda: "")() in ("DecimalField", "FloatField")
     }
     return next((name for name in COST_FIELDS if name in numeric), None)
+
+
+def run_cost_text(cost: dict[str, Any] | None) -> str:
+    """A run's cost (``presenters.run_status_dict``'s ``cost``): ``0.0042 USD``, ``… (estimated
+    in part)``, or ``not priced``."""
+    shown = text(cost.get("amount"), cost.get("currency")) if cost else None
+    if cost is None or shown is None:
+        return "not priced"
+    return shown + (" (estimated in part)" if cost.get("estimated") else "")

@@ -13,9 +13,9 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
+from ..access import policy
+from ..catalog import agents
 from ..models import Agent, AgentVersion, Connection, Price
-from ..setup import agents
-from ..vocabulary import policy
 from .bases import AgentModelForm, AgentVersionTabularInline, AnyModelAdmin, ConnectionModelForm
 
 

@@ -17,13 +17,13 @@ from cryptography.fernet import Fernet
 from django.core.management import call_command
 from django.test import override_settings
 
+from nrllm_agents.catalog import connections
 from nrllm_agents.checks import check_settings
 from nrllm_agents.crypto import vault
 from nrllm_agents.models import AgentRun, AgentRunEvent, Connection
-from nrllm_agents.setup import connections
+from nrllm_agents.presentation.outcomes import Outcome
 from nrllm_agents.testing.chat_server import ChatCompletionServer
-from nrllm_agents.vocabulary.outcomes import Outcome
-from nrllm_agents.vocabulary.run_request import InvalidRequest, RunRequest
+from nrllm_agents.validation.run_request import InvalidRequest, RunRequest
 from tests.conftest import ROOT, is_postgres, manage
 
 KEY = "sk-conn-7f3a9c1e5b2d4f6a8c0e1a3b5d7f9e2c"

@@ -12,10 +12,10 @@ from ..domain import ConfigurationError
 from ..domain.providers import Provider, ScriptedProvider
 from ..domain.tools import Calculator, CurrentTime, Sleep, Tool
 from ..mcp import catalog as mcp_catalog
-from ..testing import journal
+from ..testing import call_journal
 
 if TYPE_CHECKING:
-    from ..vocabulary.run_request import RunRequest
+    from ..validation.run_request import RunRequest
 
 
 def provider_names() -> list[str]:
@@ -108,12 +108,16 @@ def build_provider(request: RunRequest, run_id: uuid.UUID | None = None) -> Prov
         if path is None:
             raise ConfigurationError(f"unknown provider {request.provider!r}")
         provider = import_string(path)(request, run_id)
-    return journal.recording_provider(provider, journal.CallJournal(run_id=run_id)) if journal.enabled() else provider
+    return (
+        call_journal.recording_provider(provider, call_journal.CallJournal(run_id=run_id))
+        if call_journal.enabled()
+        else provider
+    )
 
 
 def build_tools(names: list[str] | tuple[str, ...], run_id: uuid.UUID | None = None) -> dict[str, Tool]:
     """The tools of a run by name (from settings, else MCP); journaled when the call journal is on."""
-    recording = journal.enabled()
+    recording = call_journal.enabled()
     tools: dict[str, Tool] = {}
     for name in names:
         path = app_settings.TOOLS.get(name)
@@ -123,7 +127,9 @@ def build_tools(names: list[str] | tuple[str, ...], run_id: uuid.UUID | None = N
                 raise ConfigurationError(f"unknown tool {name!r}")
         else:
             tool = import_string(path)(run_id)
-        tools[tool.name] = journal.recording_tool(tool, journal.CallJournal(run_id=run_id)) if recording else tool
+        tools[tool.name] = (
+            call_journal.recording_tool(tool, call_journal.CallJournal(run_id=run_id)) if recording else tool
+        )
     return tools
 
 
@@ -136,8 +142,8 @@ def openai_provider(request: RunRequest, run_id: Any = None) -> Provider:
 
     return OpenAIProvider(
         request.model,
-        timeout=app_settings.OPENAI_TIMEOUT,
-        stream=bool(app_settings.OPENAI_STREAM),
+        timeout=app_settings.PROVIDER_TIMEOUT,
+        stream=bool(app_settings.PROVIDER_STREAM),
     )
 
 
@@ -146,8 +152,8 @@ def anthropic_provider(request: RunRequest, run_id: Any = None) -> Provider:
 
     return AnthropicProvider(
         request.model or app_settings.ANTHROPIC_MODEL,
-        timeout=app_settings.OPENAI_TIMEOUT,
-        stream=bool(app_settings.OPENAI_STREAM),
+        timeout=app_settings.PROVIDER_TIMEOUT,
+        stream=bool(app_settings.PROVIDER_STREAM),
         max_tokens=int(app_settings.ANTHROPIC_MAX_TOKENS),
     )
 
@@ -157,8 +163,8 @@ def gemini_provider(request: RunRequest, run_id: Any = None) -> Provider:
 
     return GeminiProvider(
         request.model or app_settings.GEMINI_MODEL,
-        timeout=app_settings.OPENAI_TIMEOUT,
-        stream=bool(app_settings.OPENAI_STREAM),
+        timeout=app_settings.PROVIDER_TIMEOUT,
+        stream=bool(app_settings.PROVIDER_STREAM),
     )
 
 
@@ -190,8 +196,8 @@ def connection_provider(request: RunRequest, run_id: Any = None) -> Provider:
         request.model or row.default_model,
         api_key=api_key,
         base_url=row.base_url,
-        timeout=app_settings.OPENAI_TIMEOUT,
-        stream=bool(app_settings.OPENAI_STREAM),
+        timeout=app_settings.PROVIDER_TIMEOUT,
+        stream=bool(app_settings.PROVIDER_STREAM),
     )
     return provider
 

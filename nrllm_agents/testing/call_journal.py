@@ -3,7 +3,7 @@
 Tests and benchmarks use it to prove that nothing started after a cancellation boundary,
 across processes (a worker, a CLI child). It is enabled by the ``NRLLM_CALL_JOURNAL``
 environment variable (a file path) and lives here, not in the product classes: when it is
-enabled, ``setup.registry`` wraps every provider and tool it builds (from settings, from a
+enabled, ``catalog.registry`` wraps every provider and tool it builds (from settings, from a
 connection, from an MCP server) in a recording proxy; when it is not, the run gets the bare
 object and nothing is recorded.
 

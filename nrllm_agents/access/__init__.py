@@ -1,0 +1,1 @@
+"""Who may do what: the one policy every surface asks (``policy``)."""

@@ -1,0 +1,1 @@
+"""Whether a run request is valid: its fields, sizes and limits (``run_request``)."""
