@@ -26,7 +26,8 @@ from nrllm_agents.observability import tracing
 from nrllm_agents.runtime.agent_runtime import Outcome
 from nrllm_agents.testing.chat_server import ChatCompletionServer
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# Once, on PostgreSQL: nothing here differs on SQLite.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_only]
 
 CALC = {"name": "calculator", "arguments": {"expression": "6 * 7"}}
 TOOL_THEN_ANSWER = {
