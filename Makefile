@@ -1,5 +1,5 @@
 # make run   - the app on the embedded default (SQLite, no Redis needed)
-# make test  - the whole suite, on PostgreSQL and on SQLite at once (PostgreSQL and Redis must be up)
+# make test  - the whole suite on PostgreSQL, and the SQLite tier beside it (PostgreSQL and Redis must be up)
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # Production sets DJANGO_SECRET_KEY and leaves DJANGO_DEBUG unset (README, "Security").
 export DJANGO_DEBUG ?= 1
 
-.PHONY: lint run worker demo test test-postgres test-sqlite test-django52 coverage-modules venv migrate bench clean
+.PHONY: lint run worker demo test test-fast test-postgres test-sqlite test-django52 coverage-modules venv migrate bench clean
 
 venv:
 	@bash scripts/venv.sh $(VENV)
@@ -39,11 +39,16 @@ demo: migrate
 	@$(PY) manage.py agent_run "Work out (17 + 25) * 3, tell me the time, then wait a little." \
 		--tool calculator --tool current_time --tool sleep
 
-# Both halves at once: most of the suite waits on processes, sockets and browsers rather than on
-# the CPU, so on two cores this takes about as long as the longer half. Each half has its own
-# test database, Redis db and pytest cache; its output is shown whole when it ends.
+# The test matrix (tests/conftest.py says what each tier holds): the whole suite once, on
+# PostgreSQL; beside it, the SQLite tier (what behaves differently by database, and one
+# end-to-end smoke per surface). Each has its own test database, Redis db and pytest cache; its
+# output is shown whole when it ends. Markers select by need: -m "not processes", "not browser".
 test:
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-postgres test-sqlite
+
+# The unit tier and the store, on PostgreSQL: a couple of minutes, for the inner loop.
+test-fast: venv
+	DATABASE_URL=$(PG_URL) NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest tests/unit tests/integration/store $(PYTEST_ARGS)
 
 # ruff (lint and format) and mypy on the whole package (strict on domain/ and store/); .ci/run runs it first
 lint: venv
@@ -55,8 +60,8 @@ test-postgres: venv
 	DATABASE_URL=$(PG_URL) NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
 test-sqlite: venv
-	DATABASE_URL=sqlite:///$(CURDIR)/db.sqlite3 NRLLM_TEST_REDIS_URL=$(SQLITE_TEST_REDIS_URL) $(PY) -m pytest \
-		-o cache_dir=.pytest_cache/sqlite $(PYTEST_ARGS)
+	DATABASE_URL=sqlite:///$(CURDIR)/db.sqlite3 NRLLM_TEST_REDIS_URL=$(SQLITE_TEST_REDIS_URL) NRLLM_TEST_TIER=sqlite \
+		$(PY) -m pytest -o cache_dir=.pytest_cache/sqlite $(PYTEST_ARGS)
 
 # Line coverage of the store and the runtime by the tests of those floors (tests/unit,
 # tests/integration/store, tests/integration/runtime), not through HTTP, commands or workers.
@@ -66,17 +71,20 @@ coverage-modules: venv
 		--cov=nrllm_agents.store --cov=nrllm_agents.runtime \
 		--cov-report=term-missing $(PYTEST_ARGS)
 
-# The oldest supported stack: Python 3.11 with Django 5.2 LTS (unit + integration, on PostgreSQL),
+# The oldest supported stack: Python 3.11 with Django 5.2 LTS (the unit tier, and the integration
+# tests of the store, the runtime and the surfaces, on PostgreSQL),
 # on a test database and a Redis db of its own, so it can run beside `make test` (.ci/run does).
 COMPAT_VENV ?= .venv-django52
 COMPAT_PG_URL ?= postgres://postgres@127.0.0.1:5432/nrllm_agents_compat
 COMPAT_REDIS_URL ?= redis://127.0.0.1:6379/13
+DJANGO52_TESTS ?= tests/unit tests/integration/store tests/integration/runtime tests/integration/startup \
+	tests/integration/api tests/integration/web tests/integration/admin tests/integration/management
 test-django52:
 	@test -x $(COMPAT_VENV)/bin/python || python3.11 -m venv $(COMPAT_VENV) || python3 -m venv $(COMPAT_VENV)
 	@$(COMPAT_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt "Django>=5.2,<5.3"
 	@$(COMPAT_VENV)/bin/python -c "import django; assert django.VERSION[:2] == (5, 2), django.__version__"
 	DATABASE_URL=$(COMPAT_PG_URL) NRLLM_TEST_REDIS_URL=$(COMPAT_REDIS_URL) $(COMPAT_VENV)/bin/python -m pytest \
-		-o cache_dir=.pytest_cache/django52 tests/unit tests/integration $(PYTEST_ARGS)
+		-o cache_dir=.pytest_cache/django52 $(DJANGO52_TESTS) $(PYTEST_ARGS)
 
 BENCH_REDIS_URL ?= redis://127.0.0.1:6379/12
 bench: venv

@@ -13,16 +13,45 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# The test matrix (make test, .ci/run): the whole suite runs once, on PostgreSQL. The SQLite tier
+# runs what behaves differently by database (the store's portable statements, the runtime, the
+# cancel poll, the in-process executor, the rate counters) plus one end-to-end smoke of each
+# surface (marked ``sqlite``); the Django 5.2 tier runs the unit and integration tests of the
+# store, the runtime and the surfaces (Makefile, test-django52).
+SQLITE_TIER = (
+    "tests/integration/store/",
+    "tests/integration/runtime/",
+    "tests/integration/live/",
+    "tests/integration/executors/",
+    "tests/integration/admission/",
+)
+
+
 def pytest_collection_modifyitems(config, items):
-    """``postgres_only`` tests (LISTEN/NOTIFY, row locks across threads) are left out of a run on
-    another database; where PostgreSQL is the database they run, and fail if it is down."""
+    """Markers by need, from where a test is and what it uses; then the tier's selection.
+
+    ``postgres_only`` tests (LISTEN/NOTIFY, row locks across threads) are left out of a run on
+    another database; where PostgreSQL is the database they run, and fail if it is down. With
+    ``NRLLM_TEST_TIER=sqlite`` only the SQLite tier's tests are kept.
+    """
+    for item in items:
+        path = item.nodeid
+        if item.get_closest_marker("postgres_only") is not None:
+            item.add_marker(pytest.mark.postgres)
+        if path.startswith("tests/e2e/"):
+            item.add_marker(pytest.mark.processes)
+        if {"page", "browser_context"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.browser)
     url = os.environ.get("DATABASE_URL", "")
-    if url.startswith(("postgres://", "postgresql://")):
-        return
-    kept = [item for item in items if item.get_closest_marker("postgres_only") is None]
-    if len(kept) != len(items):
-        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
-        items[:] = kept
+    keep = items
+    if not url.startswith(("postgres://", "postgresql://")):
+        keep = [item for item in keep if item.get_closest_marker("postgres_only") is None]
+    if os.environ.get("NRLLM_TEST_TIER") == "sqlite":
+        keep = [i for i in keep if i.nodeid.startswith(SQLITE_TIER) or i.get_closest_marker("sqlite") is not None]
+    if len(keep) != len(items):
+        kept = set(map(id, keep))
+        config.hook.pytest_deselected(items=[i for i in items if id(i) not in kept])
+        items[:] = keep
 
 
 def is_postgres() -> bool:

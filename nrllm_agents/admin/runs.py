@@ -37,9 +37,9 @@ from ..presentation.outcomes import EXECUTING_STOPS
 from ..presentation.presenters import run_status_dict, stream_finished
 from ..runtime.agent_runtime import InvalidRunId, parse_run_id
 from . import columns, timeline
+from .cancel import RunCancelAdmin
 from .fork import fork_selected
 from .operations import HealthFilter, operations_page
-from .run_cancel import RunCancelAdmin
 
 TIMELINE_LIMIT = 500  # steps shown on a run's page; the API pages through longer streams
 

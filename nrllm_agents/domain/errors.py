@@ -1,6 +1,43 @@
-"""Exceptions of the domain. Control flow ones are BaseException on purpose."""
+"""Exceptions of the domain. Control flow ones are BaseException on purpose.
+
+An error a caller can be told about carries a ``Kind`` (``KindedError``); no error here knows
+HTTP. The surfaces map a kind to their own medium in one place (``http/answers.STATUS``).
+"""
 
 from __future__ import annotations
+
+import enum
+from typing import Any, ClassVar
+
+
+class Kind(enum.StrEnum):
+    """What kind of refusal an error is, whatever surface says it."""
+
+    NOT_FOUND = "not_found"  # no such subject, or one the caller may not see
+    FORBIDDEN = "forbidden"  # a subject the caller sees but may not act on
+    CONFLICT = "conflict"  # the subject is not in a state for the action
+    INVALID = "invalid"  # the request cannot be taken as it is
+    UNAVAILABLE = "unavailable"  # something the action needs refused it; try again later
+    TOO_MANY = "too_many"  # a rate limit or a cap refused
+
+
+class KindedError(Exception):
+    """An error with a ``kind``: its message is what the caller is told.
+
+    ``subject()`` names what the error is about (ids, a status) for a machine; ``sentence()`` is
+    the short sentence a page shows. Both default to nothing more than the message.
+    """
+
+    kind: ClassVar[Kind]
+
+    def subject(self) -> dict[str, Any]:
+        return {}
+
+    def detail(self) -> str:
+        return str(self)
+
+    def sentence(self) -> str:
+        return self.detail()
 
 
 class RunCancellationRequested(BaseException):

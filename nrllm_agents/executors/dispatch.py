@@ -11,13 +11,26 @@ Callers dispatch after the run's row is committed (``AgentRuntime.enqueue`` defe
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from .. import executors, store
+from ..domain.errors import Kind, KindedError
 
 
-class EnqueueError(RuntimeError):
+class EnqueueError(KindedError, RuntimeError):
     """The queue refused the job for good (a bad configuration, not an outage); the run was
     settled ``failed`` (``enqueue_failed``)."""
+
+    kind = Kind.UNAVAILABLE
+
+    def subject(self) -> dict[str, Any]:
+        return {"run_id": str(self.run_id)}
+
+    def detail(self) -> str:
+        return "The queue did not accept the run; it was marked failed (enqueue_failed). Try again later."
+
+    def sentence(self) -> str:
+        return f"The queue refused the run: {self}"
 
     def __init__(self, run_id: uuid.UUID, cause: str) -> None:
         super().__init__(f"could not enqueue run {run_id}: {cause}")

@@ -23,29 +23,25 @@ from typing import Any
 from django.http import JsonResponse
 
 from ..access import policy
-from ..executors.dispatch import EnqueueError
-from ..presentation.outcomes import ApprovalNotPending, InvalidRunId, RunNotFound
-from ..runtime.forks import ParentStillActive
-from ..runtime.threads import ThreadBusy, ThreadNotFound
+from ..domain.errors import Kind, KindedError
+from ..presentation.outcomes import RUN_NOT_FOUND
+from ..runtime.threads import THREAD_NOT_FOUND
 from ..validation.run_request import InvalidRequest
 
-NOT_FOUND = "Not found."
-RUN_NOT_FOUND = "Run not found."
-THREAD_NOT_FOUND = "Thread not found."
-FORBIDDEN = "You do not have permission to perform this action."  # DRF's own words
-ENQUEUE_FAILED = "The queue did not accept the run; it was marked failed (enqueue_failed). Try again later."
+__all__ = ["FORBIDDEN", "NOT_FOUND", "RUN_NOT_FOUND", "STATUS", "THREAD_NOT_FOUND", "Answer", "Refused", "for_error"]
 
-# every error ``for_error`` answers
-ANSWERED = (
-    RunNotFound,
-    InvalidRunId,
-    ThreadNotFound,
-    ParentStillActive,
-    ThreadBusy,
-    ApprovalNotPending,
-    EnqueueError,
-    InvalidRequest,
-)
+NOT_FOUND = "Not found."
+FORBIDDEN = "You do not have permission to perform this action."  # DRF's own words
+
+# The one table from an error's kind to its HTTP status.
+STATUS: dict[Kind, int] = {
+    Kind.NOT_FOUND: 404,
+    Kind.FORBIDDEN: 403,
+    Kind.CONFLICT: 409,
+    Kind.INVALID: 400,
+    Kind.UNAVAILABLE: 503,
+    Kind.TOO_MANY: 429,
+}
 
 
 @dataclass(frozen=True)
@@ -88,42 +84,21 @@ def too_many(detail: str, wait: int) -> Answer:
 
 
 def for_error(exc: BaseException) -> Answer | None:
-    """The answer to a domain error of ``ANSWERED`` (``None`` for any other exception).
+    """The answer to an error with a kind (``domain.errors.KindedError``), or to ``Refused``;
+    ``None`` for any other exception.
 
-    ``message`` is the playground's sentence; ``body`` is what the API (and a script) reads.
+    ``message`` is the playground's sentence; ``body`` is what the API (and a script) reads:
+    ``detail`` and what names the subject, or, for an invalid request, each field's messages.
     """
-    if isinstance(exc, (RunNotFound, InvalidRunId)):
-        return Answer(404, {"detail": RUN_NOT_FOUND}, "no such run")
-    if isinstance(exc, ThreadNotFound):
-        return Answer(404, {"detail": THREAD_NOT_FOUND}, "no such thread")
-    if isinstance(exc, ParentStillActive):
-        body = {
-            "detail": f"The run is {exc.status}; only a stopped run can be forked.",
-            "run_id": str(exc.run_id),
-            "status": exc.status,
-        }
-        return Answer(409, body, f"The run is {exc.status}; stop it first.")
-    if isinstance(exc, ThreadBusy):
-        body = {
-            "detail": f"The thread is busy: run {exc.run_id} is {exc.status}; nothing was created.",
-            "thread_id": str(exc.thread_id),
-            "run_id": str(exc.run_id),
-            "status": exc.status,
-        }
-        return Answer(409, body, f"Not sent: run {exc.run_id} is still {exc.status}.")
-    if isinstance(exc, ApprovalNotPending):
-        body = {"detail": str(exc), "run_id": str(exc.run_id), "status": exc.status}
-        return Answer(exc.HTTP_STATUS, body, str(exc))
-    if isinstance(exc, EnqueueError):
-        return Answer(503, {"detail": ENQUEUE_FAILED, "run_id": str(exc.run_id)}, f"The queue refused the run: {exc}")
-    if isinstance(exc, InvalidRequest):
-        return Answer(400, {name: [message] for name, message in exc.errors.items()}, str(exc))
     if isinstance(exc, Refused):
         return exc.answer
-    status = getattr(type(exc), "HTTP_STATUS", None)
-    if isinstance(status, int):  # an error that names its own status (the playground's capacity refusals)
-        return Answer(status, {"detail": str(exc)}, str(exc))
-    return None
+    if not isinstance(exc, KindedError):
+        return None
+    if isinstance(exc, InvalidRequest):
+        body: dict[str, Any] = {name: [message] for name, message in exc.errors.items()}
+    else:
+        body = {"detail": exc.detail(), **exc.subject()}
+    return Answer(STATUS[exc.kind], body, exc.sentence())
 
 
 def json_response(answer: Answer) -> JsonResponse:

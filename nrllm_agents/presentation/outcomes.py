@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from django.utils.translation import ngettext
 
 from ..domain import Usage
+from ..domain.errors import Kind, KindedError
 from ..models import RunStatus
 
 
@@ -37,27 +38,41 @@ class CancelOutcome(enum.StrEnum):
     NOT_FOUND = "not_found"  # no such run (or not visible to the caller)
 
 
-class RunNotFound(LookupError):
+RUN_NOT_FOUND = "Run not found."  # the same words for a run that is absent or not the caller's
+
+
+class RunNotFound(KindedError, LookupError):
     """No run has this id."""
+
+    kind = Kind.NOT_FOUND
 
     def __init__(self, run_id: Any) -> None:
         super().__init__(f"run {run_id} not found")
         self.run_id = run_id
 
+    def detail(self) -> str:
+        return RUN_NOT_FOUND
 
-class ApprovalNotPending(RuntimeError):
+    def sentence(self) -> str:
+        return "no such run"
+
+
+class ApprovalNotPending(KindedError, RuntimeError):
     """The run is not waiting for approval, so it cannot be approved or denied.
 
     Its message is what every surface says (``Run … is completed, not waiting for approval;
-    nothing changed.``), with HTTP 409 and a failing exit code.
+    nothing changed.``), a conflict and a failing exit code.
     """
 
-    HTTP_STATUS = 409
+    kind = Kind.CONFLICT
 
     def __init__(self, run_id: Any, status: str) -> None:
         super().__init__(f"Run {run_id} is {status}, not waiting for approval; nothing changed.")
         self.run_id = run_id
         self.status = status
+
+    def subject(self) -> dict[str, Any]:
+        return {"run_id": str(self.run_id), "status": self.status}
 
 
 @dataclass(frozen=True)
@@ -209,11 +224,19 @@ def bulk_wording(result: Counts) -> Wording:
     return Wording(text, 200)
 
 
-class InvalidRunId(ValueError):
-    """The text is not a run id (a UUID)."""
+class InvalidRunId(KindedError, ValueError):
+    """The text is not a run id (a UUID): answered as a run that does not exist."""
+
+    kind = Kind.NOT_FOUND
 
     def __init__(self, value: Any) -> None:
         super().__init__(f"not a run id: {str(value)[:80]!r}")
+
+    def detail(self) -> str:
+        return RUN_NOT_FOUND
+
+    def sentence(self) -> str:
+        return "no such run"
 
 
 def parse_run_id(value: uuid.UUID | str) -> uuid.UUID:

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..conf import app_settings
 from ..domain import Step, StepKind
+from ..domain.errors import Kind, KindedError
 from ..domain.fork import fork_payload
 from ..models import TERMINAL, AgentRun
 from ..presentation.outcomes import RunNotFound
@@ -37,8 +38,19 @@ OVERRIDABLE = (
 )
 
 
-class ParentStillActive(RuntimeError):
+class ParentStillActive(KindedError, RuntimeError):
     """The run is still queued, running or waiting: fork it once it has stopped."""
+
+    kind = Kind.CONFLICT
+
+    def subject(self) -> dict[str, Any]:
+        return {"run_id": str(self.run_id), "status": self.status}
+
+    def detail(self) -> str:
+        return f"The run is {self.status}; only a stopped run can be forked."
+
+    def sentence(self) -> str:
+        return f"The run is {self.status}; stop it first."
 
     def __init__(self, run_id: Any, status: str) -> None:
         super().__init__(f"run {run_id} is {status}; only a stopped run (cancelled, failed, completed) can be forked")

@@ -37,6 +37,7 @@ from django.utils import timezone
 
 from ..conf import app_settings
 from ..domain import Step, StepKind
+from ..domain.errors import Kind, KindedError
 from ..domain.thread import opening_payload, transcript_after
 from ..models import ACTIVE, AgentRun, AgentRunEvent, CancelSource, MultitaskStrategy, TerminationReason, Thread
 from ..presentation.presenters import event_dict
@@ -47,16 +48,38 @@ logger = logging.getLogger(__name__)
 STRATEGIES = tuple(s.value for s in MultitaskStrategy)
 
 
-class ThreadNotFound(LookupError):
+THREAD_NOT_FOUND = "Thread not found."  # the same words for a thread that is absent or not the caller's
+
+
+class ThreadNotFound(KindedError, LookupError):
     """No thread with this id."""
+
+    kind = Kind.NOT_FOUND
 
     def __init__(self, thread_id: Any) -> None:
         super().__init__(f"thread {thread_id} not found")
         self.thread_id = thread_id
 
+    def detail(self) -> str:
+        return THREAD_NOT_FOUND
 
-class ThreadBusy(RuntimeError):
+    def sentence(self) -> str:
+        return "no such thread"
+
+
+class ThreadBusy(KindedError, RuntimeError):
     """A run of the thread is still queued, running or waiting, and the message said ``reject``."""
+
+    kind = Kind.CONFLICT
+
+    def subject(self) -> dict[str, Any]:
+        return {"thread_id": str(self.thread_id), "run_id": str(self.run_id), "status": self.status}
+
+    def detail(self) -> str:
+        return f"The thread is busy: run {self.run_id} is {self.status}; nothing was created."
+
+    def sentence(self) -> str:
+        return f"Not sent: run {self.run_id} is still {self.status}."
 
     def __init__(self, thread_id: Any, run_id: Any, status: str) -> None:
         super().__init__(f"thread {thread_id} is busy: run {run_id} is {status}; nothing was created")

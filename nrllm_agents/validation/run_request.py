@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from ..conf import app_settings
 from ..domain import ConfigurationError
+from ..domain.errors import Kind, KindedError
 from ..domain.jsonlimits import DEPTH_ERROR, value_too_deep
 from ..domain.providers import validate_script
 from ..domain.steps import decimal_text
@@ -45,8 +46,10 @@ def unstorable(value: Any) -> bool:
     return False
 
 
-class InvalidRequest(ValueError):
+class InvalidRequest(KindedError, ValueError):
     """The run request is invalid; ``errors`` maps each field to what is wrong with it."""
+
+    kind = Kind.INVALID
 
     def __init__(self, errors: Mapping[str, str]) -> None:
         self.errors = dict(errors)

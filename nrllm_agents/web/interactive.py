@@ -22,6 +22,7 @@ from typing import Any
 from django.db import connections
 
 from .. import admission
+from ..domain.errors import Kind, KindedError
 from ..executors.inflight import InFlight
 from ..runtime.agent_runtime import RunResult
 from ..runtime.segment import StepObserver
@@ -33,19 +34,19 @@ Segment = Callable[[StepObserver], RunResult]
 _in_flight = InFlight()  # background segments started and not yet finished
 
 
-class AtCapacity(RuntimeError):
+class AtCapacity(KindedError, RuntimeError):
     """Every interactive slot of this process, or of this user, is taken; nothing was started."""
 
-    HTTP_STATUS = 503  # the one mapping to HTTP (``http.answers.for_error``) reads it
+    kind = Kind.UNAVAILABLE
 
     def __init__(self, refused: admission.SlotRefused) -> None:
         super().__init__(refused.detail)
 
 
-class LaunchTimeout(RuntimeError):
+class LaunchTimeout(KindedError, RuntimeError):
     """The segment neither recorded a step nor returned in time; it goes on in the background."""
 
-    HTTP_STATUS = 503
+    kind = Kind.UNAVAILABLE
 
     def __init__(self, timeout: float) -> None:
         super().__init__(f"the run did not start within {timeout:g} s")

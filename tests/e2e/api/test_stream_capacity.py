@@ -131,6 +131,7 @@ def test_200_open_streams_hold_a_fixed_number_of_connections_and_one_more_gets_4
 POLLED = 100
 
 
+@pytest.mark.sqlite  # the SQLite tier's smoke of this surface
 @pytest.mark.postgres_only
 @pytest.mark.django_db(transaction=True)
 def test_100_polled_streams_open_get_their_step_and_leave_the_server_answering(alice, child_env, tmp_path, monkeypatch):

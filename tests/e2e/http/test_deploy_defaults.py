@@ -130,6 +130,7 @@ class Http:
         assert status in (200, 302) and any(c.name == "sessionid" for c in self.jar), status
 
 
+@pytest.mark.sqlite  # the SQLite tier's smoke of this surface
 def test_a_deploy_that_ran_only_migrate_serves_every_rate_limited_action(tmp_path):
     with fresh_database(tmp_path) as url:
         env = production_env(url)

@@ -12,7 +12,7 @@ import pytest
 
 from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus
 from tests.e2e.live.test_interrupt_processes import SLOW_ANSWER, cut_off_mid_stream
-from tests.unit.test_native_providers import ENV, KINDS, server_class
+from tests.integration.providers.test_native_providers import ENV, KINDS, server_class
 
 # The cancel reaches the child by NOTIFY on PostgreSQL; on SQLite only by the poll (a second).
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_only]

@@ -244,6 +244,7 @@ def test_second_ctrl_c_exits_at_once_without_waiting_for_the_step_in_flight(chil
     assert list(AgentRunEvent.objects.filter(run_id=run_id).values_list("kind", flat=True)) == ["request"]
 
 
+@pytest.mark.sqlite  # the SQLite tier's smoke of this surface
 @pytest.mark.django_db(transaction=True)
 def test_agent_run_queued_follow_without_redis_end_to_end(child_env, children):
     script = [{"delay": 0.05, "tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.05}}]}, {"content": "q"}]

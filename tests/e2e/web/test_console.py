@@ -243,6 +243,7 @@ def test_the_admin_run_list_fits_1280_px_with_its_columns(page, live_url, alice,
     assert errors == []
 
 
+@pytest.mark.sqlite  # the SQLite tier's smoke of this surface
 def test_the_admin_run_page_is_live(page, live_url, alice, django_user_model, errors, screenshot):
     sign_in(page, live_url)
     run_id = start(page, json.dumps([{"delay": 10, "content": "slow answer"}]), [])

@@ -74,6 +74,7 @@ def stored_sequences(run_id: str) -> list[int]:
     return list(AgentRun.objects.get(pk=run_id).events.order_by("sequence").values_list("sequence", flat=True))
 
 
+@pytest.mark.sqlite  # the SQLite tier's smoke of this surface
 def test_steps_arrive_live_and_cancel_stops_the_run_at_a_boundary(page, live_url, alice, screenshot):
     sign_in(page, live_url)
     run_id = start(page, sleeps(30, 0.3), ["sleep"])

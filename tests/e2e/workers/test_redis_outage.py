@@ -36,7 +36,7 @@ from tests.e2e.workers.test_supervision import free_port, start_redis
 
 pytestmark = pytest.mark.django_db(transaction=True)  # workers in other processes read our commits
 
-OUTAGE_SECONDS = 10
+OUTAGE_SECONDS = 3  # a 3 s stop proves what a 10 s one did: every path (refused enqueue, lost job, reconnect) is taken
 QUICK = {"prompt": "burst", "script": [{"content": "ok"}], "tools": []}
 KINDS = {
     "rqworker": ("rqworker", ()),
@@ -93,7 +93,7 @@ def assert_alive(workers: Workers) -> None:
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_a_10_s_redis_outage_while_runs_are_submitted_and_executing_stops_nothing(
+def test_a_redis_outage_while_runs_are_submitted_and_executing_stops_nothing(
     kind, own_redis, child_env, runtime, tmp_path
 ):
     command, extra = KINDS[kind]
@@ -104,7 +104,7 @@ def test_a_10_s_redis_outage_while_runs_are_submitted_and_executing_stops_nothin
         "NRLLM_QUEUED_STALE_SECONDS": "2",
     }
     with Workers(env, count=2, log_dir=tmp_path / "logs", command=command, extra_args=extra) as workers:
-        before = [runtime.enqueue(steps(3, 1.0)) for _ in range(6)]
+        before = [runtime.enqueue(steps(2, 0.5)) for _ in range(2)]  # one per worker, ending within the outage
         wait_for(
             lambda: AgentRun.objects.filter(pk__in=before, status=RunStatus.RUNNING).count() >= 2,
             timeout=60,

@@ -122,6 +122,7 @@ def assert_starts_match_steps(env: dict[str, str], run_id: Any) -> list[AgentRun
 
 
 # --- a queued run cancelled before any worker gets it ----------------------------------------
+@pytest.mark.sqlite  # the SQLite tier's smoke of this surface
 def test_a_run_cancelled_while_queued_never_executes(runtime, queue, start_workers, worker_env):
     run_id = runtime.enqueue(LONG)
     job_id = dispatch.job_id(run_id)

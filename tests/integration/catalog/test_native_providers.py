@@ -11,7 +11,7 @@ import pytest
 
 from nrllm_agents.conf import app_settings
 from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus
-from tests.unit.test_native_providers import ENV, KINDS, server_class
+from tests.integration.providers.test_native_providers import ENV, KINDS, server_class
 
 pytestmark = pytest.mark.django_db
 
