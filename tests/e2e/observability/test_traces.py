@@ -24,7 +24,7 @@ from nrllm_agents.testing.otlp_receiver import OtlpReceiver
 from tests.e2e.processes import Workers, wait_for
 from tests.e2e.web.servers import serve
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_only]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_only, pytest.mark.slow]
 
 CALC = {"name": "calculator", "arguments": {"expression": "6 * 7"}}
 ECHO = {"name": "ours__echo", "arguments": {"text": "hi"}}
