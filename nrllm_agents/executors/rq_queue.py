@@ -113,7 +113,7 @@ def clear_job(queue: Any, job_id: str) -> None:
         pipeline.lrem(queue.key, 0, job_id)
         pipeline.lrem(queue.intermediate_queue_key, 0, job_id)
         for registry in (StartedJobRegistry, FinishedJobRegistry, FailedJobRegistry, DeferredJobRegistry):
-            key = registry(queue=queue).key  # type: ignore[no-untyped-call]  # rq: untyped __init__
+            key = registry(queue=queue).key
             pipeline.zrem(key, job_id, *(f"{job_id}:{execution}" for execution in execution_ids))
         pipeline.zrem(ScheduledJobRegistry(queue=queue).key, job_id)  # type: ignore[no-untyped-call]
         for execution in execution_ids:
