@@ -152,6 +152,9 @@ class ThreadedWorker(RidesOutOutages, BaseWorker):
             if result is None:  # burst mode: the queues are empty
                 return None
             job, queue = result
+            if self._stop_requested:  # the stop came during the dequeue (often for the job it handed back)
+                self._put_back(job, queue)
+                return None
             self.reorder_queues(reference_queue=queue)
             job.redis_server_version = self.get_redis_server_version()  # type: ignore[no-untyped-call]  # rq leaves this method unannotated
             self.log.info(
@@ -164,8 +167,23 @@ class ThreadedWorker(RidesOutOutages, BaseWorker):
         """Start the job on a thread and return at once; the work loop then waits for a slot."""
         self.executor.submit(self._perform, job, queue)
 
+    def _put_back(self, job: Job, queue: Queue) -> None:
+        """Return a dequeued job to the front of its queue, untouched, for another worker: a
+        worker that is stopping claims nothing (it would only hand the run back again)."""
+        try:
+            with self.connection.pipeline() as pipeline:
+                pipeline.lrem(queue.intermediate_queue_key, 1, job.id)
+                pipeline.lpush(queue.key, job.id)
+                pipeline.execute()
+            self.log.info("Worker %s: stopping: job %s put back in %s", self.name, job.id, queue.name)
+        except OUTAGES as exc:  # the job stays in RQ's intermediate list; the queued sweep recovers its run
+            self._redis_away(exc, f"putting job {job.id} back")
+
     def _perform(self, job: Job, queue: Queue) -> None:
         self.execution = None
+        if self._stop_requested:
+            self._put_back(job, queue)
+            return
         try:
             self.prepare_execution(job)
         except OUTAGES as exc:  # the job stays in RQ's intermediate list; the sweep recovers its run
