@@ -79,6 +79,10 @@ class Thread(models.Model):
     title = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_activity_at = models.DateTimeField(default=timezone.now)  # the last message posted
+    # The Agent Protocol (nrllm_agents.agent_protocol): the client's own metadata, and whether a
+    # client deleted the thread there (it then reads 404 through the protocol; its runs stay).
+    metadata = models.JSONField(default=dict, blank=True)
+    hidden_from_protocol = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-last_activity_at"]
@@ -168,6 +172,10 @@ class AgentRun(models.Model):
     # Traces (nrllm_agents.observability.tracing): the W3C trace context the run continues
     # (``{"traceparent", "tracestate"}``), so every segment, in whichever process, joins one trace.
     trace_context = models.JSONField(null=True, blank=True)
+    # The Agent Protocol (nrllm_agents.agent_protocol): the client's metadata, and whether a client
+    # deleted the run there (404 through the protocol; it stays in the API, the admin and the audit).
+    metadata = models.JSONField(default=dict, blank=True)
+    hidden_from_protocol = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-created_at"]
