@@ -65,8 +65,9 @@ def start(view: Any, runtime: AgentRuntime, thread_id: str | None) -> Started:
     if not isinstance(data, dict):
         raise InvalidRequest({"body": "expected a JSON object"})
     rejectunstorable(data)
+    if isinstance(data.get("assistant_id"), str):
+        agent_named(view.request.user, data["assistant_id"])  # 404 before the body's other fields
     parsed = requests.parse(data, threaded=thread_id is not None)
-    agent_named(view.request.user, parsed.assistant_id)
     thread = _thread(view, thread_id, parsed)
     if parsed.resume is not None:
         run_id, after = _resume(view, runtime, thread, parsed.resume)
