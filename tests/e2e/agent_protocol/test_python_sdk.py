@@ -18,14 +18,15 @@ from nrllm_agents.models import AgentRun, Note
 
 from .helpers import ANSWER, NOTE, PIECE_SECONDS, answer, said, slow, wait_for, writing
 
-pytestmark = pytest.mark.django_db(transaction=True)  # the server and the worker are other processes
+# transaction=True: the server and the worker are other processes. The SQLite tier runs these too
+# (issue 38's acceptance): runserver with the in-process executor.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
 
 
 def contents(messages):
     return [(m["type"], m["content"]) for m in messages]
 
 
-@pytest.mark.sqlite  # the SQLite tier's smoke of this surface
 def test_a_run_streams_its_answer_in_pieces_and_the_thread_keeps_it(sdk):
     assert [a["assistant_id"] for a in sdk.assistants.search()] == ["helper"]
     assert sdk.assistants.get("helper")["graph_id"] == "agent"
