@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import assistants, control, runs, threads
+from . import assistants, control, openapi, runs, threads
 
 app_name = "nrllm_lg"
 
 RUN = "threads/<str:thread_id>/runs/<str:run_id>"
 
 urlpatterns = [
+    path("openapi.json", openapi.OpenAPIView.as_view(), name="openapi"),
     path("assistants/search", assistants.AssistantSearchView.as_view(), name="assistant-search"),
     path("assistants/<str:assistant_id>", assistants.AssistantDetailView.as_view(), name="assistant-detail"),
     path("assistants/<str:assistant_id>/schemas", assistants.AssistantSchemasView.as_view(), name="assistant-schemas"),

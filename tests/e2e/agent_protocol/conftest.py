@@ -18,6 +18,8 @@ import pytest
 from tests.conftest import is_postgres
 from tests.e2e.web.servers import ROOT, serve, start_worker, stop
 
+from .contract import Recorder, problems
+
 NODE_SDK = Path(os.environ.get("NRLLM_TEST_LANGGRAPH_SDK", ROOT / ".mcp-servers/node_modules/@langchain/langgraph-sdk"))
 
 
@@ -58,8 +60,23 @@ def site(request, alice, child_env, tmp_path) -> Iterator[Site]:
 
 
 @pytest.fixture
-def sdk(site):
-    """The Python SDK's sync client, unmodified, with alice's token as its ``api_key``."""
+def contract(site) -> Iterator[Recorder]:
+    """Records the SDK's exchanges; at teardown they must all fit ``/lg/openapi.json``."""
+    import httpx
+
+    recorder = Recorder(prefix="/lg")
+    yield recorder
+    document = httpx.get(f"{site.url}/openapi.json", headers={"x-api-key": site.api_key}).json()
+    assert recorder.seen, "the test made no request"
+    assert problems(document, recorder.seen) == []
+
+
+@pytest.fixture
+def sdk(site, contract):
+    """The Python SDK's sync client, unmodified, with alice's token as its ``api_key``; every
+    exchange it makes is checked against the OpenAPI document (``contract``)."""
     from langgraph_sdk import get_sync_client
 
-    return get_sync_client(url=site.url, api_key=site.api_key)
+    client = get_sync_client(url=site.url, api_key=site.api_key)
+    client.http.client.event_hooks["response"].append(contract.hook)
+    return client

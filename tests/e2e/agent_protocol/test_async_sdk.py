@@ -15,9 +15,10 @@ from .helpers import ANSWER, NOTE, answer, said, slow
 pytestmark = pytest.mark.django_db(transaction=True)  # the server and the worker are other processes
 
 
-def test_the_async_client_streams_denies_and_cancels(site):
+def test_the_async_client_streams_denies_and_cancels(site, contract):
     async def flow():
         client = get_client(url=site.url, api_key=site.api_key)
+        client.http.client.event_hooks["response"].append(contract.ahook)
         thread = (await client.threads.create())["thread_id"]
         pieces = [
             p.data[0]["content"]
