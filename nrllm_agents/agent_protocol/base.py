@@ -85,6 +85,7 @@ class ProtocolView(RunAPIView):
 
     authentication_classes = [ApiKeyAuthentication, TokenAuthentication, BearerAuthentication, SessionAuthentication]
     content_negotiation_class = JSONAlways
+    schema = None  # described by its own document (``openapi``), not the REST API's
     renderer_classes = [JSONRenderer]
     throttle: dict[str, admission.Action] = {}  # handler name -> the rate limit it spends
 
