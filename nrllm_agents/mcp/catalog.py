@@ -266,7 +266,7 @@ class _Refresher:
 
     def _run(self) -> None:
         while True:
-            self._wake.wait(REFRESH_SECONDS)
+            self._wake.wait()  # only when a reader asks: an idle process lists nothing
             self._wake.clear()
             try:
                 refresh()

@@ -7,6 +7,7 @@ hang by a switch file. ``transaction=True``: the runtime records steps on connec
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -115,3 +116,32 @@ def test_unknown_connection_names_the_others_only_to_who_may_see_connections(ali
     staff = django_user_model.objects.create_user("ops", is_staff=True, is_superuser=True)
     refused = token_client(staff).post("/api/runs/", body, format="json")
     assert refused.status_code == 400 and "one of vendor-secret-name" in error(refused, "connection")
+
+
+def test_readers_in_requests_never_list_and_the_background_lists_at_a_bounded_rate(settings, monkeypatch):
+    """200 reads inside ``without_waiting`` in about a second: none lists in its own thread, and
+    the background thread lists at most twice (once at once, then after its 2 s pause)."""
+    entry = mcp_servers.ours()
+    settings.NRLLM_AGENTS = {**getattr(settings, "NRLLM_AGENTS", {}), "MCP_SERVERS": {"mcpServers": {"ours": entry}}}
+    catalog.forget()
+    passes: list[str] = []
+    listing = catalog.refresh
+
+    def counted(**kwargs):
+        passes.append(threading.current_thread().name)
+        return listing(**kwargs)
+
+    monkeypatch.setattr(catalog, "refresh", counted)
+    try:
+        slowest = 0.0
+        with catalog.without_waiting():
+            for _ in range(200):
+                began = time.monotonic()
+                catalog.current()
+                slowest = max(slowest, time.monotonic() - began)
+                time.sleep(0.005)
+        assert slowest < 0.5  # generous: a read is a copy of what is known
+        assert 1 <= len(passes) <= 2 and set(passes) == {"nrllm-mcp-catalog"}, passes
+    finally:
+        hub().close()
+        catalog.forget()
