@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from nrllm_agents.executors import dispatch
 from nrllm_agents.models import ACTIVE, AgentRun, AgentRunEvent
 from nrllm_agents.runtime import threads
 from tests.e2e.processes import wait_for
@@ -110,13 +111,11 @@ def test_an_interrupt_behind_an_enqueued_message_keeps_the_running_turn(api):
 def test_a_run_stopped_before_its_first_model_call_leaves_no_turn(api, runtime, monkeypatch):
     """Cancelled while its ``thread`` step is being recorded: the stream holds that step and the
     cancel, no model call, and the transcript before it goes on, whole."""
-    from nrllm_agents.runtime.agent_runtime import AgentRuntime
-
     thread = new_thread(api)
     a = post(api, thread, "A", answer("a"))
     wait_for(lambda: stopped(a, "completed"), what="A")
     with monkeypatch.context() as held:  # nobody dispatches C: this test executes it itself
-        held.setattr(AgentRuntime, "_dispatch", lambda self, run_id, **kw: True)
+        held.setattr(dispatch, "dispatch", lambda run_id, **kw: None)
         late = post(api, thread, "C", answer("c"))
 
     def cancel_at_the_opening(step: dict[str, Any]) -> None:
