@@ -83,3 +83,31 @@ def test_the_claim_writes_the_same_row_on_both_paths(monkeypatch):
 
     statement, fence = both(queued, act, monkeypatch)
     assert statement == fence
+
+
+def test_the_step_boundary_writes_the_same_row_and_step_on_both_paths(monkeypatch):
+    from django.utils import timezone
+
+    from nrllm_agents.domain import Step, StepKind
+    from tests.integration.runs import OWNER
+
+    at = timezone.now()
+
+    def act(run_id):
+        step = Step(StepKind.LLM, 1, {"content": "ok", "usage": {"prompt_tokens": 3}}, duration_ms=12)
+        assert store.record_step(run_id, OWNER, 0, step, at) is store.Lease.HELD
+
+    def events(run_id):
+        return list(
+            AgentRunEvent.objects.filter(run_id=run_id).values(
+                "sequence", "kind", "round", "duration_ms", "payload", "created_at"
+            )
+        )
+
+    first, second = running(), running()
+    act(first)
+    with monkeypatch.context() as patch:
+        patch.setattr(prepared, "enabled", lambda: False)
+        act(second)
+    assert shape(first) == shape(second)
+    assert events(first) == events(second) and len(events(first)) == 1
