@@ -33,7 +33,6 @@ GIL for long (CPU-bound work); this one when runs mostly wait on models and remo
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
@@ -50,6 +49,7 @@ from rq.timeouts import BaseDeathPenalty
 from rq.utils import now
 from rq.worker import BaseWorker, WorkerStatus
 
+from ..conf import env
 from ..executors.pool import SegmentExecutor
 from ..executors.rq_queue import OUTAGES
 from ..runtime.segment import hand_back_all
@@ -61,7 +61,7 @@ POLL_SECONDS = 1  # a blocking dequeue returns at least this often, so a shutdow
 HEARTBEAT_EVERY = 5.0  # seconds between the worker's own heartbeats (RQ sends one per job otherwise)
 # A thread woken by a cancel waits for the GIL at most about this long while others compute
 # (Python's default is 5 ms); hundreds of mostly idle threads make the shorter wait cheap.
-SWITCH_INTERVAL = float(os.environ.get("NRLLM_WORKER_SWITCH_INTERVAL", "0.001"))
+SWITCH_INTERVAL = env("NRLLM_WORKER_SWITCH_INTERVAL", float, 0.001)
 
 
 class NoDeathPenalty(BaseDeathPenalty):
@@ -76,7 +76,7 @@ class NoDeathPenalty(BaseDeathPenalty):
 
 def default_concurrency() -> int:
     """``NRLLM_WORKER_CONCURRENCY``, else ``DEFAULT_CONCURRENCY``."""
-    return int(os.environ.get("NRLLM_WORKER_CONCURRENCY") or DEFAULT_CONCURRENCY)
+    return int(env("NRLLM_WORKER_CONCURRENCY", int, DEFAULT_CONCURRENCY))
 
 
 class ThreadedWorker(RidesOutOutages, BaseWorker):
