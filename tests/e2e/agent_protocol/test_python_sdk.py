@@ -75,6 +75,12 @@ def test_wait_join_and_a_threadless_run(sdk):
     assert contents(sdk.runs.join(thread["thread_id"], run["run_id"])["messages"])[-1] == ("ai", "joined")
     parts = list(sdk.runs.join_stream(thread["thread_id"], run["run_id"], stream_mode="values"))
     assert contents(parts[-1].data["messages"])[-1] == ("ai", "joined")
+    first = next(p for p in parts if p.event == "values")  # after the run's first step: the question
+    assert (first.id, contents(first.data["messages"])) == ("0", [("human", "later")])
+    resumed = list(sdk.runs.join_stream(thread["thread_id"], run["run_id"], stream_mode="values", last_event_id="0"))
+    values = [p for p in resumed if p.event == "values"]
+    assert len(values) == len([p for p in parts if p.event == "values"]) - 1, "Last-Event-ID resumes after that step"
+    assert contents(values[-1].data["messages"])[-1] == ("ai", "joined")
 
 
 def test_reject_raises_the_sdks_conflict_error_and_interrupt_keeps_the_partial_turn(sdk):
