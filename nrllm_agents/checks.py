@@ -8,7 +8,6 @@ instead of failing on the first run that reads it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
@@ -19,6 +18,7 @@ from .conf import DEFAULTS, RENAMED, Env, app_settings, renamed_in_use
 from .crypto.vault import problem as vault_problem
 from .executors import RQ
 from .executors import named as executor_named
+from .money import parsing
 
 Rule = tuple[Callable[[Any], bool], str]
 
@@ -46,13 +46,13 @@ PATHS: Rule = (
 
 def _amount(value: Any) -> bool:
     try:
-        amount = Decimal(str(value)) if isinstance(value, (int, str, Decimal)) and not isinstance(value, bool) else None
-    except InvalidOperation:
+        parsing.parse(value, parsing.Bounds())
+    except parsing.InvalidAmount:
         return False
-    return amount is not None and amount.is_finite() and amount > 0
+    return True
 
 
-AMOUNT: Rule = (_amount, "a decimal amount above 0 (a string such as '12.50', or a whole number)")
+AMOUNT: Rule = (_amount, "a plain decimal above 0 (a string such as '12.50', or a whole number)")
 
 
 def _names_an_executor(value: Any) -> bool:

@@ -16,6 +16,8 @@ from django.http import HttpRequest
 from ..access import policy
 from ..catalog import agents
 from ..models import Agent, AgentVersion, Connection, Price
+from ..money import parsing
+from ..money.fields import AmountField
 from .bases import AgentModelForm, AgentVersionTabularInline, AnyModelAdmin, ConnectionModelForm
 
 
@@ -88,12 +90,13 @@ class PriceAdmin(_Configured):
     fields = ("connection", "provider", "model", "input_per_million", "output_per_million")
 
     def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
-        field = super().formfield_for_dbfield(db_field, request, **kwargs)
-        if field is not None and db_field.name in ("input_per_million", "output_per_million"):
-            field.help_text = (
-                "Per million tokens, in NRLLM_AGENTS['CURRENCY']; new calls use it, past ones keep theirs."
+        if db_field.name in ("input_per_million", "output_per_million"):
+            return AmountField(
+                bounds=parsing.PRICE,
+                label=db_field.verbose_name.capitalize(),
+                help_text="Per million tokens, in NRLLM_AGENTS['CURRENCY']; new calls use it, past ones keep theirs.",
             )
-        return field
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
 
 
 class AgentForm(AgentModelForm):
