@@ -47,7 +47,7 @@ def _dev_secret_key(path: Path) -> str:
         return path.read_text().strip()
     except FileNotFoundError:
         pass
-    fd, staged = tempfile.mkstemp(dir=path.parent, prefix=".dev-secret-key.")
+    fd, staged = tempfile.mkstemp(dir=path.parent, prefix=".dev-secret-key.")  # 0600: its owner's only
     try:
         with os.fdopen(fd, "w") as f:
             f.write(get_random_secret_key())
@@ -130,9 +130,24 @@ TEMPLATES = [
 ]
 
 
+def _private_file(name: str) -> None:
+    """Create the SQLite file ``name`` empty and private (0600) before SQLite opens it, so that
+    the database (tokens, session keys) and the -wal and -shm files SQLite gives its mode are
+    readable by their owner only; an existing one readable by others is made private."""
+    if not name or name == ":memory:" or name.startswith("file:"):
+        return
+    with contextlib.suppress(OSError):  # a read-only place: SQLite itself will say so
+        try:
+            os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            if os.stat(name).st_mode & 0o077:
+                os.chmod(name, 0o600)
+
+
 def _database(url: str) -> dict:
     config = dj_database_url.parse(url, conn_max_age=0)
     if config["ENGINE"] == "django.db.backends.sqlite3":
+        _private_file(str(config["NAME"]))
         # Fences must be atomic on SQLite too: IMMEDIATE takes the write lock at BEGIN, so a
         # read-check-write transaction cannot interleave with another writer. WAL lets readers
         # (the cancellation probe, the stream) proceed while a writer holds the lock.
