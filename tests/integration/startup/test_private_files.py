@@ -56,7 +56,10 @@ def test_an_existing_world_readable_sqlite_database_is_made_private(tmp_path):
 
 def test_the_development_secret_key_is_created_private(tmp_path):
     key = tmp_path / ".dev-secret-key"
-    probe = f"from pathlib import Path; from config.settings import _dev_secret_key; print(len(_dev_secret_key(Path({str(key)!r}))))"
+    probe = (
+        "from pathlib import Path; from config.settings import _dev_secret_key; "
+        f"print(len(_dev_secret_key(Path({str(key)!r}))))"
+    )
     done = run(["-c", probe], DATABASE_URL="sqlite:///:memory:")
     assert done.returncode == 0 and int(done.stdout) >= 50, done.stderr
     assert mode(key) == 0o600
