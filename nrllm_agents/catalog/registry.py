@@ -198,6 +198,7 @@ def connection_provider(request: RunRequest, run_id: Any = None) -> Provider:
         base_url=row.base_url,
         timeout=app_settings.PROVIDER_TIMEOUT,
         stream=bool(app_settings.PROVIDER_STREAM),
+        connection=row.name,
     )
     return provider
 
