@@ -13,14 +13,21 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
+import subprocess
+import sys
 
 import pytest
-from django.test import Client
+from cryptography.fernet import Fernet
+from django.test import Client, override_settings
 from rest_framework.test import APIClient
 
 from nrllm_agents.catalog import connections
-from nrllm_agents.models import AgentRun, AgentRunEvent
+from nrllm_agents.checks import connection_key_problems
+from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus
+from nrllm_agents.runtime.agent_runtime import AgentRuntime
+from tests.conftest import ROOT
 
 KEY = "sk-conn-7f3a9c1e5b2d4f6a8c0e1a3b5d7f9e2c"
 PASSWORD = "S3cretPass"
@@ -97,3 +104,84 @@ def test_saving_the_admin_page_with_the_mask_keeps_the_userinfo(admin_client):
     assert admin_client.post(f"/admin/nrllm_agents/connection/{row.pk}/change/", form).status_code == 302
     row.refresh_from_db()
     assert row.base_url == "http://other:pw@127.0.0.1:9/v1"
+
+
+def _saved_under(old: str, kind: str = "openai", name: str = "edge") -> None:
+    with override_settings(NRLLM_AGENTS={"SECRET_KEYS": [old]}):
+        connections.save(name, kind=kind, base_url="http://127.0.0.1:9/v1", default_model="m", api_key=KEY)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("mode", ["sync", "queued"])
+def test_a_run_whose_key_cannot_be_decrypted_fails_as_configuration_not_retried(mode, alice, caplog, settings):
+    settings.REDIS_URL = None
+    settings.NRLLM_AGENTS = {**settings.NRLLM_AGENTS, "EXECUTOR": "local", "QUEUED_SWEEP_SECONDS": 0}
+    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    _saved_under(old)
+    caplog.set_level(logging.DEBUG)
+    runtime = AgentRuntime()
+    data = {"prompt": "hello", "connection": "edge", "tools": []}
+    with override_settings(NRLLM_AGENTS={**settings.NRLLM_AGENTS, "SECRET_KEYS": [new]}):
+        if mode == "sync":
+            runtime.run(data, owner=alice)
+        else:
+            run_id = runtime.enqueue(data, owner=alice)
+            runtime.run_queued(run_id)
+    run = AgentRun.objects.get()
+    assert (run.status, run.termination_reason) == (RunStatus.FAILED, "configuration_failed")
+    assert run.attempts <= 1, "retried"
+    assert "connection 'edge'" in run.error_message and "agent_connections rotate" in run.error_message
+    assert KEY not in run.error_message
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    assert "unexpected error" not in caplog.text
+
+
+@pytest.mark.django_db
+def test_the_key_check_opens_one_key_of_each_kind(settings):
+    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    _saved_under(old, "openai", "a-openai")
+    _saved_under(old, "gemini", "a-gemini")
+    with override_settings(NRLLM_AGENTS={"SECRET_KEYS": [old]}):
+        assert connection_key_problems() == []
+    with override_settings(NRLLM_AGENTS={"SECRET_KEYS": [new]}):
+        found = connection_key_problems()
+    assert [m.id for m in found] == ["nrllm_agents.E017", "nrllm_agents.E017"]
+    assert "connection 'a-gemini' (gemini)" in found[0].msg and "agent_connections rotate" in found[0].hint
+    with override_settings(NRLLM_AGENTS={"SECRET_KEYS": f"{new},{old}"}):
+        assert connection_key_problems() == []
+
+
+def test_manage_py_check_and_check_deploy_fail_on_a_wrong_key_list(tmp_path):
+    """Real processes on a migrated SQLite file: the key added under one list, checked under another."""
+    old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "PYTEST", "NRLLM_SECRET_KEYS"))}
+    env.update(
+        DJANGO_SETTINGS_MODULE="config.settings",
+        DJANGO_SECRET_KEY="k" * 60,
+        DJANGO_DEBUG="1",
+        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        NRLLM_SECRET_KEYS=old,
+    )
+
+    def manage(*args: str, stdin: str = "", **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env={**env, **extra},
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+    assert manage("migrate", "-v0").returncode == 0
+    added = manage(
+        "agent_connections", "add", "edge", "--kind", "openai", "--base-url", "http://127.0.0.1:9/v1", stdin=KEY
+    )
+    assert added.returncode == 0, added.stderr
+    assert manage("check").returncode == 0
+    for args in (["check"], ["check", "--deploy"]):
+        done = manage(*args, NRLLM_SECRET_KEYS=new)
+        assert done.returncode != 0 and "nrllm_agents.E017" in done.stderr, done.stderr
+        assert "connection 'edge'" in done.stderr and "agent_connections rotate" in done.stderr
+        assert KEY not in done.stdout + done.stderr
