@@ -15,7 +15,7 @@ from playwright.sync_api import Page, expect
 
 from nrllm_agents.models import AgentRun
 
-from .conftest import PASSWORD
+from .test_console import sign_in_admin
 from .test_playground import sign_in, start
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the server is another process
@@ -43,12 +43,8 @@ def test_every_page_carries_the_enforced_policy_and_the_browser_refuses_nothing(
     page = context.new_page()
     sign_in(page, live_url)
     run_id = start(page, QUICK, [], mode="interactive")
-    django_user_model.objects.create_superuser("root", password=PASSWORD)
     operator = browser_context().new_page()
-    operator.goto(f"{live_url}/admin/login/?next=/admin/")
-    operator.fill("#id_username", "root")
-    operator.fill("#id_password", PASSWORD)
-    operator.click("input[type=submit]")
+    sign_in_admin(operator, live_url, django_user_model, "/admin/")
     operator.wait_for_url(f"{live_url}/admin/")
     thread_page = f"{live_url}/playground/threads/"
     pages = [
