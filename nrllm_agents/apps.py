@@ -16,10 +16,14 @@ class NrllmAgentsConfig(AppConfig):
 
         from . import checks, executors, live
         from .observability import tracing
+        from .store import db
         from .workers import jobs, maintenance
 
         # The process is wired here, by explicit calls: nothing registers itself at import.
         checks.register_all()
+        # Pooled PostgreSQL connections are checked before they are handed out (a connection the
+        # server closed would fail a claim or a maintenance pass), unless the host chose a check.
+        db.check_pools_before_use()
         # the listener's clients (cancel watcher first, the hub, the publisher of boundaries)
         live.install()
         # Traces: on when the host set its own tracer provider, or when the standard OTEL_*

@@ -43,9 +43,11 @@ WITH locked AS (
     UPDATE {_RUN} r SET
         status = 'cancelled', termination_reason = %s, cancelled_by_id = %s, cancelled_by_name = COALESCE(%s, ''),
         cancel_source = %s,
-        cancel_reason = %s, cancel_detail = %s::jsonb, cancel_requested_at = t.at, finished_at = t.at,
+        cancel_reason = %s, cancel_detail = %s::jsonb, cancel_requested_at = t.at,
+        finished_at = GREATEST(t.at, COALESCE(r.started_at, r.created_at)),
         request_payload = NULL, suspended_state = NULL,
-        stopped_at = CASE WHEN l.status = 'running' THEN r.stopped_at ELSE t.at END,
+        stopped_at = CASE WHEN l.status = 'running' THEN r.stopped_at
+                          ELSE GREATEST(t.at, COALESCE(r.started_at, r.created_at)) END,
         lease_expires = CASE WHEN l.status = 'running' THEN r.lease_expires END
     FROM locked l, stamp t
     WHERE r.id = l.id AND l.status IN {_ACTIVE} AND (l.status = 'running' OR l.fresh)

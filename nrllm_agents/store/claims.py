@@ -27,7 +27,7 @@ WITH locked AS (
     SELECT r.id, r.status, r.xmin = (SELECT s.xmin FROM {_RUN} s WHERE s.id = %s) AS fresh
     FROM {_RUN} r WHERE r.id = %s FOR UPDATE OF r
 ), changed AS (
-    UPDATE {_RUN} r SET status = 'running', started_at = %s, claimed_by = %s, lease_expires = %s
+    UPDATE {_RUN} r SET status = 'running', started_at = GREATEST(%s, r.created_at), claimed_by = %s, lease_expires = %s
     FROM locked l WHERE r.id = l.id AND l.status = 'queued' AND l.fresh
     RETURNING r.request_payload
 )

@@ -17,7 +17,7 @@ from ..models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus, Termi
 from . import prepared
 from .cancels import cancel_one_trip
 from .claims import claim_one_trip
-from .journal import append_cancelled, ended_fields, owned, spend_fields
+from .journal import append_cancelled, ended_fields, owned, spend_fields, started_stamp, stop_stamp
 from .results import NOT_FOUND, InvalidArgument, Transition, actor, checked_reason
 
 logger = logging.getLogger(__name__)
@@ -29,9 +29,14 @@ def _active() -> list[str]:
 
 def begin(fields: dict[str, Any], *, claimed_by: str = "", lease_expires: datetime | None = None) -> AgentRun:
     """Insert a run that is executing from birth (``— → running``), owned by ``claimed_by``."""
-    now = timezone.now()
+    now = timezone.now()  # one clock reading: created and started at the same moment
     return AgentRun.objects.create(
-        status=RunStatus.RUNNING, started_at=now, claimed_by=claimed_by, lease_expires=lease_expires, **fields
+        status=RunStatus.RUNNING,
+        created_at=now,
+        started_at=now,
+        claimed_by=claimed_by,
+        lease_expires=lease_expires,
+        **fields,
     )
 
 
@@ -70,7 +75,7 @@ def claim_queued(run_id: uuid.UUID, *, claimed_by: str, lease_expires: datetime 
         RunStatus.QUEUED,
         RunStatus.RUNNING,
         read="request_payload",
-        started_at=timezone.now(),
+        started_at=started_stamp(timezone.now()),
         claimed_by=claimed_by,
         lease_expires=lease_expires,
     )
@@ -200,7 +205,7 @@ def cancel(
         quiescent = previous != RunStatus.RUNNING
         # A running run keeps its owner and lease: its segment acknowledges at the next
         # boundary, or the reaper does once that lease expires (the segment died).
-        quiescent_fields = {"stopped_at": now, "lease_expires": None} if quiescent else {}
+        quiescent_fields = {"stopped_at": stop_stamp(now), "lease_expires": None} if quiescent else {}
         AgentRun.objects.filter(pk=run_id, status=previous).update(
             **cancel_fields(
                 now, by=by, source=source, reason=reason, termination_reason=termination_reason, detail=detail
@@ -233,7 +238,7 @@ def cancel_fields(
         "cancelled_by_name": name or "",
         "cancel_source": source,
         "cancel_reason": reason or "",
-        "finished_at": now,
+        "finished_at": stop_stamp(now),
         "request_payload": None,
         "suspended_state": None,
     }
@@ -248,9 +253,17 @@ def acknowledge_cancel(
     usage: Usage,
     owner: str | None = None,
     interrupted_sequence: int | None = None,
+    stopped_at: datetime | None = None,
 ) -> Transition:
     """A segment stopped by a cancel: stamp when it stopped and its spend, append ``cancelled``
     at ``sequence`` (the step before it is the boundary).
+
+    ``stopped_at`` is when the work stopped: the end of the step the cancel cut short (or of
+    the boundary step that found the cancel), as the segment stamped it when it recorded that
+    step; default now (a cancel found before a call started). Never earlier than the cancel
+    itself: ``stopped_at`` and ``finished_at`` become the later of the two, so the run's times
+    stay in order (``models.TIMES_IN_ORDER``) and the write of the ``cancelled`` step, after
+    it, adds nothing to the stop.
 
     Happens at most once per run (guarded on ``stopped_at IS NULL``): ``applied`` with the
     appended step as ``data["event"]``, or not applied when the acknowledgement was already
@@ -258,12 +271,14 @@ def acknowledge_cancel(
     cancel cut short, when it did (the step is marked ``interrupted``).
     """
     now = timezone.now()
+    stop = stop_stamp(stopped_at or now, after="finished_at")
     with transaction.atomic():
         rows = AgentRun.objects.filter(pk=run_id, status=RunStatus.CANCELLED, stopped_at__isnull=True)
         if owner is not None:
             rows = rows.filter(claimed_by=owner)  # a segment that lost the run never writes to it
         n = rows.update(
-            stopped_at=now,
+            stopped_at=stop,
+            finished_at=stop,
             **spend_fields(iterations, usage),
             claimed_by="",
             pending_effect=None,
