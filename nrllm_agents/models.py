@@ -48,6 +48,9 @@ class TerminationReason(models.TextChoices):
     RETRIES_EXHAUSTED = "retries_exhausted"  # transient failures or lost workers used up the requeue budget
     NOT_RETRYABLE = "not_retryable"  # a permanent failure, or a lost worker during a non-idempotent tool
     INTERNAL_ERROR = "internal_error"  # an unexpected error in the runtime
+    # the run's provider or tools cannot be built as configured (a connection's key no configured
+    # key opens, a kind not installed, a tool gone): not retried, fixed by an operator
+    CONFIGURATION_FAILED = "configuration_failed"
     INTERRUPTED_BY_MESSAGE = "interrupted_by_message"  # a new message of its thread interrupted it (threads.py)
 
 
