@@ -17,6 +17,11 @@ any process:
   ``{"run_id", "round", "text", "offset"}``: a piece of the answer, ``offset`` being its
   character position in that call's content. They are never stored; the ``llm`` step
   recorded afterwards replaces them.
+- while a tool call reports how far it got (an MCP server's ``notifications/progress``, or
+  ``CallContext.progress``), ``event: progress`` frames (no ``id``) carry ``{"run_id",
+  "kind": "progress", "round", "call_id", "name", "progress", "total", "message"}``: the call's
+  latest report, at most one per call every ``DELTA_COALESCE_SECONDS``. Never stored; the
+  ``tool`` step recorded afterwards ends them (and keeps the reports it saw).
 
 It waits to be woken (``watch.py``, ``push.py``): on PostgreSQL by the process's one
 listening connection, holding no database connection while idle; elsewhere it polls every
@@ -113,6 +118,7 @@ def render(update: Update) -> str:
     reconnect's ``Last-Event-ID`` still names the last step), then the final event."""
     frames = [_step_frame(step) for step in update.steps]
     frames += [sse_event("delta", delta) for delta in update.deltas]
+    frames += [sse_event("progress", report) for report in update.progress]
     if update.final is not None and update.final[1] is not None:
         frames.append(sse_event(update.final[0], final_data(update.final[1])))
     return "".join(frames)

@@ -83,6 +83,8 @@ class ToolLoop:
         there after a boundary it could not guard, and gives its database connection back
         before a call that may wait).
     on_delta: receives ``(round, text)`` as a streaming model call produces its answer.
+    on_progress: receives ``(round, call, progress, total, message)`` as a tool call reports
+        how far it got (``CallContext.progress``).
     price: the model's price in force for this drive; each model call's usage (and step)
         then carries its cost, and the step the price it was costed at.
     carrier: called right before a model call (with ``None``) or a tool call (with the call)
@@ -102,6 +104,7 @@ class ToolLoop:
         token: CancelToken = NEVER,
         before_start: Callable[[bool], None] | None = None,
         on_delta: Callable[[int, str], None] | None = None,
+        on_progress: Callable[[int, ToolCall, float, float | None, str | None], None] | None = None,
         price: Price | None = None,
         carrier: Callable[[ToolCall | None], Mapping[str, str]] | None = None,
     ) -> None:
@@ -114,6 +117,7 @@ class ToolLoop:
         self.token = token
         self.before_start = before_start
         self.on_delta = on_delta
+        self.on_progress = on_progress
         self.price = price
         self.carrier = carrier
         self._schemas = [schema(t) for t in self.tools.values()]
@@ -260,13 +264,25 @@ class ToolLoop:
         if self.before_start is not None:
             self.before_start(waits)
 
-    def _context(self, state: LoopState, headers: Mapping[str, str] | None = None) -> CallContext:
+    def _context(
+        self, state: LoopState, headers: Mapping[str, str] | None = None, call: ToolCall | None = None
+    ) -> CallContext:
+        round_ = state.round
         sink = None
-        if self.on_delta is not None:
-            round_, publish = state.round, self.on_delta
+        if self.on_delta is not None and call is None:
+            publish = self.on_delta
             sink = lambda text: publish(round_, text)  # noqa: E731
+        progress = None
+        if self.on_progress is not None and call is not None:
+            report, tool_call = self.on_progress, call
+            progress = lambda value, total, message: report(round_, tool_call, value, total, message)  # noqa: E731
         return CallContext(
-            token=self.token, on_delta=sink, round=state.round, call_index=state.iterations, headers=headers or {}
+            token=self.token,
+            on_delta=sink,
+            round=round_,
+            call_index=state.iterations,
+            headers=headers or {},
+            on_progress=progress,
         )
 
     def _complete(self, state: LoopState, headers: Mapping[str, str] | None = None) -> Any:
@@ -335,7 +351,7 @@ class ToolLoop:
                 try:
                     if self._tool_context.get(call.name):
                         aware: Any = tool  # a tool that takes the optional ``context``
-                        result = aware.execute(dict(call.arguments), context=self._context(state, headers))
+                        result = aware.execute(dict(call.arguments), context=self._context(state, headers, call))
                     else:
                         result = tool.execute(dict(call.arguments))
                     result = clean_value(result)  # what the tool returned, made storable

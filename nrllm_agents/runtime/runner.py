@@ -191,6 +191,7 @@ class SegmentRunner:
                 token=trace.token,
                 before_start=trace.before_start,
                 on_delta=trace.delta,
+                on_progress=trace.progress,
                 price=pricing.for_request(request),  # once per segment: the price in force now
                 carrier=trace.spans.starting if trace.spans is not None else None,  # traced: spans per call
             )
