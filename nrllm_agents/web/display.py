@@ -48,7 +48,8 @@ def for_page(step: dict[str, Any], *, final_sequence: int | None = None) -> dict
         "time": time_of(step.get("created_at")),
         "duration": duration(step.get("duration_ms")),
         "interrupted": bool(payload.get("interrupted")) if isinstance(payload, dict) else False,
-        "failed": isinstance(payload, dict) and payload.get("error") is not None,
+        # a step a cancel cut short carries an error text, but it is a decision, not a failure
+        "failed": isinstance(payload, dict) and payload.get("error") is not None and not payload.get("interrupted"),
         "final": step.get("sequence") == final_sequence,
     }
 

@@ -66,14 +66,15 @@
   function renderStep(step) {
     const payload = step.payload || {};
     const interrupted = Boolean(payload.interrupted);
-    const failed = payload.error !== undefined && payload.error !== null;
+    // A step a cancel cut short carries an error text, but it is a decision, not a failure.
+    const failed = !interrupted && payload.error !== undefined && payload.error !== null;
     const li = el("li", {class: `step kind-${step.kind}${interrupted ? " interrupted" : ""}${failed ? " failed" : ""}`,
                          id: `step-${step.sequence}`, tabindex: "-1",
                          "data-sequence": step.sequence, "data-kind": step.kind});
     const head = el("div", {class: "step-head"});
     head.append(toggleButton(step.sequence), el("span", {class: "seq"}, `#${step.sequence}`), " ",
                 el("span", {class: "kind"}, step.kind), " ", el("span", {class: "round"}, `round ${step.round}`), " ");
-    if (interrupted) head.append(el("span", {class: "badge interrupted"}, "interrupted"), " ");
+    if (interrupted) head.append(el("span", {class: "badge interrupted"}, "interrupted by cancel"), " ");
     if (failed) head.append(el("span", {class: "badge failed"}, step.kind === "llm" ? "model failed" : "tool error"), " ");
     if (step.duration_ms !== null && step.duration_ms !== undefined) {
       head.append(el("span", {class: "duration"}, duration(step.duration_ms)), " ");
