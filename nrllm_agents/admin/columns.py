@@ -49,6 +49,15 @@ def span(start: datetime | None, end: datetime | None) -> str:
     return duration(max(((end or timezone.now()) - start).total_seconds(), 0.0) * 1000)
 
 
+def tokens_of(run: AgentRun, spend: Any) -> dict[str, int]:
+    """A run's tokens and model calls: its row's once it settles; while it executes, its
+    recorded steps' (``gantt.Spend``), which count them as they land."""
+    row = {"total": run.total_tokens, "prompt": run.prompt_tokens, "completion": run.completion_tokens}
+    if spend is not None and spend.total_tokens > row["total"]:
+        row = {"total": spend.total_tokens, "prompt": spend.prompt_tokens, "completion": spend.completion_tokens}
+    return row
+
+
 def status_badge(run: AgentRun) -> SafeString:
     reason = run.get_termination_reason_display() if run.termination_reason else run.get_status_display()
     return format_html(

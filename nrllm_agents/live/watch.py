@@ -177,7 +177,9 @@ class Watch:
     def _finish(self, update: Update) -> Update:
         if update.deltas:
             reports = [d for d in update.deltas if d.get("kind") == "progress"]
-            fresh = [d for d in update.deltas if d.get("kind") != "progress" and d.get("round", -1) > self._answered_round]
+            fresh = [
+                d for d in update.deltas if d.get("kind") != "progress" and d.get("round", -1) > self._answered_round
+            ]
             update.deltas = merge_deltas(fresh)
             update.progress = latest_progress(reports, self._done_calls)
         return update

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from ..money import pricing
 from ..presentation import describe
 
 
@@ -20,22 +21,29 @@ def time_of(iso: str | None) -> str:
 
 
 def elapsed(started_at: datetime | None, finished_at: datetime | None) -> str:
-    """``12.3 s`` from start to finish (or to now while the run goes on); ``—`` before it starts."""
+    """The time from start to finish (or to now while the run goes on), as ``duration`` writes
+    it; ``—`` before it starts."""
     if started_at is None:
         return "—"
     seconds = ((finished_at or timezone.now()) - started_at).total_seconds()
-    return f"{max(seconds, 0):.1f} s"
+    return duration(max(seconds, 0) * 1000)
 
 
 def duration(ms: float | None) -> str:
-    """``830 ms`` under a second, ``2.41 s`` under a minute, ``3.2 min`` beyond; ``""`` for none."""
+    """The one way a duration reads (``console.js`` writes the same): ``340 ms`` under a
+    second, ``2.41 s`` under a minute, then ``2 min 5 s``, ``1 h``, ``1 h 5 min``; ``""`` for none."""
     if ms is None:
         return ""
     if ms < 1000:
         return f"{ms:.0f} ms" if ms >= 1 or ms == 0 else f"{ms:.2f} ms"
     if ms < 60_000:
         return f"{ms / 1000:.2f} s"
-    return f"{ms / 60_000:.1f} min"
+    seconds = round(ms / 1000)
+    if seconds < 3600:
+        minutes, rest = divmod(seconds, 60)
+        return f"{minutes} min {rest} s" if rest else f"{minutes} min"
+    hours, rest = divmod(round(seconds / 60), 60)
+    return f"{hours} h {rest} min" if rest else f"{hours} h"
 
 
 def for_page(step: dict[str, Any], *, final_sequence: int | None = None) -> dict[str, Any]:
@@ -63,3 +71,11 @@ def final_answer_sequence(steps: list[dict[str, Any]], final_text: str | None) -
             payload = step.get("payload") or {}
             return step["sequence"] if payload.get("content") == final_text else None
     return None
+
+
+def spend_text(run: Any, picture: Any) -> str:
+    """The run's spend: settled, its row's cost; while it executes, its steps' so far with the
+    price in force (never "not priced" for a priced model before its first costed step)."""
+    if run.is_terminal:
+        return pricing.cost_text(run)
+    return pricing.running_cost_text(run, picture.spend.cost if picture.spend else None)

@@ -21,36 +21,8 @@
     return node;
   }
 
-  // --- one time format: relative, with the local time (to the ms) on hover ----------------
-  const pad = (n, w) => String(n).padStart(w || 2, "0");
-  function localTime(date) {
-    return `${date.toLocaleDateString()} ${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}` +
-      `.${pad(date.getMilliseconds(), 3)}`;
-  }
-  function relative(date) {
-    const seconds = (Date.now() - date.getTime()) / 1000;
-    if (seconds < 5) return "just now";
-    if (seconds < 60) return `${Math.round(seconds)} s ago`;
-    if (seconds < 3600) return `${Math.round(seconds / 60)} min ago`;
-    if (seconds < 86400) return `${Math.round(seconds / 3600)} h ago`;
-    return `${Math.round(seconds / 86400)} d ago`;
-  }
-  function formatTimes(root) {
-    (root || document).querySelectorAll("time[datetime]").forEach((node) => {
-      const date = new Date(node.getAttribute("datetime"));
-      if (isNaN(date)) return;
-      node.textContent = relative(date);
-      node.title = localTime(date);
-    });
-  }
-  function duration(ms) {
-    if (ms === null || ms === undefined) return "";
-    if (ms < 1000) return `${Math.round(ms)} ms`;
-    if (ms < 60000) return `${(ms / 1000).toFixed(2)} s`;
-    return `${(ms / 60000).toFixed(1)} min`;
-  }
-  formatTimes();
-  window.setInterval(() => formatTimes(), 10000);
+  // --- one time format and one duration format, shared (console.js) -----------------------
+  const {duration, formatTimes} = window.nrllmConsole;
 
   // The server describes every step (nrllm_agents/describe.py): the stream sends its labelled
   // lines as "details", the same ones the server-rendered page shows.
@@ -187,8 +159,7 @@
         const fresh = holder.querySelector("#run-picture");
         const old = document.getElementById("run-picture");
         if (fresh && old) { old.replaceWith(fresh); bindTips(fresh); }
-        const cost = document.getElementById("spend-cost");
-        if (cost && !TERMINAL.includes(status.status)) text("st-cost", cost.textContent);
+        if (fresh && fresh.dataset.costText && !TERMINAL.includes(status.status)) text("st-cost", fresh.dataset.costText);
       }
     } catch (e) { /* the next step or tick tries again */ }
     fetching = false;
@@ -249,7 +220,7 @@
     const body = el("dl", {class: "step-body"});
     const live = el("dd", {class: "live-text"});
     if (kind === "llm") body.append(el("dt", {}, "answer so far"), live);
-    else body.append(el("dt", {}, "running"), el("dd", {}, `${name}: started, no result yet`));
+    else body.append(el("dt", {}, "running"), el("dd", {class: "tool-progress"}, `${name}: started, no result yet`));
     li.append(head, body);
     let list = document.getElementById("live-steps");  // beside the recorded steps, not among them
     if (!list) {
@@ -282,6 +253,13 @@
     card.text.append(piece.join(""));
     card.chars = delta.offset + codePoints(delta.text).length;
     writing(card.chars);
+  }
+
+  // A tool's progress (event "progress": its latest report) on the running tool's card.
+  function onProgress(report) {
+    if (!pending || pending.kind !== "tool" || pending.name !== report.name) return;
+    const target = pending.li.querySelector(".tool-progress");
+    if (target) window.nrllmConsole.showProgress(target, report);
   }
 
   function onStep(step) {
@@ -462,6 +440,7 @@
     es.onopen = () => streamState("live");
     es.addEventListener("step", (event) => onStep(JSON.parse(event.data)));
     es.addEventListener("delta", (event) => onDelta(JSON.parse(event.data)));
+    es.addEventListener("progress", (event) => onProgress(JSON.parse(event.data)));
     FINAL_EVENTS.forEach((name) => es.addEventListener(name, (event) => {
       es.close();
       source = null;
