@@ -10,7 +10,7 @@
   if (!live || live.dataset.live !== "true" || !window.EventSource) return;
   let due = false, busy = false, done = false, lastProgress = null;
   // What a refresh swaps: the live section and the page's head (title, breadcrumbs, actions).
-  const PARTS = ["#run-live", "#content > h1", "div.breadcrumbs", "ul.object-tools"];
+  const PARTS = ["#run-live", "#content .titles", ".breadcrumbs", "ul.object-tools"];
 
   function swap(page) {
     PARTS.forEach((selector) => {
