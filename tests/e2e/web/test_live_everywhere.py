@@ -47,7 +47,9 @@ def test_mcp_progress_shows_live_on_the_playground_and_admin_tool_cards(
 ):
     sign_in(page, mcp_url)
     wait_for_tool(page, TOOL)
-    script = json.dumps([{"tool_calls": [{"name": TOOL, "arguments": {"duration": 12, "steps": 24}}]}, {"content": "ok"}])
+    script = json.dumps(
+        [{"tool_calls": [{"name": TOOL, "arguments": {"duration": 12, "steps": 24}}]}, {"content": "ok"}]
+    )
     run_id = start(page, script, [TOOL])
     card = page.locator("#live-steps li[data-kind=tool-pending]")
     expect(card).to_contain_text(f"tool {TOOL}")
@@ -79,7 +81,10 @@ def test_the_admin_run_page_counts_tokens_live_and_settles_without_a_reload(
     Price.objects.create(provider="scripted", model="scripted-demo", input_per_million=3, output_per_million=15)
     sign_in(page, live_url)
     script = [
-        {"tool_calls": [{"name": "sleep", "arguments": {"seconds": 6}}], "usage": {"prompt_tokens": 900, "completion_tokens": 60}},
+        {
+            "tool_calls": [{"name": "sleep", "arguments": {"seconds": 6}}],
+            "usage": {"prompt_tokens": 900, "completion_tokens": 60},
+        },
         {"content": "slept", "usage": {"prompt_tokens": 1000, "completion_tokens": 20}},
     ]
     run_id = start(page, json.dumps(script), ["sleep"])
