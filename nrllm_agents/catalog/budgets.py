@@ -1,0 +1,139 @@
+"""Budgets as records: set, list and delete them by their subject and window (the admin, the
+API and ``agent_budgets`` all come here). Their counters are ``store.budgets``' alone."""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db.models import Q, QuerySet
+
+from ..conf import app_settings
+from ..domain.errors import Kind, KindedError
+from ..models import Agent, Budget, BudgetScope, BudgetWindow
+from ..store.budgets import use
+
+__all__ = ["BudgetProblem", "as_dict", "delete", "parse_ceiling", "set_budget", "subject_of", "visible_to"]
+
+
+class BudgetProblem(KindedError):
+    """The budget cannot be set as asked."""
+
+    kind = Kind.INVALID
+
+
+def subject_of(scope: str, name: str | None) -> dict[str, Any]:
+    """The fields naming a budget's subject: ``{"user": <User>}``, ``{"group": …}``, ``{"agent": …}``
+    or ``{}`` (everyone). Raises ``BudgetProblem`` for an unknown scope or name."""
+    if scope == BudgetScope.EVERYONE:
+        if name:
+            raise BudgetProblem("everyone's budget names no subject")
+        return {}
+    if scope not in BudgetScope.values:
+        raise BudgetProblem(f"scope must be one of {', '.join(BudgetScope.values)}")
+    if not name:
+        raise BudgetProblem(f"a {scope} budget names its {scope}")
+    model: Any = {"user": get_user_model(), "group": Group, "agent": Agent}[scope]
+    key = model.USERNAME_FIELD if scope == BudgetScope.USER else "name"
+    found = model.objects.filter(**{key: name}).first()
+    if found is None:
+        raise BudgetProblem(f"no {scope} named {name[:80]!r}")
+    return {scope: found}
+
+
+def parse_ceiling(value: Any, *, what: str, integer: bool = False) -> Decimal | int | None:
+    """A ceiling from text or a number: ``None`` (no ceiling) for ``None`` or ``""``; raises
+    ``BudgetProblem`` for anything but a finite, non-negative amount (a whole one for ``integer``)."""
+    if value is None or value == "":
+        return None
+    try:
+        amount = Decimal(str(value).strip())
+    except InvalidOperation:
+        raise BudgetProblem(f"{what} must be a number, not {str(value)[:40]!r}") from None
+    if not amount.is_finite() or amount < 0 or amount >= Decimal(10) ** 12:
+        raise BudgetProblem(f"{what} must be a non-negative amount below 10^12")
+    if integer:
+        if amount != amount.to_integral_value():
+            raise BudgetProblem(f"{what} must be a whole number")
+        return int(amount)
+    if amount.as_tuple().exponent < -12:  # type: ignore[operator]
+        raise BudgetProblem(f"{what} has more than 12 decimal places")
+    return amount
+
+
+def set_budget(
+    scope: str,
+    name: str | None,
+    window: str,
+    *,
+    max_cost: Any = None,
+    max_tokens: Any = None,
+    max_runs: Any = None,
+) -> tuple[Budget, bool]:
+    """Create or change the budget of a subject for a window; ``(budget, created)``. Its counters
+    are kept (a ceiling changed mid-window applies to what was spent so far)."""
+    if window not in BudgetWindow.values:
+        raise BudgetProblem(f"window must be one of {', '.join(BudgetWindow.values)}")
+    ceilings = {
+        "max_cost": parse_ceiling(max_cost, what="cost"),
+        "max_tokens": parse_ceiling(max_tokens, what="tokens", integer=True),
+        "max_runs": parse_ceiling(max_runs, what="runs", integer=True),
+    }
+    if all(v is None for v in ceilings.values()):
+        raise BudgetProblem("give at least one ceiling: cost, tokens or runs")
+    subject = subject_of(scope, name)
+    key = {"scope": scope, "window": window, "user": None, "group": None, "agent": None, **subject}
+    return Budget.objects.update_or_create(**key, defaults=ceilings)
+
+
+def delete(scope: str, name: str | None, window: str | None = None) -> int:
+    """Delete the budgets of a subject (of one window, or all of them); how many went."""
+    subject = subject_of(scope, name)
+    rows = Budget.objects.filter(scope=scope, **subject)
+    if window:
+        rows = rows.filter(window=window)
+    return rows.delete()[1].get(Budget._meta.label, 0)
+
+
+def visible_to(user: Any) -> QuerySet[Budget]:
+    """Every budget for staff; else the budgets covering the user's runs (theirs, their groups',
+    everyone's) and none of anyone else's."""
+    rows = Budget.objects.select_related("user", "group", "agent")
+    if getattr(user, "is_staff", False):
+        return rows
+    return rows.filter(
+        Q(scope=BudgetScope.EVERYONE)
+        | Q(scope=BudgetScope.USER, user=user)
+        | Q(scope=BudgetScope.GROUP, group__user=user)
+    ).distinct()
+
+
+def as_dict(budget: Budget) -> dict[str, Any]:
+    """A budget as the API and ``agent_budgets list --json`` show it: its subject, window,
+    ceilings, and its use now (spent, reserved, left, when it resets). Amounts are text."""
+    u = use(budget)
+
+    def text(value: Any) -> str | None:
+        return None if value is None else f"{Decimal(value).normalize():f}"
+
+    return {
+        "id": budget.pk,
+        "scope": budget.scope,
+        "subject": budget.subject,
+        "window": budget.window,
+        "currency": app_settings.CURRENCY,
+        "max_cost": text(budget.max_cost),
+        "max_tokens": budget.max_tokens,
+        "max_runs": budget.max_runs,
+        "spent_cost": text(u.spent_cost),
+        "spent_tokens": u.spent_tokens,
+        "runs": u.runs,
+        "reserved_cost": text(u.reserved_cost),
+        "reserved_tokens": u.reserved_tokens,
+        "left_cost": text(u.left_cost),
+        "left_tokens": u.left_tokens,
+        "left_runs": u.left_runs,
+        "resets_at": u.resets_at.isoformat() if u.resets_at is not None else None,
+    }
