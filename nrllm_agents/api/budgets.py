@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.request import Request
@@ -21,6 +22,9 @@ from .fields import StrictCharField
 from .responses import ErrorSerializer
 from .schema import AUTH_ERRORS, BAD_REQUEST
 
+ID = OpenApiParameter(
+    "id", OpenApiTypes.STR, OpenApiParameter.PATH, description="The budget's id.", pattern=r"^[0-9]{1,18}$"
+)
 FORBIDDEN = "Only staff may set or delete budgets."
 NOT_FOUND: dict[int, Any] = {404: OpenApiResponse(ErrorSerializer, "No budget with this id.")}
 
@@ -92,7 +96,9 @@ class BudgetListView(RunAPIView):
 
 class BudgetDetailView(RunAPIView):
     def _row(self, id: str) -> Budget:
-        row = budgets.visible_to(self.request.user).filter(pk=int(id)).first() if id.isdigit() else None
+        row = (
+            budgets.visible_to(self.request.user).filter(pk=int(id)).first() if id.isascii() and id.isdigit() and len(id) <= 18 else None
+        )
         if row is None:
             raise NotFound("No budget with this id.")
         return row
@@ -100,6 +106,7 @@ class BudgetDetailView(RunAPIView):
     @extend_schema(
         operation_id="budgets_retrieve",
         summary="A budget with its use now",
+        parameters=[ID],
         responses={200: BudgetSerializer, **AUTH_ERRORS, **NOT_FOUND},
     )
     def get(self, request: Request, id: str) -> Response:
@@ -108,6 +115,7 @@ class BudgetDetailView(RunAPIView):
     @extend_schema(
         operation_id="budgets_destroy",
         summary="Delete a budget (staff)",
+        parameters=[ID],
         responses={204: None, **AUTH_ERRORS, **NOT_FOUND},
     )
     def delete(self, request: Request, id: str) -> Response:
