@@ -96,9 +96,8 @@ class BudgetListView(RunAPIView):
 
 class BudgetDetailView(RunAPIView):
     def _row(self, id: str) -> Budget:
-        row = (
-            budgets.visible_to(self.request.user).filter(pk=int(id)).first() if id.isascii() and id.isdigit() and len(id) <= 18 else None
-        )
+        well_formed = id.isascii() and id.isdigit() and len(id) <= 18
+        row = budgets.visible_to(self.request.user).filter(pk=int(id)).first() if well_formed else None
         if row is None:
             raise NotFound("No budget with this id.")
         return row
