@@ -1,4 +1,4 @@
-"""URL configuration: admin (with the RQ dashboard), the REST API, the playground, ``/metrics``."""
+"""URL configuration: admin (with the RQ dashboard), the REST API, the Agent Protocol, the playground, ``/metrics``."""
 
 from django.contrib import admin
 from django.urls import include, path
@@ -12,5 +12,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("metrics", metrics_view, name="metrics"),
     path("api/", include("nrllm_agents.api.urls")),
+    path("lg/", include("nrllm_agents.agent_protocol.urls")),  # the Agent Protocol (LangGraph SDKs)
     path("", include("nrllm_agents.web.urls")),
 ]

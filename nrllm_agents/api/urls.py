@@ -7,7 +7,7 @@ view, outside the schema, followed by the playground, the thread pages and the a
 from __future__ import annotations
 
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.permissions import IsAuthenticated
 
@@ -47,7 +47,9 @@ urlpatterns = [
     ),
     path(
         "docs/",
-        SpectacularSwaggerView.as_view(
+        # The split view serves Swagger UI's start script at ?script, not inline: the CSP runs
+        # no inline script.
+        SpectacularSwaggerSplitView.as_view(
             url_name="nrllm_api:schema", authentication_classes=AUTH, permission_classes=[IsAuthenticated]
         ),
         name="docs",

@@ -129,7 +129,7 @@ FLOORS = [
     ("live", ("live",)),
     ("runtime", ("runtime",)),
     ("workers", ("workers",)),
-    ("surfaces", ("http", "api", "web", "admin", "management")),
+    ("surfaces", ("http", "api", "agent_protocol", "web", "admin", "management")),
     ("app", ("apps", "checks")),
 ]
 UNCHECKED = {"nrllm_agents", "nrllm_agents.conf"}  # the package's own __init__ imports nothing of it
