@@ -3,7 +3,7 @@ API and ``agent_budgets`` all come here). Their counters are ``store.budgets``' 
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -13,6 +13,7 @@ from django.db.models import Q, QuerySet
 from ..conf import app_settings
 from ..domain.errors import Kind, KindedError
 from ..models import Agent, Budget, BudgetScope, BudgetWindow
+from ..money import parsing
 from ..store.budgets import use
 
 __all__ = ["BudgetProblem", "as_dict", "delete", "parse_ceiling", "set_budget", "subject_of", "visible_to"]
@@ -43,24 +44,24 @@ def subject_of(scope: str, name: str | None) -> dict[str, Any]:
     return {scope: found}
 
 
+BUDGET_COST = parsing.Bounds(minimum=Decimal(0), maximum=Decimal(10) ** 11, places=parsing.COST_PLACES, above=False)
+MAX_COUNT = 10**15
+
+
 def parse_ceiling(value: Any, *, what: str, integer: bool = False) -> Decimal | int | None:
-    """A ceiling from text or a number: ``None`` (no ceiling) for ``None`` or ``""``; raises
-    ``BudgetProblem`` for anything but a finite, non-negative amount (a whole one for ``integer``)."""
+    """A ceiling from text or a number: ``None`` (no ceiling) for ``None`` or ``""``. A cost is a
+    plain decimal (``money.parsing``); tokens and runs a whole number. Raises ``BudgetProblem``."""
     if value is None or value == "":
         return None
-    try:
-        amount = Decimal(str(value).strip())
-    except InvalidOperation:
-        raise BudgetProblem(f"{what} must be a number, not {str(value)[:40]!r}") from None
-    if not amount.is_finite() or amount < 0 or amount >= Decimal(10) ** 12:
-        raise BudgetProblem(f"{what} must be a non-negative amount below 10^12")
-    if integer:
-        if amount != amount.to_integral_value():
-            raise BudgetProblem(f"{what} must be a whole number")
-        return int(amount)
-    if amount.as_tuple().exponent < -12:  # type: ignore[operator]
-        raise BudgetProblem(f"{what} has more than 12 decimal places")
-    return amount
+    if not integer:
+        try:
+            return parsing.parse(value, BUDGET_COST)
+        except parsing.InvalidAmount as exc:
+            raise BudgetProblem(f"{what}: {exc}") from None
+    text = str(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
+    if not (text.isascii() and text.isdigit() and len(text) <= 15):
+        raise BudgetProblem(f"{what} must be a whole number (ASCII digits) from 0 to {MAX_COUNT}")
+    return int(text)
 
 
 def set_budget(
