@@ -16,7 +16,16 @@ from ..models import Agent, Budget, BudgetScope, BudgetWindow
 from ..money import parsing
 from ..store.budgets import use
 
-__all__ = ["BudgetProblem", "as_dict", "delete", "parse_ceiling", "set_budget", "subject_of", "visible_to"]
+__all__ = [
+    "BudgetProblem",
+    "as_dict",
+    "covering_user",
+    "delete",
+    "parse_ceiling",
+    "set_budget",
+    "subject_of",
+    "visible_to",
+]
 
 
 class BudgetProblem(KindedError):
@@ -101,14 +110,22 @@ def delete(scope: str, name: str | None, window: str | None = None) -> int:
 def visible_to(user: Any) -> QuerySet[Budget]:
     """Every budget for staff; else the budgets covering the user's runs (theirs, their groups',
     everyone's) and none of anyone else's."""
-    rows = Budget.objects.select_related("user", "group", "agent")
     if getattr(user, "is_staff", False):
-        return rows
-    return rows.filter(
-        Q(scope=BudgetScope.EVERYONE)
-        | Q(scope=BudgetScope.USER, user=user)
-        | Q(scope=BudgetScope.GROUP, group__user=user)
-    ).distinct()
+        return Budget.objects.select_related("user", "group", "agent")
+    return covering_user(user)
+
+
+def covering_user(user: Any) -> QuerySet[Budget]:
+    """The budgets covering ``user``'s runs: theirs, their groups', everyone's (the playground's)."""
+    return (
+        Budget.objects.select_related("user", "group", "agent")
+        .filter(
+            Q(scope=BudgetScope.EVERYONE)
+            | Q(scope=BudgetScope.USER, user=user)
+            | Q(scope=BudgetScope.GROUP, group__user=user)
+        )
+        .distinct()
+    )
 
 
 def as_dict(budget: Budget) -> dict[str, Any]:
