@@ -371,10 +371,35 @@ def check_tracing(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     return [
         Warning(
             f"OTEL_EXPORTER_OTLP_ENDPOINT asks for traces, but {missing} cannot be imported: nothing is traced",
-            hint="pip install -r requirements-otel.txt (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http)",
+            hint='pip install "nrllm-agents[otel]" (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http)',
             id="nrllm_agents.W012",
         )
     ]
+
+
+def check_extras(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """What the settings ask for has its extra installed: the default provider's SDK, the MCP client."""
+    from .catalog import extras
+    from .conf import app_settings
+
+    wanted: list[tuple[str, extras.Extra]] = []
+    default = app_settings.DEFAULT_PROVIDER
+    if default in extras.PROVIDERS:
+        wanted.append((f"DEFAULT_PROVIDER {default!r}", extras.PROVIDERS[default]))
+    if app_settings.MCP_SERVERS or app_settings.MCP_CONFIG:
+        wanted.append(("MCP servers (MCP_SERVERS / NRLLM_MCP_CONFIG)", extras.MCP))
+    found: list[CheckMessage] = []
+    for feature, extra in wanted:
+        missing = extra.missing()
+        if missing is not None:
+            found.append(
+                Error(
+                    f"{feature} needs {missing!r}, which is not installed",
+                    hint=extra.hint(),
+                    id="nrllm_agents.E020",
+                )
+            )
+    return found
 
 
 def register_all() -> None:
@@ -386,3 +411,4 @@ def register_all() -> None:
     register(check_deploy_database, "deploy", deploy=True)
     register(check_mcp_servers, Tags.compatibility)
     register(check_tracing, Tags.compatibility)
+    register(check_extras, Tags.compatibility)

@@ -10,9 +10,11 @@ from django.utils.module_loading import import_string
 from ..conf import DEFAULTS, app_settings
 from ..domain import ConfigurationError
 from ..domain.providers import Provider, ScriptedProvider
+from ..domain.providers.wire import PLACEHOLDER_API_KEY
 from ..domain.tools import Calculator, CurrentTime, Sleep, Tool
 from ..mcp import catalog as mcp_catalog
 from ..testing import call_journal
+from . import extras
 
 if TYPE_CHECKING:
     from ..validation.run_request import RunRequest
@@ -138,6 +140,7 @@ def scripted_provider(request: RunRequest, run_id: Any = None) -> Provider:
 
 
 def openai_provider(request: RunRequest, run_id: Any = None) -> Provider:
+    extras.require(extras.PROVIDERS["openai"], "the openai provider")
     from ..domain.providers.openai_compat import OpenAIProvider
 
     return OpenAIProvider(
@@ -148,6 +151,7 @@ def openai_provider(request: RunRequest, run_id: Any = None) -> Provider:
 
 
 def anthropic_provider(request: RunRequest, run_id: Any = None) -> Provider:
+    extras.require(extras.PROVIDERS["anthropic"], "the anthropic provider")
     from ..domain.providers.anthropic_messages import AnthropicProvider
 
     return AnthropicProvider(
@@ -159,6 +163,7 @@ def anthropic_provider(request: RunRequest, run_id: Any = None) -> Provider:
 
 
 def gemini_provider(request: RunRequest, run_id: Any = None) -> Provider:
+    extras.require(extras.PROVIDERS["gemini"], "the gemini provider")
     from ..domain.providers.gemini import GeminiProvider
 
     return GeminiProvider(
@@ -176,6 +181,8 @@ def connection_provider(request: RunRequest, run_id: Any = None) -> Provider:
     if row is None:
         raise ConfigurationError(f"connection {request.connection!r} does not exist (any more)")
     path = CONNECTION_CLASSES.get(row.kind)
+    if row.kind in extras.PROVIDERS:
+        extras.require(extras.PROVIDERS[row.kind], f"connection {row.name!r} ({row.kind})")
     try:
         cls = import_string(path) if path else None
     except ImportError:
@@ -189,8 +196,6 @@ def connection_provider(request: RunRequest, run_id: Any = None) -> Provider:
     if api_key is None:
         # A keyless connection (a local server) must not fall back to the SDK's own variable
         # (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY): that key would go to its server.
-        from ..domain.providers.openai_compat import PLACEHOLDER_API_KEY
-
         api_key = PLACEHOLDER_API_KEY
     provider: Provider = cls(
         request.model or row.default_model,
