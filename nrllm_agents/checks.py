@@ -402,6 +402,56 @@ def check_extras(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     return found
 
 
+# the apps the app leans on (docs/quickstart.md): the API, its tokens, its schema and offline docs, the queue dashboard
+REQUIRED_APPS = (
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_rq",
+)
+EDGE_MIDDLEWARE = "nrllm_agents.http.edge.EdgeGuardMiddleware"
+
+
+def check_host(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """The host project is set up as the quickstart says: the apps, the edge guard, RQ's queues."""
+    from django.apps import apps
+
+    from .executors import RQ, chosen
+
+    found: list[CheckMessage] = [
+        Error(
+            f"nrllm_agents needs {name!r} in INSTALLED_APPS",
+            hint="Add it before 'nrllm_agents' (docs/quickstart.md lists the apps).",
+            id="nrllm_agents.E021",
+        )
+        for name in REQUIRED_APPS
+        if not apps.is_installed(name)
+    ]
+    if EDGE_MIDDLEWARE not in (getattr(settings, "MIDDLEWARE", None) or ()):
+        found.append(
+            Warning(
+                f"{EDGE_MIDDLEWARE} is not in MIDDLEWARE: a NUL character in a query or form reaches the views "
+                "(a 500 on PostgreSQL) and oversized API bodies are read whole",
+                hint="Insert it right after SecurityMiddleware.",
+                id="nrllm_agents.W013",
+            )
+        )
+    try:
+        rq_chosen = chosen() is RQ
+    except ImproperlyConfigured:  # a bad EXECUTOR is check_settings' to name
+        rq_chosen = False
+    if rq_chosen and not getattr(settings, "RQ_QUEUES", None):
+        found.append(
+            Error(
+                "runs go to RQ workers (REDIS_URL is set) but RQ_QUEUES is not set",
+                hint=f'Set RQ_QUEUES = {{"{app_settings.QUEUE_NAME}": {{"URL": REDIS_URL}}}} (docs/operations.md).',
+                id="nrllm_agents.E022",
+            )
+        )
+    return found
+
+
 def register_all() -> None:
     """Register these checks with Django's registry; the app's ``ready()`` calls it (once is enough:
     the registry keeps a set)."""
@@ -412,3 +462,4 @@ def register_all() -> None:
     register(check_mcp_servers, Tags.compatibility)
     register(check_tracing, Tags.compatibility)
     register(check_extras, Tags.compatibility)
+    register(check_host, Tags.compatibility)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import Prefetch, QuerySet
+from drf_spectacular.openapi import AutoSchema
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.exceptions import Throttled, ValidationError
 from rest_framework.pagination import PageNumberPagination
@@ -93,6 +94,8 @@ class RunAPIView(APIView):
     # Stated here, not left to the host project's REST_FRAMEWORK defaults: the API needs a
     # signed-in caller whatever DEFAULT_PERMISSION_CLASSES says.
     permission_classes = [IsAuthenticated]
+    # likewise the schema inspector: the host's DEFAULT_SCHEMA_CLASS may be DRF's own
+    schema = AutoSchema()
     post_throttle_scope: admission.Action | None = None
     runtime = AgentRuntime()
 
@@ -130,6 +133,7 @@ class RunAPIView(APIView):
 class RunPagination(PageNumberPagination):
     """Page numbers; a malformed ``page`` or ``page_size`` is a 400, not silently the default."""
 
+    page_size = 50  # not the host's PAGE_SIZE, which is None (no paging) unless it sets one
     page_size_query_param = "page_size"
     max_page_size = 200
     max_page = 10**9

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from ..access import policy
 from ..catalog import registry
 from .base import RunAPIView
-from .schema import AUTH_ERRORS
+from .schema import AUTH_ERRORS, extend_schema
 
 
 class OfferedToolSerializer(serializers.Serializer[Any]):
