@@ -15,11 +15,16 @@ class NrllmAgentsConfig(AppConfig):
         from django.core.signals import request_started
 
         from . import checks, executors, live
+        from .catalog import app_tools
         from .observability import tracing
+        from .validation import run_request
         from .workers import jobs, maintenance
 
         # The process is wired here, by explicit calls: nothing registers itself at import.
         checks.register_all()
+        # typed tools (@tool) from every installed app's agent_tools module, as admin.py is found
+        app_tools.discover()
+        run_request.app_tool_names = app_tools.names  # requests may name them (validation sits below the catalog)
         # the listener's clients (cancel watcher first, the hub, the publisher of boundaries)
         live.install()
         # Traces: on when the host set its own tracer provider, or when the standard OTEL_*

@@ -452,6 +452,40 @@ def check_host(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     return found
 
 
+def check_tool_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Every tool name is offered once: no two apps' typed tools, nor one with a tool of the
+    settings or of an MCP server (listed by this process; under ``manage.py check``, every server's)."""
+    import sys
+
+    from .catalog import app_tools
+    from .conf import app_settings
+    from .mcp import catalog as mcp_catalog
+
+    def clash(name: str, one: str, other: str) -> Error:
+        return Error(
+            f"two tools are named {name!r}: {one} and {other}",
+            hint="Give one of them another name (@tool(name=...), the TOOLS key, or the MCP server's name).",
+            id="nrllm_agents.E023",
+        )
+
+    found: list[CheckMessage] = [
+        clash(kept.tool.name, f"@tool in {kept.module}", f"@tool in {other.module}")
+        for kept, other in app_tools.clashes()
+    ]
+    typed = app_tools.tools()
+    for name, where in sorted(typed.items()):
+        if name in app_settings.TOOLS:
+            found.append(clash(name, f"@tool in {where.module}", f"NRLLM_AGENTS['TOOLS'] ({app_settings.TOOLS[name]})"))
+    if typed and mcp_catalog.configured():
+        try:
+            mcp_names = set(mcp_catalog.catalog().tools) if sys.argv[1:2] == ["check"] else mcp_catalog.listed()
+        except Exception:  # an unreadable MCP configuration is check_mcp_servers' to name
+            mcp_names = set()
+        for name in sorted(mcp_names & set(typed)):
+            found.append(clash(name, f"@tool in {typed[name].module}", "an MCP server's tool"))
+    return found
+
+
 def register_all() -> None:
     """Register these checks with Django's registry; the app's ``ready()`` calls it (once is enough:
     the registry keeps a set)."""
@@ -463,3 +497,4 @@ def register_all() -> None:
     register(check_tracing, Tags.compatibility)
     register(check_extras, Tags.compatibility)
     register(check_host, Tags.compatibility)
+    register(check_tool_names, Tags.compatibility)

@@ -14,6 +14,7 @@ from typing import Any, cast
 from django.core.validators import MaxValueValidator
 from rest_framework import serializers
 
+from ..catalog import app_tools
 from ..conf import app_settings
 from ..domain.providers.scripted import MAX_DELAY_SECONDS, MAX_USAGE_TOKENS
 from ..models import MultitaskStrategy, RunStatus, TerminationReason
@@ -245,7 +246,7 @@ class CreateRunSerializer(serializers.Serializer[Any]):
         # (``fields`` maps names to the base Field: these are the fields declared above)
         cast(serializers.ChoiceField, self.fields["provider"]).choices = sorted(app_settings.PROVIDERS)
         tools = cast(serializers.ListField, self.fields["tools"])
-        cast(serializers.ChoiceField, tools.child).choices = sorted(app_settings.TOOLS)
+        cast(serializers.ChoiceField, tools.child).choices = sorted({*app_settings.TOOLS, *app_tools.names()})
         for name, setting in (
             ("max_iterations", "MAX_ITERATIONS_LIMIT"),
             ("deadline_seconds", "DEADLINE_SECONDS_LIMIT"),

@@ -20,7 +20,7 @@ class OfferedToolSerializer(serializers.Serializer[Any]):
     name = serializers.CharField(help_text="The name a run offers it by (`tools: [...]`, `--tool NAME`).")
     description = serializers.CharField()
     # (DRF's metaclass takes declared fields off the class; the stubs see Field.source shadowed)
-    source = serializers.ChoiceField(["built-in", "settings", "mcp"])  # type: ignore[assignment]
+    source = serializers.ChoiceField(["built-in", "settings", "app", "mcp"])  # type: ignore[assignment]
     server = serializers.CharField(allow_null=True, help_text="The MCP server it comes from (else null).")
     requires_approval = serializers.BooleanField(help_text="A call waits for a human decision.")
     idempotent = serializers.BooleanField(help_text="May be repeated after a lost worker.")
@@ -37,7 +37,8 @@ class ToolListView(RunAPIView):
     @extend_schema(
         operation_id="tools_list",
         summary="List the tools a run can be offered",
-        description="Built-in tools, those of `NRLLM_AGENTS['TOOLS']` and those of the configured MCP "
+        description="Built-in tools, those of `NRLLM_AGENTS['TOOLS']`, the typed tools of the apps' `agent_tools` "
+        "modules and those of the configured MCP "
         "servers (listed by starting them in the web process). `unavailable` names each MCP server that "
         "could not be listed, and why.",
         responses={200: OpenApiResponse(ToolListSerializer), **AUTH_ERRORS},

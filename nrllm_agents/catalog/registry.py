@@ -14,7 +14,7 @@ from ..domain.providers.wire import PLACEHOLDER_API_KEY
 from ..domain.tools import Calculator, CurrentTime, Sleep, Tool
 from ..mcp import catalog as mcp_catalog
 from ..testing import call_journal
-from . import extras
+from . import app_tools, extras
 
 if TYPE_CHECKING:
     from ..validation.run_request import RunRequest
@@ -33,12 +33,16 @@ def is_known_provider(name: str) -> bool:
 def is_known_tool(name: str) -> bool:
     """Whether ``name`` is a tool of the settings or an MCP tool this process listed (no I/O:
     metrics ask it after every tool step)."""
-    return name in app_settings.TOOLS or (mcp_catalog.configured() and name in mcp_catalog.listed())
+    return (
+        name in app_settings.TOOLS
+        or app_tools.get(name) is not None
+        or (mcp_catalog.configured() and name in mcp_catalog.listed())
+    )
 
 
 def tool_names(*, discover: bool = False) -> list[str]:
     """Names of the tools a run can be offered; MCP ones only once listed here (or ``discover``)."""
-    names = set(app_settings.TOOLS)
+    names = set(app_settings.TOOLS) | set(app_tools.tools())
     if mcp_catalog.configured():
         names.update(mcp_catalog.catalog().tools if discover else mcp_catalog.listed())
     return sorted(names)
@@ -47,8 +51,9 @@ def tool_names(*, discover: bool = False) -> list[str]:
 def offered_tools() -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Every tool a run can be offered (built-in, from settings, from MCP servers), and broken servers.
 
-    Each entry: ``name``, ``description``, ``source`` (``built-in``, ``settings`` or ``mcp``),
-    ``server`` (an MCP server's name, else None), ``requires_approval``, ``idempotent``.
+    Each entry: ``name``, ``description``, ``source`` (``built-in``, ``settings``, ``app`` for a
+    typed tool of an app's ``agent_tools`` or ``mcp``), ``server`` (an MCP server's name, else None),
+    ``requires_approval``, ``idempotent``.
     """
     entries = []
     for name, path in sorted(app_settings.TOOLS.items()):
@@ -63,6 +68,10 @@ def offered_tools() -> tuple[list[dict[str, Any]], dict[str, str]]:
         entries.append(
             _entry(name, tool.description, source, None, tool.requires_approval, getattr(tool, "idempotent", True))
         )
+    for name, found in sorted(app_tools.tools().items()):
+        if name not in app_settings.TOOLS:  # a clash (check E023): the settings' tool is the one built
+            tool = found.tool
+            entries.append(_entry(name, tool.description, "app", None, tool.requires_approval, tool.idempotent))
     listing = mcp_catalog.catalog(retry=True)
     for name, mcp_tool in sorted(listing.tools.items()):
         entries.append(
@@ -124,7 +133,7 @@ def build_tools(names: list[str] | tuple[str, ...], run_id: uuid.UUID | None = N
     for name in names:
         path = app_settings.TOOLS.get(name)
         if path is None:
-            tool: Tool | None = mcp_catalog.tool(name)
+            tool: Tool | None = app_tools.get(name) or mcp_catalog.tool(name)
             if tool is None:
                 raise ConfigurationError(f"unknown tool {name!r}")
         else:

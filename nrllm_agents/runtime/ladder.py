@@ -37,7 +37,7 @@ from ..presentation.outcomes import Outcome, RunResult
 from ..store.retries import RetryPolicy
 from ..validation.run_request import RunRequest
 from . import budgets as limits
-from . import threads
+from . import signals, threads
 from .segment import SegmentTrace
 
 logger = logging.getLogger(__name__)
@@ -165,7 +165,11 @@ class Ladder:
 
         trace.limits.on_late_read = late
         try:
-            return self._ladder(run_id, request, trace, drive)
+            result = self._ladder(run_id, request, trace, drive)
+            signals.announce_end(
+                run_id, result.outcome.value, result.status, result.termination_reason, result.final_text
+            )
+            return result
         finally:
             # No watch outlives its segment, and the hook (which holds the trace) goes with it:
             # the segment's token leaves this process's set of queued segments at once.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
@@ -21,6 +21,10 @@ from ..domain.steps import decimal_text
 from ..mcp import catalog as mcp_catalog
 
 MAX_PROMPT_CHARS = 20_000
+
+# The names of the typed tools the installed apps offer (``catalog.app_tools``), handed in by the
+# app's ready(): this floor sits below the catalog, which finds them.
+app_tool_names: Callable[[], Collection[str]] = frozenset
 MAX_SCRIPT_BYTES = 256 * 1024  # the script as compact JSON; at most max_iterations + 1 turns can play
 
 
@@ -120,14 +124,15 @@ class RunRequest:
             errors["tools"] = "a list of tool names"
             tools = []
         else:
-            missing = [t for t in tools if t not in app_settings.TOOLS]
+            known = {*app_settings.TOOLS, *app_tool_names()}
+            missing = [t for t in tools if t not in known]
             if missing and mcp_catalog.configured():  # MCP tools are listed only when asked for
                 listing = mcp_catalog.catalog()
                 missing = [t for t in missing if t not in listing.tools]
-                available = sorted({*app_settings.TOOLS, *listing.tools})
+                available = sorted({*known, *listing.tools})
                 broken = "".join(f"; MCP server {name!r} is unavailable" for name in sorted(listing.broken))
             else:
-                available, broken = sorted(app_settings.TOOLS), ""
+                available, broken = sorted(known), ""
             if missing:
                 errors["tools"] = f"unknown tools: {', '.join(missing)}; available: {', '.join(available)}{broken}"
 

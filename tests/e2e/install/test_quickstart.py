@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import requests
 
+from tests.e2e.processes import wait_for
 from tests.e2e.web.servers import free_port
 
 from . import quickstart as qs
@@ -153,16 +154,6 @@ def api(site: Site) -> Iterator[Client]:
         yield client
 
 
-def wait_for(what: str, probe: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
-
-
 def test_the_quickstart_page_says_what_the_test_does() -> None:
     page = qs.DOC.read_text()
     for text in (qs.STARTPROJECT, qs.MIGRATE, qs.CREATESUPERUSER, qs.RUNSERVER, qs.SETTINGS, qs.URLS, qs.STARTAPP):
@@ -188,34 +179,42 @@ def test_the_pages_work_under_the_prefix(site: Site, browser: Client) -> None:
 
 
 def test_a_run_calls_the_host_tool_and_a_second_is_cancelled_in_flight(site: Site, api: Client) -> None:
+    tools = {t["name"]: t for t in api.get("tools/").json()["tools"]}
+    assert tools["save_note"]["source"] == "app", sorted(tools)
+
     script = [
-        {"tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}}]},
+        {"tool_calls": [{"name": "save_note", "arguments": {"title": "hello", "text": "hi ", "copies": "x"}}]},
+        {"tool_calls": [{"name": "save_note", "arguments": {"title": "hello", "text": "hi ", "copies": 2}}]},
         {"content": "saved it"},
     ]
-    created = api.post("runs/", json={"prompt": "save a note", "tools": ["calculator"], "script": script})
+    created = api.post("runs/", json={"prompt": "save a note", "tools": ["save_note"], "script": script})
     assert created.status_code == 202, created.text
     run_id = created.json()["run_id"]
     run = wait_for(
-        "the run to complete", lambda: (r := api.get(f"runs/{run_id}/").json())["status"] == "completed" and r
+        what="the run to complete",
+        predicate=lambda: (r := api.get(f"runs/{run_id}/").json())["status"] == "completed" and r,
     )
     assert run["final_text"] == "saved it"
+    assert (site.root / "notes-out" / "hello.txt").read_text() == "hi hi "
     steps = api.get(f"runs/{run_id}/events/", params={"limit": 1000}).json()["results"]
     tool_steps = [s for s in steps if s["kind"] == "tool"]
-    assert tool_steps and "42" in str(tool_steps[0]["payload"])
+    # the model's bad argument went back to it as a tool error; the second call wrote the file
+    assert "invalid arguments for save_note: copies" in str(tool_steps[0]["payload"])
+    assert "saved notes-out/hello.txt" in str(tool_steps[1]["payload"])
 
     long = [{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.3}}]} for _ in range(40)] + [{"content": "x"}]
     second = api.post("runs/", json={"prompt": "wait", "tools": ["sleep"], "script": long, "max_iterations": 50})
     assert second.status_code == 202, second.text
     second_id = second.json()["run_id"]
     wait_for(
-        "the second run to record a tool step",
-        lambda: any(e["kind"] == "tool" for e in api.get(f"runs/{second_id}/events/").json()["results"]),
+        what="the second run to record a tool step",
+        predicate=lambda: any(e["kind"] == "tool" for e in api.get(f"runs/{second_id}/events/").json()["results"]),
     )
     cancel = api.post(f"runs/{second_id}/cancel/", json={"reason": "enough"})
     assert cancel.status_code == 202, cancel.text
     stopped = wait_for(
-        "the cancel to be acknowledged",
-        lambda: (r := api.get(f"runs/{second_id}/").json())["cancel"] and r["cancel"]["stopped_at"] and r,
+        what="the cancel to be acknowledged",
+        predicate=lambda: (r := api.get(f"runs/{second_id}/").json())["cancel"] and r["cancel"]["stopped_at"] and r,
     )
     assert (stopped["status"], stopped["cancel"]["by"], stopped["cancel"]["reason"]) == ("cancelled", "admin", "enough")
     events = api.get(f"runs/{second_id}/events/", params={"limit": 1000}).json()["results"]

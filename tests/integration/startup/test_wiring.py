@@ -55,5 +55,6 @@ def test_no_module_wires_the_process_at_import_only_ready_does():
         "check_host",
         "check_mcp_servers",
         "check_settings",
+        "check_tool_names",
         "check_tracing",
     ]
