@@ -44,13 +44,15 @@ def host_python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
             [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
         ).strip()
     )
-    # the dependencies: every site directory this interpreter reads (the shared virtualenv's)
+    # the dependencies: every site directory this interpreter reads (the shared virtualenv's); its
+    # own .pth files are not read from there, so an editable install of the checkout stays out;
+    # --ignore-installed: its metadata is visible, and must not stop pip installing the wheel
     shared = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()] or [
         sysconfig.get_paths()["purelib"]
     ]
     (purelib / "zz_shared_dependencies.pth").write_text("\n".join(shared) + "\n")
     subprocess.run(
-        [python, "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check", str(wheel)],
+        [python, "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed", "--disable-pip-version-check", str(wheel)],
         check=True,
         capture_output=True,
     )
