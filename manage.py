@@ -7,8 +7,14 @@ import sys
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
 
+    try:
+        settings.INSTALLED_APPS  # noqa: B018  (loads the settings module: a bad variable is named here)
+    except ImproperlyConfigured as exc:
+        sys.exit(f"manage.py: {exc}")
     execute_from_command_line(sys.argv)
 
 

@@ -159,8 +159,8 @@ def main() -> None:
     args = parser.parse_args()
     production_settings()
     with throwaway_database(args.database), tempfile.TemporaryDirectory() as tmp:
-        from nrllm_agents.live.interrupts import wait_listening
         from nrllm_agents.mcp.client import hub
+        from tests.waits import wait_listening
 
         direct, ours = Direct(Path(tmp) / "direct.jsonl"), Ours(Path(tmp) / "ours.jsonl")
         wait_listening(10)

@@ -27,14 +27,14 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.utils import get_random_secret_key
 
+from nrllm_agents.conf import env
 from nrllm_agents.observability.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
 def _env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    return default if value is None else value.strip().lower() in {"1", "true", "yes", "on"}
+    return bool(env(name, bool, default))
 
 
 def _dev_secret_key(path: Path) -> str:
@@ -76,7 +76,7 @@ CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS",
 # HTTPS hardening, off by default so that plain-HTTP development and tests work; production
 # sets them (README, "Security"). ``check --deploy`` is clean with all of them on.
 SECURE_SSL_REDIRECT = _env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
-SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "0") or 0)
+SECURE_HSTS_SECONDS = env("DJANGO_SECURE_HSTS_SECONDS", int, 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
 SECURE_HSTS_PRELOAD = _env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _env_bool("DJANGO_SECURE_COOKIES", False)
@@ -144,15 +144,15 @@ def _database(url: str) -> dict:
         # A file, not :memory:, so that tests can drive other processes against it.
         config["TEST"] = {"NAME": os.environ.get("NRLLM_SQLITE_TEST_NAME") or str(BASE_DIR / "test-db.sqlite3")}
     elif config["ENGINE"] == "django.db.backends.postgresql":
-        pool_max = int(os.environ.get("NRLLM_DB_POOL_MAX", "10"))
+        pool_max = env("NRLLM_DB_POOL_MAX", int, 10)
         if pool_max > 0:
             # One bounded pool per process, shared by all its threads; connections are taken at a
             # step boundary and given back before the next model call (nrllm_agents/db.py).
             # min_size 0: a process that never queries (a forking worker's parent) opens none.
             config.setdefault("OPTIONS", {})["pool"] = {
-                "min_size": min(pool_max, int(os.environ.get("NRLLM_DB_POOL_MIN", "0"))),
+                "min_size": min(pool_max, env("NRLLM_DB_POOL_MIN", int, 0)),
                 "max_size": pool_max,
-                "timeout": float(os.environ.get("NRLLM_DB_POOL_TIMEOUT", "30")),
+                "timeout": env("NRLLM_DB_POOL_TIMEOUT", float, 30.0),
             }
     return config
 

@@ -17,6 +17,7 @@ class NrllmAgentsConfig(AppConfig):
         from . import checks, executors, live
         from .catalog import app_tools
         from .observability import tracing
+        from .store import db
         from .validation import run_request
         from .workers import jobs, maintenance
 
@@ -25,6 +26,9 @@ class NrllmAgentsConfig(AppConfig):
         # typed tools (@tool) from every installed app's agent_tools module, as admin.py is found
         app_tools.discover()
         run_request.app_tool_names = app_tools.names  # requests may name them (validation sits below the catalog)
+        # Pooled PostgreSQL connections are checked before they are handed out (a connection the
+        # server closed would fail a claim or a maintenance pass), unless the host chose a check.
+        db.check_pools_before_use()
         # the listener's clients (cancel watcher first, the hub, the publisher of boundaries)
         live.install()
         # Traces: on when the host set its own tracer provider, or when the standard OTEL_*

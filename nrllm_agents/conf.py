@@ -42,6 +42,14 @@ class Env:
             ) from None
 
 
+def env(name: str, kind: type, default: Any) -> Any:
+    """Environment variable ``name`` parsed as ``kind`` (``bool``: 1/true/yes/on or
+    0/false/no/off/empty), else ``default``; raises ``ImproperlyConfigured`` naming the variable
+    for anything else. The one parser of the environment: the app's settings and a host's
+    settings module (``config/settings.py``) read it through here."""
+    return Env(name, kind, default).resolve()
+
+
 DEFAULTS: dict[str, Any] = {
     # name -> dotted path of a factory ``(request, run_id) -> Provider``
     "PROVIDERS": {

@@ -57,21 +57,18 @@ def status_badge(run: AgentRun) -> SafeString:
 
 
 def cost_text(run: AgentRun) -> str:
-    """The run's cost (``amounts.COST_FIELDS``), or ``—`` while runs have no cost column."""
-    field = amounts.cost_field(AgentRun)
-    return (amounts.text(getattr(run, field)) if field else None) or "—"
+    """The run's cost, or ``—`` while it has none."""
+    return amounts.text(run.cost) or "—"
 
 
 def totals(queryset: QuerySet[AgentRun]) -> dict[str, Any]:
     """Runs, tokens, time and money of the listed runs: all together, per day and per user."""
     runs = AgentRun.objects.filter(pk__in=queryset.order_by().values("pk"))
-    field = amounts.cost_field(AgentRun)
     sums: dict[str, Any] = {
         "n_runs": Count("pk"),
         "tokens": Coalesce(Sum(F("prompt_tokens") + F("completion_tokens")), 0),
+        "cost": Sum("cost", output_field=DecimalField(max_digits=20, decimal_places=6)),
     }
-    if field:
-        sums["cost"] = Sum(field, output_field=DecimalField(max_digits=20, decimal_places=6))
     sums["failed"] = Count("pk", filter=Q(status="failed"))
 
     def shown(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -85,5 +82,4 @@ def totals(queryset: QuerySet[AgentRun]) -> dict[str, Any]:
         "all": shown(runs.aggregate(**sums)),
         "per_day": [shown(r) for r in per_day],
         "per_user": [shown(r) for r in per_user],
-        "priced": field is not None,
     }

@@ -73,11 +73,3 @@ def is_outage(exc: BaseException) -> bool:
     refused or timed-out connection), not because it refused the job: the run then stays
     ``queued`` and the queued sweep (``recovery.py``) dispatches it once the queue is back."""
     return isinstance(exc, (executors.QueueUnavailable, ConnectionError, TimeoutError))
-
-
-def wait_local_idle(timeout: float = 30.0) -> bool:
-    """Wait until the in-process executor has nothing queued or running (tests, shutdown).
-
-    Returns False if it is still busy after ``timeout`` seconds.
-    """
-    return executors.LOCAL.wait_idle(timeout)

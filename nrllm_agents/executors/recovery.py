@@ -41,12 +41,15 @@ class SweepReport:
 
     recovered: list[uuid.UUID] = field(default_factory=list)
     waiting: int = 0  # stale, but a job is queued, scheduled or executing for them
-    error: str = ""  # the queue could not be asked; the rest waits for the next sweep
+    skipped: list[uuid.UUID] = field(default_factory=list)  # one run's own error; retried next sweep
+    error: str = ""  # the queue could not be asked (an outage); the rest waits for the next sweep
     dry_run: bool = False
 
     def summary(self) -> str:
         verb = "would recover" if self.dry_run else "recovered"
         text = f"queued runs: {len(self.recovered)} {verb} (no job), {self.waiting} still waiting for a worker"
+        if self.skipped:
+            text += f", {len(self.skipped)} skipped (see the log)"
         return f"{text}; stopped early: {self.error}" if self.error else text
 
 
@@ -85,10 +88,16 @@ def sweep_queued(*, limit: int = 100, dry_run: bool = False, older_than: float |
                 continue
             if not dry_run:
                 dispatch.dispatch(run_id)
-        except Exception as exc:  # the queue is unreachable: leave the rest for the next sweep
-            report.error = f"{type(exc).__name__}: {str(exc)[:200]}"
-            logger.warning("queued sweep stopped: %s", report.error)
-            break
+        except Exception as exc:
+            if dispatch.is_outage(exc):  # the queue is away: leave the rest for the next sweep
+                report.error = f"{type(exc).__name__}: {str(exc)[:200]}"
+                logger.warning("queued sweep stopped: %s", report.error)
+                break
+            # One run's trouble (a job the queue cannot read or delete whole) is that run's: the
+            # runs behind it, oldest first, are not held back by it pass after pass.
+            report.skipped.append(run_id)
+            logger.warning("queued sweep skipped run %s: %s: %s", run_id, type(exc).__name__, str(exc)[:200])
+            continue
         report.recovered.append(run_id)
     if report.recovered and not dry_run:
         logger.warning("queued sweep: dispatched %d stranded runs again", len(report.recovered))

@@ -83,6 +83,45 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value or "")
 
 
+def clear_job(queue: Any, job_id: str) -> None:
+    """Delete a job that will never run, whole, even when RQ cannot.
+
+    For a while after a worker dies mid-dequeue, RQ 2.x keeps the job's entry in its executions
+    registry but no longer the execution's own hash, and ``Job.delete`` raises ``ValueError``
+    (``Execution … not found in Redis``). The keys are then removed by name: the job from its
+    queue and registries, its executions' entries and hashes, and the job's own keys.
+    """
+    from rq.job import Job
+    from rq.registry import (
+        DeferredJobRegistry,
+        FailedJobRegistry,
+        FinishedJobRegistry,
+        ScheduledJobRegistry,
+        StartedJobRegistry,
+    )
+
+    job = Job(job_id, connection=queue.connection)
+    try:
+        job.delete()
+        return
+    except ValueError:
+        pass
+    connection = queue.connection
+    executions = job.execution_registry
+    execution_ids = [_text(value) for value in connection.zrange(executions.key, 0, -1)]
+    with connection.pipeline(transaction=True) as pipeline:
+        pipeline.lrem(queue.key, 0, job_id)
+        pipeline.lrem(queue.intermediate_queue_key, 0, job_id)
+        for registry in (StartedJobRegistry, FinishedJobRegistry, FailedJobRegistry, DeferredJobRegistry):
+            key = registry(queue=queue).key
+            pipeline.zrem(key, job_id, *(f"{job_id}:{execution}" for execution in execution_ids))
+        pipeline.zrem(ScheduledJobRegistry(queue=queue).key, job_id)  # type: ignore[no-untyped-call]
+        for execution in execution_ids:
+            pipeline.delete(f"rq:execution:{job_id}:{execution}")
+        pipeline.delete(executions.key, job.key, job.dependents_key, job.dependencies_key)
+        pipeline.execute()
+
+
 class RqExecutor:
     """Enqueues one RQ job per segment of a run; RQ retries a job whose database was away.
 
@@ -138,7 +177,7 @@ class RqExecutor:
         finished, failed or was stopped while the run is still queued is deleted here, so that
         dispatching again starts from a clean job of the same id.
         """
-        from rq.job import Job, JobStatus
+        from rq.job import JobStatus
         from rq.worker import Worker
 
         queue = self.queue()
@@ -157,7 +196,7 @@ class RqExecutor:
         else:
             live = False
         if not live:
-            Job(job_id, connection=queue.connection).delete()
+            clear_job(queue, job_id)
         return live
 
     def wait_idle(self, timeout: float = 30.0) -> bool:

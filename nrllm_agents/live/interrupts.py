@@ -252,13 +252,3 @@ class CancelWatcher(Client):
 
 watcher = CancelWatcher()
 """This process's watcher."""
-
-
-def wait_listening(timeout: float = 5.0) -> bool:
-    """Block until the PostgreSQL listener is connected (tests, benchmarks)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if listener.listening.wait(0.05):
-            return True
-        listener.ensure_running()
-    return False

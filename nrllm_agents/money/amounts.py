@@ -17,7 +17,6 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 DEFAULT_CURRENCY = "USD"
-COST_FIELDS = ("cost_amount", "cost", "cost_usd")  # the names a run's cost column may have
 
 
 def decimal(value: Any) -> Decimal | None:
@@ -73,16 +72,6 @@ def steps_cost(payloads: Iterable[Any]) -> str | None:
         total, seen = total + number, True
         estimated = estimated or bool(usage.get("cost_estimated"))
     return text(total, estimated=estimated) if seen else None
-
-
-def cost_field(model: Any) -> str | None:
-    """The name of ``model``'s cost column (see ``COST_FIELDS``), or ``None`` while it has none."""
-    numeric = {
-        f.name
-        for f in model._meta.get_fields()
-        if getattr(f, "get_internal_type", lambda: "")() in ("DecimalField", "FloatField")
-    }
-    return next((name for name in COST_FIELDS if name in numeric), None)
 
 
 def run_cost_text(cost: dict[str, Any] | None) -> str:

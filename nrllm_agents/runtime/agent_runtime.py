@@ -1,9 +1,9 @@
 """``AgentRuntime``: the one entry point every surface calls.
 
-Segments (``run``, ``approve``, ``run_queued``) share one trace hook and one ladder
-(``ladder.Ladder``, its base): a cancellation is caught before any generic handler, no settle
-is attempted (the cancel already won the row), the stop is acknowledged, and the outcome is
-``cancelled``.
+Segments (``run``, ``approve``, ``run_queued``) share one trace hook and one ladder, run by
+the runtime's ``SegmentRunner`` (``runner.py``, held, not inherited): a cancellation is caught
+before any generic handler, no settle is attempted (the cancel already won the row), the stop
+is acknowledged, and the outcome is ``cancelled``.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from ..presentation.presenters import event_dict
 from ..validation.run_request import InvalidRequest, RunRequest
 from . import budgets as limits
 from . import forks, threads
-from .ladder import Ladder, run_result
+from .runner import SegmentRunner, run_result
 from .segment import DeltaObserver, SegmentTrace, StepObserver, identity
 
 __all__ = [
@@ -73,8 +73,16 @@ def _opened(trace: SegmentTrace, step: Step) -> Callable[[ToolLoop], LoopResult]
     return drive
 
 
-class AgentRuntime(Ladder):
+def _fresh(request: RunRequest) -> Callable[[ToolLoop], LoopResult]:
+    """A drive that starts the loop from the request's prompt."""
+    return lambda loop: loop.start(request.prompt, system=request.system)
+
+
+class AgentRuntime:
     """Starts, resumes, queues, recovers and cancels runs. Stateless; cheap to construct."""
+
+    def __init__(self) -> None:
+        self.segments = SegmentRunner()
 
     # --- segments -------------------------------------------------------------------------
     def run(
@@ -99,7 +107,7 @@ class AgentRuntime(Ladder):
         )
         observe.started(run, "interactive")
         trace = SegmentTrace(run.pk, owner=segment, next_sequence=0, on_step=on_step, on_delta=on_delta)
-        return self._execute(run.pk, request, trace, lambda loop: loop.start(request.prompt, system=request.system))
+        return self.segments.execute(run.pk, request, trace, _fresh(request))
 
     def approve(
         self,
@@ -129,7 +137,8 @@ class AgentRuntime(Ladder):
         if not claim.applied:
             raise ApprovalNotPending(run_id, claim.status or "")
         if queued:
-            return run_result(run_id, Outcome.QUEUED if self._dispatch(run_id) else Outcome.WAITING_FOR_QUEUE)
+            dispatched = self.segments.dispatch_run(run_id)
+            return run_result(run_id, Outcome.QUEUED if dispatched else Outcome.WAITING_FOR_QUEUE)
         run = AgentRun.objects.get(pk=run_id)
         return self._resume(run, segment, claim.data["suspended_state"], decision, who, on_step, on_delta=on_delta)
 
@@ -156,9 +165,9 @@ class AgentRuntime(Ladder):
             state = LoopState.from_dict(suspended or {})
             request = RunRequest.from_row(run)
         except (InvalidRequest, KeyError, TypeError, ValueError) as exc:  # settle, never strand the run
-            return self._settle_unrunnable(run.pk, trace, exc)
+            return self.segments.settle_unrunnable(run.pk, trace, exc)
         trace.usage, trace.iterations = state.usage, state.iterations
-        return self._execute(
+        return self.segments.execute(
             run.pk, request, trace, lambda loop: loop.resume(state, approved=bool(decision), decision={"by": by})
         )
 
@@ -210,7 +219,7 @@ class AgentRuntime(Ladder):
         # after COMMIT, where raising would drop the other hooks of that commit (other runs'
         # dispatches): there the failed run is settled and the error logged instead.
         transaction.on_commit(
-            lambda: dispatched.update(ok=self._dispatch(run.pk, segment=0)),
+            lambda: dispatched.update(ok=self.segments.dispatch_run(run.pk, segment=0)),
             robust=transaction.get_connection().in_atomic_block,
         )
         return run.pk, dispatched
@@ -242,13 +251,13 @@ class AgentRuntime(Ladder):
             with transaction.atomic():
                 run = store.create_queued(fields, plan.request.as_dict())
                 store.append_event(run.pk, 0, plan.step, timezone.now())
-                transaction.on_commit(lambda: dispatched.update(ok=self._dispatch(run.pk)), robust=robust)
+                transaction.on_commit(lambda: dispatched.update(ok=self.segments.dispatch_run(run.pk)), robust=robust)
             outcome = Outcome.QUEUED if dispatched.get("ok", True) else Outcome.WAITING_FOR_QUEUE
             return run_result(run.pk, outcome, steps=1)
         segment = identity("interactive")
         run = store.begin(fields, claimed_by=segment, lease_expires=store.lease_until())
         trace = SegmentTrace(run.pk, owner=segment, next_sequence=0, on_step=on_step)
-        return self._execute(run.pk, plan.request, trace, _opened(trace, plan.step))
+        return self.segments.execute(run.pk, plan.request, trace, _opened(trace, plan.step))
 
     def post(
         self, thread_id: Any, request: RunRequest | dict[str, Any], *, owner: Any = None, strategy: str | None = None
@@ -307,15 +316,15 @@ class AgentRuntime(Ladder):
                 else RunRequest.from_mapping(payload)
             )
         except InvalidRequest as exc:
-            return self._settle_unrunnable(run_id, trace, exc)
+            return self.segments.settle_unrunnable(run_id, trace, exc)
         if trace.next_sequence == 0 and where is not None:
-            return self._execute(run_id, request, trace, _opened(trace, threads.opening(where, request)))
+            return self.segments.execute(run_id, request, trace, _opened(trace, threads.opening(where, request)))
         if trace.next_sequence == 0:
-            return self._execute(run_id, request, trace, lambda loop: loop.start(request.prompt, system=request.system))
+            return self.segments.execute(run_id, request, trace, _fresh(request))
         # Continue from the stream: it is the checkpoint of everything that already happened.
         state = rebuild_state(event_dict(e) for e in store.events(run_id))
         trace.usage, trace.iterations = state.usage, state.iterations
-        return self._execute(run_id, request, trace, lambda loop: loop.proceed(state))
+        return self.segments.execute(run_id, request, trace, lambda loop: loop.proceed(state))
 
     # --- control and reads ---------------------------------------------------------------
     @observe.cancel
@@ -339,7 +348,7 @@ class AgentRuntime(Ladder):
             # Executed by this process? Stop its step in flight without waiting for a signal.
             transaction.on_commit(lambda: watcher.cancelled_here(run_id))
         elif fence.applied:  # stopped at once: its thread's next message may go
-            transaction.on_commit(lambda: self._wake_thread(threads.thread_of(run_id)))
+            transaction.on_commit(lambda: self.segments.wake_thread(threads.thread_of(run_id)))
         if not fence.found:
             outcome = CancelOutcome.NOT_FOUND
         elif fence.applied:
@@ -360,7 +369,7 @@ class AgentRuntime(Ladder):
         if result.cancelled.get(RunStatus.RUNNING.value):
             transaction.on_commit(watcher.check_now)  # runs this process executes stop at once
         for thread_id in touched:  # queued and waiting runs stopped at once: their threads go on
-            transaction.on_commit(functools.partial(self._wake_thread, thread_id))
+            transaction.on_commit(functools.partial(self.segments.wake_thread, thread_id))
         return result
 
     @observe.reap
@@ -375,7 +384,7 @@ class AgentRuntime(Ladder):
         report.deadline_cancelled = len(swept.cancelled)
         for run_id in [] if dry_run else report.requeued:
             try:
-                self._dispatch(run_id)
+                self.segments.dispatch_run(run_id)
             except dispatch.EnqueueError:
                 logger.error("run %s: reaped but could not be enqueued; settled failed", run_id)
             # A queue outage leaves the requeued run queued: the queued sweep dispatches it.

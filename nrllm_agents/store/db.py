@@ -18,9 +18,11 @@ watcher holds no connection at all, whatever the engine.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import connections
 
-__all__ = ["pool_max_size", "pooled", "release_connection"]
+__all__ = ["check_pooled_connection", "check_pools_before_use", "pool_max_size", "pooled", "release_connection"]
 
 
 def pooled(alias: str = "default") -> bool:
@@ -52,3 +54,47 @@ def release_connection(alias: str = "default", *, idle: bool = False) -> None:
             connection.close()
         except Exception:  # a broken connection: the pool discards it, the next use reconnects
             pass
+
+
+def check_pooled_connection(conn: Any) -> None:
+    """The ``check`` of a psycopg pool (``OPTIONS["pool"]["check"]``): raises for a connection the
+    server closed, so the pool drops it instead of handing it out.
+
+    When one is dead, the others idle beside it usually died with it (a restart, a failover,
+    ``pg_terminate_backend``): every pool of the process is then checked at once, so the caller's
+    next attempt draws a live connection instead of the next dead one after a growing backoff.
+    """
+    from psycopg_pool import ConnectionPool
+
+    try:
+        ConnectionPool.check_connection(conn)
+    except Exception:
+        for alias in connections:
+            pool = getattr(connections[alias], "pool", None)
+            if pool is not None:
+                try:
+                    pool.check()
+                except Exception:  # the server is away: the caller's retries wait for it
+                    pass
+        raise
+
+
+def check_pools_before_use() -> list[str]:
+    """Give every PostgreSQL pool of ``DATABASES`` that has no ``check`` of its own
+    ``check_pooled_connection`` (``pool: True`` becomes a dict with it). Called from the app's
+    ``ready()``, before any pool is built (Django builds it at the first connection). Returns the
+    aliases it changed."""
+    from django.conf import settings
+
+    changed = []
+    for alias, config in settings.DATABASES.items():
+        options = config.get("OPTIONS") or {}
+        pool = options.get("pool")
+        if "postgresql" not in str(config.get("ENGINE", "")) or not pool:
+            continue
+        if pool is True:
+            pool = options["pool"] = {}
+        if isinstance(pool, dict) and not pool.get("check"):
+            pool["check"] = check_pooled_connection
+            changed.append(alias)
+    return changed

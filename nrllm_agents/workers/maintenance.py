@@ -116,12 +116,3 @@ def start_local(**_: Any) -> bool:
         if _local is None or not _local.alive:
             _local = Maintainer("local", every, first_after=every).start()
     return True
-
-
-def stop_local(timeout: float = 10.0) -> None:
-    """Stop that thread (tests, shutdown)."""
-    global _local
-    with _local_lock:
-        if _local is not None:
-            _local.stop(timeout)
-            _local = None

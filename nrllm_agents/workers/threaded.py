@@ -33,7 +33,6 @@ GIL for long (CPU-bound work); this one when runs mostly wait on models and remo
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
@@ -50,6 +49,7 @@ from rq.timeouts import BaseDeathPenalty
 from rq.utils import now
 from rq.worker import BaseWorker, WorkerStatus
 
+from ..conf import env
 from ..executors.pool import SegmentExecutor
 from ..executors.rq_queue import OUTAGES
 from ..runtime.segment import hand_back_all
@@ -61,7 +61,7 @@ POLL_SECONDS = 1  # a blocking dequeue returns at least this often, so a shutdow
 HEARTBEAT_EVERY = 5.0  # seconds between the worker's own heartbeats (RQ sends one per job otherwise)
 # A thread woken by a cancel waits for the GIL at most about this long while others compute
 # (Python's default is 5 ms); hundreds of mostly idle threads make the shorter wait cheap.
-SWITCH_INTERVAL = float(os.environ.get("NRLLM_WORKER_SWITCH_INTERVAL", "0.001"))
+SWITCH_INTERVAL = env("NRLLM_WORKER_SWITCH_INTERVAL", float, 0.001)
 
 
 class NoDeathPenalty(BaseDeathPenalty):
@@ -76,7 +76,7 @@ class NoDeathPenalty(BaseDeathPenalty):
 
 def default_concurrency() -> int:
     """``NRLLM_WORKER_CONCURRENCY``, else ``DEFAULT_CONCURRENCY``."""
-    return int(os.environ.get("NRLLM_WORKER_CONCURRENCY") or DEFAULT_CONCURRENCY)
+    return int(env("NRLLM_WORKER_CONCURRENCY", int, DEFAULT_CONCURRENCY))
 
 
 class ThreadedWorker(RidesOutOutages, BaseWorker):
@@ -152,6 +152,9 @@ class ThreadedWorker(RidesOutOutages, BaseWorker):
             if result is None:  # burst mode: the queues are empty
                 return None
             job, queue = result
+            if self._stop_requested:  # the stop came during the dequeue (often for the job it handed back)
+                self._put_back(job, queue)
+                return None
             self.reorder_queues(reference_queue=queue)
             job.redis_server_version = self.get_redis_server_version()  # type: ignore[no-untyped-call]  # rq leaves this method unannotated
             self.log.info(
@@ -164,8 +167,23 @@ class ThreadedWorker(RidesOutOutages, BaseWorker):
         """Start the job on a thread and return at once; the work loop then waits for a slot."""
         self.executor.submit(self._perform, job, queue)
 
+    def _put_back(self, job: Job, queue: Queue) -> None:
+        """Return a dequeued job to the front of its queue, untouched, for another worker: a
+        worker that is stopping claims nothing (it would only hand the run back again)."""
+        try:
+            with self.connection.pipeline() as pipeline:
+                pipeline.lrem(queue.intermediate_queue_key, 1, job.id)
+                pipeline.lpush(queue.key, job.id)
+                pipeline.execute()
+            self.log.info("Worker %s: stopping: job %s put back in %s", self.name, job.id, queue.name)
+        except OUTAGES as exc:  # the job stays in RQ's intermediate list; the queued sweep recovers its run
+            self._redis_away(exc, f"putting job {job.id} back")
+
     def _perform(self, job: Job, queue: Queue) -> None:
         self.execution = None
+        if self._stop_requested:
+            self._put_back(job, queue)
+            return
         try:
             self.prepare_execution(job)
         except OUTAGES as exc:  # the job stays in RQ's intermediate list; the sweep recovers its run

@@ -82,16 +82,6 @@ def text_of(content: Any) -> str:
     return str(content)
 
 
-def tool_names_by_id(messages: Sequence[dict[str, Any]]) -> dict[str, str]:
-    """Each tool call id of the transcript's assistant turns, mapped to the tool's name."""
-    names: dict[str, str] = {}
-    for message in messages:
-        if message.get("role") == "assistant":
-            for call in message.get("tool_calls") or ():
-                names[str(call.get("id"))] = call_name(call)
-    return names
-
-
 def estimate_usage(messages: Sequence[dict[str, Any]], arrived_chars: int) -> Usage:
     """About four characters a token: what was sent, and what arrived."""
     sent = len(json.dumps(list(messages), default=str, ensure_ascii=False))

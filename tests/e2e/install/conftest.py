@@ -52,7 +52,17 @@ def host_python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     ]
     (purelib / "zz_shared_dependencies.pth").write_text("\n".join(shared) + "\n")
     subprocess.run(
-        [python, "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed", "--disable-pip-version-check", str(wheel)],
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--ignore-installed",
+            "--disable-pip-version-check",
+            str(wheel),
+        ],
         check=True,
         capture_output=True,
     )

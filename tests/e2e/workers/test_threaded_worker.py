@@ -330,3 +330,42 @@ def time_now() -> Any:
     from django.utils import timezone
 
     return timezone.now()
+
+
+def test_sigterm_during_a_tool_hands_the_run_back_at_once_and_claims_nothing_while_stopping(
+    runtime, queue, start_worker, worker_env
+):
+    """Issue 32 finding 11: SIGTERM during a 4 s ``sleep`` tool. The worker cut the wait short
+    only at the tool's end (4.1 s), and while stopping it dequeued the job it had just handed
+    back and handed it back a second time. Now the wait ends at once, the run is handed back
+    once, and the stopping worker takes no job."""
+    ids = enqueue_many(
+        runtime,
+        [
+            {
+                "prompt": "term in a tool",
+                "tools": ["sleep"],
+                "script": [{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 4}}]}, {"content": "ok"}],
+            }
+        ],
+    )
+    first = start_worker(4)
+    wait_for(
+        lambda: any(e.get("what") == "tool" for e in journal(worker_env).get(ids[0], [])),
+        timeout=60,
+        what="the sleep tool to start",
+    )
+    signalled = time.monotonic()
+    first.terminate(0)
+    code = first.wait_exit(0, timeout=30)
+    took = time.monotonic() - signalled
+    assert code == 0, first.logs()
+    assert took < 3, f"the worker waited out the 4 s tool: exited {took:.1f} s after SIGTERM"
+    run = AgentRun.objects.get(pk=ids[0])
+    assert run.status == RunStatus.QUEUED and run.attempts == 0
+    log = first.log_text(first.names[0])
+    taken = [line for line in log.splitlines() if f": default: nrllm-run-{ids[0]}-" in line and "in flight" in line]
+    assert len(taken) == 1, log  # taken once: the job it handed back is put back, not claimed again
+    start_worker(4)
+    wait_for(lambda: all_finished(ids), timeout=60, what="another worker to finish the run")
+    assert AgentRun.objects.get(pk=ids[0]).status == RunStatus.COMPLETED

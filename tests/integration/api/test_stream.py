@@ -15,10 +15,10 @@ from asgiref.sync import async_to_sync
 from django.test import AsyncClient, Client
 
 from nrllm_agents import store
-from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, CancelSource, RunStatus
 from nrllm_agents.presentation import describe
 from nrllm_agents.presentation.presenters import event_dict, run_status_dict
+from tests import waits
 from tests.e2e.web.servers import serve
 
 FINAL = {"done", "cancelled", "awaiting_approval", "failed"}
@@ -215,7 +215,7 @@ def test_live_stream_resumed_mid_run_misses_and_repeats_nothing_and_ends_cancell
                 break
     finally:
         runtime.cancel(run_id, source=CancelSource.SYSTEM)  # no-op when already cancelled
-        assert dispatch.wait_local_idle(30)
+        assert waits.wait_local_idle(30)
     stored = [e.sequence for e in runtime.events(run_id)]
     assert seen == stored == list(range(len(stored)))
     assert final["event"] == "cancelled"
@@ -340,7 +340,7 @@ def test_a_real_server_streams_steps_as_they_happen_and_ends_with_cancelled(
             # the loop ends because the server closed the stream after the final event
         finally:
             runtime.cancel(run_id, source=CancelSource.SYSTEM)
-            assert dispatch.wait_local_idle(30)
+            assert waits.wait_local_idle(30)
     assert final is not None and final["event"] == "cancelled"
     payload = json.loads(final["data"])
     assert payload["status"] == "cancelled" and payload["cancel"]["by"] == "alice"

@@ -19,9 +19,8 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from nrllm_agents.domain.fork import NOT_EXECUTED
-from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, AgentRunEvent
-from nrllm_agents.workers import maintenance
+from tests import waits
 from tests.e2e.processes import wait_for
 
 SLEEPY = [{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 30}}]}, {"content": "never"}]
@@ -198,8 +197,8 @@ def embedded(settings, tmp_path, monkeypatch):
     monkeypatch.setenv("NRLLM_CALL_JOURNAL", str(tmp_path / "journal.jsonl"))
     cache.clear()
     yield
-    maintenance.stop_local()
-    assert dispatch.wait_local_idle(30), "the in-process executor is still busy"
+    waits.stop_local_maintenance()
+    assert waits.wait_local_idle(30), "the in-process executor is still busy"
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from nrllm_agents.presentation.outcomes import queued_wording
 from nrllm_agents.runtime.agent_runtime import ApprovalNotPending, InvalidRunId, Outcome
 from nrllm_agents.validation.run_request import RunRequest
 from nrllm_agents.workers import jobs
+from tests import waits
 from tests.conftest import is_postgres, manage
 
 SCRIPT = [
@@ -57,7 +58,7 @@ def no_redis(settings):
     """No REDIS_URL: queued runs go to the in-process executor."""
     settings.REDIS_URL = None
     yield
-    assert dispatch.wait_local_idle(30), "in-process executor still busy after the test"
+    assert waits.wait_local_idle(30), "in-process executor still busy after the test"
 
 
 @pytest.fixture
@@ -328,7 +329,7 @@ def test_approve_queued_gets_a_job_of_its_own(runtime, rq_queue):
 @pytest.mark.django_db(transaction=True)
 def test_without_redis_enqueue_runs_in_process_through_the_claim(runtime, no_redis, journal):
     run_id = runtime.enqueue(REQUEST)
-    assert dispatch.wait_local_idle(30)
+    assert waits.wait_local_idle(30)
     row = AgentRun.objects.get(pk=run_id)
     assert (row.status, row.final_text) == (RunStatus.COMPLETED, "42")
     assert row.claimed_by.startswith("worker:")  # claimed by run_queued, like an RQ worker
@@ -342,7 +343,7 @@ def test_without_redis_enqueue_runs_in_process_through_the_claim(runtime, no_red
 def test_the_local_executor_executes_in_process_even_with_redis_set(runtime, rq_queue, settings, journal):
     settings.NRLLM_AGENTS = {"EXECUTOR": "local"}
     run_id = runtime.enqueue(REQUEST)
-    assert dispatch.wait_local_idle(30)
+    assert waits.wait_local_idle(30)
     row = AgentRun.objects.get(pk=run_id)
     assert (row.status, row.final_text) == (RunStatus.COMPLETED, "42")
     assert rq_queue.count == 0 and rq_queue.fetch_job(dispatch.job_id(run_id)) is None  # Redis never saw it
@@ -367,7 +368,7 @@ def test_without_redis_a_run_cancelled_before_commit_never_executes(runtime, no_
     with transaction.atomic():
         run_id = runtime.enqueue(REQUEST)
         runtime.cancel(run_id, source=CancelSource.API, reason="changed my mind")
-    assert dispatch.wait_local_idle(30)  # the executor got the job after COMMIT; its claim lost
+    assert waits.wait_local_idle(30)  # the executor got the job after COMMIT; its claim lost
     row = AgentRun.objects.get(pk=run_id)
     assert row.status == RunStatus.CANCELLED and row.started_at is None
     assert kinds(run_id) == ["cancelled"] and journal_of(journal, run_id) == []
@@ -376,16 +377,16 @@ def test_without_redis_a_run_cancelled_before_commit_never_executes(runtime, no_
 @pytest.mark.django_db(transaction=True)
 def test_without_redis_a_queued_approval_resumes_in_process(runtime, no_redis):
     run_id = runtime.enqueue(NOTE_REQUEST)
-    assert dispatch.wait_local_idle(30)
+    assert waits.wait_local_idle(30)
     assert AgentRun.objects.get(pk=run_id).status == RunStatus.WAITING_FOR_APPROVAL
     assert runtime.approve(run_id, True, queued=True).outcome == Outcome.QUEUED
-    assert dispatch.wait_local_idle(30)
+    assert waits.wait_local_idle(30)
     row = AgentRun.objects.get(pk=run_id)
     assert (row.status, row.final_text) == (RunStatus.COMPLETED, "saved")
     assert Note.objects.filter(run_id=run_id).count() == 1
 
     cancelled = runtime.enqueue(NOTE_REQUEST)
-    assert dispatch.wait_local_idle(30)
+    assert waits.wait_local_idle(30)
     runtime.cancel(cancelled, source=CancelSource.CLI)
     for queued in (True, False):
         with pytest.raises(ApprovalNotPending, match="is cancelled, not waiting for approval"):

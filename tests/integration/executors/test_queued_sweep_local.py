@@ -18,10 +18,10 @@ from django.test import Client
 from django.utils import timezone
 
 from nrllm_agents import executors, store
-from nrllm_agents.executors import dispatch, recovery
+from nrllm_agents.executors import recovery
 from nrllm_agents.models import AgentRun, RunStatus
 from nrllm_agents.validation.run_request import RunRequest
-from nrllm_agents.workers import maintenance
+from tests import waits
 from tests.e2e.processes import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -34,8 +34,8 @@ def embedded(settings):
     settings.REDIS_URL = None
     settings.NRLLM_AGENTS = {**settings.NRLLM_AGENTS, "QUEUED_STALE_SECONDS": 0}
     yield
-    maintenance.stop_local()
-    assert dispatch.wait_local_idle(30), "the in-process executor is still busy"
+    waits.stop_local_maintenance()
+    assert waits.wait_local_idle(30), "the in-process executor is still busy"
 
 
 def stranded() -> AgentRun:
@@ -91,6 +91,6 @@ def test_a_run_in_flight_in_this_process_is_only_waiting(monkeypatch):
         assert (report.recovered, report.waiting) == ([], 1)
     finally:
         release.set()
-    assert dispatch.wait_local_idle(30)
+    assert waits.wait_local_idle(30)
     assert status(run) == RunStatus.QUEUED
     assert not executors.LOCAL.holds(str(run.pk), job_id="held", stale_after=0)

@@ -17,7 +17,7 @@ from django.test import Client
 from nrllm_agents.domain import ModelResponse, Usage
 from nrllm_agents.domain.sanitize import MAX_TOKENS_PER_CALL
 from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus
-from nrllm_agents.runtime.ladder import _safe_message
+from nrllm_agents.runtime.runner import _safe_message
 from nrllm_agents.testing.chat_server import ChatCompletionServer
 from tests.integration.management.test_commands import run as run_command
 

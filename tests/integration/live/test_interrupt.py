@@ -20,11 +20,12 @@ from django.db import connection
 
 from nrllm_agents import store
 from nrllm_agents.domain import tools as builtin_tools
-from nrllm_agents.live.interrupts import wait_listening, watcher
+from nrllm_agents.live.interrupts import watcher
 from nrllm_agents.live.listener import listener
 from nrllm_agents.models import AgentRun, CancelSource, RunStatus
 from nrllm_agents.runtime.agent_runtime import AgentRuntime, Outcome
 from tests.conftest import is_postgres
+from tests.waits import wait_listening
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -23,6 +23,7 @@ from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, AgentRunEvent, Note, RunStatus
 from nrllm_agents.presentation import presenters
 from nrllm_agents.validation.run_request import RunRequest
+from tests import waits
 
 SLOW = [{"delay": 0.15, "tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.1}}]}] * 8 + [{"content": "done"}]
 NOTE = [{"tool_calls": [{"name": "write_note", "arguments": {"title": "t", "body": "b"}}]}, {"content": "noted"}]
@@ -201,7 +202,7 @@ def test_agent_run_queued_follow_without_redis_completes():
     ran = run(
         "agent_run", "queued", "--tool", "sleep", "--script", json.dumps(script), "--queued", "--follow", "--json"
     )
-    assert dispatch.wait_local_idle()
+    assert waits.wait_local_idle()
     run_id = ran.lines[0]["run_id"]
     assert ran.code == 0 and ran.lines[0] == {"event": "started", "run_id": run_id}
     assert [line["step"] for line in ran.lines[1:-1]] == stored_steps(run_id)
@@ -212,7 +213,7 @@ def test_agent_run_queued_follow_without_redis_completes():
 @pytest.mark.django_db(transaction=True)
 def test_agent_run_queued_without_follow_prints_the_id_at_once():
     ran = run("agent_run", "queued", "--tool", "calculator", "--script", '[{"content": "later"}]', "--queued")
-    assert dispatch.wait_local_idle()
+    assert waits.wait_local_idle()
     run_id = AgentRun.objects.get().pk
     assert ran.code == 0 and ran.out.splitlines() == [f"run {run_id} queued"]
     assert AgentRun.objects.get().status == RunStatus.COMPLETED
@@ -454,7 +455,7 @@ def test_agent_approve_queued_follow_resumes_in_a_worker(runtime):
     run_id = waiting(runtime)
     seen = AgentRunEvent.objects.filter(run_id=run_id).count()
     ran = run("agent_approve", str(run_id), "--approve", "--queued", "--follow", "--json")
-    assert dispatch.wait_local_idle()
+    assert waits.wait_local_idle()
     steps = [line["step"] for line in ran.lines[1:-1]]
     assert ran.code == 0 and steps == stored_steps(run_id)[seen:] and steps[0]["kind"] == "approval"
     assert ran.lines[-1]["event"] == "done" and Note.objects.count() == 1

@@ -18,10 +18,10 @@ from django.utils import timezone
 
 from nrllm_agents import store
 from nrllm_agents.domain import Step, StepKind
-from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus
 from nrllm_agents.runtime.segment import SegmentTrace, identity
 from nrllm_agents.validation.run_request import RunRequest
+from tests import waits
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -39,7 +39,7 @@ def embedded(settings):
     settings.REDIS_URL = None
     settings.NRLLM_AGENTS = {**settings.NRLLM_AGENTS, "MAX_ATTEMPTS": 2}
     yield
-    assert dispatch.wait_local_idle(30), "the in-process executor is still busy"
+    assert waits.wait_local_idle(30), "the in-process executor is still busy"
 
 
 def reap(*args: str) -> str:

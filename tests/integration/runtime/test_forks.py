@@ -9,13 +9,13 @@ from django.db import connection
 
 from nrllm_agents.domain import rebuild_state, tool_content
 from nrllm_agents.domain.fork import NOT_EXECUTED, repair
-from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, RunStatus
 from nrllm_agents.presentation.presenters import event_dict
 from nrllm_agents.runtime import forks
 from nrllm_agents.runtime.agent_runtime import Outcome, RunNotFound
 from nrllm_agents.testing.chat_server import ChatCompletionServer, transcript_problem
 from nrllm_agents.validation.run_request import InvalidRequest
+from tests import waits
 
 TWO_CALLS = {
     "tool_calls": [
@@ -101,7 +101,7 @@ def test_queued_fork_runs_in_a_worker(runtime):
     parent = cancelled_parent(runtime)
     result = runtime.fork(parent, from_sequence=1)  # the parent's own script continues: turn 1 answers "4"
     assert result.outcome == Outcome.QUEUED
-    assert dispatch.wait_local_idle(30)
+    assert waits.wait_local_idle(30)
     connection.close()
     fork = AgentRun.objects.get(pk=result.run_id)
     assert (fork.status, fork.final_text) == (RunStatus.COMPLETED, "4")

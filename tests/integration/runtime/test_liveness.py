@@ -18,6 +18,7 @@ from nrllm_agents.runtime.agent_runtime import Outcome
 from nrllm_agents.runtime.segment import identity
 from nrllm_agents.testing.chat_server import ChatCompletionServer
 from nrllm_agents.validation.run_request import RunRequest
+from tests import waits
 from tests.conftest import race_rounds
 
 SLOW_NOTE = {"slow_note": "nrllm_agents.testing.tools.SlowNote"}
@@ -217,7 +218,7 @@ class TestRetries:
         from nrllm_agents.runtime.agent_runtime import AgentRuntime
 
         run_id = AgentRuntime().enqueue({"prompt": "hi", "provider": "openai", "model": "m", "tools": []})
-        assert dispatch.wait_local_idle(60)
+        assert waits.wait_local_idle(60)
         connection.close()
         return AgentRun.objects.get(pk=run_id), delays
 
@@ -264,7 +265,7 @@ class TestRetries:
 
             request = {"prompt": "hi", "provider": "openai", "model": "m", "tools": ["calculator"]}
             run_id = AgentRuntime().enqueue(request)
-            assert dispatch.wait_local_idle(60)
+            assert waits.wait_local_idle(60)
         connection.close()
         run = AgentRun.objects.get(pk=run_id)
         assert (run.status, run.termination_reason) == (RunStatus.QUEUED, "")

@@ -18,6 +18,7 @@ from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus
 from nrllm_agents.runtime import segment
 from nrllm_agents.runtime.agent_runtime import Outcome
 from nrllm_agents.store.db import release_connection
+from tests import waits
 from tests.e2e.processes import wait_for
 from tests.integration.executors.test_queue import no_redis, rq_queue  # noqa: F401  (fixtures)
 
@@ -101,7 +102,7 @@ def test_the_in_process_executor_holds_many_runs_at_once(runtime, no_redis, sett
         what="the runs to execute at once",
     )
     assert peak >= 50
-    assert dispatch.wait_local_idle(60)
+    assert waits.wait_local_idle(60)
     assert set(AgentRun.objects.filter(pk__in=ids).values_list("status", flat=True)) == {RunStatus.COMPLETED}
 
 

@@ -14,12 +14,11 @@ from typing import Any
 import pytest
 
 from nrllm_agents.domain.thread import transcript_after
-from nrllm_agents.executors import dispatch
 from nrllm_agents.models import ACTIVE, AgentRun, AgentRunEvent
 from nrllm_agents.presentation.presenters import event_dict
 from nrllm_agents.runtime import threads
 from nrllm_agents.runtime.agent_runtime import AgentRuntime
-from nrllm_agents.workers import maintenance
+from tests import waits
 from tests.conftest import race_rounds
 from tests.e2e.processes import wait_for
 from tests.integration.api.test_threads import assert_nothing_started_after_the_boundary, journal
@@ -37,8 +36,8 @@ def embedded(settings, tmp_path, monkeypatch):
     settings.REDIS_URL = None
     monkeypatch.setenv("NRLLM_CALL_JOURNAL", str(tmp_path / "journal.jsonl"))
     yield
-    maintenance.stop_local()
-    assert dispatch.wait_local_idle(60), "the in-process executor is still busy"
+    waits.stop_local_maintenance()
+    assert waits.wait_local_idle(60), "the in-process executor is still busy"
 
 
 def message(prompt: str, script: list[dict[str, Any]]) -> dict[str, Any]:

@@ -35,7 +35,16 @@ def run(args: list[str], **env: str) -> subprocess.CompletedProcess:
 def test_without_a_secret_key_and_without_debug_the_process_refuses_to_start():
     done = run(["manage.py", "check"])
     assert done.returncode != 0
-    assert "ImproperlyConfigured: DJANGO_SECRET_KEY is not set." in done.stderr
+    assert done.stderr.startswith("manage.py: DJANGO_SECRET_KEY is not set.")
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr  # one line, no traceback
+
+
+def test_a_variable_that_is_not_a_boolean_is_named_not_read_as_false():
+    """One parser for the environment (conf.env): settings read ``DJANGO_SECURE_COOKIES=ture`` as
+    False before, silently; now it is refused, in one line naming the variable."""
+    done = run(["manage.py", "check"], DJANGO_DEBUG="1", DJANGO_SECURE_COOKIES="ture")
+    assert done.returncode != 0
+    assert done.stderr == "manage.py: environment variable DJANGO_SECURE_COOKIES='ture' is not a valid bool\n"
 
 
 def test_debug_is_off_unless_asked_for():

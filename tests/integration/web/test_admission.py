@@ -18,10 +18,10 @@ from django.core.management import call_command
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, RunStatus
 from nrllm_agents.validation.run_request import RunRequest
 from nrllm_agents.web import interactive
+from tests import waits
 
 from .test_forks import cancelled_run
 from .test_playground import JSON, form, signed_in, web  # noqa: F401
@@ -179,4 +179,4 @@ def test_a_sync_approval_and_a_sync_fork_take_a_sync_slot(alice, runtime):
         for slot in held:
             slot.release()
     assert admission.in_use(admission.Kind.SYNC) == (0, {})
-    assert dispatch.wait_local_idle(30)  # the queued approval executes in this process
+    assert waits.wait_local_idle(30)  # the queued approval executes in this process

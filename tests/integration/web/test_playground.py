@@ -11,9 +11,9 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from nrllm_agents import store
-from nrllm_agents.executors import dispatch
 from nrllm_agents.models import AgentRun, CancelSource, Note, RunStatus, TerminationReason
 from nrllm_agents.web import interactive
+from tests import waits
 
 JSON = {"Accept": "application/json"}
 QUICK = '[{"tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}}]}, {"content": "42"}]'
@@ -49,7 +49,7 @@ def web(settings):
     settings.NRLLM_AGENTS = {"STREAM_POLL_SECONDS": 0.02}
     yield settings
     assert interactive.wait_idle(30), "an interactive run is still executing"
-    assert dispatch.wait_local_idle(30)
+    assert waits.wait_local_idle(30)
 
 
 def signed_in(user, **kwargs) -> Client:
@@ -194,7 +194,7 @@ def test_scripts_get_json_with_the_run_and_its_stream(alice, web):
 def test_a_queued_run_is_executed_by_the_executor_not_the_web_thread(alice, web):
     response = signed_in(alice).post("/playground/runs/", form(mode="queued"), headers=JSON)
     assert response.status_code == 202
-    assert dispatch.wait_local_idle(30)
+    assert waits.wait_local_idle(30)
     run = only_run()
     assert run.status == RunStatus.COMPLETED and run.claimed_by.startswith("worker:")
 
@@ -294,11 +294,11 @@ def test_approve_or_deny_resumes_an_interactive_run_in_the_web_process(runtime, 
 @pytest.mark.django_db(transaction=True)
 def test_a_queued_run_waiting_for_approval_is_resumed_through_the_queue(runtime, alice, web):
     run_id = runtime.enqueue({"prompt": "note", "script": NOTE, "tools": ["write_note"]}, owner=alice)
-    assert dispatch.wait_local_idle(30)
+    assert waits.wait_local_idle(30)
     assert AgentRun.objects.get(pk=run_id).status == RunStatus.WAITING_FOR_APPROVAL
     response = signed_in(alice).post(f"/playground/runs/{run_id}/approve/", {"decision": "approve"}, headers=JSON)
     assert response.status_code == 202 and "worker" in response.json()["message"]
-    assert dispatch.wait_local_idle(30)
+    assert waits.wait_local_idle(30)
     run = AgentRun.objects.get(pk=run_id)
     assert run.status == RunStatus.COMPLETED and run.claimed_by.startswith("worker:")
     assert Note.objects.filter(run=run).count() == 1

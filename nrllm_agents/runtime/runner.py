@@ -1,10 +1,11 @@
-"""The ladder every segment goes through, and how its end maps to what the runtime returns.
+"""The segment runner: the ladder every segment goes through, and how its end maps to what the
+runtime returns.
 
-``Ladder`` is the base of ``AgentRuntime``: ``_execute`` arms the cancel watcher and the
-deadline, then ``_ladder`` drives the tool loop. A cancellation is caught before any generic
+``AgentRuntime`` holds one ``SegmentRunner`` (``runtime.segments``): ``execute`` arms the cancel
+watcher and the deadline, then ``_ladder`` drives the tool loop. A cancellation is caught before any generic
 handler, no settle is attempted (the cancel already won the row), the stop is acknowledged, and
 the outcome is ``cancelled``. A settle, suspend or hand-back that a fence refused reports the
-truth (``_close``). ``_dispatch`` wakes a worker for a queued run (a hand-back, a reaped run).
+truth (``_close``). ``dispatch`` wakes a worker for a queued run (a hand-back, a reaped run).
 """
 
 from __future__ import annotations
@@ -100,19 +101,20 @@ def run_result(
     )
 
 
-class Ladder:
-    """The segments' ladder and its results; ``AgentRuntime`` adds the entry points."""
+class SegmentRunner:
+    """Runs one segment through the ladder and reports its result; stateless. ``AgentRuntime``
+    holds one and adds the entry points."""
 
-    def _wake_thread(self, thread_id: uuid.UUID | None) -> None:
+    def wake_thread(self, thread_id: uuid.UUID | None) -> None:
         """A run of this thread stopped: dispatch the thread's next message, if one waits."""
         head = threads.next_up(thread_id)
         if head is not None:
             try:
-                self._dispatch(head, segment=0)
+                self.dispatch_run(head, segment=0)
             except dispatch.EnqueueError:
                 logger.error("run %s: its thread's turn came but it could not be enqueued", head)
 
-    def _dispatch(self, run_id: uuid.UUID, *, delay_seconds: float = 0, segment: int | None = None) -> bool:
+    def dispatch_run(self, run_id: uuid.UUID, *, delay_seconds: float = 0, segment: int | None = None) -> bool:
         """Wake a worker for a queued run: ``True`` when the queue took the job, ``False`` when it
         was unreachable (the run stays queued, a durable row, and the queued sweep dispatches it
         once the queue is back: never failed for a transient outage). A refusal for good settles
@@ -142,7 +144,7 @@ class Ladder:
             raise dispatch.EnqueueError(run_id, cause) from None
 
     @observe.segment
-    def _execute(
+    def execute(
         self, run_id: uuid.UUID, request: RunRequest, trace: SegmentTrace, drive: Callable[[ToolLoop], LoopResult]
     ) -> RunResult:
         """The ladder shared by every segment; cancels reach its calls in flight meanwhile."""
@@ -265,7 +267,7 @@ class Ladder:
             delay = RetryPolicy.from_settings().delay(attempt)
         observe.requeued(run_id, trace, count_attempt, delay, error)
         try:
-            self._dispatch(run_id, delay_seconds=delay)
+            self.dispatch_run(run_id, delay_seconds=delay)
         except dispatch.EnqueueError:
             return run_result(run_id, Outcome.FAILED, trace)  # settled failed (enqueue_failed) by _dispatch
         return run_result(run_id, Outcome.REQUEUED, trace)
@@ -294,15 +296,15 @@ class Ladder:
         if run is not None:
             observe.closed(run, fence, outcome)
             if run.thread_id is not None and run.stopped_at is not None:
-                self._wake_thread(run.thread_id)
+                self.wake_thread(run.thread_id)
         return run_result(run_id, outcome, trace, final_text=result.final_text if result else None, run=run)
 
     def _cancelled(self, run_id: uuid.UUID, trace: SegmentTrace) -> RunResult:
         trace.acknowledge_cancel()
-        self._wake_thread(threads.thread_of(run_id))
+        self.wake_thread(threads.thread_of(run_id))
         return run_result(run_id, Outcome.CANCELLED, trace)
 
-    def _settle_unrunnable(self, run_id: uuid.UUID, trace: SegmentTrace, exc: Exception) -> RunResult:
+    def settle_unrunnable(self, run_id: uuid.UUID, trace: SegmentTrace, exc: Exception) -> RunResult:
         return self._fail(run_id, trace, TerminationReason.INVALID_REQUEST, exc)
 
     def _fail(self, run_id: uuid.UUID, trace: SegmentTrace, reason: str, exc: BaseException) -> RunResult:
