@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import nrllm_agents
-from nrllm_agents.executors import dispatch
 from nrllm_agents.models import CancelSource, RunStatus
+from tests import waits
 from tests.e2e.processes import wait_for
 
 CALC = [{"tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}}]}, {"content": "42"}]
@@ -67,7 +67,7 @@ def test_enqueue_then_cancel_in_flight(heard, settings) -> None:
     wait_for(lambda: any(s.kind == "tool" for s in nrllm_agents.steps(run_id)))
     cancelled = nrllm_agents.cancel(run_id, reason="enough")
     assert (cancelled.outcome, cancelled.previous_status) == (nrllm_agents.CancelOutcome.CANCELLED, "running")
-    assert dispatch.wait_local_idle(30)
+    assert waits.wait_local_idle(30)
     row = nrllm_agents.status(run_id)
     assert (row.status, row.cancel_source, row.cancel_reason) == (RunStatus.CANCELLED, CancelSource.CODE, "enough")
     assert nrllm_agents.steps(run_id)[-1].kind == "cancelled"
@@ -87,7 +87,7 @@ def test_post_to_a_thread_and_a_receiver_that_fails_does_not_fail_the_run(settin
     try:
         thread = nrllm_agents.create_thread(title="t")
         run_id = nrllm_agents.post(thread.pk, "hello", script=[{"content": "hi"}])
-        assert dispatch.wait_local_idle(30)
+        assert waits.wait_local_idle(30)
     finally:
         nrllm_agents.run_settled.disconnect(broken)
     row = nrllm_agents.status(run_id)
