@@ -6,8 +6,10 @@ seconds and whose tool (``sleep``) takes ``d`` seconds, so every step in flight 
 ``d``. From another process (which runs the ``agent_cancel`` command), cancels are issued at
 random moments while runs execute; the others complete. It prints the distribution of
 ``stopped_at − cancel_requested_at`` (p50, p99, max) in milliseconds and in units of ``d``, by
-the kind of step the cancel interrupted, and, from the call journal the workers write, the
-model calls and tools started after each cancel was requested and after each stop boundary.
+the kind of step the cancel interrupted, beside the time until the ``cancelled`` step was
+written (after the stop: ``stopped_at`` is the end of the interrupted step, recorded with it),
+and, from the call journal the workers write, the model calls and tools started after each
+cancel was requested and after each stop boundary.
 Since a cancel interrupts the step in flight, the target is p99 ≤ 50 ms whatever ``d``.
 
 Then each HTTP provider (``--stream-providers``: ``openai``, ``anthropic``, ``gemini``) against
@@ -152,6 +154,8 @@ def measure(
                 entry = json.loads(line)
                 journal.setdefault(entry.get("run_id"), []).append(entry)
         latencies, after_request, after_boundary, queued_hits, completed = [], [], [], 0, 0
+        written: list[float] = []  # cancel -> the ``cancelled`` step written (what stopped_at was before)
+        at_step_end = 0  # runs whose stopped_at is the end of the step the cancel cut short
         by_kind: dict[str, list[float]] = {}
         for run in AgentRun.objects.filter(pk__in=run_ids):
             if run.status == RunStatus.COMPLETED:
@@ -160,7 +164,8 @@ def measure(
             if run.status != RunStatus.CANCELLED:
                 print(f"  unexpected: run {run.pk} ended {run.status} ({run.error_class})")
                 continue
-            steps = list(AgentRunEvent.objects.filter(run_id=run.pk).exclude(kind="cancelled").order_by("sequence"))
+            stream = list(AgentRunEvent.objects.filter(run_id=run.pk).order_by("sequence"))
+            steps = [e for e in stream if e.kind != "cancelled"]
             if not steps:
                 queued_hits += 1  # cancelled before a worker claimed it: it never ran
                 continue
@@ -169,6 +174,10 @@ def measure(
             starts = journal.get(str(run.pk), [])
             latency = (run.stopped_at - run.cancel_requested_at).total_seconds()
             latencies.append(latency)
+            acknowledged = next((e for e in reversed(stream) if e.kind == "cancelled"), None)
+            if acknowledged is not None:
+                written.append((acknowledged.created_at - run.cancel_requested_at).total_seconds())
+            at_step_end += run.stopped_at == steps[-1].created_at
             cut = next((s.kind for s in steps if s.payload.get("interrupted")), None)
             by_kind.setdefault(f"interrupted {cut} step" if cut else "stopped at a boundary", []).append(latency)
             after_request.append(sum(s["t"] > requested for s in starts))
@@ -194,6 +203,13 @@ def measure(
                 f"{percentile(ms, 0.99) / (d * 1000):9.2f} {max(ms) / (d * 1000):9.2f}   "
                 f"{statistics.fmean(ms) / (d * 1000):.2f}"
             )
+            if written:
+                wms = [x * 1000 for x in written]
+                print(
+                    f"    cancel -> `cancelled` written    {percentile(wms, 0.5):9.1f} {percentile(wms, 0.99):9.1f} "
+                    f"{max(wms):9.1f}   ms (after the stop: not part of it)"
+                )
+            print(f"    stopped_at = the end of the run's last step before `cancelled`: {at_step_end} of {len(ms)}")
             for kind, values in sorted(by_kind.items()):
                 kms = [x * 1000 for x in values]
                 print(

@@ -207,6 +207,7 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {
         "run_create": os.environ.get("NRLLM_THROTTLE_CREATE", "120/min"),
         "run_cancel": os.environ.get("NRLLM_THROTTLE_CANCEL", "300/min"),
+        "tool_list": os.environ.get("NRLLM_THROTTLE_TOOLS", "120/min"),
     },
 }
 

@@ -478,7 +478,9 @@ def check_tool_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
             found.append(clash(name, f"@tool in {where.module}", f"NRLLM_AGENTS['TOOLS'] ({app_settings.TOOLS[name]})"))
     if typed and mcp_catalog.configured():
         try:
-            mcp_names = set(mcp_catalog.catalog().tools) if sys.argv[1:2] == ["check"] else mcp_catalog.listed()
+            mcp_names = (
+                set(mcp_catalog.refresh(force=True).tools) if sys.argv[1:2] == ["check"] else mcp_catalog.listed()
+            )
         except Exception:  # an unreadable MCP configuration is check_mcp_servers' to name
             mcp_names = set()
         for name in sorted(mcp_names & set(typed)):

@@ -12,6 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 
@@ -92,6 +93,23 @@ class Thread(models.Model):
         return self.title or str(self.id)
 
 
+TIMES_IN_ORDER = models.CheckConstraint(
+    condition=(
+        (models.Q(started_at__isnull=True) | models.Q(started_at__gte=models.F("created_at")))
+        & (models.Q(stopped_at__isnull=True) | models.Q(stopped_at__gte=Coalesce("started_at", "created_at")))
+        & (
+            models.Q(finished_at__isnull=True)
+            | models.Q(finished_at__gte=Coalesce("stopped_at", "started_at", "created_at"))
+        )
+    ),
+    name="agentrun_times_in_order",
+    violation_error_message="a run's times must be in order: created <= started <= stopped <= finished",
+)
+"""``created_at <= started_at <= stopped_at <= finished_at`` on every run, whichever are set. The
+store's writes clamp each stamp to the ones before it (``store.journal.stop_stamp``), so clocks
+of different hosts a few milliseconds apart never make a transition fail."""
+
+
 class AgentRun(models.Model):
     """One agent task from creation to a terminal status."""
 
@@ -111,7 +129,9 @@ class AgentRun(models.Model):
     request_payload = models.JSONField(null=True, blank=True)  # what a queued run is rehydrated from
     suspended_state = models.JSONField(null=True, blank=True)  # the loop state awaiting approval
 
-    created_at = models.DateTimeField(auto_now_add=True)
+    # Not auto_now_add: a run that executes from birth (``store.begin``) is created and started
+    # at one clock reading, so ``created_at <= started_at`` holds (``TIMES_IN_ORDER``).
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     claimed_by = models.CharField(max_length=200, blank=True)  # "worker:host:pid", "interactive:host:pid", ...
@@ -182,6 +202,7 @@ class AgentRun(models.Model):
         ]
         constraints = [
             models.UniqueConstraint(fields=["thread", "thread_position"], name="agentrun_thread_position"),
+            TIMES_IN_ORDER,
         ]
         permissions = [
             ("cancel_agentrun", "Can cancel agent runs"),

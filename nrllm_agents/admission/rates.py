@@ -17,9 +17,9 @@ Where the counts live (``NRLLM_AGENTS["RATE_LIMIT_STORE"]``):
   ``migrate``), PostgreSQL and SQLite alike; the first attempt of a window prunes the scope's
   rows older than the previous window.
 
-The rates are ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]`` (``run_create``, ``run_cancel``;
-``NRLLM_THROTTLE_CREATE`` / ``NRLLM_THROTTLE_CANCEL``), written as DRF writes them
-(``120/min``; ``None``: unlimited).
+The rates are ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]`` (``run_create``, ``run_cancel``,
+``tool_list``; ``NRLLM_THROTTLE_CREATE`` / ``NRLLM_THROTTLE_CANCEL`` / ``NRLLM_THROTTLE_TOOLS``),
+written as DRF writes them (``120/min``; ``None``: unlimited).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ class Action(enum.StrEnum):
 
     CREATE = "run_create"  # starting a run, however: create, fork, the playground
     CANCEL = "run_cancel"  # a single or a bulk cancel
+    LIST_TOOLS = "tool_list"  # GET /api/tools/: a read of the MCP catalog
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,8 @@ def checked_body(request: Request, shape: type[Any]) -> dict[str, Any]:
 
 class RunAPIView(APIView):
     """Common ground: JSON bodies; token then session auth (so an anonymous caller gets 401
-    with a ``WWW-Authenticate: Token`` challenge); flat 400 bodies; throttles on POST only."""
+    with a ``WWW-Authenticate: Token`` challenge); flat 400 bodies; throttles on POST, and on a GET
+    that names its scope."""
 
     parser_classes = [BoundedJSONParser]
     authentication_classes = [TokenAuthentication, SessionAuthentication]
@@ -97,6 +98,7 @@ class RunAPIView(APIView):
     # likewise the schema inspector: the host's DEFAULT_SCHEMA_CLASS may be DRF's own
     schema = AutoSchema()
     post_throttle_scope: admission.Action | None = None
+    get_throttle_scope: admission.Action | None = None
     runtime = AgentRuntime()
 
     def get_exception_handler(self) -> Any:
@@ -105,6 +107,8 @@ class RunAPIView(APIView):
     def get_throttles(self) -> list[BaseThrottle]:
         if self.request.method == "POST" and self.post_throttle_scope:
             return [RunRateThrottle(self.post_throttle_scope)]
+        if self.request.method == "GET" and self.get_throttle_scope:
+            return [RunRateThrottle(self.get_throttle_scope)]
         return []
 
     def get_run(self, run_id: str, action: policy.Action = policy.Action.SEE) -> AgentRun:

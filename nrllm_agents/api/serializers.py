@@ -14,7 +14,6 @@ from typing import Any, cast
 from django.core.validators import MaxValueValidator
 from rest_framework import serializers
 
-from ..catalog import app_tools
 from ..conf import app_settings
 from ..domain.providers.scripted import MAX_DELAY_SECONDS, MAX_USAGE_TOKENS
 from ..models import MultitaskStrategy, RunStatus, TerminationReason
@@ -185,9 +184,12 @@ class CreateRunSerializer(serializers.Serializer[Any]):
         help_text="Model name; required by the openai provider.",
     )
     tools = serializers.ListField(
-        child=serializers.ChoiceField(choices=[]),
+        # Any name: the validator accepts exactly what GET /api/tools/ lists (MCP tools included)
+        # and answers 400 naming an unknown one.
+        child=StrictCharField(max_length=200, trim_whitespace=False),
         required=False,
-        help_text="Tools the agent may call; default from settings.",
+        max_length=100,
+        help_text="Tools the agent may call, by the names GET /api/tools/ lists; default from settings.",
     )
     max_iterations = StrictIntegerField(required=False, min_value=1)
     script = ScriptTurnSerializer(
@@ -245,8 +247,6 @@ class CreateRunSerializer(serializers.Serializer[Any]):
         # The choices and bounds are settings: read them when used, not at import.
         # (``fields`` maps names to the base Field: these are the fields declared above)
         cast(serializers.ChoiceField, self.fields["provider"]).choices = sorted(app_settings.PROVIDERS)
-        tools = cast(serializers.ListField, self.fields["tools"])
-        cast(serializers.ChoiceField, tools.child).choices = sorted({*app_settings.TOOLS, *app_tools.names()})
         for name, setting in (
             ("max_iterations", "MAX_ITERATIONS_LIMIT"),
             ("deadline_seconds", "DEADLINE_SECONDS_LIMIT"),

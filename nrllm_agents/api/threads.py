@@ -163,7 +163,7 @@ class ThreadMessageView(ThreadAPIView):
         strategy = fields.pop("multitask_strategy", None)
         # an invalid request, a thread purged in between, a busy one (reject), a refused enqueue:
         # answered by the handler (``http.answers``)
-        run_request = RunRequest.from_mapping(fields)
+        run_request = RunRequest.from_mapping(fields, viewer=request.user)
         refuse_provider(run_request.provider)
         run_id = self.runtime.post(thread.pk, run_request, owner=request.user, strategy=strategy)
         return Response(

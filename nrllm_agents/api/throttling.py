@@ -1,5 +1,6 @@
-"""Rate limits for the API's write operations (create, fork, cancel): DRF's hook over
-``admission.rates``, the one limiter the playground asks too."""
+"""Rate limits for the API's write operations (create, fork, cancel) and its reads of the MCP
+catalog (``GET /api/tools/``): DRF's hook over ``admission.rates``, the one limiter the
+playground asks too."""
 
 from __future__ import annotations
 
@@ -28,3 +29,4 @@ class RunRateThrottle(BaseThrottle):
 
 CREATE_SCOPE = admission.Action.CREATE
 CANCEL_SCOPE = admission.Action.CANCEL
+TOOLS_SCOPE = admission.Action.LIST_TOOLS

@@ -13,7 +13,8 @@ from rest_framework.response import Response
 from ..access import policy
 from ..catalog import registry
 from .base import RunAPIView
-from .schema import AUTH_ERRORS, extend_schema
+from .schema import AUTH_ERRORS, THROTTLED, extend_schema
+from .throttling import TOOLS_SCOPE
 
 
 class OfferedToolSerializer(serializers.Serializer[Any]):
@@ -34,14 +35,17 @@ class ToolListSerializer(serializers.Serializer[Any]):
 
 
 class ToolListView(RunAPIView):
+    get_throttle_scope = TOOLS_SCOPE
+
     @extend_schema(
         operation_id="tools_list",
         summary="List the tools a run can be offered",
         description="Built-in tools, those of `NRLLM_AGENTS['TOOLS']`, the typed tools of the apps' `agent_tools` "
         "modules and those of the configured MCP "
-        "servers (listed by starting them in the web process). `unavailable` names each MCP server that "
-        "could not be listed, and why.",
-        responses={200: OpenApiResponse(ToolListSerializer), **AUTH_ERRORS},
+        "servers: the web process's last listing of each, refreshed in the background (no request waits on "
+        "a server). `unavailable` names each MCP server that could not be listed (or not yet), and why; a "
+        "server that broke after a listing keeps its tools here, and a call to one fails at once.",
+        responses={200: OpenApiResponse(ToolListSerializer), **THROTTLED, **AUTH_ERRORS},
     )
     def get(self, request: Request) -> Response:
         if not policy.may_list_tools(request.user):

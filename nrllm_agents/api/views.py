@@ -100,7 +100,7 @@ class RunListCreateView(generics.ListAPIView[AgentRun], RunAPIView):
     def post(self, request: Request) -> Response:
         fields = checked_body(request, s.CreateRunSerializer)
         mode = fields.pop("mode", "queued")
-        run_request = RunRequest.from_mapping(fields)
+        run_request = RunRequest.from_mapping(fields, viewer=request.user)
         refuse_provider(run_request.provider)
         if mode == "sync":
             with sync_slot(request):

@@ -40,20 +40,22 @@ def is_known_tool(name: str) -> bool:
     )
 
 
-def tool_names(*, discover: bool = False) -> list[str]:
-    """Names of the tools a run can be offered; MCP ones only once listed here (or ``discover``)."""
+def tool_names() -> list[str]:
+    """Names of the tools a run can be offered: the settings', the apps' typed ones and the MCP
+    catalog's (``mcp.catalog.current``)."""
     names = set(app_settings.TOOLS) | set(app_tools.tools())
     if mcp_catalog.configured():
-        names.update(mcp_catalog.catalog().tools if discover else mcp_catalog.listed())
+        names.update(mcp_catalog.current().tools)
     return sorted(names)
 
 
-def offered_tools() -> tuple[list[dict[str, Any]], dict[str, str]]:
+def offered_tools(*, fresh: bool = False) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Every tool a run can be offered (built-in, from settings, from MCP servers), and broken servers.
 
     Each entry: ``name``, ``description``, ``source`` (``built-in``, ``settings``, ``app`` for a
     typed tool of an app's ``agent_tools`` or ``mcp``), ``server`` (an MCP server's name, else None),
-    ``requires_approval``, ``idempotent``.
+    ``requires_approval``, ``idempotent``. ``fresh`` lists the MCP servers now, broken ones too (a
+    command); else the process's catalog.
     """
     entries = []
     for name, path in sorted(app_settings.TOOLS.items()):
@@ -72,7 +74,10 @@ def offered_tools() -> tuple[list[dict[str, Any]], dict[str, str]]:
         if name not in app_settings.TOOLS:  # a clash (check E023): the settings' tool is the one built
             tool = found.tool
             entries.append(_entry(name, tool.description, "app", None, tool.requires_approval, tool.idempotent))
-    listing = mcp_catalog.catalog(retry=True)
+    if not mcp_catalog.configured():
+        listing = mcp_catalog.Catalog()
+    else:
+        listing = mcp_catalog.refresh(force=True) if fresh else mcp_catalog.current()
     for name, mcp_tool in sorted(listing.tools.items()):
         entries.append(
             _entry(

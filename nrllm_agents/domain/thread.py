@@ -1,10 +1,12 @@
 """The transcript a thread's run leaves, and the first step of the run that continues it.
 
-A thread's next run starts from the transcript of the latest run before it that counts (not
-rolled back, and started): rebuilt from that run's own stream, whose first step already held
-everything before it. A run stopped mid-turn is repaired like a fork's parent (every tool
-call answered), and the partial answer of a model call a cancel cut short stays as an
-assistant turn: the interrupted turn. No Django here: plain step dicts in, messages out.
+A thread's next run starts from the transcript of the latest run before it that took a turn
+(not rolled back, and its model was called): rebuilt from that run's own stream, whose first
+step already held everything before it. A run that took no turn (cancelled while queued, or
+stopped before its first model call) is skipped, so the transcript before it goes on whole.
+A run stopped mid-turn is repaired like a fork's parent (every tool call answered), and the
+partial answer of a model call a cancel cut short stays as an assistant turn: the interrupted
+turn. No Django here: plain step dicts in, messages out.
 """
 
 from __future__ import annotations

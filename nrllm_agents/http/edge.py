@@ -10,6 +10,8 @@
 - Under the API's prefix (wherever the host mounted it): a body larger than ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (by its
   ``Content-Length``) answers a JSON 413. The API's JSON parser enforces the same limit on
   bodies of unknown length.
+- Every request reads the MCP catalog without waiting on a server (``mcp.catalog.without_waiting``):
+  the API's tool list, the playground's form and the admin show the last listing.
 
 Answers are JSON ``{"detail": ...}`` for the API and for scripts (``Accept: application/json``),
 a one-line plain-text page otherwise.
@@ -23,6 +25,8 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 from django.urls import NoReverseMatch, reverse
+
+from ..mcp import catalog as mcp_catalog
 
 NUL_DETAIL = "The request contains a NUL character, which is not accepted anywhere."
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
@@ -78,7 +82,8 @@ class EdgeGuardMiddleware:
                     return _refuse(request, 400, NUL_DETAIL)
             except MultiPartParserError:
                 return _refuse(request, 400, "The form data could not be read.")
-        return self.get_response(request)
+        with mcp_catalog.without_waiting():  # no request waits on an MCP server (mcp/catalog.py)
+            return self.get_response(request)
 
 
 def _content_length(request: HttpRequest) -> int:

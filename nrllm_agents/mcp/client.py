@@ -78,16 +78,19 @@ class Hub:
 
     def tools(self, config: ServerConfig) -> list[Any]:
         """The server's tools (``mcp.types.Tool``), starting it if needed; raises ``McpUnavailable``."""
-        found = self.list_all([config])[config.name]
+        found = self.list_all([config], force=True)[config.name]
         if isinstance(found, McpUnavailable):
             raise found
         return found
 
-    def list_all(self, configs: list[ServerConfig]) -> dict[str, list[Any] | McpUnavailable]:
-        """Every server's tools, or why it could not be listed; the servers start side by side."""
+    def list_all(self, configs: list[ServerConfig], *, force: bool = False) -> dict[str, list[Any] | McpUnavailable]:
+        """Every server's tools, or why it could not be listed; the servers start side by side.
+
+        A server remembered as broken answers its last failure at once, unless ``force``.
+        """
         servers = [self._server(c) for c in configs]
         loop = self._ensure_loop()
-        futures = [asyncio.run_coroutine_threadsafe(s.ensure(), loop) for s in servers]
+        futures = [asyncio.run_coroutine_threadsafe(s.ensure(force=force), loop) for s in servers]
         found: dict[str, list[Any] | McpUnavailable] = {}
         for server, future in zip(servers, futures):
             try:

@@ -3,8 +3,11 @@
 ``ServerSession`` holds the transport (stdio through ``guard.py``, or Streamable HTTP) and the
 SDK's ``ClientSession`` open in one task of its own (anyio's rule: a task group is left by the
 task that entered it), and makes the calls: each is a task of the loop, so cancelling it makes
-the SDK write ``notifications/cancelled`` for its request. Everything here runs on the loop
-thread; ``client.Hub`` is the thread-safe front.
+the SDK write ``notifications/cancelled`` for its request. A server that could not be started
+is remembered with a backoff: until it is due again, and while another caller retries it, asking
+for it fails at once (a run's call gets its tool error without waiting). A stdio server's stderr
+goes to this module's log, a line at a time, tagged with the server's name (``stderr.py``).
+Everything here runs on the loop thread; ``client.Hub`` is the thread-safe front.
 
 Plain Python: no Django.
 """
@@ -26,12 +29,15 @@ from typing import Any
 from ..domain.cancel import CancelToken
 from ..domain.errors import ToolError
 from .config import HTTP, Resolved, ServerConfig
+from .stderr import StderrLog
 
 logger = logging.getLogger(__name__)
 
 GUARD = str(Path(__file__).with_name("guard.py"))
 _CONNECTION_CLOSED, _REQUEST_TIMEOUT = -32000, -32001
 _MAX_MESSAGE = 500
+RETRY_FIRST_SECONDS = 10.0  # a server that failed to start is asked again after this, then twice as late
+RETRY_MAX_SECONDS = 300.0
 
 
 class McpUnavailable(ToolError):
@@ -73,18 +79,6 @@ def _clip(text: str) -> str:
     return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 1] + "…"
 
 
-def _errlog() -> Any:
-    """Where a stdio server's stderr goes: ours, when it is a real file (else the original one)."""
-    for stream in (sys.stderr, sys.__stderr__):
-        try:
-            if stream is not None:
-                stream.fileno()
-                return stream
-        except (AttributeError, OSError, ValueError):
-            continue
-    return open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
-
-
 class ServerSession:
     """One server's session, on the hub's loop: started on demand, restarted after it died."""
 
@@ -98,6 +92,10 @@ class ServerSession:
         self._owner: asyncio.Task[None] | None = None
         self._lock: asyncio.Lock | None = None
         self._calls: dict[asyncio.Task[Any], CallRecord] = {}
+        self.failure: str | None = None  # why the last start failed (None: it did not, or no start yet)
+        self._retry_at = 0.0
+        self._backoff = 0.0
+        self._stderr: StderrLog | None = None
 
     def redact(self, text: str) -> str:
         return _clip(self.resolved.redact(text) if self.resolved is not None else text)
@@ -108,41 +106,76 @@ class ServerSession:
         dispatcher = getattr(self.session, "_dispatcher", None)  # fail-soft: no such attribute → trust it
         return not getattr(dispatcher, "_closed", False)
 
-    async def ensure(self) -> Any:
-        """The live session, starting (or restarting) the server first; raises ``McpUnavailable``."""
+    async def ensure(self, *, force: bool = False) -> Any:
+        """The live session, starting (or restarting) the server first; raises ``McpUnavailable``.
+
+        A server whose last start failed is not started again before its backoff is over, nor
+        while another caller is starting it: that raises at once, with the last failure.
+        ``force`` (a command listing the servers) waits and starts it now.
+        """
         if self._lock is None:
             self._lock = asyncio.Lock()
+        if self._alive():
+            return self.session
+        if not force and self.failure is not None and (time.monotonic() < self._retry_at or self._lock.locked()):
+            raise McpUnavailable(self.failure)
         async with self._lock:
             if self._alive():
                 return self.session
-            await self.stop()
-            ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._stop = asyncio.Event()
-            self._owner = asyncio.create_task(self._own(ready, self._stop), name=f"mcp-{self.config.name}")
             try:
-                await asyncio.wait_for(asyncio.shield(ready), self.config.connect_timeout)
-            except TimeoutError:
-                await self.stop()
+                session = await self._start()
+            except McpUnavailable as exc:
+                self._backoff = min(RETRY_MAX_SECONDS, max(RETRY_FIRST_SECONDS, self._backoff * 2))
+                self.failure, self._retry_at = str(exc), time.monotonic() + self._backoff
+                raise
+            self.failure, self._backoff = None, 0.0
+            return session
+
+    async def _start(self) -> Any:
+        await self.stop()
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Abandoned after a timeout, its exception is still taken: never "Future exception was never retrieved".
+        ready.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._stop = asyncio.Event()
+        self._owner = asyncio.create_task(self._own(ready, self._stop), name=f"mcp-{self.config.name}")
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), self.config.connect_timeout)
+        except TimeoutError:
+            await self.stop()
+            raise McpUnavailable(
+                f"MCP server {self.config.name!r} did not complete its handshake within "
+                f"{self.config.connect_timeout:g} s{await self._said()}"
+            ) from None
+        except Exception as exc:
+            await self.stop()
+            if isinstance(exc, McpUnavailable):
+                raise
+            if isinstance(exc, ToolError):
+                raise McpUnavailable(str(exc)) from None
+            leaf = _leaf(exc)
+            if getattr(leaf, "code", None) == _CONNECTION_CLOSED:
+                said = await self._said()
                 raise McpUnavailable(
-                    f"MCP server {self.config.name!r} did not complete its handshake within "
-                    f"{self.config.connect_timeout:g} s"
+                    f"MCP server {self.config.name!r} exited or closed the connection before completing "
+                    f"its handshake{said or ' (its stderr, in the log, says why)'}"
                 ) from None
-            except Exception as exc:
-                await self.stop()
-                if isinstance(exc, ToolError):
-                    raise
-                leaf = _leaf(exc)
-                if getattr(leaf, "code", None) == _CONNECTION_CLOSED:
-                    raise McpUnavailable(
-                        f"MCP server {self.config.name!r} exited or closed the connection before completing "
-                        "its handshake (its stderr says why)"
-                    ) from None
-                raise McpUnavailable(
-                    f"MCP server {self.config.name!r} could not be started or reached: "
-                    f"{self.redact(f'{type(leaf).__name__}: {leaf}')}"
-                ) from None
-            self.started += 1
-            return self.session
+            raise McpUnavailable(
+                f"MCP server {self.config.name!r} could not be started or reached: "
+                f"{self.redact(f'{type(leaf).__name__}: {leaf}')}"
+            ) from None
+        self.started += 1
+        return self.session
+
+    async def _said(self) -> str:
+        """The last line the server wrote to its stderr, as ``": …"`` (empty when it wrote none)."""
+        if self._stderr is None:
+            return ""
+        for _ in range(10):  # the reader may be a moment behind the server's exit
+            if self._stderr.closed.is_set():
+                break
+            await asyncio.sleep(0.02)
+        last = self._stderr.last()
+        return f": {self.redact(last)}" if last else ""
 
     async def _own(self, ready: asyncio.Future[None], stop: asyncio.Event) -> None:
         """Hold the transport and the session open until ``stop``; one task enters and leaves them."""
@@ -199,7 +232,10 @@ class ServerSession:
             env=resolved.env or None,
             cwd=self.config.cwd,
         )
-        return stdio_client(parameters, errlog=_errlog())
+        # The server's stderr is a pipe read by a thread that logs it: never this process's stderr.
+        self._stderr = StderrLog(self.config.name, self.redact)
+        stack.callback(self._stderr.close_writer)  # after the transport: the server is gone by then
+        return stdio_client(parameters, errlog=self._stderr.writer)
 
     async def _on_message(self, message: Any) -> None:
         """A message the server sent that is not an answer; a broken one fails the calls in flight."""
@@ -282,11 +318,16 @@ class ServerSession:
             record.settled.set()
 
     async def stop(self) -> None:
-        """Close the session and stop the server (for stdio: stdin, SIGTERM, SIGKILL); idempotent."""
+        """Close the session and stop the server (for stdio: stdin, SIGTERM, SIGKILL); idempotent.
+
+        A server still in its handshake is cancelled at once (nothing to close gracefully).
+        """
         owner, self._owner = self._owner, None
         if self._stop is not None:
             self._stop.set()
         if owner is not None and not owner.done():
+            if self.session is None:
+                owner.cancel()
             try:
                 await asyncio.wait_for(asyncio.shield(owner), 10.0)
             except (TimeoutError, asyncio.CancelledError):

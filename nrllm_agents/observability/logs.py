@@ -83,7 +83,7 @@ def logging_config(fmt: str = "text", level: str = "WARNING") -> dict[str, Any]:
     """The ``LOGGING`` setting: the ``nrllm_agents`` loggers to stderr, JSON or text, at ``level``;
     and Django's request errors (a 500's traceback, ``django.request``) and security refusals
     (``django.security``) to the same stderr in the same format, debug or not (Django's own
-    configuration prints them only with ``DEBUG`` on)."""
+    configuration prints them only with ``DEBUG`` on); and the ``mcp`` SDK's warnings."""
     formatter = "json" if fmt.strip().lower() == "json" else "text"
     handler = {"handlers": ["console"], "level": level.upper(), "propagate": False}
     return {
@@ -101,6 +101,9 @@ def logging_config(fmt: str = "text", level: str = "WARNING") -> dict[str, Any]:
         "handlers": {"console": {"class": "logging.StreamHandler", "formatter": formatter, "filters": ["run_context"]}},
         "loggers": {
             "nrllm_agents": handler,
+            # The mcp SDK's own warnings (a line that is not JSON-RPC, a broken stream): into the
+            # same log, never to stderr by logging's last-resort handler.
+            "mcp": {"handlers": ["console"], "level": "WARNING", "propagate": False},
             "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
             "django.security": {"handlers": ["console"], "level": "ERROR", "propagate": False},
         },

@@ -128,6 +128,7 @@ class SegmentTrace:
         self._effect_stamped = False
         self._recheck = False  # a boundary could not renew the lease: read the row before the next start
         self._interrupted_sequence: int | None = None  # the step a cancel cut short
+        self._stopped_at: datetime | None = None  # the end of the step after which a cancel stopped the work
         self._delta_round = -1
         self._delta_offset = 0
         self.limits = limits.Enforcer(run_id)
@@ -192,6 +193,7 @@ class SegmentTrace:
             self._effect_stamped = cleared is Lease.UNKNOWN  # a store hiccup: try again after the next tool
         cancelled = cancelled or self.limits(step, self.usage) is not None  # a deadline or budget stops it here
         if cancelled:
+            self._stopped_at = created_at  # the work stopped with this step: its end, recorded with it
             raise RunCancellationRequested(boundary_sequence=sequence)
         if self.interruptible and shutdown_requested.is_set():
             raise SegmentInterrupted()
@@ -277,6 +279,7 @@ class SegmentTrace:
                 usage=self.usage,
                 owner=self.owner,
                 interrupted_sequence=self._interrupted_sequence,
+                stopped_at=self._stopped_at,
             ),
             on_error=True,
         )

@@ -214,12 +214,21 @@ def thread_of(run_id: uuid.UUID) -> uuid.UUID | None:
     return found
 
 
+def took_a_turn() -> Exists:
+    """Runs whose model was called (an ``llm`` step, whole, interrupted or failed): the ones that
+    leave a turn. A run that never got there (cancelled while queued, its only step the
+    ``cancelled`` one; or stopped after its ``thread`` step, before its first call) leaves none."""
+    return Exists(AgentRunEvent.objects.filter(run_id=OuterRef("pk"), kind=StepKind.LLM))
+
+
 def transcript(thread_id: uuid.UUID, *, before: int | None = None) -> tuple[list[dict[str, Any]], uuid.UUID | None]:
     """The messages a run at position ``before`` (default: the next one) starts from, and the
-    run they come from: the latest earlier run that is not rolled back and recorded a step."""
-    runs = AgentRun.objects.filter(thread_id=thread_id, rolled_back=False).filter(
-        Exists(AgentRunEvent.objects.filter(run_id=OuterRef("pk")))
-    )
+    run they come from: the latest earlier run that is not rolled back and took a turn.
+
+    That run's stream opens with the transcript before it (its ``thread`` step, built the same
+    way when it started), so a run without a turn carries that transcript through, whole.
+    """
+    runs = AgentRun.objects.filter(thread_id=thread_id, rolled_back=False).filter(took_a_turn())
     if before is not None:
         runs = runs.filter(thread_position__lt=before)
     base = runs.order_by("-thread_position").values_list("pk", "status").first()

@@ -11,8 +11,9 @@ from django.utils import timezone
 
 from ..domain import StepKind
 from ..models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus
+from .cancels import cancel_fields
+from .journal import stop_stamp
 from .results import actor, checked_reason
-from .runs import cancel_fields
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def cancel_many(selection: Any, *, by: Any = None, source: str, reason: str = ""
         cancelled: dict[str, int] = {}
         for status in (RunStatus.QUEUED, RunStatus.WAITING_FOR_APPROVAL, RunStatus.RUNNING):
             # Running runs keep their lease: their segment (or the reaper) acknowledges.
-            extra = {} if status == RunStatus.RUNNING else {"stopped_at": now, "lease_expires": None}
+            extra = {} if status == RunStatus.RUNNING else {"stopped_at": stop_stamp(now), "lease_expires": None}
             n = selection.filter(status=status).order_by().update(**extra, **common)
             if n:
                 cancelled[status.value] = n
@@ -101,7 +102,7 @@ def _append_cancelled_bulk(now: datetime, by: Any, source: str, reason: str) -> 
         f"'boundary_sequence', m.mx), %s "
         f"FROM {run_table} r LEFT JOIN (SELECT run_id, MAX(sequence) AS mx FROM {event_table} GROUP BY run_id) m "
         f"ON m.run_id = r.id "
-        f"WHERE r.status = %s AND r.cancel_requested_at = %s AND r.stopped_at = %s"
+        f"WHERE r.status = %s AND r.cancel_requested_at = %s AND r.stopped_at IS NOT NULL"
     )
     with connection.cursor() as cur:
         cur.execute(
@@ -115,7 +116,6 @@ def _append_cancelled_bulk(now: datetime, by: Any, source: str, reason: str) -> 
                 now.isoformat(),
                 ts,
                 RunStatus.CANCELLED.value,
-                ts,
                 ts,
             ],
         )

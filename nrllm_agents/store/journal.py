@@ -8,10 +8,11 @@ that finds where a run's stream goes on.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from django.db.models import F, Max
+from django.db.models import DateTimeField, F, Max, Value
+from django.db.models.functions import Coalesce, Greatest
 
 from ..domain import Step, StepKind, Usage
 from ..models import AgentRun, AgentRunEvent, RunStatus
@@ -32,6 +33,21 @@ def spend_fields(iterations: int | None, usage: Usage | None) -> dict[str, Any]:
         if usage.cost is not None:
             fields.update(cost=usage.cost, cost_estimated=usage.cost_estimated)
     return fields
+
+
+def started_stamp(now: datetime) -> Greatest:
+    """``started_at`` for a segment starting at ``now``: never before the row's ``created_at``
+    (the row may have been inserted by a host whose clock runs ahead: the times stay in order,
+    ``models.TIMES_IN_ORDER``)."""
+    return Greatest(Value(now, output_field=DateTimeField()), F("created_at"))
+
+
+def stop_stamp(now: datetime, *, after: str = "started_at") -> Greatest:
+    """A stop time (``stopped_at``, ``finished_at``) for ``now``: never before the time named by
+    ``after`` (default: the run's start, or its creation when it never started). An
+    acknowledgement passes ``after="finished_at"``: the cancel already stamped that one."""
+    later = [F(after)] + ([F("started_at")] if after != "started_at" else []) + [F("created_at")]
+    return Greatest(Value(now, output_field=DateTimeField()), Coalesce(*later))
 
 
 RECOVER = {"recover": True}  # request_payload of a run handed back to the queue mid-way
@@ -57,8 +73,8 @@ def ended_fields(
     return {
         "status": status,
         "termination_reason": reason,
-        "finished_at": now,
-        "stopped_at": now,
+        "finished_at": stop_stamp(now),
+        "stopped_at": stop_stamp(now),
         "error_class": error_class,
         "error_message": error_message[:2000],
         "request_payload": None,
@@ -104,6 +120,10 @@ def append_event(run_id: uuid.UUID, sequence: int, step: Step, created_at: datet
     AgentRunEvent.objects.create(**step_columns(run_id, sequence, step, created_at))
 
 
+def _iso(at: datetime | None) -> str | None:
+    return at.astimezone(UTC).isoformat(timespec="microseconds") if at is not None else None
+
+
 def cancel_payload(run: dict[str, Any], boundary: int | None) -> dict[str, Any]:
     """The ``cancelled`` step's payload, from the row's ``CANCEL_FIELDS``."""
     payload = {
@@ -111,7 +131,8 @@ def cancel_payload(run: dict[str, Any], boundary: int | None) -> dict[str, Any]:
         "by": run["cancelled_by_name"] or None,
         "source": run["cancel_source"],
         "reason": run["cancel_reason"],
-        "requested_at": run["cancel_requested_at"].isoformat() if run["cancel_requested_at"] else None,
+        # always with microseconds, as the one-statement cancel writes it (to_char's .US)
+        "requested_at": _iso(run["cancel_requested_at"]),
         "boundary_sequence": boundary,
         "termination_reason": run["termination_reason"],
     }

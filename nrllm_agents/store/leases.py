@@ -22,7 +22,7 @@ from ..conf import app_settings
 from ..domain import Step, Usage
 from ..models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
 from . import prepared
-from .journal import append_cancelled, append_event, ended_fields, owned, requeued_fields, spend_fields
+from .journal import append_cancelled, append_event, ended_fields, owned, requeued_fields, spend_fields, stop_stamp
 from .results import NOT_FOUND, Lease, Transition
 from .retries import RetryPolicy
 
@@ -292,7 +292,11 @@ def _acknowledge_orphaned_cancels(now: datetime, limit: int, dry_run: bool) -> i
         try:
             with transaction.atomic():
                 n = AgentRun.objects.filter(pk=run_id, stopped_at__isnull=True, lease_expires__lt=now).update(
-                    stopped_at=now, claimed_by="", lease_expires=None, pending_effect=None
+                    stopped_at=stop_stamp(now, after="finished_at"),
+                    finished_at=stop_stamp(now, after="finished_at"),
+                    claimed_by="",
+                    lease_expires=None,
+                    pending_effect=None,
                 )
                 if n:
                     append_cancelled(run_id, now)

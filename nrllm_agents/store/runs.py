@@ -13,12 +13,9 @@ from django.db.models import F
 from django.utils import timezone
 
 from ..domain import Usage
-from ..models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus, TerminationReason
-from . import prepared
-from .cancels import cancel_one_trip
-from .claims import claim_one_trip
-from .journal import append_cancelled, ended_fields, owned, spend_fields
-from .results import NOT_FOUND, InvalidArgument, Transition, actor, checked_reason
+from ..models import ACTIVE, AgentRun, AgentRunEvent, RunStatus
+from .journal import append_cancelled, ended_fields, owned, spend_fields, stop_stamp
+from .results import NOT_FOUND, InvalidArgument, Transition
 
 logger = logging.getLogger(__name__)
 
@@ -29,9 +26,14 @@ def _active() -> list[str]:
 
 def begin(fields: dict[str, Any], *, claimed_by: str = "", lease_expires: datetime | None = None) -> AgentRun:
     """Insert a run that is executing from birth (``— → running``), owned by ``claimed_by``."""
-    now = timezone.now()
+    now = timezone.now()  # one clock reading: created and started at the same moment
     return AgentRun.objects.create(
-        status=RunStatus.RUNNING, started_at=now, claimed_by=claimed_by, lease_expires=lease_expires, **fields
+        status=RunStatus.RUNNING,
+        created_at=now,
+        started_at=now,
+        claimed_by=claimed_by,
+        lease_expires=lease_expires,
+        **fields,
     )
 
 
@@ -53,27 +55,6 @@ def _move(run_id: uuid.UUID, source: str, target: str, *, read: str | None = Non
             return Transition(False, row["status"], row["status"])
         AgentRun.objects.filter(pk=run_id, status=source).update(status=target, **fields)
     return Transition(True, target, source, {read: row[read]} if read else {})
-
-
-def claim_queued(run_id: uuid.UUID, *, claimed_by: str, lease_expires: datetime | None = None) -> Transition:
-    """``queued → running``; exactly one concurrent claimer wins.
-
-    ``data`` holds the stored ``request_payload`` and, on PostgreSQL (one statement, see
-    ``store.claims``), the ``next_sequence`` of the run's stream.
-    """
-    if prepared.enabled():
-        done = claim_one_trip(run_id, started_at=timezone.now(), claimed_by=claimed_by, lease_expires=lease_expires)
-        if done is not None:
-            return done
-    return _move(
-        run_id,
-        RunStatus.QUEUED,
-        RunStatus.RUNNING,
-        read="request_payload",
-        started_at=timezone.now(),
-        claimed_by=claimed_by,
-        lease_expires=lease_expires,
-    )
 
 
 def claim_for_resume(run_id: uuid.UUID, *, claimed_by: str = "", lease_expires: datetime | None = None) -> Transition:
@@ -162,83 +143,6 @@ def settle(
     return Transition(True, status, None) if n else _refused(run_id)
 
 
-def cancel(
-    run_id: uuid.UUID,
-    *,
-    by: Any = None,
-    source: str,
-    reason: str = "",
-    termination_reason: str = TerminationReason.CANCELLED,
-    detail: dict[str, Any] | None = None,
-) -> Transition:
-    """``queued / running / waiting_for_approval → cancelled``; exactly one of two cancels wins.
-
-    ``termination_reason`` says why (a limit's cancel: ``deadline_exceeded``,
-    ``budget_exceeded``) and ``detail`` what it measured; both end up in the ``cancelled`` step.
-    Clears what could resume the run. When no segment is executing the run (queued or
-    waiting), the ``cancelled`` step is appended here, so every cancelled stream ends with one;
-    a running segment appends it itself at its next boundary. ``cancel_requested_at`` is
-    stamped once the row lock is held, so every step committed before the cancel carries an
-    earlier time. On PostgreSQL this is one statement (``store.cancels``). Raises
-    ``InvalidArgument`` for a reason that cannot be recorded (``results.reason_problem``).
-    """
-    reason = checked_reason(reason)
-    if prepared.enabled():
-        done = cancel_one_trip(
-            run_id, by=by, source=source, reason=reason, termination_reason=termination_reason, detail=detail
-        )
-        if done is not None:
-            return done
-    with transaction.atomic():
-        row = AgentRun.objects.select_for_update().filter(pk=run_id).values("status", "provider").first()
-        if row is None:
-            return NOT_FOUND
-        previous = row["status"]
-        if previous in TERMINAL:
-            return Transition(False, previous, previous)
-        now = timezone.now()  # after the lock: the audit reads in commit order
-        quiescent = previous != RunStatus.RUNNING
-        # A running run keeps its owner and lease: its segment acknowledges at the next
-        # boundary, or the reaper does once that lease expires (the segment died).
-        quiescent_fields = {"stopped_at": now, "lease_expires": None} if quiescent else {}
-        AgentRun.objects.filter(pk=run_id, status=previous).update(
-            **cancel_fields(
-                now, by=by, source=source, reason=reason, termination_reason=termination_reason, detail=detail
-            ),
-            **quiescent_fields,
-        )
-        if quiescent:
-            append_cancelled(run_id, now)
-    return Transition(True, RunStatus.CANCELLED, previous, {"provider": row["provider"]})
-
-
-def cancel_fields(
-    now: datetime,
-    *,
-    by: Any,
-    source: str,
-    reason: str,
-    termination_reason: str = TerminationReason.CANCELLED,
-    detail: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """What every cancel writes on a run's row (single and bulk): who, why, when, and nothing
-    left that could resume it."""
-    user, name = actor(by)
-    return {
-        "status": RunStatus.CANCELLED,
-        "termination_reason": termination_reason,
-        "cancel_detail": detail,
-        "cancel_requested_at": now,
-        "cancelled_by": user,
-        "cancelled_by_name": name or "",
-        "cancel_source": source,
-        "cancel_reason": reason or "",
-        "finished_at": now,
-        "request_payload": None,
-        "suspended_state": None,
-    }
-
-
 def acknowledge_cancel(
     run_id: uuid.UUID,
     *,
@@ -248,9 +152,17 @@ def acknowledge_cancel(
     usage: Usage,
     owner: str | None = None,
     interrupted_sequence: int | None = None,
+    stopped_at: datetime | None = None,
 ) -> Transition:
     """A segment stopped by a cancel: stamp when it stopped and its spend, append ``cancelled``
     at ``sequence`` (the step before it is the boundary).
+
+    ``stopped_at`` is when the work stopped: the end of the step the cancel cut short (or of
+    the boundary step that found the cancel), as the segment stamped it when it recorded that
+    step; default now (a cancel found before a call started). Never earlier than the cancel
+    itself: ``stopped_at`` and ``finished_at`` become the later of the two, so the run's times
+    stay in order (``models.TIMES_IN_ORDER``) and the write of the ``cancelled`` step, after
+    it, adds nothing to the stop.
 
     Happens at most once per run (guarded on ``stopped_at IS NULL``): ``applied`` with the
     appended step as ``data["event"]``, or not applied when the acknowledgement was already
@@ -258,12 +170,14 @@ def acknowledge_cancel(
     cancel cut short, when it did (the step is marked ``interrupted``).
     """
     now = timezone.now()
+    stop = stop_stamp(stopped_at or now, after="finished_at")
     with transaction.atomic():
         rows = AgentRun.objects.filter(pk=run_id, status=RunStatus.CANCELLED, stopped_at__isnull=True)
         if owner is not None:
             rows = rows.filter(claimed_by=owner)  # a segment that lost the run never writes to it
         n = rows.update(
-            stopped_at=now,
+            stopped_at=stop,
+            finished_at=stop,
             **spend_fields(iterations, usage),
             claimed_by="",
             pending_effect=None,

@@ -13,6 +13,9 @@ hostile ones: ``huge`` (an enormous result), ``garbage`` (writes a line that is 
 never answers), ``silent`` (never answers, ignores cancels), ``die`` (the process exits
 mid-call), ``failing`` (``isError``), ``structured`` (``structuredContent``). ``--stubborn``
 makes it a server that only SIGKILL ends (it ignores SIGTERM and lives on after its stdin closes).
+``--hang-listing`` makes it answer the handshake and never ``tools/list`` (``--hang-listing-when
+FILE``: only while FILE exists, so a server can break after a first listing); ``--banner TEXT``
+writes TEXT to its stderr when it starts (as real servers do: "... running on stdio").
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import argparse
 import json
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -157,8 +161,23 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="behave badly: ignore SIGTERM, and live on after stdin closes (only SIGKILL ends it)",
     )
+    parser.add_argument("--hang-listing", action="store_true", help="never answer tools/list")
+    parser.add_argument("--hang-listing-when", default="", help="never answer tools/list while this file exists")
+    parser.add_argument("--banner", default="", help="write this line to stderr on start")
     args = parser.parse_args(argv)
     RECORD = args.record
+    if args.banner:
+        sys.stderr.write(args.banner + "\n")
+        sys.stderr.flush()
+    if args.hang_listing or args.hang_listing_when:
+        listing = server.list_tools
+
+        async def hanging() -> Any:
+            if args.hang_listing or os.path.exists(args.hang_listing_when):
+                await anyio.sleep(3600)
+            return await listing()
+
+        server.list_tools = hanging  # type: ignore[method-assign]
     if args.stubborn:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if args.http is None:

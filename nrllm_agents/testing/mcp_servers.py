@@ -23,9 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 EVERYTHING = ROOT / ".mcp-servers/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 
 
-def ours(record: Path | str | None = None, **extra: Any) -> dict[str, Any]:
-    """A stdio entry for our test server (``record``: its server-side event file)."""
-    args = ["-m", "nrllm_agents.testing.mcp_server"]
+def ours(record: Path | str | None = None, *, switches: tuple[str, ...] = (), **extra: Any) -> dict[str, Any]:
+    """A stdio entry for our test server (``record``: its server-side event file; ``switches``:
+    more arguments, such as ``("--hang-listing",)`` or ``("--banner", "TEXT")``)."""
+    args = ["-m", "nrllm_agents.testing.mcp_server", *switches]
     if record is not None:
         args += ["--record", str(record)]
     return {"command": sys.executable, "args": args, "cwd": str(ROOT), "env": {"PYTHONPATH": str(ROOT)}, **extra}

@@ -12,6 +12,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from ..access import policy
 from ..conf import app_settings
 from ..domain import ConfigurationError
 from ..domain.errors import Kind, KindedError
@@ -82,8 +83,12 @@ class RunRequest:
     agent_record: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> RunRequest:
-        """Validate untrusted input; raises ``InvalidRequest`` listing every bad field."""
+    def from_mapping(cls, data: Mapping[str, Any], *, viewer: Any = None) -> RunRequest:
+        """Validate untrusted input; raises ``InvalidRequest`` listing every bad field.
+
+        ``viewer``: the signed-in caller, when a surface asks for one; a refusal lists the valid
+        names only of what the policy lets it see (the connections' names: never without one).
+        """
         errors: dict[str, str] = {}
         if not isinstance(data, Mapping):
             raise InvalidRequest({"non_field_errors": "expected an object"})
@@ -99,7 +104,7 @@ class RunRequest:
         elif len(prompt) > MAX_PROMPT_CHARS:
             errors["prompt"] = f"at most {MAX_PROMPT_CHARS} characters"
 
-        connection, kind, default_model = _connection(data.get("connection"), errors)
+        connection, kind, default_model = _connection(data.get("connection"), errors, viewer)
         provider = data.get("provider") or kind or app_settings.DEFAULT_PROVIDER
         if kind is not None:
             if provider != kind:
@@ -124,17 +129,9 @@ class RunRequest:
             errors["tools"] = "a list of tool names"
             tools = []
         else:
-            known = {*app_settings.TOOLS, *app_tool_names()}
-            missing = [t for t in tools if t not in known]
-            if missing and mcp_catalog.configured():  # MCP tools are listed only when asked for
-                listing = mcp_catalog.catalog()
-                missing = [t for t in missing if t not in listing.tools]
-                available = sorted({*known, *listing.tools})
-                broken = "".join(f"; MCP server {name!r} is unavailable" for name in sorted(listing.broken))
-            else:
-                available, broken = sorted(known), ""
-            if missing:
-                errors["tools"] = f"unknown tools: {', '.join(missing)}; available: {', '.join(available)}{broken}"
+            refusal = _unknown_tools(tools)
+            if refusal:
+                errors["tools"] = refusal
 
         limit = app_settings.MAX_ITERATIONS_LIMIT
         max_iterations = data.get("max_iterations")
@@ -285,8 +282,31 @@ def _limit(data: Mapping[str, Any], name: str, default: Any, bound: Any, errors:
     return value
 
 
-def _connection(name: Any, errors: dict[str, str]) -> tuple[str | None, str | None, str]:
-    """``(name, kind, default model)`` of the named connection; ``(None, None, "")`` for none."""
+def _unknown_tools(tools: list[str] | tuple[str, ...]) -> str:
+    """Why some of ``tools`` cannot be offered (empty: all can): exactly what ``/api/tools/``
+    lists is accepted, the settings' tools, the apps' typed ones and the MCP catalog's
+    (``mcp.catalog.current``)."""
+    known = {*app_settings.TOOLS, *app_tool_names()}
+    missing = [t for t in tools if t not in known]
+    if not missing:
+        return ""
+    listing = mcp_catalog.current() if mcp_catalog.configured() else mcp_catalog.Catalog()
+    missing = [t for t in dict.fromkeys(missing) if t not in listing.tools]
+    if not missing:
+        return ""
+    named = ", ".join(t[:80] for t in missing[:10])
+    available = ", ".join(sorted({*known, *listing.tools}))
+    broken = "".join(
+        f"; MCP server {name!r} is unavailable" for name in sorted(listing.broken) if name != mcp_catalog.CONFIGURATION
+    )
+    return f"unknown tools: {named}; available: {available}{broken}"
+
+
+def _connection(name: Any, errors: dict[str, str], viewer: Any = None) -> tuple[str | None, str | None, str]:
+    """``(name, kind, default model)`` of the named connection; ``(None, None, "")`` for none.
+
+    The names of the others are listed only to a ``viewer`` the policy lets see connections.
+    """
     if name is None or name == "":
         return None, None, ""
     from ..models import Connection
@@ -295,8 +315,10 @@ def _connection(name: Any, errors: dict[str, str]) -> tuple[str | None, str | No
     if isinstance(name, str) and len(name) <= 100 and not unstorable(name):
         row = Connection.objects.filter(name=name).values("kind", "default_model").first()
     if row is None:
-        known = list(Connection.objects.values_list("name", flat=True)[:20])
-        errors["connection"] = "unknown connection" + (f"; one of {', '.join(known)}" if known else "; none is set up")
+        errors["connection"] = "unknown connection"
+        if viewer is not None and policy.may_configure(viewer, policy.Setup.VIEW, "connection"):
+            known = list(Connection.objects.values_list("name", flat=True)[:20])
+            errors["connection"] += f"; one of {', '.join(known)}" if known else "; none is set up"
         return None, None, ""
     return name, row["kind"], row["default_model"]
 

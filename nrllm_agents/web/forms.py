@@ -88,8 +88,8 @@ class RunForm(forms.Form):
             app_settings.DEFAULT_PROVIDER if app_settings.DEFAULT_PROVIDER in offered else ""
         )
         cast(forms.ChoiceField, self.fields["tools"]).choices = [
-            (t, t) for t in registry.tool_names(discover=True)
-        ]  # MCP tools too
+            (t, t) for t in registry.tool_names()
+        ]  # MCP tools too: the process's catalog, never a wait on a server
         self.fields["tools"].initial = list(app_settings.DEFAULT_TOOLS)
         cast(forms.IntegerField, self.fields["max_iterations"]).max_value = app_settings.MAX_ITERATIONS_LIMIT
         self.fields["max_iterations"].initial = app_settings.DEFAULT_MAX_ITERATIONS

@@ -23,7 +23,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="One JSON document: tools and broken servers.")
 
     def handle(self, *args: Any, json: bool = False, **options: Any) -> None:
-        tools, broken = registry.offered_tools()
+        tools, broken = registry.offered_tools(fresh=True)
         if json:
             self.stdout.write(_dumps({"tools": tools, "unavailable": broken}))
         else:

@@ -50,7 +50,7 @@ def mcp_listed(settings, tmp_path):
     entry = mcp_servers.ours(tmp_path / "mcp.jsonl")
     settings.NRLLM_AGENTS = {**getattr(settings, "NRLLM_AGENTS", {}), "MCP_SERVERS": {"mcpServers": {"ours": entry}}}
     catalog.forget()
-    catalog.catalog()
+    catalog.refresh()
     yield entry
     hub().close()
     catalog.forget()

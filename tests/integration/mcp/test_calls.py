@@ -48,7 +48,7 @@ def tool_steps(steps: list[dict]) -> list[dict]:
 
 def test_the_reference_server_over_stdio_is_listed_offered_and_called(servers):
     servers(everything=mcp_servers.everything())
-    listing = catalog.catalog()
+    listing = catalog.refresh()
     assert {"everything__echo", "everything__get-sum", "everything__trigger-long-running-operation"} <= set(
         listing.tools
     )

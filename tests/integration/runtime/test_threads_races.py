@@ -9,6 +9,7 @@ must see each other's committed rows.
 from __future__ import annotations
 
 import random
+import uuid
 from typing import Any
 
 import pytest
@@ -21,8 +22,9 @@ from nrllm_agents.runtime.agent_runtime import AgentRuntime
 from tests import waits
 from tests.conftest import race_rounds
 from tests.e2e.processes import wait_for
-from tests.integration.api.test_threads import assert_nothing_started_after_the_boundary, journal
+from tests.integration.api.test_threads import assert_nothing_started_after_the_boundary, client_of, journal
 from tests.integration.runtime.test_races import race
+from tests.integration.runtime.test_threads_transcript import turn_of
 
 ROUNDS = race_rounds(100)
 POSTERS = 8
@@ -146,3 +148,67 @@ def test_an_interrupt_racing_completion_gives_one_outcome_and_a_transcript_that_
         # A cancelled run settled nothing; an answer recorded before its boundary (whole, or
         # the part a cut-short call kept) stays in the transcript as its interrupted turn.
     print(f"interrupt vs completion over {ROUNDS} rounds: {outcomes}")
+
+
+def test_no_mix_of_strategies_cancels_and_races_loses_a_turn(django_user_model):
+    """One thread, round after round: messages posted at once with ``enqueue``, ``interrupt``,
+    ``rollback`` and ``reject`` while cancels hit its queued runs. After each round every run
+    that started began from exactly the turns before it, and the transcript the next run sees
+    (``GET /api/threads/{id}/`` shows it) is the one rebuilt from the runs' own steps."""
+    runtime = AgentRuntime()
+    owner = django_user_model.objects.create_user(username="talker")
+    thread = threads.create(title="every turn", owner=owner)
+    api = client_of(owner)
+    turns: dict[uuid.UUID, list[dict[str, Any]]] = {}  # a stopped run's turn never changes
+    checked: set[uuid.UUID] = set()
+
+    def say(i: int, strategy: str) -> Any:
+        script = [{"content": f"answer {i} " * 6, "delay": random.choice([0, 0.01, 0.03, 0.06])}]
+        try:
+            return runtime.post(thread.pk, message(f"message {i}", script), strategy=strategy)
+        except threads.ThreadBusy:
+            return None
+
+    def cancel_queued() -> int:
+        queued = AgentRun.objects.filter(thread=thread, status="queued").values_list("pk", flat=True)
+        return sum(runtime.cancel(pk, source="system", reason="race").outcome == "cancelled" for pk in queued)
+
+    def expected_before(position: int) -> list[dict[str, Any]]:
+        return [m for pk, p in order if p < position for m in turns[pk]]
+
+    strategies = ["enqueue", "interrupt", "rollback", "reject"]
+    counter = 0
+    for round_ in range(ROUNDS):
+        actions: list[Any] = []
+        for _ in range(4):
+            counter += 1
+            actions.append(lambda i=counter, s=random.choice(strategies): say(i, s))
+        actions += [cancel_queued, cancel_queued]
+        random.shuffle(actions)
+        results = race(*actions)
+        assert not [r for r in results if isinstance(r, BaseException)], results
+        wait_for(
+            lambda: not AgentRun.objects.filter(thread=thread, stopped_at__isnull=True).exists(),
+            timeout=60,
+            what=f"round {round_}: every run to stop",
+        )
+        runs = list(AgentRun.objects.filter(thread=thread).order_by("thread_position"))
+        order = [(r.pk, r.thread_position) for r in runs]
+        for run in runs:
+            turns.setdefault(run.pk, turn_of(run))
+        for run in runs:
+            if run.pk in checked:
+                continue
+            checked.add(run.pk)
+            first = AgentRunEvent.objects.filter(run=run, sequence=0).first()
+            if first is None or first.kind != "thread":
+                continue  # never started: cancelled while queued
+            assert first.payload["messages"] == [
+                *expected_before(run.thread_position),
+                {"role": "user", "content": run.prompt},
+            ], f"round {round_}: run {run.pk} at {run.thread_position} started from a wrong transcript"
+        messages, _ = threads.transcript(thread.pk)
+        assert messages == expected_before(len(runs) + 10**6), f"round {round_}: the next run's transcript"
+        assert api.get(f"/api/threads/{thread.pk}/").json()["messages"] == messages
+    kinds_seen = {r.status for r in AgentRun.objects.filter(thread=thread)}
+    print(f"{ROUNDS} rounds: {AgentRun.objects.filter(thread=thread).count()} runs, statuses {sorted(kinds_seen)}")
