@@ -8,7 +8,6 @@ instead of failing on the first run that reads it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
@@ -19,6 +18,7 @@ from .conf import DEFAULTS, RENAMED, Env, app_settings, renamed_in_use
 from .crypto.vault import problem as vault_problem
 from .executors import RQ
 from .executors import named as executor_named
+from .money import parsing
 
 Rule = tuple[Callable[[Any], bool], str]
 
@@ -46,13 +46,13 @@ PATHS: Rule = (
 
 def _amount(value: Any) -> bool:
     try:
-        amount = Decimal(str(value)) if isinstance(value, (int, str, Decimal)) and not isinstance(value, bool) else None
-    except InvalidOperation:
+        parsing.parse(value, parsing.Bounds())
+    except parsing.InvalidAmount:
         return False
-    return amount is not None and amount.is_finite() and amount > 0
+    return True
 
 
-AMOUNT: Rule = (_amount, "a decimal amount above 0 (a string such as '12.50', or a whole number)")
+AMOUNT: Rule = (_amount, "a plain decimal above 0 (a string such as '12.50', or a whole number)")
 
 
 def _names_an_executor(value: Any) -> bool:
@@ -361,6 +361,49 @@ def check_mcp_servers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessa
     ]
 
 
+def check_connection_keys(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Under ``manage.py check`` (``--deploy`` too): one stored key of each connection kind opens
+    with the configured ``NRLLM_SECRET_KEYS``. A wrong key list otherwise starts cleanly and fails
+    every run on a connection. Other commands skip it, as they skip the MCP probe: a worker's
+    parent opens no database connection it does not need.
+    """
+    import sys
+
+    if sys.argv[1:2] != ["check"]:
+        return []
+    return connection_key_problems()
+
+
+def connection_key_problems() -> list[CheckMessage]:
+    """``check_connection_keys``'s findings, whatever the command (nothing before ``migrate``)."""
+    from django.db import DatabaseError
+
+    from .catalog.registry import ROTATE_HINT
+    from .crypto.vault import VaultError, decrypt
+    from .models import Connection
+
+    found: list[CheckMessage] = []
+    try:
+        rows = Connection.objects.exclude(encrypted_key="").order_by("kind", "name")
+        seen: dict[str, tuple[str, str]] = {}
+        for kind, name, token in rows.values_list("kind", "name", "encrypted_key"):
+            seen.setdefault(kind, (name, token))
+    except DatabaseError:  # no table yet: E010 (check --deploy) says what migrate owes
+        return []
+    for kind, (name, token) in sorted(seen.items()):
+        try:
+            decrypt(token)
+        except VaultError as exc:
+            found.append(
+                Error(
+                    f"connection {name!r} ({kind}): {exc}",
+                    hint=ROTATE_HINT[0].upper() + ROTATE_HINT[1:] + ".",
+                    id="nrllm_agents.E017",
+                )
+            )
+    return found
+
+
 def check_tracing(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """The OTEL_* variables ask for OTLP trace export: the SDK and its exporter must be installed."""
     from .observability import tracing
@@ -496,6 +539,7 @@ def register_all() -> None:
     # that needs `--database` to speak would stay as silent as before.
     register(check_deploy_database, "deploy", deploy=True)
     register(check_mcp_servers, Tags.compatibility)
+    register(check_connection_keys, Tags.security)
     register(check_tracing, Tags.compatibility)
     register(check_extras, Tags.compatibility)
     register(check_host, Tags.compatibility)

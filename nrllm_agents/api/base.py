@@ -16,6 +16,7 @@ from rest_framework.exceptions import Throttled, ValidationError
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
+from rest_framework.schemas.inspectors import ViewInspector
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
@@ -96,7 +97,7 @@ class RunAPIView(APIView):
     # signed-in caller whatever DEFAULT_PERMISSION_CLASSES says.
     permission_classes = [IsAuthenticated]
     # likewise the schema inspector: the host's DEFAULT_SCHEMA_CLASS may be DRF's own
-    schema = AutoSchema()
+    schema: ViewInspector | None = AutoSchema()
     post_throttle_scope: admission.Action | None = None
     get_throttle_scope: admission.Action | None = None
     runtime = AgentRuntime()

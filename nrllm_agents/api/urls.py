@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.templatetags.static import static
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.permissions import IsAuthenticated
 
@@ -19,9 +19,10 @@ app_name = "nrllm_api"
 AUTH = [TokenAuthentication, SessionAuthentication]
 
 
-class SwaggerView(SpectacularSwaggerView):
+class SwaggerView(SpectacularSwaggerSplitView):
     """The docs page from the sidecar's files (served by the host's staticfiles), whatever the
-    host's SPECTACULAR_SETTINGS say: it works offline and loads nothing from a CDN."""
+    host's SPECTACULAR_SETTINGS say: it works offline and loads nothing from a CDN. The split view
+    serves Swagger UI's start script at ?script, not inline: the CSP runs no inline script."""
 
     title = SCHEMA_SETTINGS["TITLE"]
 

@@ -105,6 +105,11 @@ def _entry(
     }
 
 
+ROTATE_HINT = (
+    "put the key it was encrypted with back in NRLLM_SECRET_KEYS (after the new one) "
+    "and run `manage.py agent_connections rotate`"
+)
+
 # The provider class of each connection kind, by import string (a kind whose class is not
 # installed fails the run's build with a ConfigurationError, never at import).
 CONNECTION_CLASSES = {
@@ -206,7 +211,7 @@ def connection_provider(request: RunRequest, run_id: Any = None) -> Provider:
     try:
         api_key = row.api_key()
     except VaultError as exc:
-        raise ConfigurationError(f"connection {row.name!r}: {exc}") from None
+        raise ConfigurationError(f"connection {row.name!r}: {exc}; {ROTATE_HINT}") from None
     if api_key is None:
         # A keyless connection (a local server) must not fall back to the SDK's own variable
         # (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY): that key would go to its server.
@@ -217,6 +222,7 @@ def connection_provider(request: RunRequest, run_id: Any = None) -> Provider:
         base_url=row.base_url,
         timeout=app_settings.PROVIDER_TIMEOUT,
         stream=bool(app_settings.PROVIDER_STREAM),
+        connection=row.name,
     )
     return provider
 

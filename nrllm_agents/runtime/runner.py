@@ -19,6 +19,7 @@ from django.db import DatabaseError
 from .. import store
 from ..catalog import registry
 from ..domain import (
+    ConfigurationError,
     LoopOutcome,
     LoopResult,
     ProviderError,
@@ -207,6 +208,9 @@ class SegmentRunner:
             return run_result(run_id, Outcome.LEASE_LOST, trace)
         except SegmentInterrupted:
             return self._requeue(run_id, trace, count_attempt=False)
+        except ConfigurationError as exc:  # what an operator must fix: no traceback, no retry
+            logger.warning("run %s: cannot be built as configured: %s", run_id, _safe_message(exc))
+            return self._fail(run_id, trace, TerminationReason.CONFIGURATION_FAILED, exc)
         except Exception as exc:
             logger.exception("run %s: unexpected error in the runtime", run_id)
             return self._fail(run_id, trace, TerminationReason.INTERNAL_ERROR, exc)

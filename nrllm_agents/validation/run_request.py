@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from django.utils import timezone
@@ -20,6 +20,7 @@ from ..domain.jsonlimits import DEPTH_ERROR, value_too_deep
 from ..domain.providers import validate_script
 from ..domain.steps import decimal_text
 from ..mcp import catalog as mcp_catalog
+from ..money import parsing
 
 MAX_PROMPT_CHARS = 20_000
 
@@ -324,23 +325,15 @@ def _connection(name: Any, errors: dict[str, str], viewer: Any = None) -> tuple[
 
 
 def _money(data: Mapping[str, Any], name: str, default: Any, bound: Any, errors: dict[str, str]) -> Decimal | None:
-    """A money limit: a decimal (number or string) above 0, at most ``bound``; ``None``: no limit."""
+    """A money limit: a plain decimal (``money.parsing``) above 0, at most ``bound``; ``None``: no limit."""
     value = data[name] if name in data else default
     if value is None:
         return None
     try:
-        amount = (
-            None
-            if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal))
-            else Decimal(str(value))
-        )
-    except InvalidOperation:
-        amount = None
-    top = Decimal(str(bound))
-    if amount is None or not amount.is_finite() or not 0 < amount <= top or amount.as_tuple().exponent < -12:  # type: ignore[operator]
-        errors[name] = f"a decimal amount above 0 and at most {decimal_text(top)}, at most 12 decimal places"
+        return parsing.parse(value, parsing.cost_limit(bound))
+    except parsing.InvalidAmount as exc:
+        errors[name] = str(exc)
         return None
-    return amount
 
 
 AGENT_FIELDS = (

@@ -50,6 +50,7 @@ def test_no_module_wires_the_process_at_import_only_ready_does():
     assert after["clients"] == ["CancelWatcher", "Hub", "Publisher"]  # the cancel watcher first
     assert after["on_boundary"] and after["job"]
     assert after["checks"] == [
+        "check_connection_keys",
         "check_deploy_database",
         "check_extras",
         "check_host",
