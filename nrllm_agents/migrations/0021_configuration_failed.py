@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('nrllm_agents', '0019_times_in_order'),
+        ('nrllm_agents', '0020_agent_protocol'),
     ]
 
     operations = [
