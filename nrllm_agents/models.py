@@ -63,6 +63,7 @@ class CancelSource(models.TextChoices):
     API = "api", "API"  # the REST API
     PLAYGROUND = "playground", "playground"  # the playground's Cancel button
     SYSTEM = "system", "system (a limit)"  # the application itself
+    CODE = "code", "code"  # the host's own code, through the Python API (nrllm_agents.cancel)
 
 
 class MultitaskStrategy(models.TextChoices):

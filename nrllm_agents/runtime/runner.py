@@ -38,7 +38,7 @@ from ..observability import hooks as observe
 from ..presentation.outcomes import Outcome, RunResult
 from ..store.retries import RetryPolicy
 from ..validation.run_request import RunRequest
-from . import limits, threads
+from . import limits, signals, threads
 from .segment import SegmentTrace
 
 logger = logging.getLogger(__name__)
@@ -167,7 +167,11 @@ class SegmentRunner:
 
         trace.limits.on_late_read = late
         try:
-            return self._ladder(run_id, request, trace, drive)
+            result = self._ladder(run_id, request, trace, drive)
+            signals.announce_end(
+                run_id, result.outcome.value, result.status, result.termination_reason, result.final_text
+            )
+            return result
         finally:
             # No watch outlives its segment, and the hook (which holds the trace) goes with it:
             # the segment's token leaves this process's set of queued segments at once.

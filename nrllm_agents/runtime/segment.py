@@ -38,7 +38,7 @@ from ..observability import hooks as observe
 from ..presentation.presenters import event_dict, step_dict
 from ..store import Lease
 from ..store.db import release_connection
-from . import limits, spend
+from . import limits, signals, spend
 
 logger = logging.getLogger(__name__)
 
@@ -186,6 +186,7 @@ class SegmentTrace:
         self.next_sequence += 1
         self.recorded += 1
         observe.step(self, step, sequence)
+        signals.announce_step(self.run_id, sequence, step.kind.value)
         if step.kind == StepKind.TOOL:
             self.token.shield(False)
         if self._effect_stamped and step.kind == StepKind.TOOL:
