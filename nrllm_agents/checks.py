@@ -97,6 +97,7 @@ RULES: dict[str, Rule] = {
     "PROVIDER_STREAM": FLAG,
     "ANTHROPIC_MODEL": NAME,
     "ANTHROPIC_MAX_TOKENS": POSITIVE_INT,
+    "BUDGET_MAX_TOKENS": POSITIVE_INT,
     "GEMINI_MODEL": NAME,
     "LOCAL_WORKERS": POSITIVE_INT,
     "INTERACTIVE_WORKERS": POSITIVE_INT,
@@ -414,10 +415,121 @@ def check_tracing(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     return [
         Warning(
             f"OTEL_EXPORTER_OTLP_ENDPOINT asks for traces, but {missing} cannot be imported: nothing is traced",
-            hint="pip install -r requirements-otel.txt (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http)",
+            hint='pip install "nrllm-agents[otel]" (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http)',
             id="nrllm_agents.W012",
         )
     ]
+
+
+def check_extras(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """What the settings ask for has its extra installed: the default provider's SDK, the MCP client."""
+    from .catalog import extras
+    from .conf import app_settings
+
+    wanted: list[tuple[str, extras.Extra]] = []
+    default = app_settings.DEFAULT_PROVIDER
+    if default in extras.PROVIDERS:
+        wanted.append((f"DEFAULT_PROVIDER {default!r}", extras.PROVIDERS[default]))
+    if app_settings.MCP_SERVERS or app_settings.MCP_CONFIG:
+        wanted.append(("MCP servers (MCP_SERVERS / NRLLM_MCP_CONFIG)", extras.MCP))
+    found: list[CheckMessage] = []
+    for feature, extra in wanted:
+        missing = extra.missing()
+        if missing is not None:
+            found.append(
+                Error(
+                    f"{feature} needs {missing!r}, which is not installed",
+                    hint=extra.hint(),
+                    id="nrllm_agents.E020",
+                )
+            )
+    return found
+
+
+# the apps the app leans on (docs/quickstart.md): the API, its tokens, its schema and offline docs, the queue dashboard
+REQUIRED_APPS = (
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_rq",
+)
+EDGE_MIDDLEWARE = "nrllm_agents.http.edge.EdgeGuardMiddleware"
+
+
+def check_host(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """The host project is set up as the quickstart says: the apps, the edge guard, RQ's queues."""
+    from django.apps import apps
+
+    from .executors import RQ, chosen
+
+    found: list[CheckMessage] = [
+        Error(
+            f"nrllm_agents needs {name!r} in INSTALLED_APPS",
+            hint="Add it before 'nrllm_agents' (docs/quickstart.md lists the apps).",
+            id="nrllm_agents.E021",
+        )
+        for name in REQUIRED_APPS
+        if not apps.is_installed(name)
+    ]
+    if EDGE_MIDDLEWARE not in (getattr(settings, "MIDDLEWARE", None) or ()):
+        found.append(
+            Warning(
+                f"{EDGE_MIDDLEWARE} is not in MIDDLEWARE: a NUL character in a query or form reaches the views "
+                "(a 500 on PostgreSQL) and oversized API bodies are read whole",
+                hint="Insert it right after SecurityMiddleware.",
+                id="nrllm_agents.W013",
+            )
+        )
+    try:
+        rq_chosen = chosen() is RQ
+    except ImproperlyConfigured:  # a bad EXECUTOR is check_settings' to name
+        rq_chosen = False
+    if rq_chosen and not getattr(settings, "RQ_QUEUES", None):
+        found.append(
+            Error(
+                "runs go to RQ workers (REDIS_URL is set) but RQ_QUEUES is not set",
+                hint=f'Set RQ_QUEUES = {{"{app_settings.QUEUE_NAME}": {{"URL": REDIS_URL}}}} (docs/operations.md).',
+                id="nrllm_agents.E022",
+            )
+        )
+    return found
+
+
+def check_tool_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Every tool name is offered once: no two apps' typed tools, nor one with a tool of the
+    settings or of an MCP server (listed by this process; under ``manage.py check``, every server's)."""
+    import sys
+
+    from .catalog import app_tools
+    from .conf import app_settings
+    from .mcp import catalog as mcp_catalog
+
+    def clash(name: str, one: str, other: str) -> Error:
+        return Error(
+            f"two tools are named {name!r}: {one} and {other}",
+            hint="Give one of them another name (@tool(name=...), the TOOLS key, or the MCP server's name).",
+            id="nrllm_agents.E023",
+        )
+
+    found: list[CheckMessage] = [
+        clash(kept.tool.name, f"@tool in {kept.module}", f"@tool in {other.module}")
+        for kept, other in app_tools.clashes()
+    ]
+    typed = app_tools.tools()
+    for name, where in sorted(typed.items()):
+        if name in app_settings.TOOLS:
+            found.append(clash(name, f"@tool in {where.module}", f"NRLLM_AGENTS['TOOLS'] ({app_settings.TOOLS[name]})"))
+    if typed and mcp_catalog.configured():
+        try:
+            mcp_names = (
+                set(mcp_catalog.refresh(force=True).tools) if sys.argv[1:2] == ["check"] else mcp_catalog.listed()
+            )
+        except Exception:  # an unreadable MCP configuration is check_mcp_servers' to name
+            mcp_names = set()
+        for name in sorted(mcp_names & set(typed)):
+            found.append(clash(name, f"@tool in {typed[name].module}", "an MCP server's tool"))
+    return found
 
 
 def register_all() -> None:
@@ -430,3 +542,6 @@ def register_all() -> None:
     register(check_mcp_servers, Tags.compatibility)
     register(check_connection_keys, Tags.security)
     register(check_tracing, Tags.compatibility)
+    register(check_extras, Tags.compatibility)
+    register(check_host, Tags.compatibility)
+    register(check_tool_names, Tags.compatibility)

@@ -65,7 +65,7 @@ DEFAULTS: dict[str, Any] = {
         "sleep": "nrllm_agents.catalog.registry.sleep_tool",
         "write_note": "nrllm_agents.catalog.tools.WriteNote",
     },
-    # MCP servers in the ``{"mcpServers": {...}}`` shape (README, "Tools from MCP servers"), from a
+    # MCP servers in the ``{"mcpServers": {...}}`` shape (docs/howto/mcp.md), from a
     # JSON file (MCP_CONFIG) and from here; their tools are offered as ``<server>__<tool>``
     "MCP_SERVERS": {},
     "MCP_CONFIG": Env("NRLLM_MCP_CONFIG", str, ""),
@@ -76,7 +76,7 @@ DEFAULTS: dict[str, Any] = {
     "DEFAULT_TOOLS": ["calculator", "current_time", "sleep"],
     "DEFAULT_MAX_ITERATIONS": 10,
     "MAX_ITERATIONS_LIMIT": 100,
-    # Limits per run (nrllm_agents.runtime.budgets). A request may set its own up to the *_LIMIT bound;
+    # Limits per run (nrllm_agents.runtime.limits). A request may set its own up to the *_LIMIT bound;
     # one that sets none gets the default (None: no deadline / no budget).
     # a run that sets no deadline stops after an hour (None: no deadline unless the request sets one)
     "DEFAULT_DEADLINE_SECONDS": Env("NRLLM_DEFAULT_DEADLINE_SECONDS", int, 3600),
@@ -88,6 +88,9 @@ DEFAULTS: dict[str, Any] = {
     "CURRENCY": Env("NRLLM_CURRENCY", str, "USD"),
     "DEFAULT_MAX_COST": None,
     "MAX_COST_LIMIT": "1000000",
+    # Shared budgets (nrllm_agents.store.budgets): the completion tokens a model call is taken to
+    # produce at worst when its provider states no max_tokens (what a call reserves beyond its prompt)
+    "BUDGET_MAX_TOKENS": Env("NRLLM_BUDGET_MAX_TOKENS", int, 4096),
     # Keys that encrypt connections' API keys at rest (nrllm_agents.crypto.vault): Fernet keys, a list
     # or a comma-separated string; the first encrypts, every one decrypts (rotation). Empty: in
     # development a key derived from SECRET_KEY; in production a system check error.
@@ -98,7 +101,7 @@ DEFAULTS: dict[str, Any] = {
     # cancel still aborts the call by closing its connection
     "PROVIDER_TIMEOUT": Env("NRLLM_PROVIDER_TIMEOUT", float, 60.0),
     "PROVIDER_STREAM": Env("NRLLM_PROVIDER_STREAM", bool, True),
-    # a run that names no model gets these (the key and server: each SDK's own variables, README)
+    # a run that names no model gets these (the key and server: each SDK's own variables, docs/howto/providers.md)
     "ANTHROPIC_MODEL": Env("NRLLM_ANTHROPIC_MODEL", str, "claude-sonnet-4-5"),
     "ANTHROPIC_MAX_TOKENS": Env("NRLLM_ANTHROPIC_MAX_TOKENS", int, 4096),
     "GEMINI_MODEL": Env("NRLLM_GEMINI_MODEL", str, "gemini-2.5-flash"),

@@ -6,16 +6,34 @@ view, outside the schema, followed by the playground, the thread pages and the a
 
 from __future__ import annotations
 
+from django.templatetags.static import static
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.permissions import IsAuthenticated
 
-from . import agents, connections, forks, stream, threads, tools, views
+from . import agents, budgets, connections, forks, stream, threads, tools, views
 from .schema import SCHEMA_SETTINGS
 
 app_name = "nrllm_api"
 AUTH = [TokenAuthentication, SessionAuthentication]
+
+
+class SwaggerView(SpectacularSwaggerSplitView):
+    """The docs page from the sidecar's files (served by the host's staticfiles), whatever the
+    host's SPECTACULAR_SETTINGS say: it works offline and loads nothing from a CDN. The split view
+    serves Swagger UI's start script at ?script, not inline: the CSP runs no inline script."""
+
+    title = SCHEMA_SETTINGS["TITLE"]
+
+    @staticmethod
+    def _swagger_ui_resource(filename: str) -> str:
+        return static(f"drf_spectacular_sidecar/swagger-ui-dist/{filename}")
+
+    @staticmethod
+    def _swagger_ui_favicon() -> str:
+        return static("drf_spectacular_sidecar/swagger-ui-dist/favicon-32x32.png")
+
 
 urlpatterns = [
     path("runs/", views.RunListCreateView.as_view(), name="run-list"),
@@ -31,6 +49,8 @@ urlpatterns = [
     path("agents/<str:name>/", agents.AgentDetailView.as_view(), name="agent-detail"),
     path("connections/", connections.ConnectionListView.as_view(), name="connection-list"),
     path("connections/<str:name>/", connections.ConnectionDetailView.as_view(), name="connection-detail"),
+    path("budgets/", budgets.BudgetListView.as_view(), name="budget-list"),
+    path("budgets/<str:id>/", budgets.BudgetDetailView.as_view(), name="budget-detail"),
     path("tools/", tools.ToolListView.as_view(), name="tool-list"),
     path("threads/", threads.ThreadListCreateView.as_view(), name="thread-list"),
     path("threads/<str:id>/", threads.ThreadDetailView.as_view(), name="thread-detail"),
@@ -45,9 +65,7 @@ urlpatterns = [
     ),
     path(
         "docs/",
-        # The split view serves Swagger UI's start script at ?script, not inline: the CSP runs
-        # no inline script.
-        SpectacularSwaggerSplitView.as_view(
+        SwaggerView.as_view(
             url_name="nrllm_api:schema", authentication_classes=AUTH, permission_classes=[IsAuthenticated]
         ),
         name="docs",

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.urls import reverse
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework import generics, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -29,7 +29,7 @@ from . import responses as r
 from . import serializers as s
 from .base import RunAPIView, RunPagination, checked_body, refuse_provider, sync_slot, with_children
 from .fields import query_data
-from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, RUN_ID, THROTTLED
+from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, RUN_ID, THROTTLED, extend_schema
 from .throttling import CANCEL_SCOPE, CREATE_SCOPE
 
 

@@ -38,8 +38,7 @@ from ..observability import hooks as observe
 from ..presentation.outcomes import Outcome, RunResult
 from ..store.retries import RetryPolicy
 from ..validation.run_request import RunRequest
-from . import budgets as limits
-from . import threads
+from . import limits, signals, threads
 from .segment import SegmentTrace
 
 logger = logging.getLogger(__name__)
@@ -168,7 +167,11 @@ class SegmentRunner:
 
         trace.limits.on_late_read = late
         try:
-            return self._ladder(run_id, request, trace, drive)
+            result = self._ladder(run_id, request, trace, drive)
+            signals.announce_end(
+                run_id, result.outcome.value, result.status, result.termination_reason, result.final_text
+            )
+            return result
         finally:
             # No watch outlives its segment, and the hook (which holds the trace) goes with it:
             # the segment's token leaves this process's set of queued segments at once.
@@ -181,8 +184,10 @@ class SegmentRunner:
         self, run_id: uuid.UUID, request: RunRequest, trace: SegmentTrace, drive: Callable[[ToolLoop], LoopResult]
     ) -> RunResult:
         try:
+            provider, price = registry.build_provider(request, run_id), pricing.for_request(request)
+            trace.spend.arm(provider, price)
             loop = ToolLoop(
-                registry.build_provider(request, run_id),
+                provider,
                 registry.build_tools(request.tools, run_id),
                 trace=trace,
                 max_iterations=request.max_iterations,
@@ -192,7 +197,8 @@ class SegmentRunner:
                 before_start=trace.before_start,
                 on_delta=trace.delta,
                 on_progress=trace.progress,
-                price=pricing.for_request(request),  # once per segment: the price in force now
+                price=price,  # once per segment: the price in force now
+                before_call=trace.before_call,
                 carrier=trace.spans.starting if trace.spans is not None else None,  # traced: spans per call
             )
             result = drive(loop)

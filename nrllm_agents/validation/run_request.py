@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
@@ -23,6 +23,10 @@ from ..mcp import catalog as mcp_catalog
 from ..money import parsing
 
 MAX_PROMPT_CHARS = 20_000
+
+# The names of the typed tools the installed apps offer (``catalog.app_tools``), handed in by the
+# app's ready(): this floor sits below the catalog, which finds them.
+app_tool_names: Callable[[], Collection[str]] = frozenset
 MAX_SCRIPT_BYTES = 256 * 1024  # the script as compact JSON; at most max_iterations + 1 turns can play
 
 
@@ -281,8 +285,10 @@ def _limit(data: Mapping[str, Any], name: str, default: Any, bound: Any, errors:
 
 def _unknown_tools(tools: list[str] | tuple[str, ...]) -> str:
     """Why some of ``tools`` cannot be offered (empty: all can): exactly what ``/api/tools/``
-    lists is accepted, the settings' tools and the MCP catalog's (``mcp.catalog.current``)."""
-    missing = [t for t in tools if t not in app_settings.TOOLS]
+    lists is accepted, the settings' tools, the apps' typed ones and the MCP catalog's
+    (``mcp.catalog.current``)."""
+    known = {*app_settings.TOOLS, *app_tool_names()}
+    missing = [t for t in tools if t not in known]
     if not missing:
         return ""
     listing = mcp_catalog.current() if mcp_catalog.configured() else mcp_catalog.Catalog()
@@ -290,7 +296,7 @@ def _unknown_tools(tools: list[str] | tuple[str, ...]) -> str:
     if not missing:
         return ""
     named = ", ".join(t[:80] for t in missing[:10])
-    available = ", ".join(sorted({*app_settings.TOOLS, *listing.tools}))
+    available = ", ".join(sorted({*known, *listing.tools}))
     broken = "".join(
         f"; MCP server {name!r} is unavailable" for name in sorted(listing.broken) if name != mcp_catalog.CONFIGURATION
     )

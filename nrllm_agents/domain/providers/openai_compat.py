@@ -24,12 +24,10 @@ from ..errors import ConfigurationError, ProviderError
 from ..steps import ModelResponse, ToolCall, Usage
 from .abortable import AbortableHttp
 from .failures import bounded_tokens, guarded_call, sdk_failure
-from .wire import estimate_usage, parse_arguments
+from .wire import PLACEHOLDER_API_KEY, estimate_usage, parse_arguments
 from .wire import field as _get
 
 __all__ = ["OpenAIProvider", "parse_arguments", "parse_completion", "to_wire_messages", "translate_error"]
-
-PLACEHOLDER_API_KEY = "not-needed"  # local servers (Ollama, llama.cpp) ignore the key
 
 
 def to_wire_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -52,7 +52,10 @@ def test_no_module_wires_the_process_at_import_only_ready_does():
     assert after["checks"] == [
         "check_connection_keys",
         "check_deploy_database",
+        "check_extras",
+        "check_host",
         "check_mcp_servers",
         "check_settings",
+        "check_tool_names",
         "check_tracing",
     ]
