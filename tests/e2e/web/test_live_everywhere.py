@@ -165,3 +165,44 @@ def test_the_new_elements_at_390_px_in_dark_mode(browser_context, live_url, alic
     assert picture.evaluate("e => e.scrollWidth > e.clientWidth")  # the timeline scrolls, visibly
     screenshot(admin, "live-390-dark-admin")
     context.close()
+
+
+def test_conversations_read_like_a_chat_with_titles_spend_and_an_interrupted_turn(page, live_url, alice, screenshot):
+    from .test_thread_chat import ANSWER, send
+
+    Price.objects.create(provider="scripted", model="scripted-demo", input_per_million=3, output_per_million=15)
+    sign_in(page, live_url)
+    page.click("#threads-link")
+    page.click("#new-thread-button")  # no title: the list shows the first message
+    page.wait_for_selector("#message-form")
+    send(
+        page,
+        "What is the weather like?",
+        [{"content": "Sunny.", "usage": {"prompt_tokens": 40, "completion_tokens": 2}}],
+    )
+    answer = page.locator("#bubbles .bubble.role-assistant").first
+    expect(answer).to_contain_text("Sunny.", timeout=15_000)
+    expect(answer.locator(".turn-tokens")).to_have_text("42 tokens")
+    expect(answer.locator(".turn-cost")).to_contain_text("USD")
+
+    send(page, "Tell me a long story", [{"delay": 20, "content": ANSWER}])
+    live = page.locator("#live-bubble")
+    expect(live.locator("#stop-button")).to_be_visible()
+    page.wait_for_function("() => (document.getElementById('live-text') || {textContent: ''}).textContent.length > 20")
+    stop, bubble = live.locator("#stop-button").bounding_box(), live.bounding_box()
+    assert bubble["y"] <= stop["y"] and stop["y"] + stop["height"] <= bubble["y"] + bubble["height"]  # inside the turn
+    assert bubble["height"] < 200, bubble  # not a tall box
+    screenshot(page, "live-thread-writing")
+    page.click("#stop-button")
+    interrupted = page.locator("#bubbles .bubble.role-assistant.interrupted")
+    expect(interrupted).to_have_count(1, timeout=15_000)
+    expect(interrupted.locator(".badge.interrupted")).to_have_text("interrupted by cancel")
+    expect(interrupted).to_contain_text("word0")
+    screenshot(page, "live-thread-interrupted")
+
+    page.click("text=All conversations")
+    row = page.locator("#threads li").first
+    expect(row.locator(".thread-title")).to_have_text("What is the weather like?")
+    expect(row.locator(".thread-meta")).to_contain_text("2 runs")
+    expect(row.locator(".badge")).to_have_text("cancelled")
+    screenshot(page, "live-thread-list")
