@@ -14,9 +14,9 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
+from django.db.models import Count, OuterRef, Subquery, Sum
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
-from django.db.models import Count, OuterRef, Subquery, Sum
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
