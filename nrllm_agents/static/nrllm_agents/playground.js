@@ -82,6 +82,24 @@
   }
 
   // --- the run form ------------------------------------------------------------------------
+  // The tools: a filter over their names and descriptions (groups with a match open).
+  const toolSearch = document.getElementById("tool-search");
+  if (toolSearch) {
+    toolSearch.hidden = false;
+    toolSearch.addEventListener("input", () => {
+      const want = toolSearch.value.trim().toLowerCase();
+      document.querySelectorAll(".tool-group").forEach((group) => {
+        let shown = 0;
+        group.querySelectorAll("li[data-tool]").forEach((li) => {
+          li.hidden = Boolean(want) && !li.textContent.toLowerCase().includes(want);
+          if (!li.hidden) shown += 1;
+        });
+        group.hidden = !shown;
+        if (want && shown) group.open = true;
+      });
+    });
+  }
+
   const runForm = document.getElementById("run-form");
   if (runForm) {
     runForm.addEventListener("submit", async (event) => {

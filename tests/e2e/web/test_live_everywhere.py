@@ -14,7 +14,7 @@ from playwright.sync_api import Page, expect
 from nrllm_agents.models import AgentRun, Price, RunStatus
 from nrllm_agents.testing import mcp_servers
 
-from .test_console import errors, number, sign_in_admin  # noqa: F401  (a fixture)
+from .test_console import errors, number, sign_in_admin, watch  # noqa: F401  (a fixture)
 from .test_playground import sign_in, start
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the server is another process
@@ -206,3 +206,35 @@ def test_conversations_read_like_a_chat_with_titles_spend_and_an_interrupted_tur
     expect(row.locator(".thread-meta")).to_contain_text("2 runs")
     expect(row.locator(".badge")).to_have_text("cancelled")
     screenshot(page, "live-thread-list")
+
+
+def test_the_form_groups_tools_by_server_and_the_running_card_is_in_view_at_1280x800(
+    browser_context, mcp_url, alice, screenshot
+):
+    page = browser_context(viewport={"width": 1280, "height": 800}).new_page()
+    errors: list[str] = []
+    watch(page, errors)
+    sign_in(page, mcp_url)
+    wait_for_tool(page, TOOL)
+    groups = page.locator("details.tool-group")
+    expect(groups.first.locator("summary")).to_contain_text("Built-in")
+    mcp = page.locator("details.tool-group[data-group='mcp:everything']")
+    expect(mcp.locator("summary")).to_contain_text("MCP server everything")
+    assert mcp.get_attribute("open") is None  # collapsed: the form stays short
+    write_note = page.locator("li[data-tool=write_note]")
+    expect(write_note.locator(".approval-mark")).to_have_text("needs approval")
+    expect(write_note.locator(".tool-desc")).not_to_be_empty()
+    page.fill("#tool-search", "long-running")
+    expect(mcp).to_have_attribute("open", "")
+    expect(page.locator(f"li[data-tool='{TOOL}']")).to_be_visible()
+    expect(page.locator("li[data-tool=calculator]")).to_be_hidden()
+    screenshot(page, "live-form-tools-grouped")
+    page.fill("#tool-search", "")
+    script = json.dumps([{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 6}}]}, {"content": "ok"}])
+    start(page, script, ["sleep"])
+    card = page.locator("#live-steps li[data-kind=tool-pending]")
+    expect(card).to_be_visible()
+    box = card.bounding_box()
+    assert box["y"] >= 0 and box["y"] + box["height"] <= 800, box  # in the viewport after Start, no scrolling
+    screenshot(page, "live-running-card-in-view")
+    assert errors == []
