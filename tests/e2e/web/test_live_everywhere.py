@@ -13,6 +13,7 @@ from playwright.sync_api import Page, expect
 
 from nrllm_agents.models import AgentRun, Price, RunStatus
 from nrllm_agents.testing import mcp_servers
+from nrllm_agents.web.display import duration
 
 from .test_console import errors, number, sign_in_admin, watch  # noqa: F401  (a fixture)
 from .test_playground import sign_in, start
@@ -110,6 +111,9 @@ def test_the_admin_run_page_counts_tokens_live_and_settles_without_a_reload(
     expect(admin.locator("#running-card")).to_have_count(0)
     expect(admin.locator("#summary-tokens")).to_contain_text("1980")
     assert "running" not in admin.title()
+    # The one duration format, the same in the browser as on the server (web/display.duration).
+    samples = [340, 2410, 125_000, 3_600_000, 3_900_000]
+    assert admin.evaluate("ms => ms.map(window.nrllmConsole.duration)", samples) == [duration(ms) for ms in samples]
     assert admin.evaluate("window.__samePage") is True  # no reload
     screenshot(admin, "live-admin-settled")
     assert errors == []
