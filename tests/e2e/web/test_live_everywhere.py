@@ -242,3 +242,14 @@ def test_the_form_groups_tools_by_server_and_the_running_card_is_in_view_at_1280
     assert box["y"] >= 0 and box["y"] + box["height"] <= 800, box  # in the viewport after Start, no scrolling
     screenshot(page, "live-running-card-in-view")
     assert errors == []
+
+
+def test_the_operations_breadcrumb_sits_in_the_admin_bar(page, live_url, django_user_model, screenshot):
+    from django.urls import reverse
+
+    path = reverse("admin:nrllm_agents_agentrun_operations")
+    sign_in_admin(page, live_url, django_user_model, path)
+    crumbs = page.locator(".breadcrumbs")
+    expect(crumbs).to_contain_text("Operations")
+    assert crumbs.evaluate("e => e.closest('nav') !== null && getComputedStyle(e).backgroundColor") == "rgb(38, 75, 93)"
+    screenshot(page, "live-operations-breadcrumb")
