@@ -156,6 +156,9 @@ def test_the_new_elements_at_390_px_in_dark_mode(browser_context, live_url, alic
     script = json.dumps([{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 8}}]}, {"content": "ok"}])
     run_id = start(page, script, ["sleep"])
     expect(page.locator("#live-steps li[data-kind=tool-pending]")).to_be_visible()
+    strip = page.locator("#run-picture")
+    assert strip.evaluate("e => e.scrollWidth > e.clientWidth")  # wider than the phone: it scrolls
+    expect(strip.locator(".scroll-cue")).to_be_visible()  # and says so
     screenshot(page, "live-390-dark-playground")
     admin = context.new_page()
     sign_in_admin(admin, live_url, django_user_model, f"/admin/nrllm_agents/agentrun/{run_id}/change/")
@@ -167,6 +170,7 @@ def test_the_new_elements_at_390_px_in_dark_mode(browser_context, live_url, alic
     assert background == "rgb(31, 42, 64)", background  # the dark variant
     picture = admin.locator("#run-timeline .run-picture")
     assert picture.evaluate("e => e.scrollWidth > e.clientWidth")  # the timeline scrolls, visibly
+    expect(picture.locator(".scroll-cue")).to_be_visible()
     screenshot(admin, "live-390-dark-admin")
     context.close()
 
