@@ -15,9 +15,23 @@ from ..money import pricing
 from ..presentation import describe
 
 
+def absolute(moment: datetime | str | None) -> str:
+    """The one way an instant reads on the server (``console.js`` writes the browser's the same
+    way, in its own time zone): ``3 Dec 2026, 14:17:49 CET`` in ``TIME_ZONE``; ``""`` for none."""
+    if isinstance(moment, str):
+        try:
+            moment = datetime.fromisoformat(moment)
+        except ValueError:
+            return ""
+    if moment is None:
+        return ""
+    local = timezone.localtime(moment) if timezone.is_aware(moment) else moment
+    return f"{local.day} {local:%b %Y, %H:%M:%S} {local.tzname() or ''}".rstrip()
+
+
 def time_of(iso: str | None) -> str:
-    """``HH:MM:SS`` of a stored ISO timestamp (UTC), or an empty string."""
-    return iso[11:19] if iso and len(iso) >= 19 else ""
+    """A stored ISO timestamp as ``absolute`` writes it, or an empty string."""
+    return absolute(iso)
 
 
 def elapsed(started_at: datetime | None, finished_at: datetime | None) -> str:

@@ -32,6 +32,7 @@ from ..runtime import threads
 from ..runtime.agent_runtime import AgentRuntime
 from ..validation.run_request import MAX_PROMPT_CHARS, InvalidRequest, RunRequest
 from .access import login_required, raise_refusal, wants_json
+from .display import absolute
 from .views import _throttled
 
 RECENT_THREADS = 30
@@ -106,7 +107,12 @@ def thread_list(request: HttpRequest) -> HttpResponse:
         "nrllm_agents/threads.html",
         {
             "threads": [
-                {"thread": t, "spent": amounts.text(t.spent) or "", "status": (t.last_status or "").replace("_", " ")}
+                {
+                    "thread": t,
+                    "spent": amounts.text(t.spent) or "",
+                    "status": (t.last_status or "").replace("_", " "),
+                    "when": absolute(t.last_activity_at),
+                }
                 for t in recent
             ]
         },

@@ -36,7 +36,7 @@ from ..store import reason_problem
 from ..validation.run_request import InvalidRequest
 from . import interactive
 from .access import get_visible_run, login_required, visible_run, wants_json
-from .display import duration, elapsed, final_answer_sequence, for_page, spend_text
+from .display import absolute, duration, elapsed, final_answer_sequence, for_page, spend_text
 from .forms import ForkForm, RunForm
 from .runs_list import recent_runs
 
@@ -107,6 +107,7 @@ def _page(
                 "cancel_text": cancel_text(status_dict["cancel"]) if status_dict["cancel"] else "",
                 "cost_text": spend_text(run, picture),
                 "elapsed": elapsed(run.started_at, run.finished_at),
+                "created_text": absolute(run.created_at),
                 "deadline_text": duration(run.deadline_seconds * 1000) if run.deadline_seconds else "",
                 "steps": steps,
                 "picture": picture,

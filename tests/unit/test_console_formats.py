@@ -67,3 +67,18 @@ def test_json_output_prints_a_progress_line_per_report_and_a_pipe_prints_none():
     piped = io.StringIO()
     StreamPrinter(OutputWrapper(piped), no_style(), as_json=False).delta(report(1))
     assert piped.getvalue() == ""
+
+
+def test_an_instant_reads_in_one_format_with_its_time_zone(settings):
+    from datetime import UTC, datetime
+
+    from django.utils import timezone
+
+    from nrllm_agents.web.display import absolute
+
+    settings.TIME_ZONE = "Europe/Paris"
+    moment = datetime(2026, 12, 3, 13, 17, 49, 853000, tzinfo=UTC)
+    with timezone.override("Europe/Paris"):
+        assert absolute(moment) == "3 Dec 2026, 14:17:49 CET"
+        assert absolute(moment.isoformat()) == "3 Dec 2026, 14:17:49 CET"
+    assert absolute(None) == "" and absolute("garbage") == ""

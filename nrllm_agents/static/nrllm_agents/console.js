@@ -20,11 +20,15 @@
     return `${Math.floor(minutes / 60)} h${rest ? ` ${rest} min` : ""}`;
   }
 
-  const ABSOLUTE = new Intl.DateTimeFormat(undefined, {
-    year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit",
-    hour12: false, timeZoneName: "short",
-  });
-  const absolute = (date) => ABSOLUTE.format(date);
+  // "3 Dec 2026, 14:17:49 CET", as web/display.absolute writes it (here in the browser's zone).
+  const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+  const ZONE = new Intl.DateTimeFormat("en-GB", {timeZoneName: "short"});
+  const pad = (n) => String(n).padStart(2, "0");
+  function absolute(date) {
+    const zone = (ZONE.formatToParts(date).find((p) => p.type === "timeZoneName") || {}).value || "";
+    return `${date.getDate()} ${MONTHS[date.getMonth()]} ${date.getFullYear()}, ` +
+      `${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())} ${zone}`.trimEnd();
+  }
 
   function relative(date) {
     const seconds = Math.floor((Date.now() - date.getTime()) / 1000);

@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 import re
 import time
+from datetime import UTC, datetime
 
 import pytest
+from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from nrllm_agents.models import AgentRun, Price, RunStatus
 from nrllm_agents.testing import mcp_servers
-from nrllm_agents.web.display import duration
+from nrllm_agents.web.display import absolute, duration
 
 from .test_console import errors, number, sign_in_admin, watch  # noqa: F401  (a fixture)
 from .test_playground import sign_in, start
@@ -65,6 +67,7 @@ def test_mcp_progress_shows_live_on_the_playground_and_admin_tool_cards(
     screenshot(page, "live-playground-mcp-progress")
 
     admin = page.context.new_page()
+    watch(admin, errors)
     sign_in_admin(admin, mcp_url, django_user_model, f"/admin/nrllm_agents/agentrun/{run_id}/change/")
     running = admin.locator("#running-card")
     expect(running).to_contain_text(f"tool {TOOL}")
@@ -77,9 +80,12 @@ def test_mcp_progress_shows_live_on_the_playground_and_admin_tool_cards(
 
 
 def test_the_admin_run_page_counts_tokens_live_and_settles_without_a_reload(
-    page, live_url, alice, django_user_model, errors, screenshot
+    browser_context, live_url, alice, django_user_model, screenshot
 ):
     Price.objects.create(provider="scripted", model="scripted-demo", input_per_million=3, output_per_million=15)
+    page = browser_context(timezone_id="UTC").new_page()
+    errors: list[str] = []
+    watch(page, errors)
     sign_in(page, live_url)
     script = [
         {
@@ -90,6 +96,7 @@ def test_the_admin_run_page_counts_tokens_live_and_settles_without_a_reload(
     ]
     run_id = start(page, json.dumps(script), ["sleep"])
     admin = page.context.new_page()
+    watch(admin, errors)
     sign_in_admin(admin, live_url, django_user_model, f"/admin/nrllm_agents/agentrun/{run_id}/change/")
     admin.evaluate("window.__samePage = true")
     expect(admin.locator("#summary-status")).to_have_text("running")
@@ -114,6 +121,10 @@ def test_the_admin_run_page_counts_tokens_live_and_settles_without_a_reload(
     # The one duration format, the same in the browser as on the server (web/display.duration).
     samples = [340, 2410, 125_000, 3_600_000, 3_900_000]
     assert admin.evaluate("ms => ms.map(window.nrllmConsole.duration)", samples) == [duration(ms) for ms in samples]
+    # ... and the one instant format (the browser's zone here is UTC, as the server's).
+    instant = admin.evaluate("() => window.nrllmConsole.absolute(new Date('2026-12-03T13:17:49Z'))")
+    with timezone.override("UTC"):
+        assert instant == absolute(datetime(2026, 12, 3, 13, 17, 49, tzinfo=UTC)) == "3 Dec 2026, 13:17:49 UTC"
     assert admin.evaluate("window.__samePage") is True  # no reload
     screenshot(admin, "live-admin-settled")
     assert errors == []
