@@ -25,7 +25,7 @@ from .providers.base import Provider
 from .providers.failures import redact
 from .sanitize import clean_response, clean_text, clean_value
 from .steps import LoopOutcome, LoopResult, LoopState, Step, StepKind, ToolCall, Trace, Usage
-from .tools.base import Tool, schema
+from .tools.base import Tool, is_sub_agent, schema
 
 DENIED_RESULT = "The operator denied this call; it was not executed."
 INTERRUPTED_RESULT = "interrupted: the run was cancelled while this call was running"
@@ -173,6 +173,8 @@ class ToolLoop:
             return LoopResult(LoopOutcome.COMPLETED, state, final_text=last.get("content") or "")
         if state.decision is None and any((t := self.tools.get(c.name)) and t.requires_approval for c in calls):
             return LoopResult(LoopOutcome.AWAITING_APPROVAL, state)
+        if state.decision is not False and self._awaiting(calls):
+            return LoopResult(LoopOutcome.AWAITING_CHILDREN, state)
         state.pending_calls = []
         if state.decision is False:
             for call in calls:
@@ -248,9 +250,18 @@ class ToolLoop:
                 # Checked before any call of the turn runs: nothing executes until a decision.
                 state.pending_calls = calls
                 return LoopResult(LoopOutcome.AWAITING_APPROVAL, state)
+            if self._awaiting(calls):
+                # Sub-agents answer these calls: the loop stops here, holding nothing, and
+                # continues from the stream once their runs have ended (runtime.trees).
+                state.pending_calls = calls
+                return LoopResult(LoopOutcome.AWAITING_CHILDREN, state)
             failed = self._run_calls(state, calls)
             if failed is not None:
                 return failed
+
+    def _awaiting(self, calls: Sequence[ToolCall]) -> bool:
+        """Whether a sub-agent's run for one of ``calls`` has not ended (or not started)."""
+        return any(is_sub_agent(t := self.tools.get(c.name)) and t.awaits(c, calls) for c in calls)  # type: ignore[union-attr]
 
     def _gate(self, *, waits: bool = True) -> None:
         """Right before a call starts: nothing starts once the token has tripped. ``waits``:
@@ -333,7 +344,10 @@ class ToolLoop:
                 headers = self.carrier(call) if self.carrier is not None else None
                 t0 = time.perf_counter()
                 try:
-                    if self._tool_context.get(call.name):
+                    if is_sub_agent(tool):  # answered by its run, which has ended: nothing executes
+                        sub: Any = tool
+                        result = sub.answer(call, calls)
+                    elif self._tool_context.get(call.name):
                         aware: Any = tool  # a tool that takes the optional ``context``
                         result = aware.execute(dict(call.arguments), context=self._context(state, headers))
                     else:

@@ -109,6 +109,10 @@ SPEND = Counter(
 REAPER_ACTIONS = Counter(
     "nrllm_reaper_actions", "What the reaper did to runs whose lease expired.", ["action", "reason"]
 )
+CHILD_RUNS = Counter("nrllm_child_runs", "Child runs started by a sub-agent call (runtime.trees).")
+CASCADED_CANCELS = Counter(
+    "nrllm_cascaded_cancels", "Runs cancelled because a run above them in their tree was cancelled."
+)
 REAPER_PASSES = Counter("nrllm_reaper_passes", "Reaper passes (dry runs excluded).")
 ENQUEUE_FAILURES = Counter("nrllm_enqueue_failures", "Runs the queue refused (settled failed, enqueue_failed).")
 ENQUEUE_DEFERRED = Counter(

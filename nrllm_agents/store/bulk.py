@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..domain import StepKind
-from ..models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus
+from ..models import ACTIVE, QUIESCENT, TERMINAL, AgentRun, AgentRunEvent, RunStatus
 from .journal import stop_stamp
 from .results import actor, checked_reason
 from .runs import cancel_fields
@@ -49,13 +49,18 @@ def cancel_many(selection: Any, *, by: Any = None, source: str, reason: str = ""
         now = _lock_active(selection) or timezone.now()
         common = cancel_fields(now, by=by, source=source, reason=reason)
         cancelled: dict[str, int] = {}
-        for status in (RunStatus.QUEUED, RunStatus.WAITING_FOR_APPROVAL, RunStatus.RUNNING):
+        for status in (
+            RunStatus.QUEUED,
+            RunStatus.WAITING_FOR_APPROVAL,
+            RunStatus.WAITING_FOR_CHILDREN,
+            RunStatus.RUNNING,
+        ):
             # Running runs keep their lease: their segment (or the reaper) acknowledges.
             extra = {} if status == RunStatus.RUNNING else {"stopped_at": stop_stamp(now), "lease_expires": None}
             n = selection.filter(status=status).order_by().update(**extra, **common)
             if n:
                 cancelled[status.value] = n
-        if cancelled.get(RunStatus.QUEUED) or cancelled.get(RunStatus.WAITING_FOR_APPROVAL):
+        if any(cancelled.get(s) for s in QUIESCENT):
             _append_cancelled_bulk(now, by, source, reason or "")
     return BulkCancel(cancelled, unchanged)
 

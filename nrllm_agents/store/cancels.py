@@ -21,7 +21,7 @@ import uuid
 from typing import Any
 
 from ..domain import StepKind
-from ..models import ACTIVE, AgentRun, AgentRunEvent, RunStatus
+from ..models import ACTIVE, QUIESCENT, AgentRun, AgentRunEvent, RunStatus
 from . import prepared
 from .results import NOT_FOUND, Transition, actor
 
@@ -106,6 +106,6 @@ def cancel_one_trip(
     previous, fresh, changed, provider = rows[0]
     if changed:  # the provider: what the cancel metric is labelled with, without another query
         return Transition(True, RunStatus.CANCELLED, previous, {"provider": provider})
-    if previous in (RunStatus.QUEUED, RunStatus.WAITING_FOR_APPROVAL) and not fresh:
+    if previous in QUIESCENT and not fresh:
         return None
     return Transition(False, previous, previous)
