@@ -38,9 +38,8 @@ class Family:
     """What the sub-agent tools of one segment share: the parent run and its place in its tree."""
 
     def __init__(self, run_id: uuid.UUID, names: Sequence[str]) -> None:
-        row: dict[str, Any] = (
-            AgentRun.objects.filter(pk=run_id).values("tree_depth", "tree_root_id", "owner_id").first() or {}
-        )
+        row: dict[str, Any] = {}
+        row.update(AgentRun.objects.filter(pk=run_id).values("tree_depth", "tree_root_id", "owner_id").first() or {})
         self.run_id = run_id
         self.depth: int = row.get("tree_depth", 0)
         self.root_id: uuid.UUID = row.get("tree_root_id") or run_id

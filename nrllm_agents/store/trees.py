@@ -142,12 +142,12 @@ def parent_of(run_id: uuid.UUID) -> uuid.UUID | None:
 
 def child_of(parent_id: uuid.UUID, call_id: str) -> dict[str, Any] | None:
     """The child run answering ``call_id`` of ``parent_id`` (what its parent's tool step needs)."""
-    row: Any = (
+    row = (
         AgentRun.objects.filter(tree_parent_id=parent_id, tree_call_id=call_id)
         .values("id", "status", "termination_reason", "final_text", "error_class", "error_message", "cancel_reason")
         .first()
     )
-    return row
+    return None if row is None else dict(row)
 
 
 def cancel_tree(

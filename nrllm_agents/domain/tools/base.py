@@ -37,7 +37,8 @@ class SubAgent(Protocol):
 
     A turn that calls one suspends the loop (``AWAITING_CHILDREN``) while ``awaits(call, turn)``
     (``turn``: every call of that model turn) says the call's run has not ended; once none
-    does, ``answer`` gives each call's result (its run's final answer) or raises ``ToolError`` (the run failed, was cancelled, or never started).
+    does, ``answer`` gives each call's result (its run's final answer) or raises ``ToolError``
+    (the run failed, was cancelled, or never started).
     Marked by ``spawns_run = True``.
     """
 
