@@ -48,6 +48,7 @@ class RunFilterSerializer(serializers.Serializer[Any]):
     )
     created_after = StrictDateTimeField(required=False, help_text="Only runs created at or after this time.")
     created_before = StrictDateTimeField(required=False, help_text="Only runs created before this time.")
+    root = serializers.UUIDField(required=False, help_text="Only the runs of this run's tree (it and its sub-agents').")
     expand = serializers.ChoiceField(
         ["request"], required=False, help_text="`request`: include each run's script and system prompt."
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import generics, status
@@ -61,6 +61,8 @@ class RunListCreateView(generics.ListAPIView[AgentRun], RunAPIView):
             runs = runs.filter(created_at__gte=f["created_after"])
         if "created_before" in f:
             runs = runs.filter(created_at__lt=f["created_before"])
+        if f.get("root"):  # a tree: its root and every run below it
+            runs = runs.filter(Q(pk=f["root"]) | Q(tree_root_id=f["root"]))
         return runs
 
     @extend_schema(
@@ -133,7 +135,7 @@ class RunDetailView(RunAPIView):
         responses={200: r.RunSerializer, **AUTH_ERRORS, **NOT_FOUND},
     )
     def get(self, request: Request, id: str) -> Response:
-        return Response(r.run_representation(self.get_run(id)))
+        return Response(r.run_representation(self.get_run(id), tree=True))
 
 
 class RunCancelView(RunAPIView):
