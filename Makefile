@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # Production sets DJANGO_SECRET_KEY and leaves DJANGO_DEBUG unset (README, "Security").
 export DJANGO_DEBUG ?= 1
 
-.PHONY: lint run worker demo test test-fast test-postgres test-sqlite test-django52 coverage-modules venv migrate bench clean
+.PHONY: lint docs run worker demo test test-fast test-postgres test-sqlite test-django52 coverage-modules venv migrate bench clean
 
 venv:
 	@bash scripts/venv.sh $(VENV)
@@ -50,11 +50,17 @@ test:
 test-fast: venv
 	DATABASE_URL=$(PG_URL) NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest tests/unit tests/integration/store $(PYTEST_ARGS)
 
-# ruff (lint and format) and mypy on the whole package (strict on domain/ and store/); .ci/run runs it first
+# ruff (lint and format), mypy on the whole package (strict on domain/ and store/) and the docs
+# built strictly (a broken link or a missing page fails); .ci/run runs it first
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy nrllm_agents
+	@$(MAKE) --no-print-directory docs
+
+# the manual (docs/, MkDocs Material) into an ignored folder; `$(VENV)/bin/mkdocs serve` to read it live
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir .site
 
 test-postgres: venv
 	DATABASE_URL=$(PG_URL) NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest $(PYTEST_ARGS)

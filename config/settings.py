@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 import dj_database_url
+import django
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.utils import get_random_secret_key
 
@@ -47,7 +48,7 @@ def _dev_secret_key(path: Path) -> str:
         return path.read_text().strip()
     except FileNotFoundError:
         pass
-    fd, staged = tempfile.mkstemp(dir=path.parent, prefix=".dev-secret-key.")
+    fd, staged = tempfile.mkstemp(dir=path.parent, prefix=".dev-secret-key.")  # 0600: its owner's only
     try:
         with os.fdopen(fd, "w") as f:
             f.write(get_random_secret_key())
@@ -108,7 +109,31 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # The Content-Security-Policy below, enforced: Django's own middleware from 6.0 on, the app's
+    # (the same policy) on 5.2.
+    (
+        "django.middleware.csp.ContentSecurityPolicyMiddleware"
+        if django.VERSION >= (6, 0)
+        else "nrllm_agents.http.csp.ContentSecurityPolicyMiddleware"
+    ),
 ]
+
+# Every page (the playground, the console, the admin, the API docs) loads its scripts, styles,
+# images and fonts from this site only, and no inline script runs ('unsafe-inline' is for
+# styles only: the admin's and Swagger UI's inline style attributes). data: images are the
+# admin's and Swagger UI's icons. No plugin, no framing, forms post here only.
+SECURE_CSP = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'", "'unsafe-inline'"],
+    "img-src": ["'self'", "data:"],
+    "font-src": ["'self'", "data:"],
+    "connect-src": ["'self'"],
+    "object-src": ["'none'"],
+    "base-uri": ["'self'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+}
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
@@ -117,7 +142,7 @@ ASGI_APPLICATION = "config.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -130,9 +155,24 @@ TEMPLATES = [
 ]
 
 
+def _private_file(name: str) -> None:
+    """Create the SQLite file ``name`` empty and private (0600) before SQLite opens it, so that
+    the database (tokens, session keys) and the -wal and -shm files SQLite gives its mode are
+    readable by their owner only; an existing one readable by others is made private."""
+    if not name or name == ":memory:" or name.startswith("file:"):
+        return
+    with contextlib.suppress(OSError):  # a read-only place: SQLite itself will say so
+        try:
+            os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            if os.stat(name).st_mode & 0o077:
+                os.chmod(name, 0o600)
+
+
 def _database(url: str) -> dict:
     config = dj_database_url.parse(url, conn_max_age=0)
     if config["ENGINE"] == "django.db.backends.sqlite3":
+        _private_file(str(config["NAME"]))
         # Fences must be atomic on SQLite too: IMMEDIATE takes the write lock at BEGIN, so a
         # read-check-write transaction cannot interleave with another writer. WAL lets readers
         # (the cancellation probe, the stream) proceed while a writer holds the lock.

@@ -15,12 +15,17 @@ class NrllmAgentsConfig(AppConfig):
         from django.core.signals import request_started
 
         from . import checks, executors, live
+        from .catalog import app_tools
         from .observability import tracing
         from .store import db
+        from .validation import run_request
         from .workers import jobs, maintenance
 
         # The process is wired here, by explicit calls: nothing registers itself at import.
         checks.register_all()
+        # typed tools (@tool) from every installed app's agent_tools module, as admin.py is found
+        app_tools.discover()
+        run_request.app_tool_names = app_tools.names  # requests may name them (validation sits below the catalog)
         # Pooled PostgreSQL connections are checked before they are handed out (a connection the
         # server closed would fail a claim or a maintenance pass), unless the host chose a check.
         db.check_pools_before_use()

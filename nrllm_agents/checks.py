@@ -8,7 +8,6 @@ instead of failing on the first run that reads it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
@@ -19,6 +18,7 @@ from .conf import DEFAULTS, RENAMED, Env, app_settings, renamed_in_use
 from .crypto.vault import problem as vault_problem
 from .executors import RQ
 from .executors import named as executor_named
+from .money import parsing
 
 Rule = tuple[Callable[[Any], bool], str]
 
@@ -46,13 +46,13 @@ PATHS: Rule = (
 
 def _amount(value: Any) -> bool:
     try:
-        amount = Decimal(str(value)) if isinstance(value, (int, str, Decimal)) and not isinstance(value, bool) else None
-    except InvalidOperation:
+        parsing.parse(value, parsing.Bounds())
+    except parsing.InvalidAmount:
         return False
-    return amount is not None and amount.is_finite() and amount > 0
+    return True
 
 
-AMOUNT: Rule = (_amount, "a decimal amount above 0 (a string such as '12.50', or a whole number)")
+AMOUNT: Rule = (_amount, "a plain decimal above 0 (a string such as '12.50', or a whole number)")
 
 
 def _names_an_executor(value: Any) -> bool:
@@ -361,6 +361,49 @@ def check_mcp_servers(app_configs: Any = None, **kwargs: Any) -> list[CheckMessa
     ]
 
 
+def check_connection_keys(app_configs: Any = None, databases: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Under ``manage.py check`` (``--deploy`` too): one stored key of each connection kind opens
+    with the configured ``NRLLM_SECRET_KEYS``. A wrong key list otherwise starts cleanly and fails
+    every run on a connection. Other commands skip it, as they skip the MCP probe: a worker's
+    parent opens no database connection it does not need.
+    """
+    import sys
+
+    if sys.argv[1:2] != ["check"]:
+        return []
+    return connection_key_problems()
+
+
+def connection_key_problems() -> list[CheckMessage]:
+    """``check_connection_keys``'s findings, whatever the command (nothing before ``migrate``)."""
+    from django.db import DatabaseError
+
+    from .catalog.registry import ROTATE_HINT
+    from .crypto.vault import VaultError, decrypt
+    from .models import Connection
+
+    found: list[CheckMessage] = []
+    try:
+        rows = Connection.objects.exclude(encrypted_key="").order_by("kind", "name")
+        seen: dict[str, tuple[str, str]] = {}
+        for kind, name, token in rows.values_list("kind", "name", "encrypted_key"):
+            seen.setdefault(kind, (name, token))
+    except DatabaseError:  # no table yet: E010 (check --deploy) says what migrate owes
+        return []
+    for kind, (name, token) in sorted(seen.items()):
+        try:
+            decrypt(token)
+        except VaultError as exc:
+            found.append(
+                Error(
+                    f"connection {name!r} ({kind}): {exc}",
+                    hint=ROTATE_HINT[0].upper() + ROTATE_HINT[1:] + ".",
+                    id="nrllm_agents.E017",
+                )
+            )
+    return found
+
+
 def check_tracing(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """The OTEL_* variables ask for OTLP trace export: the SDK and its exporter must be installed."""
     from .observability import tracing
@@ -371,10 +414,121 @@ def check_tracing(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     return [
         Warning(
             f"OTEL_EXPORTER_OTLP_ENDPOINT asks for traces, but {missing} cannot be imported: nothing is traced",
-            hint="pip install -r requirements-otel.txt (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http)",
+            hint='pip install "nrllm-agents[otel]" (opentelemetry-sdk, opentelemetry-exporter-otlp-proto-http)',
             id="nrllm_agents.W012",
         )
     ]
+
+
+def check_extras(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """What the settings ask for has its extra installed: the default provider's SDK, the MCP client."""
+    from .catalog import extras
+    from .conf import app_settings
+
+    wanted: list[tuple[str, extras.Extra]] = []
+    default = app_settings.DEFAULT_PROVIDER
+    if default in extras.PROVIDERS:
+        wanted.append((f"DEFAULT_PROVIDER {default!r}", extras.PROVIDERS[default]))
+    if app_settings.MCP_SERVERS or app_settings.MCP_CONFIG:
+        wanted.append(("MCP servers (MCP_SERVERS / NRLLM_MCP_CONFIG)", extras.MCP))
+    found: list[CheckMessage] = []
+    for feature, extra in wanted:
+        missing = extra.missing()
+        if missing is not None:
+            found.append(
+                Error(
+                    f"{feature} needs {missing!r}, which is not installed",
+                    hint=extra.hint(),
+                    id="nrllm_agents.E020",
+                )
+            )
+    return found
+
+
+# the apps the app leans on (docs/quickstart.md): the API, its tokens, its schema and offline docs, the queue dashboard
+REQUIRED_APPS = (
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_rq",
+)
+EDGE_MIDDLEWARE = "nrllm_agents.http.edge.EdgeGuardMiddleware"
+
+
+def check_host(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """The host project is set up as the quickstart says: the apps, the edge guard, RQ's queues."""
+    from django.apps import apps
+
+    from .executors import RQ, chosen
+
+    found: list[CheckMessage] = [
+        Error(
+            f"nrllm_agents needs {name!r} in INSTALLED_APPS",
+            hint="Add it before 'nrllm_agents' (docs/quickstart.md lists the apps).",
+            id="nrllm_agents.E021",
+        )
+        for name in REQUIRED_APPS
+        if not apps.is_installed(name)
+    ]
+    if EDGE_MIDDLEWARE not in (getattr(settings, "MIDDLEWARE", None) or ()):
+        found.append(
+            Warning(
+                f"{EDGE_MIDDLEWARE} is not in MIDDLEWARE: a NUL character in a query or form reaches the views "
+                "(a 500 on PostgreSQL) and oversized API bodies are read whole",
+                hint="Insert it right after SecurityMiddleware.",
+                id="nrllm_agents.W013",
+            )
+        )
+    try:
+        rq_chosen = chosen() is RQ
+    except ImproperlyConfigured:  # a bad EXECUTOR is check_settings' to name
+        rq_chosen = False
+    if rq_chosen and not getattr(settings, "RQ_QUEUES", None):
+        found.append(
+            Error(
+                "runs go to RQ workers (REDIS_URL is set) but RQ_QUEUES is not set",
+                hint=f'Set RQ_QUEUES = {{"{app_settings.QUEUE_NAME}": {{"URL": REDIS_URL}}}} (docs/operations.md).',
+                id="nrllm_agents.E022",
+            )
+        )
+    return found
+
+
+def check_tool_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Every tool name is offered once: no two apps' typed tools, nor one with a tool of the
+    settings or of an MCP server (listed by this process; under ``manage.py check``, every server's)."""
+    import sys
+
+    from .catalog import app_tools
+    from .conf import app_settings
+    from .mcp import catalog as mcp_catalog
+
+    def clash(name: str, one: str, other: str) -> Error:
+        return Error(
+            f"two tools are named {name!r}: {one} and {other}",
+            hint="Give one of them another name (@tool(name=...), the TOOLS key, or the MCP server's name).",
+            id="nrllm_agents.E023",
+        )
+
+    found: list[CheckMessage] = [
+        clash(kept.tool.name, f"@tool in {kept.module}", f"@tool in {other.module}")
+        for kept, other in app_tools.clashes()
+    ]
+    typed = app_tools.tools()
+    for name, where in sorted(typed.items()):
+        if name in app_settings.TOOLS:
+            found.append(clash(name, f"@tool in {where.module}", f"NRLLM_AGENTS['TOOLS'] ({app_settings.TOOLS[name]})"))
+    if typed and mcp_catalog.configured():
+        try:
+            mcp_names = (
+                set(mcp_catalog.refresh(force=True).tools) if sys.argv[1:2] == ["check"] else mcp_catalog.listed()
+            )
+        except Exception:  # an unreadable MCP configuration is check_mcp_servers' to name
+            mcp_names = set()
+        for name in sorted(mcp_names & set(typed)):
+            found.append(clash(name, f"@tool in {typed[name].module}", "an MCP server's tool"))
+    return found
 
 
 def register_all() -> None:
@@ -385,4 +539,8 @@ def register_all() -> None:
     # that needs `--database` to speak would stay as silent as before.
     register(check_deploy_database, "deploy", deploy=True)
     register(check_mcp_servers, Tags.compatibility)
+    register(check_connection_keys, Tags.security)
     register(check_tracing, Tags.compatibility)
+    register(check_extras, Tags.compatibility)
+    register(check_host, Tags.compatibility)
+    register(check_tool_names, Tags.compatibility)

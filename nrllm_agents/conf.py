@@ -65,7 +65,7 @@ DEFAULTS: dict[str, Any] = {
         "sleep": "nrllm_agents.catalog.registry.sleep_tool",
         "write_note": "nrllm_agents.catalog.tools.WriteNote",
     },
-    # MCP servers in the ``{"mcpServers": {...}}`` shape (README, "Tools from MCP servers"), from a
+    # MCP servers in the ``{"mcpServers": {...}}`` shape (docs/howto/mcp.md), from a
     # JSON file (MCP_CONFIG) and from here; their tools are offered as ``<server>__<tool>``
     "MCP_SERVERS": {},
     "MCP_CONFIG": Env("NRLLM_MCP_CONFIG", str, ""),
@@ -102,7 +102,7 @@ DEFAULTS: dict[str, Any] = {
     # cancel still aborts the call by closing its connection
     "PROVIDER_TIMEOUT": Env("NRLLM_PROVIDER_TIMEOUT", float, 60.0),
     "PROVIDER_STREAM": Env("NRLLM_PROVIDER_STREAM", bool, True),
-    # a run that names no model gets these (the key and server: each SDK's own variables, README)
+    # a run that names no model gets these (the key and server: each SDK's own variables, docs/howto/providers.md)
     "ANTHROPIC_MODEL": Env("NRLLM_ANTHROPIC_MODEL", str, "claude-sonnet-4-5"),
     "ANTHROPIC_MAX_TOKENS": Env("NRLLM_ANTHROPIC_MAX_TOKENS", int, 4096),
     "GEMINI_MODEL": Env("NRLLM_GEMINI_MODEL", str, "gemini-2.5-flash"),

@@ -52,6 +52,9 @@ class TerminationReason(models.TextChoices):
     RETRIES_EXHAUSTED = "retries_exhausted"  # transient failures or lost workers used up the requeue budget
     NOT_RETRYABLE = "not_retryable"  # a permanent failure, or a lost worker during a non-idempotent tool
     INTERNAL_ERROR = "internal_error"  # an unexpected error in the runtime
+    # the run's provider or tools cannot be built as configured (a connection's key no configured
+    # key opens, a kind not installed, a tool gone): not retried, fixed by an operator
+    CONFIGURATION_FAILED = "configuration_failed"
     INTERRUPTED_BY_MESSAGE = "interrupted_by_message"  # a new message of its thread interrupted it (threads.py)
 
 
@@ -63,6 +66,7 @@ class CancelSource(models.TextChoices):
     API = "api", "API"  # the REST API
     PLAYGROUND = "playground", "playground"  # the playground's Cancel button
     SYSTEM = "system", "system (a limit)"  # the application itself
+    CODE = "code", "code"  # the host's own code, through the Python API (nrllm_agents.cancel)
 
 
 class MultitaskStrategy(models.TextChoices):
@@ -84,6 +88,10 @@ class Thread(models.Model):
     title = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_activity_at = models.DateTimeField(default=timezone.now)  # the last message posted
+    # The Agent Protocol (nrllm_agents.agent_protocol): the client's own metadata, and whether a
+    # client deleted the thread there (it then reads 404 through the protocol; its runs stay).
+    metadata = models.JSONField(default=dict, blank=True)
+    hidden_from_protocol = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-last_activity_at"]
@@ -202,6 +210,10 @@ class AgentRun(models.Model):
     # Traces (nrllm_agents.observability.tracing): the W3C trace context the run continues
     # (``{"traceparent", "tracestate"}``), so every segment, in whichever process, joins one trace.
     trace_context = models.JSONField(null=True, blank=True)
+    # The Agent Protocol (nrllm_agents.agent_protocol): the client's metadata, and whether a client
+    # deleted the run there (404 through the protocol; it stays in the API, the admin and the audit).
+    metadata = models.JSONField(default=dict, blank=True)
+    hidden_from_protocol = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-created_at"]

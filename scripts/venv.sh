@@ -26,7 +26,7 @@ if [ ! -x "$venv/bin/python" ]; then
   echo "creating $venv with $("$py" --version 2>&1) ($py)"
   "$py" -m venv "$venv"
 fi
-if [ ! -f "$stamp" ] || [ requirements.txt -nt "$stamp" ] || [ requirements-dev.txt -nt "$stamp" ] || [ requirements-otel.txt -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ requirements.txt -nt "$stamp" ] || [ requirements-dev.txt -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   # (this machine's pip config names local mirrors that may not exist: drop that noise only)
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip 2> >(grep -v "^WARNING: Location" >&2)
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r requirements-dev.txt 2> >(grep -v "^WARNING: Location" >&2)

@@ -1,9 +1,9 @@
 """Who may see, stream, cancel, approve, bulk-cancel and start a run: the one rule.
 
 Every surface (REST API, playground, admin, the browser stream) asks this module and only
-translates its answer into HTTP, HTML or a message. The table of who may do what is in the
-README ("Who may do what"); ``tests/integration/access/test_policy_matrix.py`` checks that table, this
-module and every surface against each other.
+translates its answer into HTTP, HTML or a message. The table of who may do what is in
+docs/operations/security.md ("Who may do what"); ``tests/integration/access/test_policy_matrix.py``
+checks that table, this module and every surface against each other.
 
 Seeing another user's run takes ``is_staff``; acting on it takes, in addition, the dedicated
 permission (superusers hold every permission). A run the caller may not see is "not found"

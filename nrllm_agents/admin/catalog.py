@@ -14,8 +14,10 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from ..access import policy
-from ..catalog import agents
+from ..catalog import agents, connections
 from ..models import Agent, AgentVersion, Connection, Price
+from ..money import parsing
+from ..money.fields import AmountField
 from .bases import AgentModelForm, AgentVersionTabularInline, AnyModelAdmin, ConnectionModelForm
 
 
@@ -42,7 +44,12 @@ class _Configured(AnyModelAdmin):
 
 
 class ConnectionForm(ConnectionModelForm):
-    base_url = forms.URLField(max_length=500, assume_scheme="https", help_text="Where the key is sent.")
+    base_url = forms.URLField(
+        max_length=500,
+        assume_scheme="https",
+        help_text="Where the key is sent. Its user and password (user:password@) show as ***: "
+        "leave *** to keep them, or type the URL whole to change them.",
+    )
     api_key = forms.CharField(
         required=False,
         strip=True,
@@ -55,6 +62,16 @@ class ConnectionForm(ConnectionModelForm):
     class Meta:
         model = Connection
         fields = ("name", "kind", "base_url", "default_model")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.initial["base_url"] = connections.shown_url(self.instance.base_url)
+
+    def clean_base_url(self) -> str:
+        url: str = self.cleaned_data["base_url"]
+        stored = self.instance.base_url if self.instance.pk else ""
+        return stored if stored and url == connections.shown_url(stored) else url
 
     def save(self, commit: bool = True) -> Connection:
         row: Connection = super().save(commit=False)
@@ -70,10 +87,14 @@ class ConnectionForm(ConnectionModelForm):
 @admin.register(Connection)
 class ConnectionAdmin(_Configured):
     form = ConnectionForm
-    list_display = ("name", "kind", "base_url", "default_model", "key_state", "updated_at")
-    search_fields = ("name", "base_url", "default_model")
+    list_display = ("name", "kind", "address", "default_model", "key_state", "updated_at")
+    search_fields = ("name", "default_model")  # not the URL: a search would test guesses of its password
     fields = ("name", "kind", "base_url", "default_model", "key_state", "api_key", "clear_key")
     readonly_fields = ("key_state",)
+
+    @admin.display(description="base URL", ordering="base_url")
+    def address(self, row: Connection) -> str:
+        return connections.shown_url(row.base_url)
 
     @admin.display(description="key")
     def key_state(self, row: Connection) -> str:
@@ -88,12 +109,13 @@ class PriceAdmin(_Configured):
     fields = ("connection", "provider", "model", "input_per_million", "output_per_million")
 
     def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
-        field = super().formfield_for_dbfield(db_field, request, **kwargs)
-        if field is not None and db_field.name in ("input_per_million", "output_per_million"):
-            field.help_text = (
-                "Per million tokens, in NRLLM_AGENTS['CURRENCY']; new calls use it, past ones keep theirs."
+        if db_field.name in ("input_per_million", "output_per_million"):
+            return AmountField(
+                bounds=parsing.PRICE,
+                label=db_field.verbose_name.capitalize(),
+                help_text="Per million tokens, in NRLLM_AGENTS['CURRENCY']; new calls use it, past ones keep theirs.",
             )
-        return field
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
 
 
 class AgentForm(AgentModelForm):

@@ -13,6 +13,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
@@ -20,6 +21,11 @@ from django.urls import URLPattern, reverse
 from django_rq.urls import get_admin_urlpatterns, get_api_urlpatterns
 
 from ..access import policy
+
+NO_QUEUES = (
+    "No RQ queues are configured (RQ_QUEUES is not set): runs execute in the web process. "
+    "To run them on RQ workers, set REDIS_URL and RQ_QUEUES (docs: operations/workers).\n"
+)
 
 
 def queue_managers_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -31,6 +37,9 @@ def queue_managers_only(view: Callable[..., HttpResponse]) -> Callable[..., Http
             return redirect_to_login(request.get_full_path(), reverse("admin:login"))
         if not policy.may_manage_queues(request.user):
             raise PermissionDenied("The queue dashboard is for superusers.")
+        if not getattr(settings, "RQ_QUEUES", None):
+            # django-rq has nothing to show (and raises) without queues: runs execute in-process
+            return HttpResponse(NO_QUEUES, content_type="text/plain; charset=utf-8")
         return view(request, *args, **kwargs)
 
     return wrapper

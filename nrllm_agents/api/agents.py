@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.request import Request
@@ -22,7 +22,7 @@ from ..models import Agent
 from .base import RunAPIView, checked_body
 from .fields import StrictCharField
 from .responses import ErrorSerializer
-from .schema import AUTH_ERRORS, BAD_REQUEST
+from .schema import AUTH_ERRORS, BAD_REQUEST, extend_schema
 
 NAME = OpenApiParameter(
     "name", OpenApiTypes.STR, OpenApiParameter.PATH, description="The agent's name.", pattern=r"^[-a-zA-Z0-9_]{1,100}$"

@@ -10,11 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import Prefetch, QuerySet
+from drf_spectacular.openapi import AutoSchema
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.exceptions import Throttled, ValidationError
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
+from rest_framework.schemas.inspectors import ViewInspector
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
@@ -94,6 +96,8 @@ class RunAPIView(APIView):
     # Stated here, not left to the host project's REST_FRAMEWORK defaults: the API needs a
     # signed-in caller whatever DEFAULT_PERMISSION_CLASSES says.
     permission_classes = [IsAuthenticated]
+    # likewise the schema inspector: the host's DEFAULT_SCHEMA_CLASS may be DRF's own
+    schema: ViewInspector | None = AutoSchema()
     post_throttle_scope: admission.Action | None = None
     get_throttle_scope: admission.Action | None = None
     runtime = AgentRuntime()
@@ -134,6 +138,7 @@ class RunAPIView(APIView):
 class RunPagination(PageNumberPagination):
     """Page numbers; a malformed ``page`` or ``page_size`` is a 400, not silently the default."""
 
+    page_size = 50  # not the host's PAGE_SIZE, which is None (no paging) unless it sets one
     page_size_query_param = "page_size"
     max_page_size = 200
     max_page = 10**9

@@ -12,7 +12,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.http import QueryDict
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+
+from ..conf import app_settings
+from ..money import parsing
 
 # RFC 3339 date-time, as OpenAPI's "date-time" format means it: seconds and an offset required.
 _RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
@@ -73,6 +77,21 @@ class StrictDateTimeField(serializers.DateTimeField):
         if not isinstance(value, str) or not _RFC3339.fullmatch(value):
             self.fail("rfc3339")
         return super().to_internal_value(value)
+
+
+@extend_schema_field({"type": "string", "pattern": r"^(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)$", "example": "0.50"})
+class CostField(serializers.Field):  # type: ignore[type-arg]
+    """A run's cost limit: a plain decimal (``money.parsing``), as a string (or a JSON number),
+    above 0 and at most ``MAX_COST_LIMIT``; not ``"1_000"``, ``" 1 "``, ``"1e3"`` or ``"１"``."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        try:
+            return parsing.parse(data, parsing.cost_limit(app_settings.MAX_COST_LIMIT))
+        except parsing.InvalidAmount as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+    def to_representation(self, value: Any) -> Any:
+        return format(value.normalize(), "f")
 
 
 def query_data(params: QueryDict, lists: Iterable[str] = ()) -> dict[str, Any]:

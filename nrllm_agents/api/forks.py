@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.urls import reverse
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -18,7 +18,7 @@ from ..runtime.forks import provider_of
 from . import responses as r
 from . import serializers as s
 from .base import RunAPIView, checked_body, refuse_provider, sync_slot
-from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, RUN_ID, THROTTLED
+from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, RUN_ID, THROTTLED, extend_schema
 from .throttling import CREATE_SCOPE
 
 

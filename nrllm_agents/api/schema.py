@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Any
 
+from drf_spectacular import utils as spectacular
 from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 
@@ -12,6 +16,9 @@ from . import responses as r
 
 # Served with the schema (``SpectacularAPIView(custom_settings=...)``): one name per shared choice set.
 SCHEMA_SETTINGS: dict[str, Any] = {
+    "TITLE": "nrllm_agents API",
+    "DESCRIPTION": "Start, inspect, approve and cancel durable LLM agent runs.",
+    "VERSION": "1.0.0",
     "ENUM_GENERATE_CHOICE_DESCRIPTION": False,
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": "nrllm_agents.models.RunStatus",
@@ -19,11 +26,39 @@ SCHEMA_SETTINGS: dict[str, Any] = {
         "CancelSourceEnum": "nrllm_agents.models.CancelSource",
         "ConnectionKindEnum": "nrllm_agents.models.ConnectionKind",
     },
+    "PREPROCESSING_HOOKS": ["nrllm_agents.api.schema.only_this_api"],
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "nrllm_agents.api.schema.add_stream_path",
     ],
 }
+
+
+def only_this_api(endpoints: list[tuple[Any, ...]], **kwargs: Any) -> list[tuple[Any, ...]]:
+    """A preprocessing hook: the schema holds this API's views, not the host's own DRF views nor
+    the schema and docs views (which the host's DEFAULT_SCHEMA_CLASS, not ours, annotates)."""
+    return [
+        endpoint
+        for endpoint in endpoints
+        if getattr(endpoint[-1], "cls", None) is not None
+        and endpoint[-1].cls.__module__.startswith("nrllm_agents.api.")
+        and not endpoint[-1].cls.__module__.startswith("nrllm_agents.api.urls")
+    ]
+
+
+def extend_schema(**kwargs: Any) -> Callable[[Any], Any]:
+    """drf-spectacular's ``extend_schema``, on drf-spectacular's inspector whatever the host's
+    ``DEFAULT_SCHEMA_CLASS`` (on a view method the decorator would extend that setting's class,
+    DRF's own in a host that never configured drf-spectacular)."""
+    decorate = spectacular.extend_schema(**kwargs)
+
+    def decorator(f: Any) -> Any:
+        if not inspect.isclass(f) and getattr(f, "schema", None) is None:
+            f.schema = AutoSchema
+        return decorate(f)
+
+    return decorator
+
 
 RUN_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The run's id.")
 
@@ -78,9 +113,12 @@ STREAM_DESCRIPTION = (
 
 
 def add_stream_path(result: dict[str, Any], generator: Any, request: Any, public: Any) -> dict[str, Any]:
-    """A postprocessing hook: documents ``GET /api/runs/{id}/stream/`` (``web/stream.py``)."""
+    """A postprocessing hook: documents ``GET <api>/runs/{id}/stream/`` (``api/stream.py``)."""
     error = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
-    result.setdefault("paths", {})["/api/runs/{id}/stream/"] = {
+    # beside the run's other paths, under whatever prefix the host mounted the API at
+    paths = result.setdefault("paths", {})
+    cancel = next((p for p in paths if p.endswith("/runs/{id}/cancel/")), "/api/runs/{id}/cancel/")
+    paths[cancel.removesuffix("cancel/") + "stream/"] = {
         "get": {
             "operationId": "runs_stream",
             "summary": "Follow a run live (Server-Sent Events)",

@@ -8,7 +8,6 @@ surface shares.
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any, cast
 
 from django.core.validators import MaxValueValidator
@@ -20,6 +19,7 @@ from ..models import MultitaskStrategy, RunStatus, TerminationReason
 from ..store import MAX_REASON_CHARS, MAX_SEQUENCE
 from ..validation.run_request import MAX_PROMPT_CHARS
 from .fields import (
+    CostField,
     StrictBooleanField,
     StrictCharField,
     StrictDateTimeField,
@@ -48,10 +48,15 @@ class RunFilterSerializer(serializers.Serializer[Any]):
     )
     created_after = StrictDateTimeField(required=False, help_text="Only runs created at or after this time.")
     created_before = StrictDateTimeField(required=False, help_text="Only runs created before this time.")
-    root = serializers.UUIDField(required=False, help_text="Only the runs of this run's tree (it and its sub-agents').")
     expand = serializers.ChoiceField(
         ["request"], required=False, help_text="`request`: include each run's script and system prompt."
     )
+
+
+class TreeRootSerializer(serializers.Serializer[Any]):
+    """``GET /api/runs/?root=ID``: the runs of one tree (its root and every run below it)."""
+
+    root = serializers.UUIDField(required=False, help_text="Only the runs of this run's tree (it and its sub-agents').")  # type: ignore[assignment]
 
 
 class EventsQuerySerializer(serializers.Serializer[Any]):
@@ -221,13 +226,10 @@ class CreateRunSerializer(serializers.Serializer[Any]):
         help_text="Cancel the run (budget_exceeded) after the model call that "
         "takes its total spend above this; default from settings.",
     )
-    max_cost = serializers.DecimalField(
+    max_cost = CostField(
         required=False,
-        max_digits=24,
-        decimal_places=12,
-        min_value=Decimal("0.000000000001"),
         help_text="Cancel the run (cost_exceeded) after the model call that takes its cost above this "
-        'amount (a decimal string such as "0.50", in the configured currency); default from settings.',
+        'amount (a plain decimal string such as "0.50", in the configured currency); default from settings.',
     )
     connection = StrictCharField(
         required=False,

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import generics, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -24,7 +24,7 @@ from ..validation.run_request import RunRequest
 from . import responses as r
 from . import serializers as s
 from .base import RunAPIView, RunPagination, checked_body, refuse_provider
-from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, THROTTLED
+from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, THROTTLED, extend_schema
 from .throttling import CREATE_SCOPE
 
 THREAD_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The thread's id.")

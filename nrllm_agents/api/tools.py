@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from ..access import policy
 from ..catalog import registry
 from .base import RunAPIView
-from .schema import AUTH_ERRORS, THROTTLED
+from .schema import AUTH_ERRORS, THROTTLED, extend_schema
 from .throttling import TOOLS_SCOPE
 
 
@@ -21,7 +21,7 @@ class OfferedToolSerializer(serializers.Serializer[Any]):
     name = serializers.CharField(help_text="The name a run offers it by (`tools: [...]`, `--tool NAME`).")
     description = serializers.CharField()
     # (DRF's metaclass takes declared fields off the class; the stubs see Field.source shadowed)
-    source = serializers.ChoiceField(["built-in", "settings", "mcp"])  # type: ignore[assignment]
+    source = serializers.ChoiceField(["built-in", "settings", "app", "mcp"])  # type: ignore[assignment]
     server = serializers.CharField(allow_null=True, help_text="The MCP server it comes from (else null).")
     requires_approval = serializers.BooleanField(help_text="A call waits for a human decision.")
     idempotent = serializers.BooleanField(help_text="May be repeated after a lost worker.")
@@ -40,7 +40,8 @@ class ToolListView(RunAPIView):
     @extend_schema(
         operation_id="tools_list",
         summary="List the tools a run can be offered",
-        description="Built-in tools, those of `NRLLM_AGENTS['TOOLS']` and those of the configured MCP "
+        description="Built-in tools, those of `NRLLM_AGENTS['TOOLS']`, the typed tools of the apps' `agent_tools` "
+        "modules and those of the configured MCP "
         "servers: the web process's last listing of each, refreshed in the background (no request waits on "
         "a server). `unavailable` names each MCP server that could not be listed (or not yet), and why; a "
         "server that broke after a listing keeps its tools here, and a call to one fails at once.",

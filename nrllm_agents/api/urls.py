@@ -6,8 +6,9 @@ view, outside the schema, followed by the playground, the thread pages and the a
 
 from __future__ import annotations
 
+from django.templatetags.static import static
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.permissions import IsAuthenticated
 
@@ -16,6 +17,23 @@ from .schema import SCHEMA_SETTINGS
 
 app_name = "nrllm_api"
 AUTH = [TokenAuthentication, SessionAuthentication]
+
+
+class SwaggerView(SpectacularSwaggerSplitView):
+    """The docs page from the sidecar's files (served by the host's staticfiles), whatever the
+    host's SPECTACULAR_SETTINGS say: it works offline and loads nothing from a CDN. The split view
+    serves Swagger UI's start script at ?script, not inline: the CSP runs no inline script."""
+
+    title = SCHEMA_SETTINGS["TITLE"]
+
+    @staticmethod
+    def _swagger_ui_resource(filename: str) -> str:
+        return static(f"drf_spectacular_sidecar/swagger-ui-dist/{filename}")
+
+    @staticmethod
+    def _swagger_ui_favicon() -> str:
+        return static("drf_spectacular_sidecar/swagger-ui-dist/favicon-32x32.png")
+
 
 urlpatterns = [
     path("runs/", views.RunListCreateView.as_view(), name="run-list"),
@@ -45,7 +63,7 @@ urlpatterns = [
     ),
     path(
         "docs/",
-        SpectacularSwaggerView.as_view(
+        SwaggerView.as_view(
             url_name="nrllm_api:schema", authentication_classes=AUTH, permission_classes=[IsAuthenticated]
         ),
         name="docs",

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 from django.urls import reverse
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework import generics, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -29,7 +29,7 @@ from . import responses as r
 from . import serializers as s
 from .base import RunAPIView, RunPagination, checked_body, refuse_provider, sync_slot, with_children
 from .fields import query_data
-from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, RUN_ID, THROTTLED
+from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, RUN_ID, THROTTLED, extend_schema
 from .throttling import CANCEL_SCOPE, CREATE_SCOPE
 
 
@@ -46,9 +46,9 @@ class RunListCreateView(generics.ListAPIView[AgentRun], RunAPIView):
         return {**super().get_serializer_context(), "expand_request": self.expand_request}
 
     def get_queryset(self) -> QuerySet[AgentRun]:
-        filters = s.RunFilterSerializer(
-            data=query_data(self.request.query_params, lists=("status", "termination_reason"))
-        )
+        query = query_data(self.request.query_params, lists=("status", "termination_reason"))
+        root = query.pop("root", None)
+        filters = s.RunFilterSerializer(data=query)
         filters.is_valid(raise_exception=True)
         f = filters.validated_data
         self.expand_request = f.get("expand") == "request"
@@ -61,14 +61,16 @@ class RunListCreateView(generics.ListAPIView[AgentRun], RunAPIView):
             runs = runs.filter(created_at__gte=f["created_after"])
         if "created_before" in f:
             runs = runs.filter(created_at__lt=f["created_before"])
-        if f.get("root"):  # a tree: its root and every run below it
-            runs = runs.filter(Q(pk=f["root"]) | Q(tree_root_id=f["root"]))
+        if root is not None:  # a tree: its root and every run below it
+            tree = s.TreeRootSerializer(data={"root": root})
+            tree.is_valid(raise_exception=True)
+            runs = runs.filter(Q(pk=tree.validated_data["root"]) | Q(tree_root_id=tree.validated_data["root"]))
         return runs
 
     @extend_schema(
         operation_id="runs_list",
         summary="List runs",
-        parameters=[s.RunFilterSerializer],
+        parameters=[s.RunFilterSerializer, s.TreeRootSerializer],
         description="The caller's runs (staff: all runs), newest first. Repeat `status` or "
         "`termination_reason` to match any of several values.",
         responses={

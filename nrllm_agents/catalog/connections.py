@@ -1,12 +1,14 @@
 """Connections: add, list, remove and re-encrypt them, for every surface alike.
 
 A connection's key is write-only: ``public_dict`` (what lists, the API and ``--json`` show)
-says whether a key is set, never the key, and errors name the field, never its value.
+says whether a key is set, never the key, and errors name the field, never its value. The
+userinfo of its URL (``user:password@``) is shown masked (``shown_url``).
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -15,6 +17,18 @@ from ..crypto.vault import rotate as rotate_token
 from ..models import Connection
 
 KEY_FIELD = "api_key"
+MASK = "***"
+
+
+def shown_url(url: str) -> str:
+    """``url`` as staff see it: its userinfo (``user:password@``) masked, ``http://***@host/v1``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return MASK
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=f"{MASK}@{parts.netloc.rpartition('@')[2]}"))
 
 
 class InvalidConnection(ValueError):
@@ -59,11 +73,11 @@ def save(
 
 
 def public_dict(row: Connection) -> dict[str, Any]:
-    """What may be shown of a connection: everything but its key."""
+    """What may be shown of a connection (to staff): everything but its key, and its URL's userinfo."""
     return {
         "name": row.name,
         "kind": row.kind,
-        "base_url": row.base_url,
+        "base_url": shown_url(row.base_url),
         "default_model": row.default_model,
         "has_key": row.has_key,
         "updated_at": row.updated_at.isoformat() if row.updated_at else None,

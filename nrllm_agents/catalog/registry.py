@@ -10,9 +10,11 @@ from django.utils.module_loading import import_string
 from ..conf import DEFAULTS, app_settings
 from ..domain import ConfigurationError
 from ..domain.providers import Provider, ScriptedProvider
+from ..domain.providers.wire import PLACEHOLDER_API_KEY
 from ..domain.tools import Calculator, CurrentTime, Sleep, Tool
 from ..mcp import catalog as mcp_catalog
 from ..testing import call_journal
+from . import app_tools, extras
 
 if TYPE_CHECKING:
     from ..validation.run_request import RunRequest
@@ -31,12 +33,17 @@ def is_known_provider(name: str) -> bool:
 def is_known_tool(name: str) -> bool:
     """Whether ``name`` is a tool of the settings or an MCP tool this process listed (no I/O:
     metrics ask it after every tool step)."""
-    return name in app_settings.TOOLS or (mcp_catalog.configured() and name in mcp_catalog.listed())
+    return (
+        name in app_settings.TOOLS
+        or app_tools.get(name) is not None
+        or (mcp_catalog.configured() and name in mcp_catalog.listed())
+    )
 
 
 def tool_names() -> list[str]:
-    """Names of the tools a run can be offered: the settings' and the MCP catalog's (``mcp.catalog.current``)."""
-    names = set(app_settings.TOOLS)
+    """Names of the tools a run can be offered: the settings', the apps' typed ones and the MCP
+    catalog's (``mcp.catalog.current``)."""
+    names = set(app_settings.TOOLS) | set(app_tools.tools())
     if mcp_catalog.configured():
         names.update(mcp_catalog.current().tools)
     return sorted(names)
@@ -45,9 +52,10 @@ def tool_names() -> list[str]:
 def offered_tools(*, fresh: bool = False) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Every tool a run can be offered (built-in, from settings, from MCP servers), and broken servers.
 
-    Each entry: ``name``, ``description``, ``source`` (``built-in``, ``settings`` or ``mcp``),
-    ``server`` (an MCP server's name, else None), ``requires_approval``, ``idempotent``.
-    ``fresh`` lists the MCP servers now, broken ones too (a command); else the process's catalog.
+    Each entry: ``name``, ``description``, ``source`` (``built-in``, ``settings``, ``app`` for a
+    typed tool of an app's ``agent_tools`` or ``mcp``), ``server`` (an MCP server's name, else None),
+    ``requires_approval``, ``idempotent``. ``fresh`` lists the MCP servers now, broken ones too (a
+    command); else the process's catalog.
     """
     entries = []
     for name, path in sorted(app_settings.TOOLS.items()):
@@ -62,6 +70,10 @@ def offered_tools(*, fresh: bool = False) -> tuple[list[dict[str, Any]], dict[st
         entries.append(
             _entry(name, tool.description, source, None, tool.requires_approval, getattr(tool, "idempotent", True))
         )
+    for name, found in sorted(app_tools.tools().items()):
+        if name not in app_settings.TOOLS:  # a clash (check E023): the settings' tool is the one built
+            tool = found.tool
+            entries.append(_entry(name, tool.description, "app", None, tool.requires_approval, tool.idempotent))
     if not mcp_catalog.configured():
         listing = mcp_catalog.Catalog()
     else:
@@ -92,6 +104,11 @@ def _entry(
         "idempotent": bool(idempotent),
     }
 
+
+ROTATE_HINT = (
+    "put the key it was encrypted with back in NRLLM_SECRET_KEYS (after the new one) "
+    "and run `manage.py agent_connections rotate`"
+)
 
 # The provider class of each connection kind, by import string (a kind whose class is not
 # installed fails the run's build with a ConfigurationError, never at import).
@@ -126,7 +143,7 @@ def build_tools(names: list[str] | tuple[str, ...], run_id: uuid.UUID | None = N
     for name in names:
         path = app_settings.TOOLS.get(name)
         if path is None:
-            tool: Tool | None = mcp_catalog.tool(name)
+            tool: Tool | None = app_tools.get(name) or mcp_catalog.tool(name)
             if tool is None:
                 raise ConfigurationError(f"unknown tool {name!r}")
         else:
@@ -142,6 +159,7 @@ def scripted_provider(request: RunRequest, run_id: Any = None) -> Provider:
 
 
 def openai_provider(request: RunRequest, run_id: Any = None) -> Provider:
+    extras.require(extras.PROVIDERS["openai"], "the openai provider")
     from ..domain.providers.openai_compat import OpenAIProvider
 
     return OpenAIProvider(
@@ -152,6 +170,7 @@ def openai_provider(request: RunRequest, run_id: Any = None) -> Provider:
 
 
 def anthropic_provider(request: RunRequest, run_id: Any = None) -> Provider:
+    extras.require(extras.PROVIDERS["anthropic"], "the anthropic provider")
     from ..domain.providers.anthropic_messages import AnthropicProvider
 
     return AnthropicProvider(
@@ -163,6 +182,7 @@ def anthropic_provider(request: RunRequest, run_id: Any = None) -> Provider:
 
 
 def gemini_provider(request: RunRequest, run_id: Any = None) -> Provider:
+    extras.require(extras.PROVIDERS["gemini"], "the gemini provider")
     from ..domain.providers.gemini import GeminiProvider
 
     return GeminiProvider(
@@ -180,6 +200,8 @@ def connection_provider(request: RunRequest, run_id: Any = None) -> Provider:
     if row is None:
         raise ConfigurationError(f"connection {request.connection!r} does not exist (any more)")
     path = CONNECTION_CLASSES.get(row.kind)
+    if row.kind in extras.PROVIDERS:
+        extras.require(extras.PROVIDERS[row.kind], f"connection {row.name!r} ({row.kind})")
     try:
         cls = import_string(path) if path else None
     except ImportError:
@@ -189,12 +211,10 @@ def connection_provider(request: RunRequest, run_id: Any = None) -> Provider:
     try:
         api_key = row.api_key()
     except VaultError as exc:
-        raise ConfigurationError(f"connection {row.name!r}: {exc}") from None
+        raise ConfigurationError(f"connection {row.name!r}: {exc}; {ROTATE_HINT}") from None
     if api_key is None:
         # A keyless connection (a local server) must not fall back to the SDK's own variable
         # (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY): that key would go to its server.
-        from ..domain.providers.openai_compat import PLACEHOLDER_API_KEY
-
         api_key = PLACEHOLDER_API_KEY
     provider: Provider = cls(
         request.model or row.default_model,
@@ -202,6 +222,7 @@ def connection_provider(request: RunRequest, run_id: Any = None) -> Provider:
         base_url=row.base_url,
         timeout=app_settings.PROVIDER_TIMEOUT,
         stream=bool(app_settings.PROVIDER_STREAM),
+        connection=row.name,
     )
     return provider
 

@@ -12,7 +12,7 @@ not even do that: where the job is (queued, being dequeued, scheduled, started) 
 atomic snapshot (``executors.rq_queue.job_state``), and a run found without a job is dispatched
 only if it is still queued after that look.
 
-The sweep runs in ``manage.py agent_reap`` (schedule it: README, "Security"), at every RQ
+The sweep runs in ``manage.py agent_reap`` (schedule it: docs/operations/workers.md), at every RQ
 worker's maintenance pass (``GracefulWorker``), and by itself every
 ``QUEUED_SWEEP_SECONDS`` in a process that uses the in-process executor (``make run``).
 """

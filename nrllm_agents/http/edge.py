@@ -7,7 +7,7 @@
   escapes) is dropped before the session and CSRF middleware read it: no session key can hold
   one, and looking it up would put the NUL into a query. The request goes on as if the
   browser had not sent that cookie (a stale or forged cookie must not lock anyone out).
-- Under ``/api/``: a body larger than ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (by its
+- Under the API's prefix (wherever the host mounted it): a body larger than ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (by its
   ``Content-Length``) answers a JSON 413. The API's JSON parser enforces the same limit on
   bodies of unknown length.
 - Every request reads the MCP catalog without waiting on a server (``mcp.catalog.without_waiting``):
@@ -24,6 +24,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
+from django.urls import NoReverseMatch, reverse
 
 from ..mcp import catalog as mcp_catalog
 
@@ -31,8 +32,21 @@ NUL_DETAIL = "The request contains a NUL character, which is not accepted anywhe
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
+def api_prefix() -> str | None:
+    """The path the REST API is mounted at (``/agents/api/``), or None where it is not mounted."""
+    try:
+        return reverse("nrllm_api:schema").removesuffix("schema/")
+    except NoReverseMatch:
+        return None
+
+
+def _in_api(request: HttpRequest) -> bool:
+    prefix = api_prefix()
+    return prefix is not None and request.path.startswith(prefix)
+
+
 def _wants_json(request: HttpRequest) -> bool:
-    return request.path_info.startswith("/api/") or "application/json" in request.headers.get("Accept", "")
+    return _in_api(request) or "application/json" in request.headers.get("Accept", "")
 
 
 def _refuse(request: HttpRequest, status: int, detail: str) -> HttpResponse:
@@ -55,7 +69,7 @@ class EdgeGuardMiddleware:
         if any("\x00" in key or "\x00" in value for key, value in request.COOKIES.items()):
             request.COOKIES = {k: v for k, v in request.COOKIES.items() if "\x00" not in k and "\x00" not in v}
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        api = request.path_info.startswith("/api/")
+        api = _in_api(request)
         if api and limit is not None and _content_length(request) > limit:
             return _refuse(request, 413, f"The request body is larger than {limit} bytes.")
         if "\x00" in request.path_info or _has_nul(request.GET.lists()):

@@ -32,10 +32,12 @@ import select
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psycopg
 from django.db import connections
+
+if TYPE_CHECKING:
+    import psycopg
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +46,12 @@ BACKOFF_MAX = 5.0
 IDLE_WAIT = 1.0  # the longest sleep when no client asks for a turn sooner
 APPLICATION_NAME = "nrllm-cancel-listener"
 
-Connection = psycopg.Connection[Any]
-Notify = psycopg.Notify
+# psycopg is imported where a connection is opened: an install on SQLite needs no PostgreSQL driver
+if TYPE_CHECKING:
+    Connection = psycopg.Connection[Any]
+    Notify = psycopg.Notify
+else:
+    Connection = Notify = Any
 
 
 def raw_connection(application_name: str) -> Connection:
@@ -53,6 +59,8 @@ def raw_connection(application_name: str) -> Connection:
     params = connections["default"].get_connection_params()
     params = {k: v for k, v in params.items() if k not in ("cursor_factory", "context", "pool")}
     params["application_name"] = application_name  # also when the database URL names one
+    import psycopg
+
     return psycopg.connect(**params, autocommit=True)
 
 
@@ -198,11 +206,9 @@ class Listener:
         for client in clients:
             try:
                 call(client)
-            except psycopg.OperationalError:
-                if conn is not None:
+            except Exception as exc:
+                if conn is not None and _connection_lost(exc):
                     raise
-                logger.exception("a listener client failed; the listener goes on")
-            except Exception:
                 logger.exception("a listener client failed; the listener goes on")
 
     def _tell(self, up: bool) -> None:
@@ -223,3 +229,10 @@ class Listener:
 
 listener = Listener()
 """This process's listener."""
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """True when ``exc`` is psycopg's failure of the connection itself (only met on PostgreSQL)."""
+    import psycopg
+
+    return isinstance(exc, psycopg.OperationalError)

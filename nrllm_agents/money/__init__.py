@@ -1,2 +1,3 @@
-"""Money: the price in force and a run's cost (``pricing``), and how an amount is written
-(``amounts``)."""
+"""Money: the price in force and a run's cost (``pricing``), how an amount is written
+(``amounts``) and how one is read (``parsing``: the one parser of every surface; ``fields``: its
+form field)."""

@@ -79,6 +79,9 @@ def run_event(
     RUN_LOGGER.log(level, "run %s: " + message, run_id, *args, extra=extra)
 
 
+QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2", "openai", "anthropic", "google_genai", "urllib3")
+
+
 def logging_config(fmt: str = "text", level: str = "WARNING") -> dict[str, Any]:
     """The ``LOGGING`` setting: the ``nrllm_agents`` loggers to stderr, JSON or text, at ``level``;
     and Django's request errors (a 500's traceback, ``django.request``) and security refusals
@@ -106,5 +109,8 @@ def logging_config(fmt: str = "text", level: str = "WARNING") -> dict[str, Any]:
             "mcp": {"handlers": ["console"], "level": "WARNING", "propagate": False},
             "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
             "django.security": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+            # The vendor SDKs and their HTTP stack log each request's URL (a connection's host,
+            # port and query) at DEBUG and INFO: only their warnings and errors pass.
+            **{name: {"level": "WARNING"} for name in QUIET_LOGGERS},
         },
     }

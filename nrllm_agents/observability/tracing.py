@@ -13,8 +13,8 @@ Off by default, and then free: no tracer, so the runtime builds no spans (``span
   ``OTEL_BSP_*``, ``OTEL_EXPORTER_OTLP_HEADERS``…), and sets it as the process's provider, so
   that the host's own instrumentations (Django's request spans) join the same traces.
 
-The SDK and the exporter are optional requirements (``requirements-otel.txt``); only the API is
-needed to trace through a host's provider. A run keeps the W3C trace context it continues in
+The SDK and the exporter are optional (the ``otel`` extra: ``pip install "nrllm-agents[otel]"``);
+only the API is needed to trace through a host's provider. A run keeps the W3C trace context it continues in
 ``AgentRun.trace_context`` (``stored()``), written when it is created.
 """
 

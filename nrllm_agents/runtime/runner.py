@@ -20,6 +20,7 @@ from django.db import DatabaseError
 from .. import store
 from ..catalog import registry
 from ..domain import (
+    ConfigurationError,
     LoopOutcome,
     LoopResult,
     ProviderError,
@@ -39,7 +40,7 @@ from ..presentation.outcomes import Outcome, RunResult
 from ..store.retries import RetryPolicy
 from ..validation.run_request import RunRequest
 from . import budgets as limits
-from . import threads, trees
+from . import signals, threads, trees
 from .segment import SegmentTrace
 
 logger = logging.getLogger(__name__)
@@ -168,7 +169,11 @@ class SegmentRunner:
 
         trace.limits.on_late_read = late
         try:
-            return self._ladder(run_id, request, trace, drive)
+            result = self._ladder(run_id, request, trace, drive)
+            signals.announce_end(
+                run_id, result.outcome.value, result.status, result.termination_reason, result.final_text
+            )
+            return result
         finally:
             # No watch outlives its segment, and the hook (which holds the trace) goes with it:
             # the segment's token leaves this process's set of queued segments at once.
@@ -205,6 +210,9 @@ class SegmentRunner:
             return run_result(run_id, Outcome.LEASE_LOST, trace)
         except SegmentInterrupted:
             return self._requeue(run_id, trace, count_attempt=False)
+        except ConfigurationError as exc:  # what an operator must fix: no traceback, no retry
+            logger.warning("run %s: cannot be built as configured: %s", run_id, _safe_message(exc))
+            return self._fail(run_id, trace, TerminationReason.CONFIGURATION_FAILED, exc)
         except Exception as exc:
             logger.exception("run %s: unexpected error in the runtime", run_id)
             return self._fail(run_id, trace, TerminationReason.INTERNAL_ERROR, exc)

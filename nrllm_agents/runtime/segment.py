@@ -39,6 +39,7 @@ from ..presentation.presenters import event_dict, step_dict
 from ..store import Lease
 from ..store.db import release_connection
 from . import budgets as limits
+from . import signals
 
 logger = logging.getLogger(__name__)
 
@@ -182,6 +183,7 @@ class SegmentTrace:
         self.next_sequence += 1
         self.recorded += 1
         observe.step(self, step, sequence)
+        signals.announce_step(self.run_id, sequence, step.kind.value)
         if step.kind == StepKind.TOOL:
             self.token.shield(False)
         if self._effect_stamped and step.kind == StepKind.TOOL:

@@ -9,15 +9,15 @@ and the claim fences are each one prepared statement whose CTE takes the row loc
 """
 
 from .bulk import BulkCancel, cancel_many
+from .cancels import cancel
+from .claims import claim_queued
 from .journal import MAX_SEQUENCE, RECOVER, append_event, next_sequence, step_columns
 from .leases import Reaped, ReapReport, append_owned, lease_until, reap, record_step, renew, requeue, why_not_held
 from .results import MAX_REASON_CHARS, NOT_FOUND, InvalidArgument, Lease, Operator, Transition, reason_problem
 from .runs import (
     acknowledge_cancel,
     begin,
-    cancel,
     claim_for_resume,
-    claim_queued,
     create_queued,
     events,
     keep_trace_context,

@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from ..domain import StepKind
 from ..models import ACTIVE, QUIESCENT, TERMINAL, AgentRun, AgentRunEvent, RunStatus
+from .cancels import cancel_fields
 from .journal import stop_stamp
 from .results import actor, checked_reason
-from .runs import cancel_fields
 
 
 @dataclass(frozen=True)

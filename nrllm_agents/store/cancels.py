@@ -1,4 +1,10 @@
-"""A cancel in one round trip on PostgreSQL: one prepared statement, still a row-lock fence.
+"""The cancel: ``queued / running / waiting_for_approval → cancelled``, both of its paths.
+
+On PostgreSQL it is one round trip: one prepared statement, still a row-lock fence
+(``_cancel_statement``); elsewhere, and in the one case the statement leaves to it, the
+read-check-write fence (``_cancel_fence``). Both write the same row and the same ``cancelled``
+step, whose payload is built once, in Python (``journal.cancel_payload``); the statement adds
+only what it alone knows, the time and the boundary's sequence. A test writes both and compares.
 
 The statement's first CTE locks the run's row (``FOR UPDATE``); the next stamps the time once
 that lock is held (``clock_timestamp()``, so a step committed while the cancel waited for the
@@ -18,17 +24,23 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import datetime
 from typing import Any
 
+from django.db import transaction
+from django.utils import timezone
+
 from ..domain import StepKind
-from ..models import ACTIVE, QUIESCENT, AgentRun, AgentRunEvent, RunStatus
+from ..models import ACTIVE, QUIESCENT, TERMINAL, AgentRun, AgentRunEvent, RunStatus, TerminationReason
 from . import prepared
-from .results import NOT_FOUND, Transition, actor
+from .journal import append_cancelled, cancel_payload, stop_stamp
+from .results import NOT_FOUND, Transition, actor, checked_reason
 
 _RUN, _EVENT = AgentRun._meta.db_table, AgentRunEvent._meta.db_table
 _ACTIVE = "(" + ", ".join(f"'{s.value}'" for s in sorted(ACTIVE)) + ")"
 
-# Parameters: id, id, reason code, by id, by name, source, reason text, detail (JSON or NULL), by name.
+# Parameters: id, id, reason code, by id, by name, source, reason text, detail (JSON or NULL),
+# the cancelled step's payload (JSON, built by journal.cancel_payload).
 _CANCEL_SQL = f"""
 WITH locked AS (
     -- fresh: the locked row is the version this statement's snapshot saw; only a quiescent
@@ -56,12 +68,9 @@ WITH locked AS (
 ), appended AS (
     INSERT INTO {_EVENT} (run_id, sequence, kind, round, duration_ms, payload, created_at)
     SELECT c.id, COALESCE(m.mx + 1, 0), '{StepKind.CANCELLED.value}', 0, NULL,
-           jsonb_build_object('status', 'cancelled', 'by', %s::text, 'source', c.cancel_source,
-                              'reason', c.cancel_reason,
-                              'requested_at', to_char(c.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'),
-                              'boundary_sequence', m.mx, 'termination_reason', c.termination_reason)
-           || CASE WHEN c.cancel_detail IS NULL THEN '{{}}'::jsonb
-                   ELSE jsonb_build_object('limit', c.cancel_detail) END,
+           %s::jsonb || jsonb_build_object(
+               'requested_at', to_char(c.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'),
+               'boundary_sequence', m.mx),
            c.at
     FROM changed c CROSS JOIN LATERAL (SELECT MAX(e.sequence) AS mx FROM {_EVENT} e WHERE e.run_id = c.id) m
     WHERE c.previous <> 'running'
@@ -70,7 +79,7 @@ SELECT l.status, l.fresh, (SELECT count(*) FROM changed), l.provider FROM locked
 """
 
 
-def cancel_one_trip(
+def _cancel_statement(
     run_id: uuid.UUID,
     *,
     by: Any,
@@ -86,6 +95,16 @@ def cancel_one_trip(
     """
     user, username = actor(by)
     by_id = user.pk if user is not None else None
+    step = cancel_payload(
+        {
+            **cancel_fields(
+                None, by=by, source=source, reason=reason, termination_reason=termination_reason, detail=detail
+            )
+        },
+        None,
+    )
+    for filled_in_by_the_statement in ("requested_at", "boundary_sequence"):
+        del step[filled_in_by_the_statement]
     _, rows = prepared.execute(
         _CANCEL_SQL,
         [
@@ -97,7 +116,7 @@ def cancel_one_trip(
             str(source),
             reason or "",
             None if detail is None else json.dumps(detail),
-            username,
+            json.dumps(step),
         ],
         fetch=True,
     )
@@ -109,3 +128,95 @@ def cancel_one_trip(
     if previous in QUIESCENT and not fresh:
         return None
     return Transition(False, previous, previous)
+
+
+def cancel(
+    run_id: uuid.UUID,
+    *,
+    by: Any = None,
+    source: str,
+    reason: str = "",
+    termination_reason: str = TerminationReason.CANCELLED,
+    detail: dict[str, Any] | None = None,
+) -> Transition:
+    """``queued / running / waiting_for_approval → cancelled``; exactly one of two cancels wins.
+
+    ``termination_reason`` says why (a limit's cancel: ``deadline_exceeded``,
+    ``budget_exceeded``) and ``detail`` what it measured; both end up in the ``cancelled`` step.
+    Clears what could resume the run. When no segment is executing the run (queued or
+    waiting), the ``cancelled`` step is appended here, so every cancelled stream ends with one;
+    a running segment appends it itself at its next boundary. ``cancel_requested_at`` is
+    stamped once the row lock is held, so every step committed before the cancel carries an
+    earlier time. On PostgreSQL this is one statement (``store.cancels``). Raises
+    ``InvalidArgument`` for a reason that cannot be recorded (``results.reason_problem``).
+    """
+    reason = checked_reason(reason)
+    if prepared.enabled():
+        done = _cancel_statement(
+            run_id, by=by, source=source, reason=reason, termination_reason=termination_reason, detail=detail
+        )
+        if done is not None:
+            return done
+    return _cancel_fence(
+        run_id, by=by, source=source, reason=reason, termination_reason=termination_reason, detail=detail
+    )
+
+
+def _cancel_fence(
+    run_id: uuid.UUID,
+    *,
+    by: Any,
+    source: str,
+    reason: str,
+    termination_reason: str,
+    detail: dict[str, Any] | None,
+) -> Transition:
+    """The cancel as a read-check-write fence: lock the row, check it is active, write."""
+    with transaction.atomic():
+        row = AgentRun.objects.select_for_update().filter(pk=run_id).values("status", "provider").first()
+        if row is None:
+            return NOT_FOUND
+        previous = row["status"]
+        if previous in TERMINAL:
+            return Transition(False, previous, previous)
+        now = timezone.now()  # after the lock: the audit reads in commit order
+        quiescent = previous != RunStatus.RUNNING
+        # A running run keeps its owner and lease: its segment acknowledges at the next
+        # boundary, or the reaper does once that lease expires (the segment died).
+        quiescent_fields = {"stopped_at": stop_stamp(now), "lease_expires": None} if quiescent else {}
+        AgentRun.objects.filter(pk=run_id, status=previous).update(
+            **cancel_fields(
+                now, by=by, source=source, reason=reason, termination_reason=termination_reason, detail=detail
+            ),
+            **quiescent_fields,
+        )
+        if quiescent:
+            append_cancelled(run_id, now)
+    return Transition(True, RunStatus.CANCELLED, previous, {"provider": row["provider"]})
+
+
+def cancel_fields(
+    now: datetime | None,
+    *,
+    by: Any,
+    source: str,
+    reason: str,
+    termination_reason: str = TerminationReason.CANCELLED,
+    detail: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What every cancel writes on a run's row (single and bulk): who, why, when, and nothing
+    left that could resume it."""
+    user, name = actor(by)
+    return {
+        "status": RunStatus.CANCELLED,
+        "termination_reason": termination_reason,
+        "cancel_detail": detail,
+        "cancel_requested_at": now,
+        "cancelled_by": user,
+        "cancelled_by_name": name or "",
+        "cancel_source": source,
+        "cancel_reason": reason or "",
+        "finished_at": stop_stamp(now) if now is not None else None,
+        "request_payload": None,
+        "suspended_state": None,
+    }

@@ -1,5 +1,7 @@
-"""The claim of a queued run in one round trip on PostgreSQL: one prepared statement, still a
-row-lock fence (``queued → running``; exactly one concurrent claimer wins).
+"""The claim of a queued run (``queued → running``; exactly one concurrent claimer wins), both
+of its paths side by side: on PostgreSQL one round trip, one prepared statement that is still a
+row-lock fence (``_claim_statement``); elsewhere, and in the one case the statement leaves to
+it, the read-check-write fence (``_claim_fence``). A test runs both and compares the rows.
 
 The statement locks the row (``FOR UPDATE``), moves it only if it is queued, and returns in
 the same trip what the work horse needs next: the stored request and the sequence its first
@@ -15,8 +17,12 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from django.db import transaction
+from django.utils import timezone
+
 from ..models import AgentRun, AgentRunEvent, RunStatus
 from . import prepared
+from .journal import started_stamp
 from .results import NOT_FOUND, Transition
 
 _RUN, _EVENT = AgentRun._meta.db_table, AgentRunEvent._meta.db_table
@@ -37,7 +43,7 @@ FROM locked l
 """
 
 
-def claim_one_trip(
+def _claim_statement(
     run_id: uuid.UUID, *, started_at: datetime, claimed_by: str, lease_expires: datetime | None
 ) -> Transition | None:
     """``queued → running`` as one statement (PostgreSQL).
@@ -57,3 +63,33 @@ def claim_one_trip(
     if status == RunStatus.QUEUED and not fresh:
         return None
     return Transition(False, status, status)
+
+
+def claim_queued(run_id: uuid.UUID, *, claimed_by: str, lease_expires: datetime | None = None) -> Transition:
+    """``queued → running``; exactly one concurrent claimer wins.
+
+    ``data`` holds the stored ``request_payload`` and, on PostgreSQL (one statement), the
+    ``next_sequence`` of the run's stream.
+    """
+    if prepared.enabled():
+        done = _claim_statement(run_id, started_at=timezone.now(), claimed_by=claimed_by, lease_expires=lease_expires)
+        if done is not None:
+            return done
+    return _claim_fence(run_id, claimed_by=claimed_by, lease_expires=lease_expires)
+
+
+def _claim_fence(run_id: uuid.UUID, *, claimed_by: str, lease_expires: datetime | None) -> Transition:
+    """The claim as a read-check-write fence: lock the row, check it is queued, write."""
+    with transaction.atomic():
+        row = AgentRun.objects.select_for_update().filter(pk=run_id).values("status", "request_payload").first()
+        if row is None:
+            return NOT_FOUND
+        if row["status"] != RunStatus.QUEUED:
+            return Transition(False, row["status"], row["status"])
+        AgentRun.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
+            status=RunStatus.RUNNING,
+            started_at=started_stamp(timezone.now()),
+            claimed_by=claimed_by,
+            lease_expires=lease_expires,
+        )
+    return Transition(True, RunStatus.RUNNING, RunStatus.QUEUED, {"request_payload": row["request_payload"]})

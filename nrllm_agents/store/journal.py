@@ -8,7 +8,7 @@ that finds where a run's stream goes on.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import DateTimeField, F, Max, Value
@@ -120,6 +120,10 @@ def append_event(run_id: uuid.UUID, sequence: int, step: Step, created_at: datet
     AgentRunEvent.objects.create(**step_columns(run_id, sequence, step, created_at))
 
 
+def _iso(at: datetime | None) -> str | None:
+    return at.astimezone(UTC).isoformat(timespec="microseconds") if at is not None else None
+
+
 def cancel_payload(run: dict[str, Any], boundary: int | None) -> dict[str, Any]:
     """The ``cancelled`` step's payload, from the row's ``CANCEL_FIELDS``."""
     payload = {
@@ -127,7 +131,8 @@ def cancel_payload(run: dict[str, Any], boundary: int | None) -> dict[str, Any]:
         "by": run["cancelled_by_name"] or None,
         "source": run["cancel_source"],
         "reason": run["cancel_reason"],
-        "requested_at": run["cancel_requested_at"].isoformat() if run["cancel_requested_at"] else None,
+        # always with microseconds, as the one-statement cancel writes it (to_char's .US)
+        "requested_at": _iso(run["cancel_requested_at"]),
         "boundary_sequence": boundary,
         "termination_reason": run["termination_reason"],
     }

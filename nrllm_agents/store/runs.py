@@ -13,12 +13,9 @@ from django.db.models import F
 from django.utils import timezone
 
 from ..domain import Usage
-from ..models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus, TerminationReason
-from . import prepared
-from .cancels import cancel_one_trip
-from .claims import claim_one_trip
-from .journal import append_cancelled, ended_fields, owned, spend_fields, started_stamp, stop_stamp
-from .results import NOT_FOUND, InvalidArgument, Transition, actor, checked_reason
+from ..models import ACTIVE, AgentRun, AgentRunEvent, RunStatus
+from .journal import append_cancelled, ended_fields, owned, spend_fields, stop_stamp
+from .results import NOT_FOUND, InvalidArgument, Transition
 
 logger = logging.getLogger(__name__)
 
@@ -58,27 +55,6 @@ def _move(run_id: uuid.UUID, source: str, target: str, *, read: str | None = Non
             return Transition(False, row["status"], row["status"])
         AgentRun.objects.filter(pk=run_id, status=source).update(status=target, **fields)
     return Transition(True, target, source, {read: row[read]} if read else {})
-
-
-def claim_queued(run_id: uuid.UUID, *, claimed_by: str, lease_expires: datetime | None = None) -> Transition:
-    """``queued → running``; exactly one concurrent claimer wins.
-
-    ``data`` holds the stored ``request_payload`` and, on PostgreSQL (one statement, see
-    ``store.claims``), the ``next_sequence`` of the run's stream.
-    """
-    if prepared.enabled():
-        done = claim_one_trip(run_id, started_at=timezone.now(), claimed_by=claimed_by, lease_expires=lease_expires)
-        if done is not None:
-            return done
-    return _move(
-        run_id,
-        RunStatus.QUEUED,
-        RunStatus.RUNNING,
-        read="request_payload",
-        started_at=started_stamp(timezone.now()),
-        claimed_by=claimed_by,
-        lease_expires=lease_expires,
-    )
 
 
 def claim_for_resume(run_id: uuid.UUID, *, claimed_by: str = "", lease_expires: datetime | None = None) -> Transition:
@@ -165,83 +141,6 @@ def settle(
         pending_effect=None,
     )
     return Transition(True, status, None) if n else _refused(run_id)
-
-
-def cancel(
-    run_id: uuid.UUID,
-    *,
-    by: Any = None,
-    source: str,
-    reason: str = "",
-    termination_reason: str = TerminationReason.CANCELLED,
-    detail: dict[str, Any] | None = None,
-) -> Transition:
-    """``queued / running / waiting_for_approval → cancelled``; exactly one of two cancels wins.
-
-    ``termination_reason`` says why (a limit's cancel: ``deadline_exceeded``,
-    ``budget_exceeded``) and ``detail`` what it measured; both end up in the ``cancelled`` step.
-    Clears what could resume the run. When no segment is executing the run (queued or
-    waiting), the ``cancelled`` step is appended here, so every cancelled stream ends with one;
-    a running segment appends it itself at its next boundary. ``cancel_requested_at`` is
-    stamped once the row lock is held, so every step committed before the cancel carries an
-    earlier time. On PostgreSQL this is one statement (``store.cancels``). Raises
-    ``InvalidArgument`` for a reason that cannot be recorded (``results.reason_problem``).
-    """
-    reason = checked_reason(reason)
-    if prepared.enabled():
-        done = cancel_one_trip(
-            run_id, by=by, source=source, reason=reason, termination_reason=termination_reason, detail=detail
-        )
-        if done is not None:
-            return done
-    with transaction.atomic():
-        row = AgentRun.objects.select_for_update().filter(pk=run_id).values("status", "provider").first()
-        if row is None:
-            return NOT_FOUND
-        previous = row["status"]
-        if previous in TERMINAL:
-            return Transition(False, previous, previous)
-        now = timezone.now()  # after the lock: the audit reads in commit order
-        quiescent = previous != RunStatus.RUNNING
-        # A running run keeps its owner and lease: its segment acknowledges at the next
-        # boundary, or the reaper does once that lease expires (the segment died).
-        quiescent_fields = {"stopped_at": stop_stamp(now), "lease_expires": None} if quiescent else {}
-        AgentRun.objects.filter(pk=run_id, status=previous).update(
-            **cancel_fields(
-                now, by=by, source=source, reason=reason, termination_reason=termination_reason, detail=detail
-            ),
-            **quiescent_fields,
-        )
-        if quiescent:
-            append_cancelled(run_id, now)
-    return Transition(True, RunStatus.CANCELLED, previous, {"provider": row["provider"]})
-
-
-def cancel_fields(
-    now: datetime,
-    *,
-    by: Any,
-    source: str,
-    reason: str,
-    termination_reason: str = TerminationReason.CANCELLED,
-    detail: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """What every cancel writes on a run's row (single and bulk): who, why, when, and nothing
-    left that could resume it."""
-    user, name = actor(by)
-    return {
-        "status": RunStatus.CANCELLED,
-        "termination_reason": termination_reason,
-        "cancel_detail": detail,
-        "cancel_requested_at": now,
-        "cancelled_by": user,
-        "cancelled_by_name": name or "",
-        "cancel_source": source,
-        "cancel_reason": reason or "",
-        "finished_at": stop_stamp(now),
-        "request_payload": None,
-        "suspended_state": None,
-    }
 
 
 def acknowledge_cancel(

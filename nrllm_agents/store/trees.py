@@ -23,6 +23,8 @@ from django.utils import timezone
 from ..domain import Usage
 from ..models import ACTIVE, QUIESCENT, AgentRun, RunStatus, TerminationReason
 from . import runs
+from .cancels import cancel as cancel_run
+from .cancels import cancel_fields
 from .journal import RECOVER, append_cancelled, owned, spend_fields, stop_stamp
 from .results import NOT_FOUND, Transition, actor, checked_reason
 
@@ -174,7 +176,7 @@ def cancel_tree(
             return TreeCancel(NOT_FOUND)
         if root != run_id:
             _lock(root, "NO KEY UPDATE")  # the cancel of the root itself locks its row in its fence
-        fence = runs.cancel(
+        fence = cancel_run(
             run_id, by=by, source=source, reason=reason, termination_reason=termination_reason, detail=detail
         )
         if not fence.applied:
@@ -187,7 +189,7 @@ def cancel_tree(
         )
         now = timezone.now()  # after the tree's lock: every step of the tree committed before it
         inherited = {"run_id": str(run_id), "by": actor(by)[1], "source": str(source), "reason": reason}
-        common = runs.cancel_fields(now, by=by, source=source, reason=reason, detail={"inherited": inherited})
+        common = cancel_fields(now, by=by, source=source, reason=reason, detail={"inherited": inherited})
         cascaded: dict[str, list[uuid.UUID]] = {}
         for status in sorted({*found.values()}):
             ids = [pk for pk, s in found.items() if s == status]

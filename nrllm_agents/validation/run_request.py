@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from django.utils import timezone
@@ -20,8 +20,13 @@ from ..domain.jsonlimits import DEPTH_ERROR, value_too_deep
 from ..domain.providers import validate_script
 from ..domain.steps import decimal_text
 from ..mcp import catalog as mcp_catalog
+from ..money import parsing
 
 MAX_PROMPT_CHARS = 20_000
+
+# The names of the typed tools the installed apps offer (``catalog.app_tools``), handed in by the
+# app's ready(): this floor sits below the catalog, which finds them.
+app_tool_names: Callable[[], Collection[str]] = frozenset
 MAX_SCRIPT_BYTES = 256 * 1024  # the script as compact JSON; at most max_iterations + 1 turns can play
 
 
@@ -288,8 +293,10 @@ def _limit(data: Mapping[str, Any], name: str, default: Any, bound: Any, errors:
 
 def _unknown_tools(tools: list[str] | tuple[str, ...]) -> str:
     """Why some of ``tools`` cannot be offered (empty: all can): exactly what ``/api/tools/``
-    lists is accepted, the settings' tools and the MCP catalog's (``mcp.catalog.current``)."""
-    missing = [t for t in tools if t not in app_settings.TOOLS]
+    lists is accepted, the settings' tools, the apps' typed ones and the MCP catalog's
+    (``mcp.catalog.current``)."""
+    known = {*app_settings.TOOLS, *app_tool_names()}
+    missing = [t for t in tools if t not in known]
     if not missing:
         return ""
     listing = mcp_catalog.current() if mcp_catalog.configured() else mcp_catalog.Catalog()
@@ -297,7 +304,7 @@ def _unknown_tools(tools: list[str] | tuple[str, ...]) -> str:
     if not missing:
         return ""
     named = ", ".join(t[:80] for t in missing[:10])
-    available = ", ".join(sorted({*app_settings.TOOLS, *listing.tools}))
+    available = ", ".join(sorted({*known, *listing.tools}))
     broken = "".join(
         f"; MCP server {name!r} is unavailable" for name in sorted(listing.broken) if name != mcp_catalog.CONFIGURATION
     )
@@ -326,23 +333,15 @@ def _connection(name: Any, errors: dict[str, str], viewer: Any = None) -> tuple[
 
 
 def _money(data: Mapping[str, Any], name: str, default: Any, bound: Any, errors: dict[str, str]) -> Decimal | None:
-    """A money limit: a decimal (number or string) above 0, at most ``bound``; ``None``: no limit."""
+    """A money limit: a plain decimal (``money.parsing``) above 0, at most ``bound``; ``None``: no limit."""
     value = data[name] if name in data else default
     if value is None:
         return None
     try:
-        amount = (
-            None
-            if isinstance(value, bool) or not isinstance(value, (int, float, str, Decimal))
-            else Decimal(str(value))
-        )
-    except InvalidOperation:
-        amount = None
-    top = Decimal(str(bound))
-    if amount is None or not amount.is_finite() or not 0 < amount <= top or amount.as_tuple().exponent < -12:  # type: ignore[operator]
-        errors[name] = f"a decimal amount above 0 and at most {decimal_text(top)}, at most 12 decimal places"
+        return parsing.parse(value, parsing.cost_limit(bound))
+    except parsing.InvalidAmount as exc:
+        errors[name] = str(exc)
         return None
-    return amount
 
 
 def _sub_agents(value: Any, tools: Any, errors: dict[str, str]) -> tuple[str, ...]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any, cast
 
 from django import forms
@@ -12,6 +11,8 @@ from ..catalog import registry
 from ..conf import app_settings
 from ..domain import jsonlimits
 from ..models import Agent, Connection
+from ..money import parsing
+from ..money.fields import AmountField
 from ..validation.run_request import MAX_PROMPT_CHARS, InvalidRequest, RunRequest
 
 SCRIPT_HELP = (
@@ -58,11 +59,9 @@ class RunForm(forms.Form):
         label="Token budget",
         help_text="Cancel the run after the model call that spends more. Empty: the default.",
     )
-    max_cost = forms.DecimalField(
+    max_cost = AmountField(
         required=False,
-        min_value=Decimal("0.000000000001"),
-        max_digits=24,
-        decimal_places=12,
+        bounds=lambda: parsing.cost_limit(app_settings.MAX_COST_LIMIT),
         label="Cost limit",
         help_text="Cancel the run after the model call that costs more in total (in the configured currency). "
         "Empty: the default.",

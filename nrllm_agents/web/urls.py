@@ -1,4 +1,4 @@
-"""The playground pages and sign-in, mounted at the site root.
+"""The playground pages and sign-in, included by ``nrllm_agents.urls`` under the host's prefix.
 
 The pages follow a run on the browser stream, ``api/runs/<id>/stream/``, which the REST API
 routes (``nrllm_api:run-stream``).
@@ -28,7 +28,11 @@ urlpatterns = [
     path("playground/threads/<uuid:thread_id>/messages/", threads.post_message, name="thread-message"),
     path(
         "accounts/login/",
-        auth_views.LoginView.as_view(redirect_authenticated_user=True, next_page=reverse_lazy("nrllm_web:playground")),
+        auth_views.LoginView.as_view(
+            template_name="nrllm_agents/login.html",
+            redirect_authenticated_user=True,
+            next_page=reverse_lazy("nrllm_web:playground"),
+        ),
         name="login",
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(next_page=reverse_lazy("nrllm_web:login")), name="logout"),

@@ -138,7 +138,9 @@ def _tool_call(call_id: Any, name: Any, arguments: Any, index: int) -> ToolCall:
     return ToolCall(id=str(call_id or f"toolu_{index + 1}"), name=name, arguments=parse_arguments(arguments))
 
 
-def translate_error(exc: anthropic.AnthropicError, api_key: str | None, base_url: str | None) -> ProviderError:
+def translate_error(
+    exc: anthropic.AnthropicError, api_key: str | None, base_url: str | None, connection: str | None = None
+) -> ProviderError:
     """A safe ``ProviderError`` for an SDK failure; retryable for connection errors, 408/409/429, 5xx."""
     body = field(exc, "body")
     inner = field(body, "error") if isinstance(body, dict) else None
@@ -154,6 +156,7 @@ def translate_error(exc: anthropic.AnthropicError, api_key: str | None, base_url
         timed_out=isinstance(exc, anthropic.APITimeoutError),
         variables=VARIABLES,
         base_url=base_url,
+        connection=connection,
     )
     if in_stream:  # e.g. overloaded_error mid-answer: as retryable as its HTTP status would be
         error.retryable = field(inner, "type") in _TRANSIENT_ERRORS
@@ -171,6 +174,7 @@ class AnthropicProvider:
     timeout: seconds per request. The SDK never retries; retrying is the runtime's decision.
     stream: stream the answer (the default); a cancel then keeps what had arrived.
     max_tokens: the most output tokens a call may generate (the API requires a bound).
+    connection: the connection's name, when it is built from one: its failures name it, never its URL.
     """
 
     name = "anthropic"
@@ -183,6 +187,7 @@ class AnthropicProvider:
         base_url: str | None = None,
         timeout: float = 60.0,
         stream: bool = True,
+        connection: str | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
     ) -> None:
         if not model or not isinstance(model, str) or not model.strip():
@@ -192,6 +197,7 @@ class AnthropicProvider:
         self._api_key = api_key or os.environ.get("ANTHROPIC_API_KEY") or None
         self.timeout = timeout
         self.stream = stream
+        self.connection = connection  # the connection's name: failures name it, never its URL
         self.max_tokens = max_tokens
         # A gateway's bearer token, the SDK's other variable, when no key is set.
         token = None if self._api_key else os.environ.get("ANTHROPIC_AUTH_TOKEN") or None
@@ -243,7 +249,7 @@ class AnthropicProvider:
             self._http,
             received,
             sdk_errors=(anthropic.AnthropicError,),
-            translate=lambda exc: translate_error(exc, self._api_key, self.base_url),
+            translate=lambda exc: translate_error(exc, self._api_key, self.base_url, self.connection),
             secret=self._api_key,
         )
 

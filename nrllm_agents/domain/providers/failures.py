@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from ..cancel import CallContext, StepInterrupted
 from ..errors import ProviderError
@@ -42,6 +43,25 @@ def redact(text: str, secret: str | None = None) -> str:
             pieces = (secret[:_FRAGMENT], secret[-_FRAGMENT:])
             text = re.sub(r"\S+", lambda m: REDACTED if any(p in m.group() for p in pieces) else m.group(), text)
     return _KEY_PATTERN.sub(REDACTED, text)
+
+
+def hide_address(text: str, base_url: str | None, label: str) -> str:
+    """``text`` with the URL ``base_url`` and each part of it that locates or opens the server
+    (the userinfo, the host, the port, the query) replaced by ``label``."""
+    if not base_url:
+        return text
+    try:
+        parts = urlsplit(base_url)
+        port = parts.port
+    except ValueError:  # not a URL after all: hide it whole
+        return text.replace(base_url, label)
+    host = parts.hostname or ""
+    userinfo = parts.netloc.rpartition("@")[0]
+    pieces = {base_url, base_url.rstrip("/"), parts.netloc, userinfo, parts.query, host, f"[{host}]"}
+    pieces.update(p for p in (parts.username, parts.password) if p)
+    for piece in sorted((p for p in pieces if len(p) >= 3), key=len, reverse=True):
+        text = text.replace(piece, label)
+    return re.sub(rf"(?<![0-9]){port}(?![0-9])", label, text) if port else text
 
 
 def describe_failure(
@@ -94,26 +114,41 @@ def sdk_failure(
     timed_out: bool = False,
     variables: tuple[str, str],
     base_url: str | None = None,
+    connection: str | None = None,
 ) -> ProviderError:
     """The ``ProviderError`` for an SDK's failure, whichever the SDK.
 
     ``kind`` is the SDK's error class name; ``status`` the HTTP status, if one came back;
     ``unreachable`` / ``timed_out`` a connection that failed or went silent. Retryable: those,
     and 408/409/429/5xx. A server that cannot be reached, or that refuses the key, is told with
-    the variable to set (``variables``: the key's, then the base URL's).
+    the variable to set (``variables``: the key's, then the base URL's); through a
+    ``connection`` (its name), with the connection instead, and nothing of its URL (its
+    userinfo, host, port or query) in the message: whoever may use a connection may not see it.
     """
     key_variable, url_variable = variables
     hint = None
+    label = f"[connection {connection!r}]" if connection else ""
+    if connection:
+        description = hide_address(str(description or "no description"), base_url, label)
     if status is not None:
         retryable = retryable_status(status)
         if status in (401, 403):
-            hint = f"set {key_variable}: the server refused the key"
+            hint = (
+                f"connection {connection!r}: the server refused its key (agent_connections add --replace)"
+                if connection
+                else f"set {key_variable}: the server refused the key"
+            )
     else:
         retryable = unreachable or timed_out
         if unreachable and not timed_out:
-            where = redact(base_url, secret) if base_url else "the default API"
-            hint = f"set {url_variable}: no server answered at {where}"
+            if connection:
+                hint = f"no server answered for connection {connection!r}: check its base URL"
+            else:
+                where = redact(base_url, secret) if base_url else "the default API"
+                hint = f"set {url_variable}: no server answered at {where}"
     message = describe_failure(kind, status, description, secret, hint=hint)
+    if connection:  # a cut could leave part of the address a whole one would have matched
+        message = hide_address(message, base_url, label)
     return ProviderError(message, retryable=retryable, status_code=status)
 
 

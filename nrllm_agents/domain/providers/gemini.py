@@ -117,7 +117,9 @@ def _usage(metadata: Any) -> Usage:
     )
 
 
-def translate_error(exc: Exception, api_key: str | None, base_url: str | None) -> ProviderError:
+def translate_error(
+    exc: Exception, api_key: str | None, base_url: str | None, connection: str | None = None
+) -> ProviderError:
     """A safe ``ProviderError`` for an SDK failure (an ``APIError``, or the transport's own)."""
     if isinstance(exc, genai_errors.APIError):
         code = field(exc, "code")
@@ -127,6 +129,8 @@ def translate_error(exc: Exception, api_key: str | None, base_url: str | None) -
             api_key,
             status=code if isinstance(code, int) and 100 <= code <= 599 else None,
             variables=VARIABLES,
+            base_url=base_url,
+            connection=connection,
         )
     return sdk_failure(
         type(exc).__name__,
@@ -136,6 +140,7 @@ def translate_error(exc: Exception, api_key: str | None, base_url: str | None) -
         timed_out=isinstance(exc, httpx2.TimeoutException),
         variables=VARIABLES,
         base_url=base_url,
+        connection=connection,
     )
 
 
@@ -149,6 +154,7 @@ class GeminiProvider:
     base_url: the API root; defaults to the SDK's ``GOOGLE_GEMINI_BASE_URL``, then Google's.
     timeout: seconds per request. The SDK never retries; retrying is the runtime's decision.
     stream: stream the answer (the default); a cancel then keeps what had arrived.
+    connection: the connection's name, when it is built from one: its failures name it, never its URL.
     """
 
     name = "gemini"
@@ -161,6 +167,7 @@ class GeminiProvider:
         base_url: str | None = None,
         timeout: float = 60.0,
         stream: bool = True,
+        connection: str | None = None,
     ) -> None:
         if not model or not isinstance(model, str) or not model.strip():
             raise ConfigurationError("the gemini provider needs a model name")
@@ -169,6 +176,7 @@ class GeminiProvider:
         self._api_key = api_key or os.environ.get("GOOGLE_API_KEY") or os.environ.get("GEMINI_API_KEY") or None
         self.timeout = timeout
         self.stream = stream
+        self.connection = connection  # the connection's name: failures name it, never its URL
         self._signatures: dict[str, bytes] = {}
         self._http = AbortableHttp(httpx2.Client, timeout=timeout)
         options = types.HttpOptions(base_url=self.base_url, timeout=int(timeout * 1000), httpx_client=self._http.client)
@@ -226,7 +234,7 @@ class GeminiProvider:
             self._http,
             received,
             sdk_errors=(genai_errors.APIError, httpx2.HTTPError),
-            translate=lambda exc: translate_error(exc, self._api_key, self.base_url),
+            translate=lambda exc: translate_error(exc, self._api_key, self.base_url, self.connection),
             secret=self._api_key,
         )
 

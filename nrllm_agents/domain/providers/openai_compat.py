@@ -24,12 +24,10 @@ from ..errors import ConfigurationError, ProviderError
 from ..steps import ModelResponse, ToolCall, Usage
 from .abortable import AbortableHttp
 from .failures import bounded_tokens, guarded_call, sdk_failure
-from .wire import estimate_usage, parse_arguments
+from .wire import PLACEHOLDER_API_KEY, estimate_usage, parse_arguments
 from .wire import field as _get
 
 __all__ = ["OpenAIProvider", "parse_arguments", "parse_completion", "to_wire_messages", "translate_error"]
-
-PLACEHOLDER_API_KEY = "not-needed"  # local servers (Ollama, llama.cpp) ignore the key
 
 
 def to_wire_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -116,7 +114,9 @@ def _description(exc: openai.OpenAIError) -> str:
     return str(_get(exc, "message") or "no description")
 
 
-def translate_error(exc: openai.OpenAIError, api_key: str | None, base_url: str | None = None) -> ProviderError:
+def translate_error(
+    exc: openai.OpenAIError, api_key: str | None, base_url: str | None = None, connection: str | None = None
+) -> ProviderError:
     """A safe ``ProviderError`` for an SDK failure.
 
     Retryable: connection errors, timeouts, 408/409/429 and 5xx. Not retryable: other
@@ -132,6 +132,7 @@ def translate_error(exc: openai.OpenAIError, api_key: str | None, base_url: str 
         timed_out=isinstance(exc, openai.APITimeoutError),
         variables=("OPENAI_API_KEY", "OPENAI_BASE_URL"),
         base_url=base_url,
+        connection=connection,
     )
 
 
@@ -145,6 +146,7 @@ class OpenAIProvider:
     api_key: defaults to ``OPENAI_API_KEY``, then a placeholder for keyless local servers.
     timeout: seconds per request. The SDK never retries; retrying is the runtime's decision.
     stream: stream the answer (the default); a cancel then keeps what had arrived.
+    connection: the connection's name, when it is built from one: its failures name it, never its URL.
     """
 
     name = "openai"
@@ -157,6 +159,7 @@ class OpenAIProvider:
         api_key: str | None = None,
         timeout: float = 60.0,
         stream: bool = True,
+        connection: str | None = None,
     ) -> None:
         if not model or not isinstance(model, str) or not model.strip():
             raise ConfigurationError("the openai provider needs a model name")
@@ -165,6 +168,7 @@ class OpenAIProvider:
         self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or PLACEHOLDER_API_KEY
         self.timeout = timeout
         self.stream = stream
+        self.connection = connection  # the connection's name: failures name it, never its URL
         self._stream_usage = True  # dropped once for a server that refuses stream_options
         self._http = AbortableHttp(openai.DefaultHttpxClient, timeout=timeout)
         self._client = openai.OpenAI(
@@ -199,7 +203,7 @@ class OpenAIProvider:
             self._http,
             received,
             sdk_errors=(openai.OpenAIError,),
-            translate=lambda exc: translate_error(exc, self._api_key, self.base_url),
+            translate=lambda exc: translate_error(exc, self._api_key, self.base_url, self.connection),
             secret=self._api_key,
         )
 

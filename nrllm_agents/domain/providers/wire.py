@@ -13,6 +13,10 @@ from typing import Any
 
 from ..steps import Usage
 
+# the key of a keyless connection: local servers (Ollama, llama.cpp) ignore it; here rather than in
+# openai_compat so that code choosing a key does not import the openai SDK
+PLACEHOLDER_API_KEY = "not-needed"
+
 
 def field(obj: Any, name: str) -> Any:
     """A field of an SDK model or of a plain dict; ``None`` when absent."""

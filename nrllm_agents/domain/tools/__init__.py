@@ -2,5 +2,6 @@
 
 from .base import Tool, schema
 from .builtin import Calculator, CurrentTime, Sleep
+from .typed import FunctionTool, tool
 
-__all__ = ["Calculator", "CurrentTime", "Sleep", "Tool", "schema"]
+__all__ = ["Calculator", "CurrentTime", "FunctionTool", "Sleep", "Tool", "schema", "tool"]

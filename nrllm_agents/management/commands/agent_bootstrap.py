@@ -8,6 +8,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
+from django.urls import reverse
 
 
 class Command(BaseCommand):
@@ -45,5 +46,5 @@ class Command(BaseCommand):
             self.stdout.write(self.style.SUCCESS(f"Created superuser {username!r}."))
             # Shown once, here only: it is stored hashed and never logged.
             self.stdout.write(f"  password: {password}   (shown once; change it in the admin)")
-        self.stdout.write(self.style.SUCCESS(f"Playground: {base}/playground/"))
-        self.stdout.write(f"Admin:      {base}/admin/")
+        self.stdout.write(self.style.SUCCESS(f"Playground: {base}{reverse('nrllm_web:playground')}"))
+        self.stdout.write(f"Admin:      {base}{reverse('admin:index')}")

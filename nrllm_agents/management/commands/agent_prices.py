@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
@@ -12,19 +12,14 @@ from nrllm_agents.conf import app_settings
 from nrllm_agents.domain.steps import decimal_text
 from nrllm_agents.management import console
 from nrllm_agents.models import Connection, Price
-from nrllm_agents.money import pricing
-
-MAX_PRICE = Decimal("1000000")
+from nrllm_agents.money import parsing, pricing
 
 
 def _amount(flag: str, value: str) -> Decimal:
     try:
-        amount = Decimal(value)
-    except InvalidOperation:
-        amount = Decimal("NaN")
-    if not amount.is_finite() or not 0 <= amount <= MAX_PRICE or amount.as_tuple().exponent < -6:  # type: ignore[operator]
-        raise console.usage_error(f"{flag}: a decimal price from 0 to {MAX_PRICE}, at most 6 decimal places")
-    return amount
+        return parsing.parse(value, parsing.PRICE)
+    except parsing.InvalidAmount as exc:
+        raise console.usage_error(f"{flag}: {exc}") from None
 
 
 class Command(BaseCommand):

@@ -54,6 +54,30 @@ def queue_url(server_env, redis_url, tmp_path) -> Iterator[str]:
         stop(worker)
 
 
+# Reported by every page of a context, before any script of the page runs.
+REPORT_CSP_VIOLATIONS = """
+document.addEventListener("securitypolicyviolation", (event) => {
+  const text = `${event.effectiveDirective} refused ${event.blockedURI || "inline"} `
+    + `at ${event.sourceFile || document.location.href}:${event.lineNumber}`;
+  (window.__nrllmCspSeen ||= []).push(text);
+  window.__nrllmCspViolation(text);
+});
+"""
+
+
+def watch_csp(context, violations: list[str]) -> None:
+    """Collect into ``violations`` what the Content-Security-Policy refused on any page of
+    ``context``: its ``securitypolicyviolation`` events and Chromium's console errors about it."""
+    context.expose_binding("__nrllmCspViolation", lambda source, text: violations.append(text))
+    context.add_init_script(REPORT_CSP_VIOLATIONS)
+    context.on(
+        "console",
+        lambda msg: (
+            violations.append(msg.text) if msg.type == "error" and "Content Security Policy" in msg.text else None
+        ),
+    )
+
+
 @pytest.fixture
 def browser_context(monkeypatch) -> Iterator[Callable]:
     """A factory of browser contexts on one Chromium; everything is closed afterwards."""
@@ -64,6 +88,7 @@ def browser_context(monkeypatch) -> Iterator[Callable]:
         pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium package")
     from playwright.sync_api import sync_playwright
 
+    violations: list[str] = []
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -71,9 +96,13 @@ def browser_context(monkeypatch) -> Iterator[Callable]:
             def new_context(**options):
                 context = browser.new_context(**{"viewport": {"width": 1280, "height": 1000}, **options})
                 context.set_default_timeout(30_000)
+                watch_csp(context, violations)
                 return context
 
+            new_context.violations = violations  # type: ignore[attr-defined]
             yield new_context
+            # Every page ran under the enforced Content-Security-Policy: nothing it refused.
+            assert not violations, f"Content-Security-Policy violations: {violations}"
         finally:
             browser.close()
             # ORM calls made while Playwright's loop runs get their own connection (Django keys

@@ -144,7 +144,7 @@ def test_every_surface_gives_the_policys_answer_and_the_policy_is_the_table(acto
     assert AgentRun.objects.get(pk=finished.pk).status == RunStatus.COMPLETED
 
 
-# --- the README's table is the code's --------------------------------------------------------
+# --- the docs' table (docs/operations/security.md) is the code's ----------------------------------
 README_ROWS = {
     "start a run": A.START,
     "see, stream": A.SEE,
@@ -171,8 +171,8 @@ CELLS = {
 def readme_table() -> dict[tuple[str, policy.Action], str]:
     from tests.conftest import ROOT
 
-    text = (ROOT / "README.md").read_text()
-    lines = [line for line in text[text.index("### Who may do what") :].splitlines() if line.startswith("|")]
+    text = (ROOT / "docs" / "operations" / "security.md").read_text()
+    lines = [line for line in text[text.index("## Who may do what") :].splitlines() if line.startswith("|")]
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     table = {}
     for line in lines[2:]:

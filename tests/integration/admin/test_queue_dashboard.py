@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-DASHBOARD = "/admin/django-rq/"
+DASHBOARD = "/queues/"
 PAGES = [
     "",
     "queues/0/",

@@ -21,6 +21,7 @@ from nrllm_agents.catalog import connections
 from nrllm_agents.checks import check_settings
 from nrllm_agents.crypto import vault
 from nrllm_agents.models import AgentRun, AgentRunEvent, Connection
+from nrllm_agents.observability.logs import QUIET_LOGGERS
 from nrllm_agents.presentation.outcomes import Outcome
 from nrllm_agents.testing.chat_server import ChatCompletionServer
 from nrllm_agents.validation.run_request import InvalidRequest, RunRequest
@@ -189,6 +190,8 @@ def test_a_queued_run_stores_the_connection_name_and_never_its_key():
 @pytest.mark.django_db
 def test_a_failed_call_through_a_connection_never_names_its_key(caplog):
     caplog.set_level(logging.DEBUG)
+    for name in QUIET_LOGGERS:  # the SDK's own debug lines too, which the settings leave out
+        caplog.set_level(logging.DEBUG, logger=name)
     with ChatCompletionServer([{"content": "x"}], api_key="sk-the-right-one") as server:
         connections.save("wrong", kind="openai", base_url=server.base_url, default_model="m", api_key=KEY)
         result = _run_through("wrong")

@@ -49,4 +49,13 @@ def test_no_module_wires_the_process_at_import_only_ready_does():
     assert before == {"clients": [], "on_boundary": False, "job": False, "checks": []}
     assert after["clients"] == ["CancelWatcher", "Hub", "Publisher"]  # the cancel watcher first
     assert after["on_boundary"] and after["job"]
-    assert after["checks"] == ["check_deploy_database", "check_mcp_servers", "check_settings", "check_tracing"]
+    assert after["checks"] == [
+        "check_connection_keys",
+        "check_deploy_database",
+        "check_extras",
+        "check_host",
+        "check_mcp_servers",
+        "check_settings",
+        "check_tool_names",
+        "check_tracing",
+    ]

@@ -8,8 +8,8 @@ import sys
 from tests.conftest import ROOT
 
 
-def test_an_old_path_imports_in_a_fresh_interpreter_before_anything_else():
-    """The first import a process makes may be an old path (an RQ worker resolving a job)."""
+def test_the_job_name_imports_in_a_fresh_interpreter_before_anything_else():
+    """The first import a process makes may be the job's name (an RQ worker resolving a job)."""
     code = (
         "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'config.test_settings'); django.setup();"
         "from rq.utils import import_attribute;"

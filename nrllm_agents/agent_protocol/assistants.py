@@ -1,0 +1,74 @@
+"""``/assistants``: each saved agent is an assistant, its name the ``assistant_id``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from ..access import policy
+from ..domain.errors import Kind, KindedError
+from ..models import Agent
+from . import shapes
+from .base import ProtocolView
+from .paging import page_of
+
+INPUT_SCHEMA = {
+    "type": "object",
+    "properties": {"messages": {"type": "array", "items": {"type": "object"}}},
+    "required": ["messages"],
+}
+
+
+class AssistantNotFound(KindedError, LookupError):
+    """No saved agent with this name."""
+
+    kind = Kind.NOT_FOUND
+
+    def detail(self) -> str:
+        return "Assistant not found."
+
+
+def agent_named(user: Any, name: str) -> Agent:
+    if not policy.may_see_agents(user):
+        raise PermissionDenied()
+    agent = Agent.objects.filter(name=name).first() if isinstance(name, str) else None
+    if agent is None:
+        raise AssistantNotFound(name)
+    return agent
+
+
+class AssistantSearchView(ProtocolView):
+    def post(self, request: Request) -> Response:
+        if not policy.may_see_agents(request.user):
+            raise PermissionDenied()
+        body = request.data if isinstance(request.data, dict) else {}
+        limit, offset = page_of(body)
+        agents = Agent.objects.order_by("name")
+        if isinstance(body.get("name"), str):
+            agents = agents.filter(name=body["name"])
+        if body.get("graph_id") not in (None, shapes.GRAPH_ID):
+            agents = agents.none()
+        return Response([shapes.assistant(a) for a in agents[offset : offset + limit]])
+
+
+class AssistantDetailView(ProtocolView):
+    def get(self, request: Request, assistant_id: str) -> Response:
+        return Response(shapes.assistant(agent_named(request.user, assistant_id)))
+
+
+class AssistantSchemasView(ProtocolView):
+    def get(self, request: Request, assistant_id: str) -> Response:
+        agent_named(request.user, assistant_id)
+        return Response(
+            {
+                "graph_id": shapes.GRAPH_ID,
+                "input_schema": INPUT_SCHEMA,
+                "output_schema": INPUT_SCHEMA,
+                "state_schema": INPUT_SCHEMA,
+                "config_schema": {"type": "object"},
+                "context_schema": {"type": "object"},
+            }
+        )

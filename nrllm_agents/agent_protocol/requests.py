@@ -1,0 +1,144 @@
+"""A ``RunCreate`` body, checked: what run to start (a ``RunRequest``), how (the multitask
+strategy, ``if_not_exists``), what to stream, or which decision resumes a waiting run.
+
+Every problem is an ``InvalidRequest`` (answered 422) naming the field. Options of LangGraph's
+own server that change nothing here (durability, subgraphs, feedback keys, tracing) are
+accepted and ignored; options that would change what runs and that we do not have (node
+breakpoints, checkpoints, webhooks, delays) are refused rather than silently dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..runtime.threads import STRATEGIES
+from ..validation.run_request import InvalidRequest, RunRequest
+from .messages import prompt_of
+
+STREAM_MODES = ("values", "updates", "messages", "messages-tuple", "events")
+IGNORED = {
+    "stream_subgraphs",
+    "stream_resumable",
+    "feedback_keys",
+    "checkpoint_during",
+    "durability",
+    "on_disconnect",
+    "on_completion",
+    "langsmith_tracer",
+    "strict_resume",
+}
+REFUSED = {"interrupt_before", "interrupt_after", "webhook", "checkpoint", "checkpoint_id", "after_seconds"}
+KNOWN = {"assistant_id", "input", "command", "config", "context", "metadata", "stream_mode", "multitask_strategy"}
+KNOWN |= {"if_not_exists"} | IGNORED | REFUSED
+# The run's own fields a client may set through ``context`` (or ``config.configurable``).
+RUN_FIELDS = {
+    "provider",
+    "model",
+    "tools",
+    "max_iterations",
+    "script",
+    "system",
+    "on_deny",
+    "deadline_seconds",
+    "max_total_tokens",
+    "connection",
+    "max_cost",
+}
+
+
+@dataclass(frozen=True)
+class RunCreate:
+    """A checked ``RunCreate``: either ``request`` (a new message) or ``resume`` (a decision)."""
+
+    assistant_id: str
+    request: RunRequest | None
+    resume: bool | None
+    strategy: str | None
+    if_not_exists: str
+    stream_modes: tuple[str, ...]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def _mapping(data: Mapping[str, Any], name: str) -> dict[str, Any]:
+    value = data.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidRequest({name: "expected an object"})
+    return dict(value)
+
+
+def stream_modes(value: Any) -> tuple[str, ...]:
+    """``stream_mode`` (a mode or a list of them; default ``values``) as a tuple."""
+    modes = [value] if isinstance(value, str) else value
+    if value is None:
+        modes = ["values"]
+    if not isinstance(modes, list) or not modes or not all(isinstance(m, str) and m in STREAM_MODES for m in modes):
+        raise InvalidRequest({"stream_mode": f"one or more of {', '.join(STREAM_MODES)}"})
+    return tuple(dict.fromkeys(modes))
+
+
+def decision(value: Any) -> bool:
+    """A ``Command``'s ``resume`` as approve (True) or deny (False).
+
+    Accepted: a boolean; ``"approve"`` / ``"accept"`` / ``"deny"`` / ``"reject"``; ``{"approved":
+    bool}``; agent-chat-ui's ``[{"type": "accept" | "ignore" | "response", ...}]``.
+    """
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, Mapping):
+        if isinstance(value.get("approved"), bool):
+            return bool(value["approved"])
+        value = value.get("type")
+    if isinstance(value, bool):
+        return value
+    words = {"approve": True, "accept": True, "yes": True, "deny": False, "reject": False, "ignore": False}
+    if isinstance(value, str) and value.lower() in words:
+        return words[value.lower()]
+    raise InvalidRequest({"command.resume": 'true / false, "approve" / "deny", or {"approved": bool}'})
+
+
+def run_fields(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's fields from ``config.configurable`` then ``context`` (which wins)."""
+    configurable = _mapping(_mapping(data, "config"), "configurable")
+    context = _mapping(data, "context")
+    unknown = sorted(set(context) - RUN_FIELDS)
+    if unknown:
+        raise InvalidRequest(
+            {"context": f"unknown fields: {', '.join(unknown)}; known: {', '.join(sorted(RUN_FIELDS))}"}
+        )
+    return {**{k: v for k, v in configurable.items() if k in RUN_FIELDS}, **context}
+
+
+def parse(data: Any, *, threaded: bool) -> RunCreate:
+    """Check a ``RunCreate`` body (``threaded``: posted to a thread's ``runs``)."""
+    if not isinstance(data, Mapping):
+        raise InvalidRequest({"body": "expected a JSON object"})
+    unknown = sorted(set(data) - KNOWN)
+    refused = sorted(k for k in REFUSED if data.get(k) not in (None, [], ""))
+    if unknown or refused:
+        raise InvalidRequest({"body": f"not supported: {', '.join(unknown + refused)}"})
+    assistant_id = data.get("assistant_id")
+    if not isinstance(assistant_id, str) or not assistant_id:
+        raise InvalidRequest({"assistant_id": "the name of a saved agent"})
+    strategy = data.get("multitask_strategy")
+    if strategy is not None and (not threaded or strategy not in STRATEGIES):
+        raise InvalidRequest({"multitask_strategy": f"one of {', '.join(STRATEGIES)} (on a thread's runs)"})
+    if_not_exists = data.get("if_not_exists") or "reject"
+    if if_not_exists not in ("create", "reject"):
+        raise InvalidRequest({"if_not_exists": "create or reject"})
+    metadata = _mapping(data, "metadata")
+    modes = stream_modes(data.get("stream_mode"))
+    command = _mapping(data, "command")
+    if command:
+        if set(command) != {"resume"} or data.get("input") is not None:
+            raise InvalidRequest({"command": 'only {"resume": ...}, without input'})
+        return RunCreate(assistant_id, None, decision(command["resume"]), strategy, if_not_exists, modes, metadata)
+    prompt, system = prompt_of(data.get("input"))
+    fields = {**run_fields(data), "prompt": prompt, "agent": assistant_id}
+    if system and "system" not in fields:
+        fields["system"] = system
+    request = RunRequest.from_mapping(fields)
+    return RunCreate(assistant_id, request, None, strategy, if_not_exists, modes, metadata)

@@ -1,0 +1,80 @@
+"""Starting a run through the protocol: a new message on a thread (with its multitask
+strategy), or a ``Command`` that resumes the thread's interrupt (our approval).
+
+The checks are the REST API's: the body's storable text, the saved agent (404), the policy
+(posting to a thread is its owner's; approving asks ``APPROVE``), the provider refusal, then
+``AgentRuntime.post`` / ``approve``, which fence everything else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..access import policy
+from ..api.base import refuse_provider, rejectunstorable
+from ..http import answers
+from ..models import AgentRun, RunStatus, Thread
+from ..runtime.agent_runtime import AgentRuntime, ApprovalNotPending
+from ..runtime.threads import ThreadNotFound
+from ..validation.run_request import InvalidRequest
+from . import requests
+from . import state as st
+from .assistants import agent_named
+from .threads import create
+
+
+@dataclass(frozen=True)
+class Started:
+    """A run started (or resumed): its thread, its id, and the step a stream starts after."""
+
+    thread: Thread
+    run_id: Any
+    after: int
+    modes: tuple[str, ...]
+
+
+def _thread(view: Any, thread_id: str | None, parsed: requests.RunCreate) -> Thread:
+    user = view.request.user
+    if thread_id is None:
+        return create(user)
+    try:
+        return view.get_thread(thread_id, policy.Action.POST_MESSAGE)  # type: ignore[no-any-return]
+    except (answers.Refused, ThreadNotFound) as exc:
+        missing = isinstance(exc, ThreadNotFound) or exc.answer.status == 404
+        if not missing or parsed.if_not_exists != "create":
+            raise
+        return create(user, thread_id)
+
+
+def _resume(view: Any, runtime: AgentRuntime, thread: Thread, decision: bool) -> tuple[Any, int]:
+    waiting = st.latest_run(thread)
+    if waiting is None or waiting.status != RunStatus.WAITING_FOR_APPROVAL:
+        raise ApprovalNotPending(waiting.pk if waiting else thread.pk, waiting.status if waiting else "")
+    refused = answers.refusal(policy.verdict(view.request.user, policy.Action.APPROVE, waiting), policy.Action.APPROVE)
+    if refused is not None:
+        raise answers.Refused(refused)
+    last = waiting.events.order_by("-sequence").values_list("sequence", flat=True).first()
+    runtime.approve(waiting.pk, decision, by=view.request.user, queued=True)
+    return waiting.pk, -1 if last is None else last
+
+
+def start(view: Any, runtime: AgentRuntime, thread_id: str | None) -> Started:
+    """Check the body and start its run; raises what the handler answers (404, 409, 422)."""
+    data = view.request.data
+    if not isinstance(data, dict):
+        raise InvalidRequest({"body": "expected a JSON object"})
+    rejectunstorable(data)
+    if isinstance(data.get("assistant_id"), str):
+        agent_named(view.request.user, data["assistant_id"])  # 404 before the body's other fields
+    parsed = requests.parse(data, threaded=thread_id is not None)
+    thread = _thread(view, thread_id, parsed)
+    if parsed.resume is not None:
+        run_id, after = _resume(view, runtime, thread, parsed.resume)
+        return Started(thread, run_id, after, parsed.stream_modes)
+    assert parsed.request is not None
+    refuse_provider(parsed.request.provider)
+    run_id = runtime.post(thread.pk, parsed.request, owner=view.request.user, strategy=parsed.strategy)
+    if parsed.metadata:
+        AgentRun.objects.filter(pk=run_id).update(metadata=parsed.metadata)  # the client's labels, not a status
+    return Started(thread, run_id, -1, parsed.stream_modes)

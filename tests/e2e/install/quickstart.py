@@ -1,0 +1,59 @@
+"""The quickstart of docs/quickstart.md, as the end-to-end test follows it: each command and each
+snippet here appears verbatim in that page (``test_the_quickstart_page_says_what_the_test_does``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "quickstart.md"
+
+# shell commands, after `pip install nrllm-agents` (the test installs the wheel it built)
+STARTPROJECT = "python -m django startproject mysite ."
+MIGRATE = "python manage.py migrate"
+CREATESUPERUSER = "python manage.py createsuperuser"
+RUNSERVER = "python manage.py runserver"
+
+SETTINGS = """\
+INSTALLED_APPS += [
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_rq",
+    "nrllm_agents",
+]
+# NUL characters refused everywhere, oversized API bodies answered 413 (right after SecurityMiddleware)
+MIDDLEWARE.insert(1, "nrllm_agents.http.edge.EdgeGuardMiddleware")
+"""
+
+URLS = """\
+from django.urls import include
+
+urlpatterns += [path("agents/", include("nrllm_agents.urls"))]
+"""
+
+# a host app with a typed tool, found at start-up with no settings edit
+STARTAPP = "python manage.py startapp notes"
+HOST_APP = """\
+INSTALLED_APPS += ["notes"]
+"""
+AGENT_TOOLS = '''\
+from pathlib import Path
+
+from nrllm_agents import tool
+
+
+@tool
+def save_note(title: str, text: str, copies: int = 1) -> str:
+    """Save a note to a file in the notes folder.
+
+    Args:
+        title: the file's name, without a folder
+        text: what the note says
+        copies: how many times the text is written
+    """
+    path = Path("notes-out") / f"{Path(title).name}.txt"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text * copies)
+    return f"saved {path}"
+'''

@@ -1,0 +1,221 @@
+"""Acceptance: a host project follows docs/quickstart.md with the wheel, and everything works under
+its prefix with nothing else set (SQLite, the in-process executor, no Redis).
+
+A fresh ``startproject`` in a fresh virtualenv; the app added to ``INSTALLED_APPS`` and mounted at
+``agents/``; a host app with an ``agent_tools.py`` whose ``@tool`` writes a file; ``migrate``;
+``runserver``. Then, over real HTTP: sign in, the playground, the API's docs and schema, the
+admin and the queue dashboard; a run through ``agents/api/runs/`` that calls the host's tool, and
+a second run cancelled in flight.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.e2e.processes import wait_for
+from tests.e2e.web.servers import free_port
+
+from . import quickstart as qs
+
+PASSWORD = "a long quickstart password"
+
+
+@dataclass
+class Site:
+    root: Path
+    base: str
+    token: str
+    log: Path
+
+
+def _env(root: Path) -> dict[str, str]:
+    """Nothing of ours set: no settings module, database, Redis or NRLLM_* variable leaks in."""
+    return {"PATH": os.environ["PATH"], "HOME": str(root), "LANG": "C.UTF-8"}
+
+
+def _run(python: Path, command: str, root: Path, *extra: str, env: dict[str, str] | None = None) -> str:
+    argv = command.split()
+    assert argv[0] == "python"
+    done = subprocess.run(
+        [str(python), *argv[1:], *extra], cwd=root, env={**_env(root), **(env or {})}, capture_output=True, text=True
+    )
+    assert done.returncode == 0, f"{command}: {done.stdout[-2000:]}{done.stderr[-3000:]}"
+    return done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def site(host_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    root = tmp_path_factory.mktemp("host-project")
+    _run(host_python, qs.STARTPROJECT, root)
+    with open(root / "mysite" / "settings.py", "a") as f:
+        f.write("\n" + qs.SETTINGS)
+    with open(root / "mysite" / "urls.py", "a") as f:
+        f.write("\n" + qs.URLS)
+    _run(host_python, qs.STARTAPP, root)
+    with open(root / "mysite" / "settings.py", "a") as f:
+        f.write("\n" + qs.HOST_APP)
+    (root / "notes" / "agent_tools.py").write_text(qs.AGENT_TOOLS)
+
+    _run(host_python, qs.MIGRATE, root)
+    _run(
+        host_python,
+        qs.CREATESUPERUSER,
+        root,
+        "--noinput",
+        "--username",
+        "admin",
+        "--email",
+        "admin@example.com",
+        env={"DJANGO_SUPERUSER_PASSWORD": PASSWORD},
+    )
+    checked = _run(host_python, "python manage.py check", root)
+    assert "nrllm_agents." not in checked, checked  # no error or warning of ours
+    token = re.search(r"token (\w+) for", _run(host_python, "python manage.py drf_create_token admin", root))
+    assert token, "drf_create_token printed no token"
+
+    port = free_port()
+    log = root / "server.log"
+    with open(log, "wb") as out:
+        server = subprocess.Popen(
+            [str(host_python), *qs.RUNSERVER.split()[1:], "--noreload", f"127.0.0.1:{port}"],
+            cwd=root,
+            env=_env(root),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                requests.get(base + "/admin/login/", timeout=2)
+                break
+            except requests.ConnectionError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail("runserver did not come up:\n" + log.read_text()[-3000:])
+                time.sleep(0.2)
+        yield Site(root, base, token.group(1), log)
+    finally:
+        server.terminate()
+        try:
+            server.wait(15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+class Client(requests.Session):
+    """A session whose paths are relative to ``base``."""
+
+    def __init__(self, base: str) -> None:
+        super().__init__()
+        self.base = base
+
+    def request(self, method: str | bytes, url: str | bytes, *args: Any, **kwargs: Any) -> requests.Response:
+        kwargs.setdefault("timeout", 30)
+        return super().request(method, self.base + str(url), *args, **kwargs)
+
+
+@pytest.fixture
+def browser(site: Site) -> Iterator[Client]:
+    """A signed-in session, by the app's own sign-in page under the prefix."""
+    with Client(site.base) as client:
+        page = client.get("/agents/playground/")
+        assert page.url == site.base + "/agents/accounts/login/?next=/agents/playground/", page.url
+        csrf = client.cookies["csrftoken"]
+        signed = client.post(
+            "/agents/accounts/login/",
+            data={
+                "username": "admin",
+                "password": PASSWORD,
+                "csrfmiddlewaretoken": csrf,
+                "next": "/agents/playground/",
+            },
+            headers={"Referer": site.base + "/agents/accounts/login/"},
+        )
+        assert signed.status_code == 200 and signed.url == site.base + "/agents/playground/", signed.text[-2000:]
+        yield client
+
+
+@pytest.fixture
+def api(site: Site) -> Iterator[Client]:
+    with Client(site.base + "/agents/api/") as client:
+        client.headers["Authorization"] = f"Token {site.token}"
+        yield client
+
+
+def test_the_quickstart_page_says_what_the_test_does() -> None:
+    page = qs.DOC.read_text()
+    for text in (qs.STARTPROJECT, qs.MIGRATE, qs.CREATESUPERUSER, qs.RUNSERVER, qs.SETTINGS, qs.URLS, qs.STARTAPP):
+        assert text in page, text
+    assert qs.HOST_APP in page and qs.AGENT_TOOLS in page
+
+
+def test_the_pages_work_under_the_prefix(site: Site, browser: Client) -> None:
+    playground = browser.get("/agents/playground/")
+    assert playground.status_code == 200
+    # every link of ours on the page is under the prefix (none assumes /api/ or /playground/ at the root)
+    links = re.findall(r'(?:href|action|src|data-[\w-]+-url)="(/[^"]*)"', playground.text)
+    assert links and all(link.startswith(("/agents/", "/static/", "/admin/")) for link in links), links
+    assert browser.get("/static/nrllm_agents/playground.js").status_code == 200
+    docs = browser.get("/agents/api/docs/")
+    assert docs.status_code == 200 and "swagger" in docs.text.lower()
+    schema = browser.get("/agents/api/schema/", headers={"Accept": "application/json"})
+    assert schema.status_code == 200
+    paths = schema.json()["paths"]
+    assert "/agents/api/runs/" in paths and "/agents/api/runs/{id}/stream/" in paths, sorted(paths)
+    assert browser.get("/admin/nrllm_agents/agentrun/").status_code == 200
+    assert browser.get("/agents/queues/").status_code == 200
+
+
+def test_a_run_calls_the_host_tool_and_a_second_is_cancelled_in_flight(site: Site, api: Client) -> None:
+    tools = {t["name"]: t for t in api.get("tools/").json()["tools"]}
+    assert tools["save_note"]["source"] == "app", sorted(tools)
+
+    script = [
+        {"tool_calls": [{"name": "save_note", "arguments": {"title": "hello", "text": "hi ", "copies": "x"}}]},
+        {"tool_calls": [{"name": "save_note", "arguments": {"title": "hello", "text": "hi ", "copies": 2}}]},
+        {"content": "saved it"},
+    ]
+    created = api.post("runs/", json={"prompt": "save a note", "tools": ["save_note"], "script": script})
+    assert created.status_code == 202, created.text
+    run_id = created.json()["run_id"]
+    run = wait_for(
+        what="the run to complete",
+        predicate=lambda: (r := api.get(f"runs/{run_id}/").json())["status"] == "completed" and r,
+    )
+    assert run["final_text"] == "saved it"
+    assert (site.root / "notes-out" / "hello.txt").read_text() == "hi hi "
+    steps = api.get(f"runs/{run_id}/events/", params={"limit": 1000}).json()["results"]
+    tool_steps = [s for s in steps if s["kind"] == "tool"]
+    # the model's bad argument went back to it as a tool error; the second call wrote the file
+    assert "invalid arguments for save_note: copies" in str(tool_steps[0]["payload"])
+    assert "saved notes-out/hello.txt" in str(tool_steps[1]["payload"])
+
+    long = [{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.3}}]} for _ in range(40)] + [{"content": "x"}]
+    second = api.post("runs/", json={"prompt": "wait", "tools": ["sleep"], "script": long, "max_iterations": 50})
+    assert second.status_code == 202, second.text
+    second_id = second.json()["run_id"]
+    wait_for(
+        what="the second run to record a tool step",
+        predicate=lambda: any(e["kind"] == "tool" for e in api.get(f"runs/{second_id}/events/").json()["results"]),
+    )
+    cancel = api.post(f"runs/{second_id}/cancel/", json={"reason": "enough"})
+    assert cancel.status_code == 202, cancel.text
+    stopped = wait_for(
+        what="the cancel to be acknowledged",
+        predicate=lambda: (r := api.get(f"runs/{second_id}/").json())["cancel"] and r["cancel"]["stopped_at"] and r,
+    )
+    assert (stopped["status"], stopped["cancel"]["by"], stopped["cancel"]["reason"]) == ("cancelled", "admin", "enough")
+    events = api.get(f"runs/{second_id}/events/", params={"limit": 1000}).json()["results"]
+    assert events[-1]["kind"] == "cancelled" and sum(e["kind"] == "tool" for e in events) < 40

@@ -1,0 +1,46 @@
+"""One public surface: ``nrllm_agents.__all__``, listed in the docs; the moved-paths shim is gone
+but for the job's name on the queue."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+import nrllm_agents
+from tests.conftest import ROOT
+
+DOC = ROOT / "docs" / "reference" / "python-api.md"
+
+
+def test_importing_the_package_loads_nothing_else_of_it() -> None:
+    """Settings name the app before Django is set up: the public names load on first use."""
+    code = "import sys, nrllm_agents; print(sorted(m for m in sys.modules if m.startswith('nrllm')))"
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert loaded.stdout.strip() == "['nrllm_agents']", loaded.stderr
+
+
+def test_every_public_name_resolves_and_is_documented() -> None:
+    assert nrllm_agents.__all__ == sorted([*nrllm_agents._PUBLIC, "__version__"])
+    page = DOC.read_text()
+    for name in nrllm_agents.__all__:
+        assert getattr(nrllm_agents, name) is not None
+        assert f"`{name}`" in page, f"{name} is public but docs/reference/python-api.md does not list it"
+    with pytest.raises(AttributeError):
+        nrllm_agents.AgentRuntime  # noqa: B018 (private: not a public name)
+
+
+@pytest.mark.parametrize("old", ["nrllm_agents.registry", "nrllm_agents.middleware", "nrllm_agents.worker"])
+def test_moved_paths_are_gone(old: str) -> None:
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
+
+
+def test_the_job_name_on_the_queue_stays() -> None:
+    from nrllm_agents.executors.rq_queue import JOB_FUNCTION
+    from nrllm_agents.workers.jobs import execute_run
+
+    module, name = JOB_FUNCTION.rsplit(".", 1)
+    assert getattr(importlib.import_module(module), name) is execute_run
