@@ -392,6 +392,8 @@ class AgentRuntime:
         swept = limits.sweep(limit=limit, dry_run=dry_run)
         report = store.reap(limit=limit, dry_run=dry_run)
         report.deadline_cancelled = len(swept.cancelled)
+        if not dry_run:  # parents whose last child ended without waking them (its process died, or reaped)
+            trees.wake_stranded(self.segments.dispatch_run, limit=limit)
         for run_id in [] if dry_run else report.requeued:
             try:
                 self.segments.dispatch_run(run_id)

@@ -177,3 +177,17 @@ def wake(parent: uuid.UUID, dispatch: Callable[[uuid.UUID], Any]) -> None:
             dispatch(parent)
         except Exception:  # an outage leaves it queued (the queued sweep), a refusal settled it
             logger.exception("run %s: its children ended but it could not be dispatched", parent)
+
+
+def wake_stranded(dispatch: Callable[[uuid.UUID], Any], *, limit: int = 100) -> list[uuid.UUID]:
+    """Wake every parent whose children all ended without waking it (a maintenance pass); returns
+    the parents moved back to the queue."""
+    woken = []
+    for parent in tree_store.stranded_parents(limit):
+        if tree_store.wake(parent):
+            woken.append(parent)
+            try:
+                dispatch(parent)
+            except Exception:
+                logger.exception("run %s: woken by the sweep but it could not be dispatched", parent)
+    return woken

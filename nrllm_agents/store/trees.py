@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from ..domain import Usage
@@ -134,6 +135,18 @@ def wake(parent_id: uuid.UUID) -> bool:
             status=RunStatus.QUEUED, request_payload=RECOVER, suspended_state=None
         )
     return bool(n)
+
+
+def stranded_parents(limit: int = 100) -> list[uuid.UUID]:
+    """Runs waiting for children none of which is active: a wake that never came (the process of
+    the last child died between its end and the wake, or the reaper ended that child)."""
+    active = AgentRun.objects.filter(tree_parent_id=OuterRef("pk"), status__in=[s.value for s in ACTIVE])
+    return list(
+        AgentRun.objects.filter(status=RunStatus.WAITING_FOR_CHILDREN)
+        .filter(~Exists(active))
+        .order_by()
+        .values_list("pk", flat=True)[:limit]
+    )
 
 
 def parent_of(run_id: uuid.UUID) -> uuid.UUID | None:

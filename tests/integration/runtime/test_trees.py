@@ -214,3 +214,22 @@ def test_a_spawn_after_the_cancel_committed_creates_nothing():
     assert not AgentRun.objects.filter(tree_parent_id=mid.pk).exists()
     assert AgentRun.objects.get(pk=mid.pk).cancel_detail["inherited"]["run_id"] == str(root.pk)
     assert uuid.UUID(str(root.pk))
+
+
+def test_a_parent_whose_wake_never_came_is_woken_by_the_reaper_s_pass(runtime, no_redis, monkeypatch):  # noqa: F811
+    """The last child's process died between its end and the wake: the maintenance pass wakes it."""
+    from nrllm_agents.runtime import trees as runtime_trees
+
+    agent("quick", [{"content": "quick answer"}])
+    agent("waiter", [calls("quick", 2), {"content": "woken"}], ("quick",))
+    monkeypatch.setattr(runtime_trees, "wake", lambda parent, dispatch: None)  # the wake is lost
+    root_id = runtime.enqueue({"agent": "waiter", "prompt": "go"})
+    assert waits.wait_local_idle(60)
+    assert AgentRun.objects.get(pk=root_id).status == RunStatus.WAITING_FOR_CHILDREN
+    assert tree_store.stranded_parents() == [root_id]
+    monkeypatch.undo()
+    runtime.reap()
+    assert waits.wait_local_idle(60)
+    root = AgentRun.objects.get(pk=root_id)
+    assert (root.status, root.final_text) == (RunStatus.COMPLETED, "woken")
+    assert tree_store.stranded_parents() == []
