@@ -35,7 +35,7 @@ _RUN = AgentRun._meta.db_table
 @dataclass(frozen=True)
 class Child:
     """A child run to create: its row's columns, the request its worker rehydrates, and the
-    sub-agent call it answers."""
+    sub-agent call it answers. Its place in the tree (parent, root, depth) is the spawn's."""
 
     call_id: str
     fields: dict[str, Any]
@@ -94,7 +94,8 @@ def spawn(
     """
     created: list[uuid.UUID] = []
     with transaction.atomic():
-        _lock(root_of(parent_id) or parent_id, "SHARE")
+        root = root_of(parent_id) or parent_id
+        _lock(root, "SHARE")
         n = owned(parent_id, owner).update(
             status=RunStatus.WAITING_FOR_CHILDREN,
             suspended_state=state,
@@ -105,6 +106,7 @@ def spawn(
         if not n:
             status = runs.probe_status(parent_id, fail_soft=False)
             return Transition(False, status, status)
+        depth = AgentRun.objects.filter(pk=parent_id).values_list("tree_depth", flat=True).get()
         existing = set(
             AgentRun.objects.filter(
                 tree_parent_id=parent_id, tree_call_id__in=[c.call_id for c in children]
@@ -113,7 +115,8 @@ def spawn(
         for child in children:
             if child.call_id in existing:
                 continue
-            row = runs.create_queued({**child.fields, "tree_call_id": child.call_id}, child.request_payload)
+            place = {"tree_parent_id": parent_id, "tree_root_id": root, "tree_depth": depth + 1}
+            row = runs.create_queued({**child.fields, **place, "tree_call_id": child.call_id}, child.request_payload)
             created.append(row.pk)
     return Transition(True, RunStatus.WAITING_FOR_CHILDREN, RunStatus.RUNNING, {"children": created})
 
