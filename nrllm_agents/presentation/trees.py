@@ -53,3 +53,34 @@ def tree_dict(run: AgentRun) -> dict[str, Any]:
             "cost_estimated": estimated,
         },
     }
+
+
+def outline(run: AgentRun) -> list[dict[str, Any]]:
+    """The tree below and including ``run``, depth first in the order the children were created:
+    one entry per run (its id, depth, agent, status, tokens, cost)."""
+    root = run.tree_root_id or run.pk
+    rows = {
+        r.pk: r
+        for r in AgentRun.objects.filter(pk__in=[run.pk, *tree_store.subtree(run.pk, root)]).order_by(
+            "created_at", "pk"
+        )
+    }
+    below: dict[Any, list[AgentRun]] = {}
+    for r in rows.values():
+        below.setdefault(r.tree_parent_id, []).append(r)
+    entries: list[dict[str, Any]] = []
+    stack = [run]
+    while stack:
+        r = stack.pop()
+        entries.append(
+            {
+                "run_id": str(r.pk),
+                "depth": r.tree_depth,
+                "agent": (r.agent_snapshot or {}).get("name"),
+                "status": r.status,
+                "tokens": r.prompt_tokens + r.completion_tokens,
+                "cost": amount_text(r.cost),
+            }
+        )
+        stack.extend(reversed(below.get(r.pk, [])))
+    return entries
