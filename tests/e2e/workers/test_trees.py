@@ -65,3 +65,47 @@ def test_a_cancel_of_the_root_interrupts_every_leaf_of_a_tree_run_by_workers(run
             llm = AgentRunEvent.objects.get(run=run, kind="llm")
             assert llm.payload["interrupted"] is True
     assert not AgentRunEvent.objects.filter(run__tree_root_id=root_id, kind="tool").exists()
+
+
+def test_a_worker_sigkilled_mid_tree_loses_nothing_and_the_tree_completes(runtime, queue, worker_env, tmp_path):
+    """SIGKILL of the worker while 3 children stream: the parent keeps waiting (it holds no
+    worker), the reaper requeues the children once their leases lapse, a second worker completes
+    them, and their end wakes the parent: every stream gap-free, no step lost or repeated."""
+    from django.utils import timezone
+
+    env = {**worker_env, "NRLLM_LEASE_SECONDS": "3"}
+    agent("helper", [{"delay": 4, "content": "helped"}])
+    agent("lead", [calls("helper", 3), {"content": "all helped"}], ("helper",))
+    victim = Workers(env, count=1, log_dir=tmp_path / "a", command="agent_worker", extra_args=("--concurrency", "4"))
+    victim.start()
+    try:
+        root_id = runtime.enqueue({"agent": "lead", "prompt": "go"})
+        children = AgentRun.objects.filter(tree_parent_id=root_id)
+        wait_for(
+            lambda: AgentRunEvent.objects.filter(run__tree_parent_id=root_id, kind="request").count() == 3,
+            timeout=60,
+            what="three children streaming",
+        )
+        victim.kill(0)
+    finally:
+        victim.stop()
+    assert AgentRun.objects.get(pk=root_id).status == RunStatus.WAITING_FOR_CHILDREN
+    assert children.filter(status=RunStatus.RUNNING).count() == 3  # nobody settles for the dead
+    wait_for(
+        lambda: not children.filter(status=RunStatus.RUNNING, lease_expires__gt=timezone.now()).exists(),
+        timeout=30,
+        what="the leases to lapse",
+    )
+    assert len(runtime.reap().requeued) == 3
+    with Workers(env, count=1, log_dir=tmp_path / "b", command="agent_worker", extra_args=("--concurrency", "4")):
+        wait_for(lambda: AgentRun.objects.get(pk=root_id).status == RunStatus.COMPLETED, timeout=90, what="the tree")
+    assert AgentRun.objects.get(pk=root_id).final_text == "all helped"
+    for run in runs_of(root_id):
+        sequences = list(AgentRunEvent.objects.filter(run=run).order_by("sequence").values_list("sequence", flat=True))
+        assert sequences == list(range(len(sequences)))
+    for child in children:
+        assert child.status == RunStatus.COMPLETED and child.attempts == 1
+        kinds = list(AgentRunEvent.objects.filter(run=child).order_by("sequence").values_list("kind", flat=True))
+        assert kinds == ["request", "request", "llm"]  # killed inside its model call: asked again once
+    root_kinds = list(AgentRunEvent.objects.filter(run_id=root_id).order_by("sequence").values_list("kind", flat=True))
+    assert root_kinds == ["request", "llm", "tool", "tool", "tool", "request", "llm"]
