@@ -233,3 +233,26 @@ def test_a_parent_whose_wake_never_came_is_woken_by_the_reaper_s_pass(runtime, n
     root = AgentRun.objects.get(pk=root_id)
     assert (root.status, root.final_text) == (RunStatus.COMPLETED, "woken")
     assert tree_store.stranded_parents() == []
+
+
+def test_an_approval_pending_in_a_child_is_closed_by_the_cancel_of_the_root(runtime, no_redis):  # noqa: F811
+    from nrllm_agents.runtime.agent_runtime import ApprovalNotPending
+
+    note = {"tool_calls": [{"name": "write_note", "arguments": {"title": "t", "body": "b"}}]}
+    definition = {"provider": "scripted", "script": [note, {"content": "noted"}], "tools": ["write_note"]}
+    catalog.save("gated", definition, description="writes a note")
+    agent("boss", [calls("gated", 1), {"content": "never"}], ("gated",))
+    root_id = runtime.enqueue({"agent": "boss", "prompt": "note it"})
+    child = wait_for(
+        lambda: AgentRun.objects.filter(tree_parent_id=root_id, status=RunStatus.WAITING_FOR_APPROVAL).first(),
+        timeout=30,
+        what="the child waiting for approval",
+    )
+    runtime.cancel(root_id, source=CancelSource.ADMIN, reason="drop it")
+    child.refresh_from_db()
+    assert (child.status, child.suspended_state) == (RunStatus.CANCELLED, None)
+    with pytest.raises(ApprovalNotPending):
+        runtime.approve(child.pk, True)
+    last = AgentRunEvent.objects.filter(run=child).order_by("-sequence").first()
+    assert last.kind == "cancelled" and last.payload["inherited"]["source"] == "admin"
+    assert waits.wait_local_idle(30)
