@@ -85,6 +85,9 @@ class ToolLoop:
     on_delta: receives ``(round, text)`` as a streaming model call produces its answer.
     price: the model's price in force for this drive; each model call's usage (and step)
         then carries its cost, and the step the price it was costed at.
+    before_call: called with the transcript right before a model call starts, before its gate
+        (the runtime reserves the call's worst case against the shared budgets there); may
+        raise to stop the loop, nothing of the call having started.
     carrier: called right before a model call (with ``None``) or a tool call (with the call)
         starts, after every gate; returns the headers that carry the trace context to that
         call (``CallContext.headers``). ``None`` (nothing traces): the loop does nothing more.
@@ -104,6 +107,7 @@ class ToolLoop:
         on_delta: Callable[[int, str], None] | None = None,
         price: Price | None = None,
         carrier: Callable[[ToolCall | None], Mapping[str, str]] | None = None,
+        before_call: Callable[[Sequence[Mapping[str, Any]]], None] | None = None,
     ) -> None:
         self.provider = provider
         self.tools = dict(tools)
@@ -116,6 +120,7 @@ class ToolLoop:
         self.on_delta = on_delta
         self.price = price
         self.carrier = carrier
+        self.before_call = before_call
         self._schemas = [schema(t) for t in self.tools.values()]
         self._provider_context = accepts_context(provider.complete)
         self._tool_context = {name: accepts_context(t.execute) for name, t in self.tools.items()}
@@ -209,6 +214,8 @@ class ToolLoop:
                     },
                 )
             )
+            if self.before_call is not None:
+                self.before_call(state.messages)
             self._gate(waits=not getattr(self.provider, "instant", False))
             headers = self.carrier(None) if self.carrier is not None else None
             t0 = time.perf_counter()

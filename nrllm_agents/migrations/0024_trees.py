@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('nrllm_agents', '0022_cancel_source_code'),
+        ('nrllm_agents', '0023_budgets'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
