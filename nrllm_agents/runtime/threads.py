@@ -215,10 +215,11 @@ def thread_of(run_id: uuid.UUID) -> uuid.UUID | None:
 
 
 def took_a_turn() -> Exists:
-    """Runs whose model was called (an ``llm`` step, whole, interrupted or failed): the ones that
-    leave a turn. A run that never got there (cancelled while queued, its only step the
-    ``cancelled`` one; or stopped after its ``thread`` step, before its first call) leaves none."""
-    return Exists(AgentRunEvent.objects.filter(run_id=OuterRef("pk"), kind=StepKind.LLM))
+    """Runs that started: they recorded their opening ``thread`` step, and so leave a turn (their
+    message, and whatever answer they recorded: whole, interrupted, or none when a cancel came
+    before the first model call: the user's message is never lost). A run that never started
+    (cancelled while queued: its only step the ``cancelled`` one) leaves none."""
+    return Exists(AgentRunEvent.objects.filter(run_id=OuterRef("pk"), kind=StepKind.THREAD))
 
 
 def transcript(thread_id: uuid.UUID, *, before: int | None = None) -> tuple[list[dict[str, Any]], uuid.UUID | None]:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import django
+
 from django.db import connections
 
 __all__ = ["check_pooled_connection", "check_pools_before_use", "pool_max_size", "pooled", "release_connection"]
@@ -81,7 +83,8 @@ def check_pooled_connection(conn: Any) -> None:
 
 def check_pools_before_use() -> list[str]:
     """Give every PostgreSQL pool of ``DATABASES`` that has no ``check`` of its own
-    ``check_pooled_connection`` (``pool: True`` becomes a dict with it). Called from the app's
+    ``check_pooled_connection`` (``pool: True`` becomes a dict with it); before Django 6.1, which
+    passes its own ``check=``, ``CONN_HEALTH_CHECKS`` instead (psycopg_pool's plain check). Called from the app's
     ``ready()``, before any pool is built (Django builds it at the first connection). Returns the
     aliases it changed."""
     from django.conf import settings
@@ -94,7 +97,11 @@ def check_pools_before_use() -> list[str]:
             continue
         if pool is True:
             pool = options["pool"] = {}
-        if isinstance(pool, dict) and not pool.get("check"):
+        if not isinstance(pool, dict) or pool.get("check") or config.get("CONN_HEALTH_CHECKS"):
+            continue
+        if django.VERSION >= (6, 1):  # the pool's own "check" option overrides Django's
             pool["check"] = check_pooled_connection
-            changed.append(alias)
+        else:  # Django passes check= itself (an option of that name is a TypeError): ask for its own
+            config["CONN_HEALTH_CHECKS"] = True
+        changed.append(alias)
     return changed
