@@ -76,7 +76,7 @@ DEFAULTS: dict[str, Any] = {
     "DEFAULT_TOOLS": ["calculator", "current_time", "sleep"],
     "DEFAULT_MAX_ITERATIONS": 10,
     "MAX_ITERATIONS_LIMIT": 100,
-    # Limits per run (nrllm_agents.runtime.budgets). A request may set its own up to the *_LIMIT bound;
+    # Limits per run (nrllm_agents.runtime.limits). A request may set its own up to the *_LIMIT bound;
     # one that sets none gets the default (None: no deadline / no budget).
     # a run that sets no deadline stops after an hour (None: no deadline unless the request sets one)
     "DEFAULT_DEADLINE_SECONDS": Env("NRLLM_DEFAULT_DEADLINE_SECONDS", int, 3600),
@@ -88,6 +88,9 @@ DEFAULTS: dict[str, Any] = {
     "CURRENCY": Env("NRLLM_CURRENCY", str, "USD"),
     "DEFAULT_MAX_COST": None,
     "MAX_COST_LIMIT": "1000000",
+    # Shared budgets (nrllm_agents.store.budgets): the completion tokens a model call is taken to
+    # produce at worst when its provider states no max_tokens (what a call reserves beyond its prompt)
+    "BUDGET_MAX_TOKENS": Env("NRLLM_BUDGET_MAX_TOKENS", int, 4096),
     # Keys that encrypt connections' API keys at rest (nrllm_agents.crypto.vault): Fernet keys, a list
     # or a comma-separated string; the first encrypts, every one decrypts (rotation). Empty: in
     # development a key derived from SECRET_KEY; in production a system check error.

@@ -52,6 +52,7 @@ class TerminationReason(models.TextChoices):
     # key opens, a kind not installed, a tool gone): not retried, fixed by an operator
     CONFIGURATION_FAILED = "configuration_failed"
     INTERRUPTED_BY_MESSAGE = "interrupted_by_message"  # a new message of its thread interrupted it (threads.py)
+    BUDGET_EXHAUSTED = "budget_exhausted"  # a shared budget (Budget: user, group, agent, everyone) ran out
 
 
 class CancelSource(models.TextChoices):
@@ -168,7 +169,7 @@ class AgentRun(models.Model):
     stopped_at = models.DateTimeField(null=True, blank=True)
     cancel_detail = models.JSONField(null=True, blank=True)  # a limit's cancel: the limit and the measured value
 
-    # Limits (nrllm_agents.runtime.budgets): wall time excluding approval waits, and total token spend.
+    # Limits (nrllm_agents.runtime.limits): wall time excluding approval waits, and total token spend.
     deadline_seconds = models.PositiveIntegerField(null=True, blank=True)
     max_total_tokens = models.PositiveBigIntegerField(null=True, blank=True)
     max_cost = models.DecimalField(max_digits=24, decimal_places=12, null=True, blank=True)  # in CURRENCY
@@ -454,3 +455,96 @@ class AgentVersion(models.Model):
     def snapshot(self) -> dict[str, Any]:
         """What a run records of the version it started from."""
         return {"name": self.agent.name, "version": self.version, "definition": self.definition}
+
+
+class BudgetScope(models.TextChoices):
+    """Whose runs a budget covers."""
+
+    USER = "user"  # the runs a user owns
+    GROUP = "group"  # the runs of every member of an auth Group (a team)
+    AGENT = "agent"  # the runs started from a saved agent (any version)
+    EVERYONE = "everyone"  # every run
+
+
+class BudgetWindow(models.TextChoices):
+    """How long a budget's spend counts before it starts again at zero, on calendar boundaries
+    in ``TIME_ZONE``."""
+
+    DAY = "day"  # from local midnight
+    MONTH = "month"  # from the first of the month, local midnight
+    TOTAL = "total"  # never resets
+
+
+class Budget(models.Model):
+    """A ceiling on what many runs spend together (``nrllm_agents.store.budgets``).
+
+    ``spent_*`` and ``runs`` count since ``period_start`` (the start of the current window: a
+    window that has passed counts as zero, and the next write moves ``period_start``);
+    ``reserved_*`` is the worst case of the model calls in flight (``BudgetHold``). Only
+    ``store.budgets`` writes the counters.
+    """
+
+    scope = models.CharField(max_length=16, choices=BudgetScope.choices)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    group = models.ForeignKey("auth.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    agent = models.ForeignKey("Agent", null=True, blank=True, on_delete=models.CASCADE, related_name="budgets")
+    window = models.CharField(max_length=8, choices=BudgetWindow.choices, db_column="time_window")
+    max_cost = models.DecimalField(max_digits=24, decimal_places=12, null=True, blank=True)  # in CURRENCY
+    max_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    max_runs = models.PositiveIntegerField(null=True, blank=True)
+    spent_cost = models.DecimalField(max_digits=24, decimal_places=12, default=0, editable=False)
+    spent_tokens = models.BigIntegerField(default=0, editable=False)
+    runs = models.PositiveIntegerField(default=0, editable=False)
+    reserved_cost = models.DecimalField(max_digits=24, decimal_places=12, default=0, editable=False)
+    reserved_tokens = models.BigIntegerField(default=0, editable=False)
+    period_start = models.DateTimeField(default=timezone.now, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["scope", "window", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    models.Q(scope="user", user__isnull=False, group__isnull=True, agent__isnull=True)
+                    | models.Q(scope="group", user__isnull=True, group__isnull=False, agent__isnull=True)
+                    | models.Q(scope="agent", user__isnull=True, group__isnull=True, agent__isnull=False)
+                    | models.Q(scope="everyone", user__isnull=True, group__isnull=True, agent__isnull=True)
+                ),
+                name="budget_scope_subject",
+            ),
+            models.UniqueConstraint(fields=["user", "window"], name="budget_user_window"),
+            models.UniqueConstraint(fields=["group", "window"], name="budget_group_window"),
+            models.UniqueConstraint(fields=["agent", "window"], name="budget_agent_window"),
+            models.UniqueConstraint(
+                fields=["window"], condition=models.Q(scope="everyone"), name="budget_everyone_window"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject} per {self.window}" if self.window != BudgetWindow.TOTAL else f"{self.subject} in total"
+
+    @property
+    def subject(self) -> str:
+        """Whose budget, in words: ``user alice``, ``group research``, ``agent triage``, ``everyone``."""
+        named = {"user": self.user, "group": self.group, "agent": self.agent}.get(self.scope)
+        if named is None:
+            return "everyone"
+        name = named.get_username() if hasattr(named, "get_username") else getattr(named, "name", "")
+        return f"{self.scope} {name}"
+
+
+class BudgetHold(models.Model):
+    """The worst-case cost of one model call in flight, reserved against one budget until the
+    call ends (its actual cost then replaces it) or the reaper finds its segment dead."""
+
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="holds")
+    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="+", db_index=True)
+    owner = models.CharField(max_length=200)  # the segment that holds it (AgentRun.claimed_by)
+    cost = models.DecimalField(max_digits=24, decimal_places=12, default=0)
+    tokens = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["budget"], name="budgethold_budget")]

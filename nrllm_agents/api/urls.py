@@ -12,7 +12,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.permissions import IsAuthenticated
 
-from . import agents, connections, forks, stream, threads, tools, views
+from . import agents, budgets, connections, forks, stream, threads, tools, views
 from .schema import SCHEMA_SETTINGS
 
 app_name = "nrllm_api"
@@ -49,6 +49,8 @@ urlpatterns = [
     path("agents/<str:name>/", agents.AgentDetailView.as_view(), name="agent-detail"),
     path("connections/", connections.ConnectionListView.as_view(), name="connection-list"),
     path("connections/<str:name>/", connections.ConnectionDetailView.as_view(), name="connection-detail"),
+    path("budgets/", budgets.BudgetListView.as_view(), name="budget-list"),
+    path("budgets/<str:id>/", budgets.BudgetDetailView.as_view(), name="budget-detail"),
     path("tools/", tools.ToolListView.as_view(), name="tool-list"),
     path("threads/", threads.ThreadListCreateView.as_view(), name="thread-list"),
     path("threads/<str:id>/", threads.ThreadDetailView.as_view(), name="thread-detail"),

@@ -80,6 +80,8 @@ class ToolLoop:
         step); may raise to stop the loop (the runtime re-checks the row there).
     on_delta: receives ``(round, text)`` as a streaming model call produces its answer.
     price: the model's price in force for this drive; each model call's usage and step carry its cost.
+    before_call: called with the transcript right before a model call, before its gate (the runtime
+        reserves the call's worst case against the shared budgets there); may raise to stop the loop.
     carrier: called right before a model call (``None``) or a tool call (the call) starts, after
         every gate; returns the trace context's headers for it (``CallContext.headers``), or ``None``.
     """
@@ -98,6 +100,7 @@ class ToolLoop:
         on_delta: Callable[[int, str], None] | None = None,
         price: Price | None = None,
         carrier: Callable[[ToolCall | None], Mapping[str, str]] | None = None,
+        before_call: Callable[[Sequence[Mapping[str, Any]]], None] | None = None,
     ) -> None:
         self.provider = provider
         self.tools = dict(tools)
@@ -110,6 +113,7 @@ class ToolLoop:
         self.on_delta = on_delta
         self.price = price
         self.carrier = carrier
+        self.before_call = before_call
         self._schemas = [schema(t) for t in self.tools.values()]
         self._provider_context = accepts_context(provider.complete)
         self._tool_context = {name: accepts_context(t.execute) for name, t in self.tools.items()}
@@ -201,6 +205,8 @@ class ToolLoop:
                     },
                 )
             )
+            if self.before_call is not None:
+                self.before_call(state.messages)
             self._gate(waits=not getattr(self.provider, "instant", False))
             headers = self.carrier(None) if self.carrier is not None else None
             t0 = time.perf_counter()

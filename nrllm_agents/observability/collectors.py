@@ -52,7 +52,31 @@ def run_state() -> dict[str, Any]:
     except Exception as exc:  # Redis down: the database gauges still answer
         logger.warning("metrics: reading the queue depth failed (%s)", type(exc).__name__)
         queue = None
-    return {"status": counts, "lease_expired": expired, "queue": queue}
+    return {"status": counts, "lease_expired": expired, "queue": queue, "budgets": budget_use()}
+
+
+MAX_BUDGET_SERIES = 100  # budgets shown (the first by id): the labels stay bounded whatever is configured
+
+
+def budget_use() -> list[tuple[list[str], dict[str, float | None]]]:
+    """Each budget's labels (``budget`` id, ``scope``, ``window``: no names) and its spent,
+    reserved and left cost and tokens (``None`` where it has no such ceiling)."""
+    from ..models import Budget
+    from ..store.budgets import use
+
+    rows = []
+    for budget in Budget.objects.order_by("pk")[:MAX_BUDGET_SERIES]:
+        u = use(budget)
+        values: dict[str, float | None] = {
+            "spent_cost": float(u.spent_cost),
+            "spent_tokens": float(u.spent_tokens),
+            "reserved_cost": float(u.reserved_cost),
+            "reserved_tokens": float(u.reserved_tokens),
+            "left_cost": None if u.left_cost is None else float(u.left_cost),
+            "left_tokens": None if u.left_tokens is None else float(u.left_tokens),
+        }
+        rows.append(([str(budget.pk), budget.scope, budget.window], values))
+    return rows
 
 
 def queue_depth() -> dict[str, int] | None:
@@ -108,3 +132,24 @@ class RunStateCollector(Collector):
             for state, n in sorted(data["queue"].items()):
                 jobs.add_metric([state], n)
             yield jobs
+        yield from _budget_gauges(data.get("budgets") or [])
+
+
+def _budget_gauges(rows: list[tuple[list[str], dict[str, float | None]]]) -> Iterator[GaugeMetricFamily]:
+    """``nrllm_budget_{spent,reserved,left}{budget,scope,window,unit}``: unit ``cost`` (in the
+    currency of the prices) or ``tokens``; ``left`` only for a ceiling the budget has."""
+    labels = ["budget", "scope", "window", "unit"]
+    families = {
+        "spent": GaugeMetricFamily("nrllm_budget_spent", "Spent in the budget's current window.", labels=labels),
+        "reserved": GaugeMetricFamily(
+            "nrllm_budget_reserved", "Held by the model calls in flight (their worst case).", labels=labels
+        ),
+        "left": GaugeMetricFamily("nrllm_budget_left", "Left under the budget's ceiling now.", labels=labels),
+    }
+    for names, values in rows:
+        for what, family in families.items():
+            for unit in ("cost", "tokens"):
+                value = values.get(f"{what}_{unit}")
+                if value is not None:
+                    family.add_metric([*names, unit], value)
+    yield from families.values()

@@ -1,5 +1,5 @@
 """The one entry point, ``AgentRuntime``, and the life of a segment: the ladder, the trace hook of
-a segment (``segment``), budgets and deadlines (``budgets``), forks and threads."""
+a segment (``segment``), per-run limits (``limits``), forks and threads."""
 
 from .agent_runtime import AgentRuntime, CancelResult
 

@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from .. import store
+from ..admission.budgets import admit
 from ..domain import (
     LoopResult,
     LoopState,
@@ -41,9 +42,9 @@ from ..presentation.outcomes import (
     parse_run_id,
 )
 from ..presentation.presenters import event_dict
+from ..store import budgets
 from ..validation.run_request import InvalidRequest, RunRequest
-from . import budgets as limits
-from . import forks, threads
+from . import forks, limits, threads
 from .runner import SegmentRunner, run_result
 from .segment import DeltaObserver, SegmentTrace, StepObserver, identity
 
@@ -96,9 +97,11 @@ class AgentRuntime:
         """Execute a new run in this process, streaming steps to ``on_step`` and the model's
         text, as it is written, to ``on_delta``.
 
-        Raises ``InvalidRequest`` for a bad request; never raises for a run outcome.
+        Raises ``InvalidRequest`` for a bad request, ``BudgetRefused`` when a shared budget
+        covering it has nothing left; never raises for a run outcome.
         """
         request = request if isinstance(request, RunRequest) else RunRequest.from_mapping(request)
+        _admit(owner, request)
         segment = identity("interactive")
         run = store.begin(
             {**request.row_fields(), "owner": owner, **tracing.stored()},
@@ -209,6 +212,7 @@ class AgentRuntime:
         wake: bool = True,
     ) -> tuple[uuid.UUID, dict[str, bool]]:
         request = request if isinstance(request, RunRequest) else RunRequest.from_mapping(request)
+        _admit(owner, request)
         row = {**request.row_fields(), "owner": owner, **tracing.stored(), **(fields or {})}  # continues the trace
         run = store.create_queued(row, request.as_dict())
         observe.started(run, "queued")
@@ -244,6 +248,7 @@ class AgentRuntime:
         ``from_sequence`` or override), ``EnqueueError`` like ``enqueue``.
         """
         plan = forks.plan(parse_run_id(parent_id), from_sequence, overrides)
+        _admit(owner, plan.request)
         fields = {**plan.request.row_fields(), "owner": owner, **plan.lineage, **tracing.stored()}
         if queued:
             robust = transaction.get_connection().in_atomic_block  # as in enqueue
@@ -382,6 +387,8 @@ class AgentRuntime:
         swept = limits.sweep(limit=limit, dry_run=dry_run)
         report = store.reap(limit=limit, dry_run=dry_run)
         report.deadline_cancelled = len(swept.cancelled)
+        if not dry_run:  # after the requeues: a reaped run's segment is dead, and so is its hold
+            report.holds_released = budgets.release_dead()
         for run_id in [] if dry_run else report.requeued:
             try:
                 self.segments.dispatch_run(run_id)
@@ -402,3 +409,8 @@ class AgentRuntime:
         if run is None:
             raise RunNotFound(run_id)
         return run
+
+
+def _admit(owner: Any, request: RunRequest) -> None:
+    """Count the new run against the shared budgets covering it; raises ``BudgetRefused``."""
+    admit(owner, request.agent_record["id"] if request.agent_record else None)

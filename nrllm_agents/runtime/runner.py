@@ -38,8 +38,7 @@ from ..observability import hooks as observe
 from ..presentation.outcomes import Outcome, RunResult
 from ..store.retries import RetryPolicy
 from ..validation.run_request import RunRequest
-from . import budgets as limits
-from . import signals, threads
+from . import limits, signals, threads
 from .segment import SegmentTrace
 
 logger = logging.getLogger(__name__)
@@ -185,8 +184,10 @@ class SegmentRunner:
         self, run_id: uuid.UUID, request: RunRequest, trace: SegmentTrace, drive: Callable[[ToolLoop], LoopResult]
     ) -> RunResult:
         try:
+            provider, price = registry.build_provider(request, run_id), pricing.for_request(request)
+            trace.spend.arm(provider, price)
             loop = ToolLoop(
-                registry.build_provider(request, run_id),
+                provider,
                 registry.build_tools(request.tools, run_id),
                 trace=trace,
                 max_iterations=request.max_iterations,
@@ -195,7 +196,8 @@ class SegmentRunner:
                 token=trace.token,
                 before_start=trace.before_start,
                 on_delta=trace.delta,
-                price=pricing.for_request(request),  # once per segment: the price in force now
+                price=price,  # once per segment: the price in force now
+                before_call=trace.before_call,
                 carrier=trace.spans.starting if trace.spans is not None else None,  # traced: spans per call
             )
             result = drive(loop)

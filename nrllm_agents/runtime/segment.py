@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -38,8 +38,7 @@ from ..observability import hooks as observe
 from ..presentation.presenters import event_dict, step_dict
 from ..store import Lease
 from ..store.db import release_connection
-from . import budgets as limits
-from . import signals
+from . import limits, signals, spend
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +128,7 @@ class SegmentTrace:
         self._delta_round = -1
         self._delta_offset = 0
         self.limits = limits.Enforcer(run_id)
+        self.spend = spend.Spend(run_id, owner)
         self.spans: Any = None  # the segment's spans while this process traces (observability.spans)
 
     @property
@@ -140,9 +140,12 @@ class SegmentTrace:
             # Cut short by a shutdown, not a cancel: record nothing; the next worker repeats it.
             raise SegmentInterrupted()
         sequence, created_at = self.next_sequence, timezone.now()
-        if step.kind == StepKind.LLM and not step.payload.get("failed"):  # a failed call is no iteration
-            self.usage = self.usage + Usage.from_dict(step.payload.get("usage"))
-            self.iterations += 1
+        if step.kind == StepKind.LLM:
+            spent = Usage() if step.payload.get("failed") else Usage.from_dict(step.payload.get("usage"))
+            if not step.payload.get("failed"):  # a failed call is no iteration
+                self.usage = self.usage + spent
+                self.iterations += 1
+            self.spend.settle(spent)  # the call's actual cost replaces its reservation
         self.round = step.round
         if self.on_step is not None:  # building the dict is work the hot path skips when nobody watches
             self._notify(step_dict(**store.step_columns(self.run_id, sequence, step, created_at)))
@@ -197,9 +200,19 @@ class SegmentTrace:
 
     def ended(self) -> None:
         """The segment is over: a shutdown of this process has nothing more to hand back for it.
-        (Its token could outlive it in a reference cycle; the set must not wait for the GC.)"""
+        (Its token could outlive it in a reference cycle; the set must not wait for the GC.)
+        A reservation still held (its call never ran) is given back."""
+        self.spend.release()
         with _handing_back_lock:
             _queued_tokens.discard(self.token)
+
+    def before_call(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Right before a model call: reserve its worst case against the shared budgets; one that
+        has no room stops the run (``budget_exhausted``) before the call starts."""
+        refused = self.spend.reserve(messages)
+        if refused is not None:
+            spend.stop(self.run_id, refused)
+            raise RunCancellationRequested(boundary_sequence=self.last_sequence)
 
     def before_start(self, waits: bool = True) -> None:
         """Right before a model call or tool starts: after a boundary that could not renew the

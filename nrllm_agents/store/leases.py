@@ -209,13 +209,15 @@ class ReapReport:
     acknowledged: int = 0  # cancelled runs whose segment died before acknowledging
     skipped: int = 0  # came back to life (heartbeat) between scan and write
     dry_run: bool = False
-    deadline_cancelled: int = 0  # overdue runs nothing was executing, cancelled first (nrllm_agents.runtime.budgets)
+    deadline_cancelled: int = 0  # overdue runs nothing was executing, cancelled first (nrllm_agents.runtime.limits)
+    holds_released: int = 0  # budget reservations of dead segments given back (store.budgets.release_dead)
     reaped: list[Reaped] = field(default_factory=list)  # every write tried, in order (none on a dry run)
 
     def summary(self) -> str:
         parts = [f"{self.deadline_cancelled} cancelled (deadline_exceeded)"] if self.deadline_cancelled else []
         parts += [f"{len(self.requeued)} requeued"]
         parts += [f"{n} dead-lettered ({reason})" for reason, n in sorted(self.dead_lettered.items())]
+        parts += [f"{self.holds_released} budget reservations released"] if self.holds_released else []
         parts += [f"{self.acknowledged} cancel acknowledged", f"{self.skipped} skipped (alive)"]
         return ("would have: " if self.dry_run else "") + ", ".join(parts)
 

@@ -21,6 +21,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from .. import admission
 from ..access import policy
+from ..admission.budgets import BudgetRefused
+from ..catalog import budgets
 from ..executors.dispatch import EnqueueError
 from ..http import answers
 from ..models import ACTIVE, TERMINAL, AgentRun, CancelSource, RunStatus
@@ -83,6 +85,7 @@ def _page(
     request: HttpRequest, *, form: RunForm | None = None, run: AgentRun | None = None, status: int = 200
 ) -> HttpResponse:
     context: dict[str, Any] = {"form": form or RunForm(), "run": run, **recent_runs(request)}
+    context["budgets"] = [budgets.as_dict(b) for b in budgets.covering_user(request.user)]
     if run is not None:
         events = AgentRuntime().events(run.pk)
         status_dict = run_status_dict(run)
@@ -184,6 +187,12 @@ def start_run(request: HttpRequest) -> HttpResponse:
             queued = runtime.submit(run_request, owner=request.user)
         except EnqueueError as exc:  # the run was settled failed (enqueue_failed)
             return _refused(request, exc.run_id, exc)
+        except BudgetRefused as exc:  # nothing was started: the API's 429, in the page's words
+            answer = _capacity(exc)
+            if wants_json(request):
+                return answers.json_response(answer)
+            messages.error(request, answer.message)
+            return redirect("nrllm_web:playground")
         wording = queued_wording(queued.outcome)  # a queue outage is still a success: the run waits for it
         level = messages.SUCCESS if queued.outcome == Outcome.QUEUED else messages.WARNING
         return _answer(
@@ -198,7 +207,7 @@ def start_run(request: HttpRequest) -> HttpResponse:
         run_id = interactive.launch(
             lambda on_step: runtime.run(run_request, owner=request.user, on_step=on_step), user_key=request.user.pk
         )
-    except (interactive.LaunchTimeout, interactive.AtCapacity) as exc:
+    except (interactive.LaunchTimeout, interactive.AtCapacity, BudgetRefused) as exc:
         answer = _capacity(exc)
         if wants_json(request):
             return answers.json_response(answer)
@@ -207,8 +216,8 @@ def start_run(request: HttpRequest) -> HttpResponse:
     return _answer(request, run_id, 201, messages.SUCCESS, "Run started.")
 
 
-def _capacity(exc: interactive.AtCapacity | interactive.LaunchTimeout) -> answers.Answer:
-    """What the one mapping answers to a run this process could not start now."""
+def _capacity(exc: interactive.AtCapacity | interactive.LaunchTimeout | BudgetRefused) -> answers.Answer:
+    """What the one mapping answers to a run this process could not start now (or a budget refused)."""
     answer = answers.for_error(exc)
     assert answer is not None  # both name their status
     return answer

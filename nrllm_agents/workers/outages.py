@@ -105,6 +105,25 @@ class RidesOutOutages(_Base):
             process.kill()
             process.join(SCHEDULER_STOP_SECONDS)
 
+    def unsubscribe(self) -> None:
+        """RQ's, with a bounded wait for its pubsub thread.
+
+        RQ runs that thread with ``sleep_time=60``, and since redis-py 8.2 ``stop()`` joins it
+        without a timeout: once unsubscribed, the thread sleeps out its 60 s in ``get_message``,
+        and every warm shutdown took a minute. The thread is a daemon: it dies with the process.
+        """
+        thread, pubsub = self.pubsub_thread, self.pubsub
+        if not thread or pubsub is None:
+            return
+        self.log.info("Worker %s: unsubscribing from channel %s", self.name, self.pubsub_channel_name)
+        pubsub.unsubscribe()
+        try:
+            thread.stop(timeout=1)  # redis-py >= 8.2
+        except TypeError:
+            thread.stop()  # older redis-py: only clears its flag
+        thread.join(timeout=1)
+        pubsub.close()
+
     def teardown(self) -> None:
         try:
             super().teardown()  # type: ignore[no-untyped-call]

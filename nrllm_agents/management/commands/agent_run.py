@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from nrllm_agents.admission.budgets import BudgetRefused
 from nrllm_agents.executors.dispatch import EnqueueError, uses_rq
 from nrllm_agents.management import console, terminal
 from nrllm_agents.runtime import threads
@@ -78,6 +79,12 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            self._handle(options)
+        except BudgetRefused as exc:  # nothing was started: the same words as the API's 429 (exit 2)
+            raise console.usage_error(str(exc)) from None
+
+    def _handle(self, options: dict[str, Any]) -> None:
         if options["multitask"] and not options["thread"]:
             raise console.usage_error("--multitask goes with --thread")
         if options["thread"] is not None:

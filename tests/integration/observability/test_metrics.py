@@ -201,3 +201,27 @@ def test_enqueue_failures_and_outages_are_counted_apart(
     assert delta(after, before, "nrllm_runs_failed_total", reason="enqueue_failed", provider="scripted") == int(
         not outage
     )
+
+
+def test_each_budget_s_spent_reserved_and_left_are_gauges_with_bounded_labels(client, token_settings, alice):
+    from decimal import Decimal
+
+    from nrllm_agents.models import Budget
+
+    budget = Budget.objects.create(
+        scope="user",
+        user=alice,
+        window="day",
+        max_cost=Decimal("5"),
+        spent_cost=Decimal("1.25"),
+        reserved_cost=Decimal("0.5"),
+    )
+    samples = scrape(client)
+    labels = {"budget": str(budget.pk), "scope": "user", "window": "day", "unit": "cost"}
+    key = tuple(sorted(labels.items()))
+    assert samples[("nrllm_budget_spent", key)] == 1.25
+    assert samples[("nrllm_budget_reserved", key)] == 0.5
+    assert samples[("nrllm_budget_left", key)] == 3.25
+    tokens = tuple(sorted({**labels, "unit": "tokens"}.items()))
+    assert ("nrllm_budget_left", tokens) not in samples  # no token ceiling: nothing is left to say
+    assert not any("alice" in str(k) for k in samples)  # no names in the labels

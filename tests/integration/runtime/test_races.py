@@ -186,7 +186,7 @@ def test_claim_versus_cancel_exactly_one_wins(runtime):
 
 def test_a_limits_cancel_versus_an_operators_cancel_exactly_one_wins_and_its_record_stands(runtime):
     from nrllm_agents.domain import Usage
-    from nrllm_agents.runtime import budgets as limits
+    from nrllm_agents.runtime import limits
 
     wins = {"limit": 0, "operator": 0}
     for _ in range(ROUNDS):

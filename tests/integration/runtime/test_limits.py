@@ -12,7 +12,7 @@ from django.utils import timezone
 from nrllm_agents import store
 from nrllm_agents.domain import Usage
 from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
-from nrllm_agents.runtime import budgets as limits
+from nrllm_agents.runtime import limits
 from nrllm_agents.runtime.agent_runtime import Outcome
 from nrllm_agents.validation.run_request import InvalidRequest, RunRequest
 

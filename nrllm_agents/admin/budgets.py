@@ -1,0 +1,54 @@
+"""The admin of the shared budgets: their ceilings are edited here, their use is shown (the
+counters are ``store.budgets``' alone, read-only here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+
+from ..catalog import budgets
+from ..models import Budget
+from .bases import AnyModelAdmin
+
+
+@admin.register(Budget)
+class BudgetAdmin(AnyModelAdmin):
+    list_display = (
+        "__str__",
+        "scope",
+        "window",
+        "max_cost",
+        "max_tokens",
+        "max_runs",
+        "spent",
+        "reserved",
+        "left",
+        "resets",
+    )
+    list_filter = ("scope", "window")
+    search_fields = ("user__username", "group__name", "agent__name")
+    fields = ("scope", "user", "group", "agent", "window", "max_cost", "max_tokens", "max_runs")
+    raw_id_fields = ("user",)
+
+    @admin.display(description="spent")
+    def spent(self, obj: Budget) -> str:
+        d = budgets.as_dict(obj)
+        return f"{d['spent_cost']} {d['currency']} / {d['spent_tokens']} tokens / {d['runs']} runs"
+
+    @admin.display(description="reserved (in flight)")
+    def reserved(self, obj: Budget) -> str:
+        d = budgets.as_dict(obj)
+        return f"{d['reserved_cost']} / {d['reserved_tokens']} tokens"
+
+    @admin.display(description="left")
+    def left(self, obj: Budget) -> str:
+        d = budgets.as_dict(obj)
+        parts = [f"{d['left_cost']} {d['currency']}" if d["left_cost"] is not None else ""]
+        parts += [f"{d['left_tokens']} tokens" if d["left_tokens"] is not None else ""]
+        parts += [f"{d['left_runs']} runs" if d["left_runs"] is not None else ""]
+        return " / ".join(p for p in parts if p) or "-"
+
+    @admin.display(description="resets at")
+    def resets(self, obj: Budget) -> Any:
+        return budgets.as_dict(obj)["resets_at"] or "never"

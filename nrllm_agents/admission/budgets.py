@@ -1,0 +1,64 @@
+"""Admission under the shared budgets: a run that cannot start under one is refused.
+
+A run is admitted when every budget covering it has something left (cost and tokens) and room
+for one more run; the run is counted (``runs``) in the same all-or-nothing statement
+(``store.budgets.reserve``). The refusal names the budget, what is left and when it resets;
+every surface says it: REST 429, the playground's message, the CLI (exit 2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..conf import app_settings
+from ..domain.errors import Kind, KindedError
+from ..models import BudgetWindow
+from ..store import budgets
+from ..store.budgets import Refusal
+
+__all__ = ["BudgetRefused", "admit", "words"]
+
+
+def words(refusal: Refusal) -> str:
+    """The sentence every surface shows for a budget that refused a run or stopped one."""
+    u = refusal.use
+    budget = u.budget
+    span = "in total" if budget.window == BudgetWindow.TOTAL else f"per {budget.window}"
+    ceiling = {
+        "cost": (
+            budget.max_cost,
+            f"{_amount(refusal.left)} {app_settings.CURRENCY} left of {_amount(budget.max_cost)}",
+        ),
+        "tokens": (budget.max_tokens, f"{refusal.left} tokens left of {budget.max_tokens}"),
+        "runs": (budget.max_runs, f"{refusal.left} runs left of {budget.max_runs}"),
+    }[refusal.ceiling][1]
+    resets = f"; it resets at {u.resets_at.isoformat()}" if u.resets_at is not None else "; it does not reset"
+    return f"budget of {budget.subject} {span} is exhausted: {ceiling}{resets}"
+
+
+def _amount(value: Any) -> str:
+    text = f"{value:f}" if value is not None else "0"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+class BudgetRefused(KindedError):
+    """A budget covering the run has nothing left for it."""
+
+    kind = Kind.TOO_MANY
+
+    def __init__(self, refusal: Refusal) -> None:
+        self.refusal = refusal
+        super().__init__(words(refusal))
+
+    def subject(self) -> dict[str, Any]:
+        return {"budget": self.refusal.detail()}
+
+
+def admit(owner: Any, agent_version_id: int | None = None) -> None:
+    """Count one run of ``owner`` against every budget covering it, or raise ``BudgetRefused``
+    (nothing counted then). No budget: one indexed query, nothing written."""
+    owner_id = getattr(owner, "pk", None)
+    ids = budgets.covering(owner_id, agent_version_id)
+    refusal = budgets.reserve(ids, runs=1)
+    if refusal is not None:
+        raise BudgetRefused(refusal)

@@ -1,0 +1,124 @@
+"""``/api/budgets/``: the shared budgets with their use now (spent, reserved, left, reset time).
+
+Everyone reads the budgets covering their own runs (theirs, their groups', everyone's); staff
+read every budget and set or delete them (``catalog.budgets``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from ..catalog import budgets
+from ..models import Budget, BudgetScope, BudgetWindow
+from .base import RunAPIView, checked_body
+from .fields import StrictCharField
+from .responses import ErrorSerializer
+from .schema import AUTH_ERRORS, BAD_REQUEST
+
+ID = OpenApiParameter(
+    "id", OpenApiTypes.STR, OpenApiParameter.PATH, description="The budget's id.", pattern=r"^[0-9]{1,18}$"
+)
+FORBIDDEN = "Only staff may set or delete budgets."
+NOT_FOUND: dict[int, Any] = {404: OpenApiResponse(ErrorSerializer, "No budget with this id.")}
+
+
+class BudgetWriteSerializer(serializers.Serializer[Any]):
+    scope = serializers.ChoiceField(BudgetScope.choices)
+    subject = StrictCharField(
+        required=False, allow_blank=True, max_length=150, help_text="The username, group or agent name."
+    )
+    window = serializers.ChoiceField(BudgetWindow.choices)
+    max_cost = StrictCharField(required=False, allow_blank=True, max_length=40, help_text="A decimal amount.")
+    max_tokens = serializers.IntegerField(required=False, allow_null=True, min_value=0)
+    max_runs = serializers.IntegerField(required=False, allow_null=True, min_value=0)
+
+
+class BudgetSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    scope = serializers.ChoiceField(BudgetScope.choices)
+    subject = serializers.CharField()
+    window = serializers.ChoiceField(BudgetWindow.choices)
+    currency = serializers.CharField()
+    max_cost = serializers.CharField(allow_null=True)
+    max_tokens = serializers.IntegerField(allow_null=True)
+    max_runs = serializers.IntegerField(allow_null=True)
+    spent_cost = serializers.CharField()
+    spent_tokens = serializers.IntegerField()
+    runs = serializers.IntegerField()
+    reserved_cost = serializers.CharField()
+    reserved_tokens = serializers.IntegerField()
+    left_cost = serializers.CharField(allow_null=True)
+    left_tokens = serializers.IntegerField(allow_null=True)
+    left_runs = serializers.IntegerField(allow_null=True)
+    resets_at = serializers.DateTimeField(allow_null=True)
+
+
+def _staff(request: Request) -> None:
+    if not getattr(request.user, "is_staff", False):
+        raise PermissionDenied(FORBIDDEN)
+
+
+class BudgetListView(RunAPIView):
+    @extend_schema(
+        operation_id="budgets_list",
+        summary="The budgets covering your runs (staff: every budget), with their use now",
+        responses={200: BudgetSerializer(many=True), **AUTH_ERRORS, **BAD_REQUEST},
+    )
+    def get(self, request: Request) -> Response:
+        return Response([budgets.as_dict(b) for b in budgets.visible_to(request.user)])
+
+    @extend_schema(
+        operation_id="budgets_set",
+        summary="Create or change the budget of a subject for a window (staff)",
+        request=BudgetWriteSerializer,
+        responses={200: BudgetSerializer, 201: BudgetSerializer, **BAD_REQUEST, **AUTH_ERRORS},
+    )
+    def post(self, request: Request) -> Response:
+        _staff(request)
+        body = checked_body(request, BudgetWriteSerializer)
+        budget, created = budgets.set_budget(
+            body["scope"],
+            body.get("subject") or None,
+            body["window"],
+            max_cost=body.get("max_cost"),
+            max_tokens=body.get("max_tokens"),
+            max_runs=body.get("max_runs"),
+        )
+        return Response(budgets.as_dict(budget), status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class BudgetDetailView(RunAPIView):
+    def _row(self, id: str) -> Budget:
+        well_formed = id.isascii() and id.isdigit() and len(id) <= 18
+        row = budgets.visible_to(self.request.user).filter(pk=int(id)).first() if well_formed else None
+        if row is None:
+            raise NotFound("No budget with this id.")
+        return row
+
+    @extend_schema(
+        operation_id="budgets_retrieve",
+        summary="A budget with its use now",
+        parameters=[ID],
+        responses={200: BudgetSerializer, **AUTH_ERRORS, **NOT_FOUND},
+    )
+    def get(self, request: Request, id: str) -> Response:
+        return Response(budgets.as_dict(self._row(id)))
+
+    @extend_schema(
+        operation_id="budgets_destroy",
+        summary="Delete a budget (staff)",
+        parameters=[ID],
+        responses={204: None, **AUTH_ERRORS, **NOT_FOUND},
+    )
+    def delete(self, request: Request, id: str) -> Response:
+        row = self._row(id)
+        _staff(request)
+        row.delete()
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,73 @@
+"""``/api/budgets/``: staff write, everyone reads their own; a refused run answers 429 naming the budget."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from django.contrib.auth.models import Group
+
+from nrllm_agents.models import AgentRun, Budget
+
+from .conftest import token_client
+
+pytestmark = pytest.mark.django_db
+
+
+def test_staff_set_budgets_and_everyone_reads_only_the_ones_covering_them(alice, bob, staff):
+    team = Group.objects.create(name="research")
+    alice.groups.add(team)
+    admin = token_client(staff)
+    made = admin.post(
+        "/api/budgets/", {"scope": "user", "subject": "alice", "window": "day", "max_cost": "5.00"}, format="json"
+    )
+    assert made.status_code == 201 and made.json()["left_cost"] == "5" and made.json()["resets_at"]
+    again = admin.post(
+        "/api/budgets/", {"scope": "user", "subject": "alice", "window": "day", "max_cost": "6"}, format="json"
+    )
+    assert again.status_code == 200 and Budget.objects.get().max_cost == Decimal(6)
+    admin.post(
+        "/api/budgets/", {"scope": "group", "subject": "research", "window": "month", "max_tokens": 500}, format="json"
+    )
+    admin.post("/api/budgets/", {"scope": "user", "subject": "bob", "window": "total", "max_runs": 3}, format="json")
+    mine = token_client(alice).get("/api/budgets/").json()
+    assert sorted(b["subject"] for b in mine) == ["group research", "user alice"]
+    assert [b["subject"] for b in token_client(bob).get("/api/budgets/").json()] == ["user bob"]
+    assert len(admin.get("/api/budgets/").json()) == 3
+    bobs = Budget.objects.get(user=bob).pk
+    assert token_client(alice).get(f"/api/budgets/{bobs}/").status_code == 404
+    assert token_client(bob).delete(f"/api/budgets/{bobs}/").status_code == 403
+    assert (
+        token_client(alice)
+        .post("/api/budgets/", {"scope": "everyone", "window": "day", "max_runs": 1}, format="json")
+        .status_code
+        == 403
+    )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"scope": "user", "subject": "nobody", "window": "day", "max_cost": "1"},
+        {"scope": "user", "subject": "alice", "window": "week", "max_cost": "1"},
+        {"scope": "everyone", "window": "day"},
+        {"scope": "everyone", "window": "day", "max_cost": "NaN"},
+        {"scope": "everyone", "window": "day", "max_cost": "-1"},
+        {"scope": "everyone", "window": "day", "max_cost": "1e400"},
+    ],
+)
+def test_a_bad_budget_is_a_400_with_detail(staff, alice, body):
+    answer = token_client(staff).post("/api/budgets/", body, format="json")
+    assert answer.status_code == 400 and answer.json()
+    assert not Budget.objects.exists()
+
+
+def test_a_run_refused_by_a_budget_is_a_429_naming_it(api, alice):
+    Budget.objects.create(scope="user", user=alice, window="day", max_runs=1)
+    assert api.post("/api/runs/", {"prompt": "p"}, format="json").status_code in (201, 202)
+    refused = api.post("/api/runs/", {"prompt": "p"}, format="json")
+    assert refused.status_code == 429
+    body = refused.json()
+    assert "budget of user alice per day is exhausted: 0 runs left of 1" in body["detail"]
+    assert body["budget"]["ceiling"] == "runs" and body["budget"]["resets_at"]
+    assert AgentRun.objects.count() == 1
