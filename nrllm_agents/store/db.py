@@ -1,19 +1,13 @@
 """Database connections held only while used.
 
 A segment needs the database at its step boundaries, for milliseconds, and not during a model
-call that may take minutes. Between boundaries it gives its thread's connection back:
+call that may take minutes. Between boundaries it gives its thread's connection back: to the
+process's bounded pool (PostgreSQL with Django's psycopg pool), closed (SQLite, where opening one
+costs well under a millisecond), or kept (PostgreSQL without a pool, ``NRLLM_DB_POOL_MAX=0``).
+A thread about to sit idle for long (a pushed watcher between two pushes) gives it back even
+without a pool (``idle=True``), so an idle watcher holds no connection at all.
 
-- PostgreSQL with Django's psycopg pool (``OPTIONS["pool"]``, see ``config/settings.py``): the
-  connection returns to the process's bounded pool, so hundreds of concurrent segments share
-  at most ``max_size`` connections;
-- SQLite: the connection is closed (opening one costs well under a millisecond), so hundreds
-  of threads do not each keep a file handle and a page cache;
-- PostgreSQL without a pool (``NRLLM_DB_POOL_MAX=0``): kept, as before; a forking worker's work
-  horse then holds one connection for its one segment.
-
-A thread about to sit idle for long (a pushed watcher of a live stream between two pushes, a
-stream about to start) gives its connection back even without a pool (``idle=True``): an idle
-watcher holds no connection at all, whatever the engine.
+Each case and why: docs/internals.md ("Connections held only while used").
 """
 
 from __future__ import annotations
