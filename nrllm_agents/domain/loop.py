@@ -73,24 +73,17 @@ class ToolLoop:
     trace: called once per step, in order; may raise to stop the loop at that boundary.
     max_iterations: the cap on model calls across the whole run (resumes included).
     on_deny: ``"continue"`` feeds a denial back to the model; ``"stop"`` ends the run.
-    before_effect: called right before a tool that is not idempotent starts (the runtime
-        stamps a write fence there); like ``trace``, it may raise to stop the loop.
-    token: trips when the run is cancelled; handed to providers and tools that take a
-        ``context``, and checked before every model call and tool call starts.
+    before_effect: called right before a non-idempotent tool starts (the write fence); may raise.
+    token: trips on cancel; handed to providers and tools that take a ``context``, checked before each call.
     before_start: called right before any model call or tool call starts, with whether that
-        call may wait (``False`` for a tool or a provider marked ``instant``, and before the
-        request step, which starts no call yet); may raise to stop the loop (the runtime re-checks the row
-        there after a boundary it could not guard, and gives its database connection back
-        before a call that may wait).
+        call may wait (``False`` for an ``instant`` tool or provider, and before the request
+        step); may raise to stop the loop (the runtime re-checks the row there).
     on_delta: receives ``(round, text)`` as a streaming model call produces its answer.
-    price: the model's price in force for this drive; each model call's usage (and step)
-        then carries its cost, and the step the price it was costed at.
-    before_call: called with the transcript right before a model call starts, before its gate
-        (the runtime reserves the call's worst case against the shared budgets there); may
-        raise to stop the loop, nothing of the call having started.
-    carrier: called right before a model call (with ``None``) or a tool call (with the call)
-        starts, after every gate; returns the headers that carry the trace context to that
-        call (``CallContext.headers``). ``None`` (nothing traces): the loop does nothing more.
+    price: the model's price in force for this drive; each model call's usage and step carry its cost.
+    before_call: called with the transcript right before a model call, before its gate (the runtime
+        reserves the call's worst case against the shared budgets there); may raise to stop the loop.
+    carrier: called right before a model call (``None``) or a tool call (the call) starts, after
+        every gate; returns the trace context's headers for it (``CallContext.headers``), or ``None``.
     """
 
     def __init__(

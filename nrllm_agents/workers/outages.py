@@ -1,23 +1,15 @@
 """Workers ride out a Redis outage instead of exiting.
 
-RQ's work loop retries only its blocking dequeue; any other call that meets Redis away (the
-worker's heartbeat, its state, RQ's registry maintenance, the horse monitor's working time)
-ends the process, and a run in flight loses its worker. Both workers (``worker.GracefulWorker``,
-``threaded.ThreadedWorker``) mix this class in:
+RQ's work loop retries only its blocking dequeue; any other call that meets Redis away (heartbeat,
+state, registry maintenance, the horse monitor) ends the process, and a run in flight loses its
+worker. Both workers (``worker.GracefulWorker``, ``threaded.ThreadedWorker``) mix this class in:
+calls that only report are skipped while Redis is away, calls the loop needs wait for Redis with
+the bounded pauses of ``RetryPolicy.reconnect()`` (a shutdown still ends the wait), the worker
+registers itself again once Redis is back, and the re-forked RQ scheduler can never hold the
+worker's shutdown. Runs live in the database and go on; a job lost with Redis is recovered by the
+queued sweep.
 
-- calls that only report (heartbeats, state, working time) are skipped while Redis is away;
-- calls the loop needs (start, suspension check, dequeue, a job's bookkeeping) wait for Redis,
-  trying again after the pauses of ``RetryPolicy.reconnect()`` (bounded), and a shutdown
-  request still ends the wait;
-- once Redis answers again the worker registers itself again (a restarted Redis has forgotten
-  it) and goes on;
-- RQ's scheduler process dies with the outage and RQ forks it again from its registry
-  maintenance: that fork waits for the maintenance thread to be between two passes (its
-  ``fork_guard``, as a work horse's does), and stopping the scheduler is bounded, so that a
-  scheduler that hangs can never hold the worker's shutdown (and its restart) forever.
-
-The runs themselves live in the database: a run in flight keeps executing during the outage
-and settles as usual; a job lost with Redis is recovered by the queued sweep.
+Each case in full: docs/internals.md ("Riding out a Redis outage").
 """
 
 from __future__ import annotations
@@ -112,6 +104,25 @@ class RidesOutOutages(_Base):
             )
             process.kill()
             process.join(SCHEDULER_STOP_SECONDS)
+
+    def unsubscribe(self) -> None:
+        """RQ's, with a bounded wait for its pubsub thread.
+
+        RQ runs that thread with ``sleep_time=60``, and since redis-py 8.2 ``stop()`` joins it
+        without a timeout: once unsubscribed, the thread sleeps out its 60 s in ``get_message``,
+        and every warm shutdown took a minute. The thread is a daemon: it dies with the process.
+        """
+        thread, pubsub = self.pubsub_thread, self.pubsub
+        if not thread or pubsub is None:
+            return
+        self.log.info("Worker %s: unsubscribing from channel %s", self.name, self.pubsub_channel_name)
+        pubsub.unsubscribe()
+        try:
+            thread.stop(timeout=1)  # redis-py >= 8.2
+        except TypeError:
+            thread.stop()  # older redis-py: only clears its flag
+        thread.join(timeout=1)
+        pubsub.close()
 
     def teardown(self) -> None:
         try:
