@@ -381,7 +381,7 @@ class AgentRuntime:
         """Cancel every active run of a queryset in a constant number of statements."""
         touched = [] if dry_run else threads.threads_among(selection)
         result = store.cancel_many(selection, by=by, source=source, reason=reason, dry_run=dry_run)
-        if result.cancelled.get(RunStatus.RUNNING.value):
+        if result.cancelled.get(RunStatus.RUNNING.value) or result.cascaded:
             transaction.on_commit(watcher.check_now)  # runs this process executes stop at once
         for thread_id in touched:  # queued and waiting runs stopped at once: their threads go on
             transaction.on_commit(functools.partial(self.segments.wake_thread, thread_id))

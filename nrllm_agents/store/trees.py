@@ -197,25 +197,45 @@ def cancel_tree(
         )
         if not fence.applied:
             return TreeCancel(fence)
-        below = subtree(run_id, root)
-        if not below:
-            return TreeCancel(fence)
-        found = dict(
-            AgentRun.objects.filter(pk__in=below, status__in=[s.value for s in ACTIVE]).values_list("pk", "status")
-        )
-        now = timezone.now()  # after the tree's lock: every step of the tree committed before it
-        inherited = {"run_id": str(run_id), "by": actor(by)[1], "source": str(source), "reason": reason}
-        common = cancel_fields(now, by=by, source=source, reason=reason, detail={"inherited": inherited})
-        cascaded: dict[str, list[uuid.UUID]] = {}
-        for status in sorted({*found.values()}):
-            ids = [pk for pk, s in found.items() if s == status]
-            extra = {} if status == RunStatus.RUNNING else {"stopped_at": stop_stamp(now), "lease_expires": None}
-            n = AgentRun.objects.filter(pk__in=ids, status=status).update(**common, **extra)
-            if n:
-                cascaded[status] = ids
-        quiescent = [pk for s, ids in cascaded.items() if s in QUIESCENT for pk in ids]
-        for pk in AgentRun.objects.filter(
-            pk__in=quiescent, status=RunStatus.CANCELLED, cancel_requested_at=now
-        ).values_list("pk", flat=True):
-            append_cancelled(pk, now)
+        cascaded = cascade(run_id, root, by=by, source=source, reason=reason)
     return TreeCancel(fence, cascaded)
+
+
+def cascade(run_id: uuid.UUID, root: uuid.UUID, *, by: Any, source: str, reason: str) -> dict[str, list[uuid.UUID]]:
+    """Cancel every active run below ``run_id`` (just cancelled, in the caller's transaction,
+    which holds the tree's lock), each naming the cancel it inherits; returns them by the status
+    each had. Quiescent ones get their ``cancelled`` step here."""
+    below = subtree(run_id, root)
+    if not below:
+        return {}
+    found = dict(
+        AgentRun.objects.filter(pk__in=below, status__in=[s.value for s in ACTIVE]).values_list("pk", "status")
+    )
+    now = timezone.now()  # after the tree's lock: every step of the tree committed before it
+    inherited = {"run_id": str(run_id), "by": actor(by)[1], "source": str(source), "reason": reason}
+    common = cancel_fields(now, by=by, source=source, reason=reason, detail={"inherited": inherited})
+    cascaded: dict[str, list[uuid.UUID]] = {}
+    for status in sorted({*found.values()}):
+        ids = [pk for pk, s in found.items() if s == status]
+        extra = {} if status == RunStatus.RUNNING else {"stopped_at": stop_stamp(now), "lease_expires": None}
+        if AgentRun.objects.filter(pk__in=ids, status=status).update(**common, **extra):
+            cascaded[status] = ids
+    quiescent = [pk for s, ids in cascaded.items() if s in QUIESCENT for pk in ids]
+    stopped = AgentRun.objects.filter(pk__in=quiescent, status=RunStatus.CANCELLED, cancel_requested_at=now)
+    for pk in stopped.values_list("pk", flat=True):
+        append_cancelled(pk, now)
+    return cascaded
+
+
+def lock_trees(run_ids: Any) -> None:
+    """Take the lock of every tree the runs ``run_ids`` (a queryset of ids) belong to, in one
+    order (a bulk cancel, before it cancels them: no spawn below them commits meanwhile)."""
+    if connection.vendor != "postgresql":
+        return
+    roots = AgentRun.objects.filter(pk__in=run_ids).exclude(tree_root_id=None).values_list("tree_root_id", flat=True)
+    ids = sorted(
+        {*roots, *AgentRun.objects.filter(tree_parent_id__in=run_ids).values_list("tree_parent_id", flat=True)}
+    )
+    if ids:
+        with connection.cursor() as cur:
+            cur.execute(f"SELECT 1 FROM {_RUN} WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", [ids])

@@ -256,3 +256,29 @@ def test_an_approval_pending_in_a_child_is_closed_by_the_cancel_of_the_root(runt
     last = AgentRunEvent.objects.filter(run=child).order_by("-sequence").first()
     assert last.kind == "cancelled" and last.payload["inherited"]["source"] == "admin"
     assert waits.wait_local_idle(30)
+
+
+def test_a_bulk_cancel_of_a_root_cancels_its_whole_tree(runtime, no_redis):  # noqa: F811
+    """The admin's and the API's bulk cancel: the selected root's tree goes with it."""
+    tree(2, [{"delay": 30, "content": "slow"}])
+    root_id = runtime.enqueue({"agent": "root", "prompt": "plan"})
+    wait_for(
+        lambda: AgentRunEvent.objects.filter(run__tree_root_id=root_id, run__tree_depth=2, kind="request").count() == 4,
+        timeout=60,
+        what="four leaves streaming",
+    )
+    result = runtime.cancel_many(AgentRun.objects.filter(pk=root_id), source=CancelSource.ADMIN, reason="bulk")
+    assert (result.cancelled_total, result.cascaded) == (1, 6)
+    assert waits.wait_local_idle(60)
+    for run in runs_of(root_id):
+        assert run.status == RunStatus.CANCELLED
+        last = AgentRunEvent.objects.filter(run=run).order_by("-sequence").first()
+        assert last.kind == "cancelled"
+        if run.pk != root_id:
+            assert last.payload["inherited"] == {
+                "run_id": str(root_id),
+                "by": None,
+                "source": "admin",
+                "reason": "bulk",
+            }
+    assert not AgentRunEvent.objects.filter(run__tree_root_id=root_id, kind="tool").exists()
