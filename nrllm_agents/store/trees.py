@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from ..domain import Usage
@@ -228,14 +228,12 @@ def cascade(run_id: uuid.UUID, root: uuid.UUID, *, by: Any, source: str, reason:
 
 
 def lock_trees(run_ids: Any) -> None:
-    """Take the lock of every tree the runs ``run_ids`` (a queryset of ids) belong to, in one
-    order (a bulk cancel, before it cancels them: no spawn below them commits meanwhile)."""
+    """Take the lock of every tree the runs ``run_ids`` (a queryset of ids) lead or belong to, in
+    one order and one statement (a bulk cancel, before it cancels them: no spawn below them
+    commits meanwhile). On SQLite the write transaction already holds the database."""
     if connection.vendor != "postgresql":
         return
-    roots = AgentRun.objects.filter(pk__in=run_ids).exclude(tree_root_id=None).values_list("tree_root_id", flat=True)
-    ids = sorted(
-        {*roots, *AgentRun.objects.filter(tree_parent_id__in=run_ids).values_list("tree_parent_id", flat=True)}
-    )
-    if ids:
-        with connection.cursor() as cur:
-            cur.execute(f"SELECT 1 FROM {_RUN} WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE", [ids])
+    roots = AgentRun.objects.filter(pk__in=run_ids).exclude(tree_root_id=None).values("tree_root_id")
+    leads = AgentRun.objects.filter(tree_parent_id__in=run_ids).values("tree_parent_id")
+    trees = AgentRun.objects.filter(Q(pk__in=roots) | Q(pk__in=leads)).order_by("pk")
+    list(trees.select_for_update(no_key=True).values_list("pk", flat=True))
