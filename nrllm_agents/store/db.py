@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 import django
-
 from django.db import connections
 
 __all__ = ["check_pooled_connection", "check_pools_before_use", "pool_max_size", "pooled", "release_connection"]

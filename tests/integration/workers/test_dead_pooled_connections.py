@@ -92,9 +92,9 @@ def test_after_every_backend_is_terminated_the_next_claim_and_maintenance_pass_s
 
 
 def test_the_app_gives_every_postgresql_pool_a_check(settings):
-    from nrllm_agents.store import db
-
     import django
+
+    from nrllm_agents.store import db
 
     new = django.VERSION >= (6, 1)  # before 6.1 Django passes check= itself: CONN_HEALTH_CHECKS asks for it
     default = settings.DATABASES["default"]
