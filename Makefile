@@ -11,10 +11,24 @@ PYTEST_ARGS ?=
 # Production sets DJANGO_SECRET_KEY and leaves DJANGO_DEBUG unset (README, "Security").
 export DJANGO_DEBUG ?= 1
 
-.PHONY: lint docs run worker demo test test-fast test-postgres test-sqlite test-django52 coverage-modules venv migrate bench clean
+.PHONY: lint docs run worker demo test test-fast test-postgres test-sqlite test-django52 coverage-modules venv lock migrate bench clean
 
+# The virtualenv, installed from the lock of its stack (locks/): the same versions everywhere.
 venv:
 	@bash scripts/venv.sh $(VENV)
+
+# The locks CI installs, one per supported stack, compiled from requirements-dev.txt (the project's
+# dependencies with every extra, and the tools; the project itself is installed apart, editable,
+# without dependencies). uv resolves for a Python other than the one it runs on, so both stacks
+# lock from one machine in seconds. Pins already in a lock are kept; LOCK_ARGS=--upgrade takes the
+# newest of everything, LOCK_ARGS="--upgrade-package django" of one.
+UV ?= uv
+LOCK_ARGS ?=
+LOCK := --quiet --python-platform linux --no-emit-package nrllm-agents --custom-compile-command "make lock" $(LOCK_ARGS)
+lock:
+	@command -v $(UV) >/dev/null || { echo "make lock: needs uv (pipx install uv, or pip install uv in a venv of its own and pass UV=/path/to/uv)" >&2; exit 2; }
+	$(UV) pip compile $(LOCK) --python-version 3.13 locks/py313-django6.in -o locks/py313-django6.txt
+	$(UV) pip compile $(LOCK) --python-version 3.11 locks/py311-django52.in -o locks/py311-django52.txt
 
 migrate: venv
 	@$(PY) manage.py migrate --noinput -v0
@@ -85,9 +99,13 @@ COMPAT_PG_URL ?= postgres://postgres@127.0.0.1:5432/nrllm_agents_compat
 COMPAT_REDIS_URL ?= redis://127.0.0.1:6379/13
 DJANGO52_TESTS ?= tests/unit tests/integration/store tests/integration/runtime tests/integration/startup \
 	tests/integration/api tests/integration/web tests/integration/admin tests/integration/management
+COMPAT_LOCK := locks/py311-django52.txt
+COMPAT_PYTHON ?= $(firstword $(wildcard $(shell pyenv root 2>/dev/null)/versions/3.11*/bin/python3) python3.11)
 test-django52:
-	@test -x $(COMPAT_VENV)/bin/python || python3.11 -m venv $(COMPAT_VENV) || python3 -m venv $(COMPAT_VENV)
-	@$(COMPAT_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt "Django>=5.2,<5.3"
+	@test -x $(COMPAT_VENV)/bin/python || $(COMPAT_PYTHON) -m venv $(COMPAT_VENV)
+	@$(COMPAT_VENV)/bin/python -c "import sys; assert sys.version_info[:2] == (3, 11), sys.version"
+	@$(COMPAT_VENV)/bin/python -m pip install -q --disable-pip-version-check -r $(COMPAT_LOCK)
+	@$(COMPAT_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
 	@$(COMPAT_VENV)/bin/python -c "import django; assert django.VERSION[:2] == (5, 2), django.__version__"
 	DATABASE_URL=$(COMPAT_PG_URL) NRLLM_TEST_REDIS_URL=$(COMPAT_REDIS_URL) $(COMPAT_VENV)/bin/python -m pytest \
 		-o cache_dir=.pytest_cache/django52 $(DJANGO52_TESTS) $(PYTEST_ARGS)

@@ -76,6 +76,10 @@ DEFAULTS: dict[str, Any] = {
     "DEFAULT_TOOLS": ["calculator", "current_time", "sleep"],
     "DEFAULT_MAX_ITERATIONS": 10,
     "MAX_ITERATIONS_LIMIT": 100,
+    # Trees of runs (runtime.trees): the deepest a sub-agent run may sit (the root is depth 0),
+    # and how many sub-agent calls one model turn may start.
+    "MAX_TREE_DEPTH": 3,
+    "MAX_FAN_OUT": 16,
     # Limits per run (nrllm_agents.runtime.limits). A request may set its own up to the *_LIMIT bound;
     # one that sets none gets the default (None: no deadline / no budget).
     # a run that sets no deadline stops after an hour (None: no deadline unless the request sets one)

@@ -22,13 +22,17 @@ class RunStatus(models.TextChoices):
     QUEUED = "queued"  # stored, waiting for a worker to claim it
     RUNNING = "running"  # a segment is executing it
     WAITING_FOR_APPROVAL = "waiting_for_approval"  # suspended until a human decides
+    WAITING_FOR_CHILDREN = "waiting_for_children"  # suspended until its sub-agent runs end (runtime.trees)
     COMPLETED = "completed"  # ended by the segment (answer, cap or denial)
     FAILED = "failed"  # ended by an error
     CANCELLED = "cancelled"  # ended by an operator
 
 
 TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
-ACTIVE = frozenset({RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING_FOR_APPROVAL})
+ACTIVE = frozenset(
+    {RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING_FOR_APPROVAL, RunStatus.WAITING_FOR_CHILDREN}
+)
+QUIESCENT = ACTIVE - {RunStatus.RUNNING}  # active, but no segment executes it
 
 
 class TerminationReason(models.TextChoices):
@@ -179,6 +183,16 @@ class AgentRun(models.Model):
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
     forked_from_sequence = models.PositiveIntegerField(null=True, blank=True)
 
+    # Trees (nrllm_agents.runtime.trees): the run whose sub-agent call started this one, that call
+    # (its id, and the sequence of the model step that made it), the tree's root and the depth.
+    tree_parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="tree_children"
+    )
+    tree_root = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    tree_depth = models.PositiveIntegerField(default=0)
+    tree_call_id = models.CharField(max_length=200, blank=True)
+    tree_call_sequence = models.PositiveIntegerField(null=True, blank=True)
+
     # Live push (push.py): how many processes watch this run now. The boundary returns it, so a
     # run nobody watches announces none of its steps (migration 0010_targeted_push).
     watchers = models.IntegerField(default=0, db_default=0, editable=False)
@@ -211,9 +225,16 @@ class AgentRun(models.Model):
             # lease_expires: it changes at every step, and renewals stay HOT updates.
             models.Index(fields=["status"], name="agentrun_unstopped", condition=models.Q(stopped_at__isnull=True)),
             models.Index(fields=["status", "deadline_at"], name="agentrun_status_deadline"),
+            models.Index(fields=["tree_root"], name="agentrun_tree_root", condition=models.Q(tree_root__isnull=False)),
         ]
         constraints = [
             models.UniqueConstraint(fields=["thread", "thread_position"], name="agentrun_thread_position"),
+            # one child per sub-agent call: a parent that spawns again (after a crash) finds it
+            models.UniqueConstraint(
+                fields=["tree_parent", "tree_call_id"],
+                name="agentrun_tree_call",
+                condition=models.Q(tree_parent__isnull=False),
+            ),
             TIMES_IN_ORDER,
         ]
         permissions = [

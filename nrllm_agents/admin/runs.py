@@ -41,6 +41,7 @@ from . import columns, timeline
 from .cancel import RunCancelAdmin
 from .fork import fork_selected
 from .operations import HealthFilter, operations_page
+from .trees import TreeFields
 
 TIMELINE_LIMIT = 500  # steps shown on a run's page; the API pages through longer streams
 
@@ -55,7 +56,7 @@ def _step_count() -> Coalesce:
 
 
 @admin.register(AgentRun)
-class AgentRunAdmin(RunCancelAdmin):
+class AgentRunAdmin(TreeFields, RunCancelAdmin):
     """Lists and shows runs; cancels them through ``AgentRuntime`` only."""
 
     # Fits 1280 px: a short id, a coloured status (its reason on hover), the prompt, who, what it
@@ -134,6 +135,7 @@ class AgentRunAdmin(RunCancelAdmin):
             "Limits",
             {"classes": ("collapse",), "fields": ("deadline_seconds", "max_total_tokens", "max_cost", "deadline_at")},
         ),
+        ("Tree", {"fields": TreeFields.TREE_FIELDS}),
         ("Forks", {"classes": ("collapse",), "fields": ("parent_link", "forked_from_sequence", "children_links")}),
         ("Agent", {"classes": ("collapse",), "fields": ("agent_version", "agent_snapshot")}),
         (

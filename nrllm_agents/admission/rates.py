@@ -1,25 +1,13 @@
 """The one rate limiter: per user (per address for anonymous callers), per action, atomic.
 
-A sliding window over two fixed windows (the current one counted, the previous one weighted
-by how much of it still overlaps): a burst at a window's edge gets no second allowance. The
-check and the increment are one atomic step, so parallel requests cannot all read "room
-left" and all pass (DRF's throttles read, then write a list in the cache: 60 parallel creates
-against 20/min passed 60). A refused attempt is not counted.
-
-Where the counts live (``NRLLM_AGENTS["RATE_LIMIT_STORE"]``):
-
-- ``redis`` (``auto`` with ``REDIS_URL`` set): one Lua script per attempt, keys expiring after
-  two windows. If Redis cannot be reached the attempt is counted in the database instead (for
-  the next ``REDIS_RETRY_SECONDS`` too), so a Redis outage neither stops the work nor lifts the
-  limit.
-- ``database`` (``auto`` without Redis): one ``INSERT … ON CONFLICT DO UPDATE SET count =
-  count + 1 WHERE count < allowed RETURNING count`` on the ``RateCounter`` table (created by
-  ``migrate``), PostgreSQL and SQLite alike; the first attempt of a window prunes the scope's
-  rows older than the previous window.
-
-The rates are ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]`` (``run_create``, ``run_cancel``,
-``tool_list``; ``NRLLM_THROTTLE_CREATE`` / ``NRLLM_THROTTLE_CANCEL`` / ``NRLLM_THROTTLE_TOOLS``),
-written as DRF writes them (``120/min``; ``None``: unlimited).
+A sliding window over two fixed windows (the previous one weighted by how much of it still
+overlaps), checked and counted in one atomic step, so parallel requests cannot all read "room
+left" and all pass (DRF's throttles read, then write: 60 parallel creates against 20/min passed
+60). A refused attempt is not counted. The counts live in Redis (one Lua script; a Redis outage
+falls back to the database for ``REDIS_RETRY_SECONDS``) or in the database (one ``INSERT … ON
+CONFLICT DO UPDATE … WHERE count < allowed RETURNING count`` on ``RateCounter``), as
+``RATE_LIMIT_STORE`` says. The rates are ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]``, written as
+DRF writes them. Settings and tests: docs/operations/security.md ("Rate limits and caps").
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ RUN_STATUS: dict[str, str] = {
     RunStatus.QUEUED: "pending",
     RunStatus.RUNNING: "running",
     RunStatus.WAITING_FOR_APPROVAL: "interrupted",  # an interrupt awaits a human (the thread says which)
+    RunStatus.WAITING_FOR_CHILDREN: "running",  # its sub-agents' runs work for it (runtime.trees)
     RunStatus.COMPLETED: "success",
     RunStatus.FAILED: "error",
     RunStatus.CANCELLED: "interrupted",

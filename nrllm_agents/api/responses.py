@@ -13,17 +13,19 @@ from rest_framework import serializers
 
 from ..domain import StepKind
 from ..models import AgentRun, CancelSource, MultitaskStrategy, RunStatus, TerminationReason
+from ..presentation import trees
 from ..presentation.presenters import run_status_dict
 from ..runtime.agent_runtime import CancelOutcome, Outcome
 
 
-def run_representation(run: AgentRun, *, expand_request: bool = True) -> dict[str, Any]:
+def run_representation(run: AgentRun, *, expand_request: bool = True, tree: bool = False) -> dict[str, Any]:
     """A run as the API shows it: the shared status payload, its owner, its request and its forks.
 
     ``children`` lists the forks prefetched as ``visible_children`` (those the caller may see).
 
     Without ``expand_request`` (lists, unless ``?expand=request``) the request leaves out its
-    bulky parts, the script and the system prompt.
+    bulky parts, the script and the system prompt. With ``tree`` (a run's own page): its
+    sub-agents' runs and its subtree's spend (``presentation.trees``).
     """
     options = run.options or {}
     request = {
@@ -36,8 +38,12 @@ def run_representation(run: AgentRun, *, expand_request: bool = True) -> dict[st
     }
     if expand_request:
         request.update(script=options.get("script"), system=options.get("system"))
+    if options.get("agents"):
+        request["agents"] = list(options["agents"])
     return {
         **run_status_dict(run),
+        **trees.place(run),
+        **({"tree": trees.tree_dict(run)} if tree else {}),
         "children": [str(child.pk) for child in getattr(run, "visible_children", ())],
         "owner": run.owner.get_username() if run.owner is not None else None,
         "request": request,
@@ -154,6 +160,14 @@ class RunSerializer(serializers.Serializer[Any]):
     parent = ParentSerializer(allow_null=True, help_text="Set on a fork.")
     thread = RunThreadSerializer(allow_null=True, help_text="Set on a run of a thread.")
     children = serializers.ListField(child=serializers.UUIDField(), help_text="Forks of this run the caller may see.")
+    parent_id = serializers.UUIDField(allow_null=True, help_text="The run whose sub-agent call started this one.")
+    root_id = serializers.UUIDField(
+        help_text="The root of its tree of runs (itself when no sub-agent call started it)."
+    )
+    depth = serializers.IntegerField(help_text="Its depth in its tree (the root: 0).")
+    tree = serializers.DictField(
+        required=False, help_text="A run's own page: its sub-agents' runs and the spend of its whole subtree."
+    )
     owner = serializers.CharField(allow_null=True)
     request = RunRequestEchoSerializer()
 

@@ -53,6 +53,12 @@ class RunFilterSerializer(serializers.Serializer[Any]):
     )
 
 
+class TreeRootSerializer(serializers.Serializer[Any]):
+    """``GET /api/runs/?root=ID``: the runs of one tree (its root and every run below it)."""
+
+    root = serializers.UUIDField(required=False, help_text="Only the runs of this run's tree (it and its sub-agents').")  # type: ignore[assignment]
+
+
 class EventsQuerySerializer(serializers.Serializer[Any]):
     """Paging of a run's step stream by sequence."""
 

@@ -1,47 +1,15 @@
 """The browser stream: ``GET /api/runs/<id>/stream/`` as Server-Sent Events.
 
-A plain Django view (DRF cannot negotiate ``text/event-stream`` cleanly). It follows the
-run's *stored* step stream, so it works the same for interactive and queued runs executed by
-any process:
+A plain Django view (DRF cannot negotiate ``text/event-stream`` cleanly) that follows the run's
+*stored* step stream, so it is the same for interactive and queued runs and for any process:
+``step`` events (``id`` = sequence, resumed after ``Last-Event-ID``), ``delta`` frames while the
+model writes, ``: keepalive`` comments, and one final status event before it closes. It waits to
+be woken by the process's listener (PostgreSQL) or polls, holds an ``admission`` slot per user and
+per process (429 past either) and gives it back however it ends. Who may stream which run is
+``access.policy``'s decision; anything else is 404.
 
-- each step is ``event: step`` with ``id: <sequence>`` and ``presenters.step_dict`` as data,
-  plus ``details``: the step's labelled lines from ``describe`` (what the page shows);
-- a reconnect resumes after the ``Last-Event-ID`` header (or ``?after=<sequence>``): no step
-  is sent twice and none is skipped;
-- ``: keepalive`` comments keep idle connections open (``STREAM_HEARTBEAT_SECONDS``);
-- once ``presenters.stream_finished(run)`` holds, a final ``done`` / ``cancelled`` /
-  ``awaiting_approval`` / ``failed`` event carries ``presenters.run_status_dict`` and the
-  stream closes. A stream still open after ``STREAM_MAX_SECONDS`` closes without a final
-  event; ``EventSource`` reconnects by itself with ``Last-Event-ID``;
-- while a model call streams, ``event: delta`` frames (no ``id``) carry
-  ``{"run_id", "round", "text", "offset"}``: a piece of the answer, ``offset`` being its
-  character position in that call's content. They are never stored; the ``llm`` step
-  recorded afterwards replaces them.
-- while a tool call reports how far it got (an MCP server's ``notifications/progress``, or
-  ``CallContext.progress``), ``event: progress`` frames (no ``id``) carry ``{"run_id",
-  "kind": "progress", "round", "call_id", "name", "progress", "total", "message"}``: the call's
-  latest report, at most one per call every ``DELTA_COALESCE_SECONDS``. Never stored; the
-  ``tool`` step recorded afterwards ends them (and keeps the reports it saw).
-
-It waits to be woken (``watch.py``, ``push.py``): on PostgreSQL by the process's one
-listening connection, holding no database connection while idle; elsewhere it polls every
-``STREAM_POLL_SECONDS``. A user may hold ``STREAM_MAX_PER_USER`` open streams and a process
-``STREAM_MAX_OPEN`` (``admission`` slots of kind ``STREAM``); past either, the answer is 429
-with a JSON ``detail``. A stream takes its slot before it starts and gives it back however it
-ends: ``Slot.release`` is idempotent and is called both by the stream's own ``finally`` and by
-the response's ``close()`` (a response closed before its first chunk never runs its generator).
-
-Authentication: the session, or a DRF token (``Authorization: Token <key>``). Who may
-stream which run is ``nrllm_agents.access.policy``'s decision; anything else is 404
-(``http.answers``). Routed by ``api/urls.py`` at ``nrllm_api:run-stream``.
-
-Served by a sync generator under WSGI (runserver, gunicorn gthread) and an async generator
-under ASGI (uvicorn), never buffered by Django. Behind a reverse proxy, responses carry
-``Cache-Control: no-cache`` and ``X-Accel-Buffering: no`` (nginx honours the latter); also
-set ``proxy_buffering off;`` and a ``proxy_read_timeout`` above the heartbeat interval, use
-HTTP/1.1 to the upstream (``proxy_http_version 1.1; proxy_set_header Connection "";``), and
-do not gzip ``text/event-stream``. Under gunicorn each open stream holds one thread: size
-``--threads`` for the number of watchers.
+The protocol, the slot's release and the reverse-proxy settings: docs/internals.md ("The browser
+stream") and docs/howto/browser.md.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import generics, status
@@ -46,9 +46,9 @@ class RunListCreateView(generics.ListAPIView[AgentRun], RunAPIView):
         return {**super().get_serializer_context(), "expand_request": self.expand_request}
 
     def get_queryset(self) -> QuerySet[AgentRun]:
-        filters = s.RunFilterSerializer(
-            data=query_data(self.request.query_params, lists=("status", "termination_reason"))
-        )
+        query = query_data(self.request.query_params, lists=("status", "termination_reason"))
+        root = query.pop("root", None)
+        filters = s.RunFilterSerializer(data=query)
         filters.is_valid(raise_exception=True)
         f = filters.validated_data
         self.expand_request = f.get("expand") == "request"
@@ -61,12 +61,16 @@ class RunListCreateView(generics.ListAPIView[AgentRun], RunAPIView):
             runs = runs.filter(created_at__gte=f["created_after"])
         if "created_before" in f:
             runs = runs.filter(created_at__lt=f["created_before"])
+        if root is not None:  # a tree: its root and every run below it
+            tree = s.TreeRootSerializer(data={"root": root})
+            tree.is_valid(raise_exception=True)
+            runs = runs.filter(Q(pk=tree.validated_data["root"]) | Q(tree_root_id=tree.validated_data["root"]))
         return runs
 
     @extend_schema(
         operation_id="runs_list",
         summary="List runs",
-        parameters=[s.RunFilterSerializer],
+        parameters=[s.RunFilterSerializer, s.TreeRootSerializer],
         description="The caller's runs (staff: all runs), newest first. Repeat `status` or "
         "`termination_reason` to match any of several values.",
         responses={
@@ -133,7 +137,7 @@ class RunDetailView(RunAPIView):
         responses={200: r.RunSerializer, **AUTH_ERRORS, **NOT_FOUND},
     )
     def get(self, request: Request, id: str) -> Response:
-        return Response(r.run_representation(self.get_run(id)))
+        return Response(r.run_representation(self.get_run(id), tree=True))
 
 
 class RunCancelView(RunAPIView):

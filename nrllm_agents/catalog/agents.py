@@ -15,6 +15,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
+from ..conf import app_settings
 from ..models import Agent, AgentVersion
 from ..validation.run_request import AGENT_FIELDS, InvalidRequest, RunRequest
 
@@ -53,6 +54,7 @@ def save(
     """Add a version of agent ``name`` (creating the agent when ``create`` allows; ``None``:
     either). Raises ``InvalidAgent``; a definition equal to the latest adds no version."""
     clean = validated(definition)
+    _check_tree(name, clean)
     if description is not None and (not isinstance(description, str) or len(description) > MAX_DESCRIPTION_CHARS):
         raise InvalidAgent({"description": f"a string of at most {MAX_DESCRIPTION_CHARS} characters"})
     with transaction.atomic():
@@ -79,6 +81,29 @@ def save(
         number = (agent.versions.aggregate(top=Max("version"))["top"] or 0) + 1
         owner = by if getattr(by, "pk", None) is not None else None
         return AgentVersion.objects.create(agent=agent, version=number, definition=clean, created_by=owner)
+
+
+def _check_tree(name: str, definition: Mapping[str, Any]) -> None:
+    """Refuse a definition whose sub-agents (``agents``, followed through their latest versions)
+    call back into it, or reach deeper than ``MAX_TREE_DEPTH`` below it."""
+    limit = int(app_settings.MAX_TREE_DEPTH)
+
+    def below(agent: str, seen: tuple[str, ...]) -> int:
+        """How many levels of sub-agents ``agent`` has under it."""
+        if agent in seen:
+            raise InvalidAgent({"definition.agents": f"calls itself again: {' -> '.join((*seen, agent))}"})
+        if len(seen) > limit:
+            return len(seen)
+        if agent == name:
+            subs = list(definition.get("agents") or [])
+        else:
+            version = AgentVersion.objects.filter(agent__name=agent).order_by("-version").first()
+            subs = list((version.definition if version else {}).get("agents") or [])
+        return max((1 + below(sub, (*seen, agent)) for sub in subs), default=0)
+
+    depth = below(name, ())
+    if depth > limit:
+        raise InvalidAgent({"definition.agents": f"sub-agents {depth} levels deep; at most {limit} (MAX_TREE_DEPTH)"})
 
 
 def public_dict(agent: Agent, *, versions: bool = False) -> dict[str, Any]:

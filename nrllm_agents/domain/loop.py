@@ -25,7 +25,7 @@ from .providers.base import Provider
 from .providers.failures import redact
 from .sanitize import clean_response, clean_text, clean_value
 from .steps import LoopOutcome, LoopResult, LoopState, Step, StepKind, ToolCall, Trace, Usage
-from .tools.base import Tool, schema
+from .tools.base import Tool, is_sub_agent, schema
 
 DENIED_RESULT = "The operator denied this call; it was not executed."
 INTERRUPTED_RESULT = "interrupted: the run was cancelled while this call was running"
@@ -73,26 +73,18 @@ class ToolLoop:
     trace: called once per step, in order; may raise to stop the loop at that boundary.
     max_iterations: the cap on model calls across the whole run (resumes included).
     on_deny: ``"continue"`` feeds a denial back to the model; ``"stop"`` ends the run.
-    before_effect: called right before a tool that is not idempotent starts (the runtime
-        stamps a write fence there); like ``trace``, it may raise to stop the loop.
-    token: trips when the run is cancelled; handed to providers and tools that take a
-        ``context``, and checked before every model call and tool call starts.
+    before_effect: called right before a non-idempotent tool starts (the write fence); may raise.
+    token: trips on cancel; handed to providers and tools that take a ``context``, checked before each call.
     before_start: called right before any model call or tool call starts, with whether that
-        call may wait (``False`` for a tool or a provider marked ``instant``, and before the
-        request step, which starts no call yet); may raise to stop the loop (the runtime re-checks the row
-        there after a boundary it could not guard, and gives its database connection back
-        before a call that may wait).
+        call may wait (``False`` for an ``instant`` tool or provider, and before the request
+        step); may raise to stop the loop (the runtime re-checks the row there).
     on_delta: receives ``(round, text)`` as a streaming model call produces its answer.
-    on_progress: receives ``(round, call, progress, total, message)`` as a tool call reports
-        how far it got (``CallContext.progress``).
-    price: the model's price in force for this drive; each model call's usage (and step)
-        then carries its cost, and the step the price it was costed at.
-    before_call: called with the transcript right before a model call starts, before its gate
-        (the runtime reserves the call's worst case against the shared budgets there); may
-        raise to stop the loop, nothing of the call having started.
-    carrier: called right before a model call (with ``None``) or a tool call (with the call)
-        starts, after every gate; returns the headers that carry the trace context to that
-        call (``CallContext.headers``). ``None`` (nothing traces): the loop does nothing more.
+    on_progress: receives ``(round, call, progress, total, message)`` as a tool call reports how far it got.
+    price: the model's price in force for this drive; each model call's usage and step carry its cost.
+    before_call: called with the transcript right before a model call, before its gate (the runtime
+        reserves the call's worst case against the shared budgets there); may raise to stop the loop.
+    carrier: called right before a model call (``None``) or a tool call (the call) starts, after
+        every gate; returns the trace context's headers for it (``CallContext.headers``), or ``None``.
     """
 
     def __init__(
@@ -182,6 +174,8 @@ class ToolLoop:
             return LoopResult(LoopOutcome.COMPLETED, state, final_text=last.get("content") or "")
         if state.decision is None and any((t := self.tools.get(c.name)) and t.requires_approval for c in calls):
             return LoopResult(LoopOutcome.AWAITING_APPROVAL, state)
+        if state.decision is not False and self._awaiting(calls):
+            return LoopResult(LoopOutcome.AWAITING_CHILDREN, state)
         state.pending_calls = []
         if state.decision is False:
             for call in calls:
@@ -259,9 +253,18 @@ class ToolLoop:
                 # Checked before any call of the turn runs: nothing executes until a decision.
                 state.pending_calls = calls
                 return LoopResult(LoopOutcome.AWAITING_APPROVAL, state)
+            if self._awaiting(calls):
+                # Sub-agents answer these calls: the loop stops here, holding nothing, and
+                # continues from the stream once their runs have ended (runtime.trees).
+                state.pending_calls = calls
+                return LoopResult(LoopOutcome.AWAITING_CHILDREN, state)
             failed = self._run_calls(state, calls)
             if failed is not None:
                 return failed
+
+    def _awaiting(self, calls: Sequence[ToolCall]) -> bool:
+        """Whether a sub-agent's run for one of ``calls`` has not ended (or not started)."""
+        return any(is_sub_agent(t := self.tools.get(c.name)) and t.awaits(c, calls) for c in calls)  # type: ignore[union-attr]
 
     def _gate(self, *, waits: bool = True) -> None:
         """Right before a call starts: nothing starts once the token has tripped. ``waits``:
@@ -356,7 +359,10 @@ class ToolLoop:
                 headers = self.carrier(call) if self.carrier is not None else None
                 t0 = time.perf_counter()
                 try:
-                    if self._tool_context.get(call.name):
+                    if is_sub_agent(tool):  # answered by its run, which has ended: nothing executes
+                        sub: Any = tool
+                        result = sub.answer(call, calls)
+                    elif self._tool_context.get(call.name):
                         aware: Any = tool  # a tool that takes the optional ``context``
                         result = aware.execute(dict(call.arguments), context=self._context(state, headers, call))
                     else:

@@ -27,6 +27,7 @@ class LoopOutcome(enum.StrEnum):
     COMPLETED = "completed"  # the model answered without calling a tool
     MAX_ITERATIONS = "max_iterations"  # the iteration cap was reached
     AWAITING_APPROVAL = "awaiting_approval"  # a turn holds a gated call; state is resumable
+    AWAITING_CHILDREN = "awaiting_children"  # a turn calls sub-agents whose runs have not ended
     PROVIDER_FAILED = "provider_failed"  # the model call raised
     TOOL_FAILED = "tool_failed"  # a tool raised unexpectedly
     APPROVAL_DENIED = "approval_denied"  # a denial ended the run (on_deny="stop")

@@ -1,20 +1,15 @@
 """Recover queued runs whose wake-up call is gone.
 
-A queued run is only a row; a job (RQ) or a task of the in-process executor wakes a worker
-for it. That job can vanish: Redis restarted without persistence, a queue emptied, a crash
-between the commit and the enqueue, or a job failed because the database was unreachable at
-its claim. The run would then wait forever. ``sweep_queued`` finds queued runs older than
-``QUEUED_STALE_SECONDS`` that have no live job and dispatches them again.
+A queued run is only a row; a job (RQ) or a task of the in-process executor wakes a worker for it.
+That job can vanish (Redis restarted without persistence, a queue emptied, a crash between the
+commit and the enqueue, a claim that met no database), and the run would wait forever.
+``sweep_queued`` finds queued runs older than ``QUEUED_STALE_SECONDS`` that have no live job and
+dispatches them again. That is safe: the job carries only the run id and the claim has one winner;
+and where the job is is read in one atomic snapshot (``rq_queue.job_state``), a run found without
+one being dispatched only if it is still queued after that look.
 
-Dispatching twice is safe: the job carries only the run id and the claim (``queued →
-running``, one winner) decides, so a run whose job was merely slow executes once. The sweep does
-not even do that: where the job is (queued, being dequeued, scheduled, started) is read in one
-atomic snapshot (``executors.rq_queue.job_state``), and a run found without a job is dispatched
-only if it is still queued after that look.
-
-The sweep runs in ``manage.py agent_reap`` (schedule it: docs/operations/workers.md), at every RQ
-worker's maintenance pass (``GracefulWorker``), and by itself every
-``QUEUED_SWEEP_SECONDS`` in a process that uses the in-process executor (``make run``).
+The sweep runs in ``manage.py agent_reap`` (docs/operations/workers.md), at every RQ worker's
+maintenance pass, and every ``QUEUED_SWEEP_SECONDS`` under the in-process executor (``make run``).
 """
 
 from __future__ import annotations

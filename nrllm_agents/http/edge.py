@@ -1,17 +1,14 @@
 """Refuse at the edge what no view should ever see.
 
-- A NUL character anywhere in the path, the query string or form fields: PostgreSQL cannot
-  store it and refuses it in a filter (``?status__exact=%00`` was a 500 in the admin), so the
-  request is answered 400 before any view, admin filter or form runs.
-- A cookie whose value holds a NUL (``sessionid="\\000\\000…"``: Django decodes the octal
-  escapes) is dropped before the session and CSRF middleware read it: no session key can hold
-  one, and looking it up would put the NUL into a query. The request goes on as if the
-  browser had not sent that cookie (a stale or forged cookie must not lock anyone out).
-- Under the API's prefix (wherever the host mounted it): a body larger than ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (by its
-  ``Content-Length``) answers a JSON 413. The API's JSON parser enforces the same limit on
-  bodies of unknown length.
-- Every request reads the MCP catalog without waiting on a server (``mcp.catalog.without_waiting``):
-  the API's tool list, the playground's form and the admin show the last listing.
+- A NUL character anywhere in the path, the query string or form fields: PostgreSQL cannot store
+  it and refuses it in a filter (``?status__exact=%00`` was a 500 in the admin), so the request is
+  answered 400 before any view, admin filter or form runs.
+- A cookie whose value holds a NUL (Django decodes octal escapes) is dropped before the session
+  and CSRF middleware read it; the request goes on as if the browser had not sent it.
+- Under the API's prefix: a body larger than ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (by its
+  ``Content-Length``) answers a JSON 413; the API's JSON parser enforces the same limit on bodies
+  of unknown length.
+- Every request reads the MCP catalog without waiting on a server (``mcp.catalog.without_waiting``).
 
 Answers are JSON ``{"detail": ...}`` for the API and for scripts (``Accept: application/json``),
 a one-line plain-text page otherwise.

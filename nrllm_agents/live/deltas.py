@@ -1,39 +1,14 @@
 """The process's one publisher: the steps of watched runs and the model's words as they are written.
 
-Nothing is announced from inside a boundary transaction: PostgreSQL serialises the commits of
-all transactions that notified (one lock, cluster-wide), so a NOTIFY per step would make every
-boundary of every worker commit one at a time. Instead:
+Nothing is announced from inside a boundary transaction (PostgreSQL serialises the commits of all
+transactions that notified, cluster-wide). Instead the segment hands a committed step of a watched
+run here, and ``SegmentTrace.delta`` each piece of a streaming answer; one daemon thread sends
+everything due in one notifying commit at most every ``PUSH_INTERVAL_SECONDS``, to each run's own
+channel. Deltas are coalesced per run and round, lossy by design and never stored; on SQLite they
+go straight to this process's watchers.
 
-- **Steps.** The boundary statement returns how many processes watch the run
-  (``agentrun.watchers``, migration ``0010_targeted_push``). For a run nobody watches nothing
-  is sent. For a watched one the segment hands ``step(run id, sequence)`` here once the step is
-  committed; pending notices of all runs go out together.
-- **Deltas.** ``SegmentTrace.delta`` hands each piece here, and it is sent only while the run is
-  watched (its last boundary said so, or a watcher announced itself on ``nrllm_watch`` since,
-  heard on the process's one listening connection: the publisher is a client of ``listener.py``).
-  Pieces are coalesced per run and round: the first piece after a quiet moment goes out at
-  once (the first token is not held back), later ones at most every
-  ``DELTA_COALESCE_SECONDS`` (50 ms), merged.
-- **One notifying commit at a time, at a bounded rate.** One daemon thread sends everything due
-  in ONE statement (``SELECT pg_notify(...) FROM unnest(...)``, one transaction) on a connection
-  of its own (opened on first use, closed after a quiet minute; ``synchronous_commit`` off, so
-  the commit holds the notify lock without waiting for a WAL flush), and then waits at least
-  ``PUSH_INTERVAL_SECONDS`` (20 ms) before the next: a process makes at most 50 notifying commits
-  a second, whatever its step rate. Each notice goes to the run's own channel,
-  ``nrllm_run_<run id hex>``, which only the processes watching that run listen to (``push.py``).
-  A delta's payload stays under PostgreSQL's 8,000-byte limit: longer text is sent in several
-  deltas, each with its own offset.
-- **Progress.** A tool call's progress (``SegmentTrace.progress``) follows the deltas' path
-  as a delta of kind ``progress``; only the latest report of a call is kept while it waits,
-  so a tool reporting a thousand times a second costs watchers one notice per window.
-- Elsewhere (SQLite) deltas go straight to this process's watchers: a run executed by the web
-  process (the playground's interactive runs, the in-process executor) is seen live there;
-  steps are not announced (watchers poll).
-
-Deltas are lossy by design (a full buffer drops the oldest, a failed send is dropped) and
-never stored: the ``llm`` step recorded afterwards is the truth. Pieces still pending when
-that step is recorded are discarded (``discard``). A lost step notice costs a watcher only
-latency: the next one, or the run's settle, makes its hub read from where its feed ends.
+Why, the rates, the payload limit and what a lost notice costs: docs/internals.md ("The
+publisher").
 """
 
 from __future__ import annotations

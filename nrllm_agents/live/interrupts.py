@@ -1,33 +1,14 @@
 """Cancel signals: trip the token of a segment within milliseconds of its cancel's commit.
 
-Every process that executes runs (an RQ work horse, the in-process executor, the web process
-for interactive runs, ``agent_run``) holds ONE watcher, which routes run ids to the cancel
-tokens of the segments this process is executing. It owns no connection and no thread: it is
-a client of the process's listener (``listener.py``, the one owner of the one listening
-connection), like the live stream's hub and the publisher, and runs on the listener's thread.
+Every process that executes runs holds ONE watcher, which routes run ids to the cancel tokens of
+the segments it executes. It owns no connection and no thread: it is a client of ``listener.py``.
+On PostgreSQL it hears ``nrllm_cancel`` (a trigger, ``store/sql/notify.sql``, sends the run id
+after the cancelling COMMIT, whichever path cancelled); on SQLite, and while the listener is down,
+it polls the rows of its runs. It also fires run deadlines as the system's guarded cancel.
 
-- On PostgreSQL the watcher listens on ``nrllm_cancel``. A trigger (migration
-  ``0003_cancel_notify``) sends the run id there whenever a row becomes ``cancelled``, inside
-  the cancelling transaction, so it arrives only after that COMMIT, whichever code path
-  cancelled (single, bulk, limits, anything added later).
-- Without it (SQLite, the embedded default) and while the listening connection is lost, the
-  watcher re-reads the status of every run this process executes every
-  ``CANCEL_POLL_SECONDS``, in one query (on its turns of the listener's thread, ``tick``).
-- A cancel committed by this very process trips the tokens at once (``cancelled_here``).
-- A run's deadline (``limits``) is kept here too: when it passes, the same thread makes the
-  system's guarded cancel, which trips the token like any cancel, so a deadline also cuts the
-  step in flight short.
-
-The listener retries a lost connection after 50 ms, then after twice as long each time it
-fails again (at most 5 s); once connected again the delay starts over at 50 ms. While it is
-down the runs this process executes are polled every ``DOWN_POLL_SECONDS`` (0.1 s), not every
-``CANCEL_POLL_SECONDS``: a cancel then still stops a step within about 100 ms. Once connected
-again, the watcher re-reads its runs on the new connection: a cancel that committed before
-LISTEN took effect sent nothing it saw.
-
-The row is the truth; the signal only makes the stop sooner. A notification trips nothing
-until the row reads ``cancelled``, so a stray or forged ``NOTIFY`` stops nothing. The boundary
-probe stays exactly as it was: a lost signal costs only latency.
+The row is the truth; the signal only makes the stop sooner: a notification trips nothing until
+the row reads ``cancelled``, and a lost one costs only latency. Details: docs/internals.md
+("Cancel signals").
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
 """The process's one listening connection, and its one owner.
 
-A process LISTENs on PostgreSQL once, whatever it does (executes runs, serves watchers, both).
-That connection and its daemon thread live here, in ``listener``; the cancel watcher
-(``interrupts.py``), the live stream's hub (``push.py``) and the publisher (``deltas.py``) are
-its clients, each a ``Client`` registered with ``listener.add`` by ``live.install()``. The listener:
+A process LISTENs on PostgreSQL once, whatever it does. The connection and its daemon thread live
+here; the cancel watcher (``interrupts.py``), the live stream's hub (``push.py``) and the
+publisher (``deltas.py``) are its clients (``Client``, added by ``live.install()``). It hands every
+batch of notifications to every client in the order they were added, runs a client's statements
+on its connection when asked (``wake``), reports up and down (``state``), and gives every client a
+turn (``tick``) while down and always on SQLite. A lost connection is retried with a doubling
+pause (50 ms up to 5 s).
 
-- connects (``raw_connection``, outside Django's pool, named ``nrllm-cancel-listener``, the name
-  the benches count), LISTENs on the channels of every client, and lets each run its own
-  statements on the fresh connection (``connected``) before ``listening`` is set;
-- hands every batch of notifications, all channels alike, to every client (``notified``), in
-  the order they were added: the cancel watcher, added first, routes its cancels first;
-- runs a client's statements on the connection, on its thread, when the client asks (``wake``,
-  then ``woken``), so no client needs a connection of its own to LISTEN or to count itself in;
-- tells the clients when the connection is up and when it is lost (``state``);
-- gives every client a turn between notifications, while the connection is down, and always on
-  SQLite, where nothing listens (``tick``): a client answers how long the thread may sleep
-  before its next turn. The cancel watcher polls and fires its deadlines there, so a process
-  runs one such thread, not one per client.
-
-A lost connection is retried after 50 ms, then after twice as long each time it fails again
-(at most 5 s); once connected again the delay starts over at 50 ms. A failure of the
-connection itself (``psycopg.OperationalError`` in a client's statement) makes the listener
-reconnect; any other mistake of a client is logged and the listener goes on.
+The client protocol in full: docs/internals.md ("One listening connection").
 """
 
 from __future__ import annotations

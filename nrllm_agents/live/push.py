@@ -1,39 +1,15 @@
 """Push: one listening connection per process wakes every watcher of a run.
 
 Watchers (the browser stream, ``agent_events --follow``, ``agent_run --queued --follow``)
-subscribe to a run here instead of polling its stored stream.
+subscribe to a run here instead of polling its stored stream. On PostgreSQL the hub, a client of
+``listener.py``, LISTENs on the run's own channel and counts itself in the run's row
+(``agentrun.watchers``) before any watcher reads, so only watched runs announce anything; it reads
+new steps once per run into a shared *feed* and wakes the run's watchers. A watcher behind the feed
+reads the stored stream itself: the stored stream stays the truth. On SQLite, with
+``STREAM_PUSH`` off or while the listener is down, ``Watch.pushed`` is false and watchers poll.
 
-- On PostgreSQL the hub is a client of the process's ONE listening connection (``listener.py``
-  owns it; the cancel watcher and the publisher are its other clients). For each run it
-  watches, the hub LISTENs on the run's own channel ``nrllm_run_<run id hex>`` and counts
-  itself in the run's row (``agentrun.watchers += 1``, announced on ``nrllm_watch``), both on
-  that connection and before any watcher of the run reads; when the run's last watcher goes,
-  it UNLISTENs and uncounts itself. So a process receives only the runs its watchers follow,
-  and a run nobody watches announces nothing.
-- On a run's channel come its new steps (``<run id>:<sequence>``, from the publisher of the
-  process executing it, ``deltas.py``, after the boundary committed), its settling or the
-  acknowledgement of its cancel (``<run id>:s``, a trigger of migration
-  ``0010_targeted_push``) and the model's words as they are written (a JSON delta). The hub
-  also sees ``nrllm_cancel`` (every cancel, on the listener's channel).
-- For a run somebody watches, the hub reads the new steps and the run's status ONCE, on its
-  own connection, into a small per-run *feed*, and wakes the run's watchers; each takes what
-  it has not seen from the feed. A watcher that is behind the feed (it just connected, it
-  resumed from an old ``Last-Event-ID``, the listener reconnected) reads the stored stream
-  itself, once, then releases its connection. The stored stream stays the truth; the feed is
-  a shared read of it.
-- The count is read by each boundary under the run's row lock, which the hub's ``UPDATE``
-  takes too: a boundary either sees the new watcher (and its step is announced) or committed
-  before the count did (and the watcher's first read, which waits for the count, sees it).
-- So a process holds two connections for any number of watchers (the listening one and the
-  hub's reading one, both on the listener's thread), an idle watcher costs no query, and a
-  step reaches every watcher after one read.
-- Without PostgreSQL (SQLite), with ``STREAM_PUSH`` off, or while the listening connection is
-  lost, ``Watch.pushed`` is false and watchers poll the stored stream every
-  ``STREAM_POLL_SECONDS`` as before. Deltas of runs executed by this very process still reach
-  its watchers in-process.
-- A process that dies with watchers leaves its count in their rows: those runs keep announcing
-  their steps (at the publisher's bounded rate) to nobody until they finish. That costs a
-  little, never correctness.
+The channels, the watcher count's race with the boundary and the costs: docs/internals.md
+("Push to watchers").
 """
 
 from __future__ import annotations

@@ -1,19 +1,15 @@
 """The MCP sessions of this process, owned by one event-loop thread; run threads call into it.
 
-The ``mcp`` SDK is asynchronous; our runs execute on plain threads. One daemon thread per
-process runs an asyncio loop that owns every session (one per configured server, shared by
-the runs of the process). A run thread submits a call (``Hub.call``) and blocks on its future;
-the run's cancel token cancels that future, which cancels the task awaiting ``call_tool`` on the
-loop, and the SDK then writes ``notifications/cancelled`` for that request at once. The run
-thread is released at the same moment: whatever the server answers afterwards is dropped by
-the SDK (the request is no longer pending) and never reaches the run.
+The ``mcp`` SDK is asynchronous; our runs execute on plain threads. One daemon thread per process
+runs an asyncio loop that owns every session (one per configured server, shared by the runs of the
+process). A run thread submits a call (``Hub.call``) and blocks on its future; the run's cancel
+token cancels that future, which cancels the task awaiting ``call_tool``, and the SDK then writes
+``notifications/cancelled`` at once. The run thread is released at the same moment; a late answer
+is dropped by the SDK and never reaches the run.
 
-A stdio server is started on first use, through ``guard.py`` (its own process group, killed
-with us even if we are SIGKILLed), and started again on the next call after it died. A forked
-child (an RQ work horse) never uses its parent's sessions: it builds its own hub on first use.
-The hub closes its sessions at exit (stdin closed, then SIGTERM, then SIGKILL, by the SDK).
-
-Plain Python: no Django.
+A stdio server is started on first use through ``guard.py`` (its own process group, killed with
+us even if we are SIGKILLed) and again after it died. A forked child (an RQ work horse) builds its
+own hub on first use. The hub closes its sessions at exit. Plain Python: no Django.
 """
 
 from __future__ import annotations

@@ -7,27 +7,11 @@ added later). The payload is the run id. Nothing on SQLite: there the watcher po
 
 from django.db import migrations
 
-TABLE = "nrllm_agents_agentrun"
+from ._sql import section
 
-CREATE = f"""
-CREATE OR REPLACE FUNCTION nrllm_agents_notify_cancel() RETURNS trigger AS $$
-BEGIN
-    PERFORM pg_notify('nrllm_cancel', NEW.id::text);
-    RETURN NULL;
-END;
-$$ LANGUAGE plpgsql;
-
-CREATE TRIGGER nrllm_agents_notify_cancel
-    AFTER UPDATE OF status ON {TABLE}
-    FOR EACH ROW
-    WHEN (NEW.status = 'cancelled' AND OLD.status IS DISTINCT FROM 'cancelled')
-    EXECUTE FUNCTION nrllm_agents_notify_cancel();
-"""
-
-DROP = f"""
-DROP TRIGGER IF EXISTS nrllm_agents_notify_cancel ON {TABLE};
-DROP FUNCTION IF EXISTS nrllm_agents_notify_cancel();
-"""
+# The text lives with every other trigger in store/sql/notify.sql (its section of this name).
+CREATE = section("0003_cancel_notify")
+DROP = section("0003_cancel_notify.reverse")
 
 
 def _on_postgres(sql: str):

@@ -14,42 +14,11 @@ Nothing on SQLite: there watchers poll.
 
 from django.db import migrations
 
-EVENTS = "nrllm_agents_agentrunevent"
-RUNS = "nrllm_agents_agentrun"
+from ._sql import section
 
-CREATE = f"""
-CREATE OR REPLACE FUNCTION nrllm_agents_notify_step() RETURNS trigger AS $$
-BEGIN
-    PERFORM pg_notify('nrllm_step', NEW.run_id::text || ':' || NEW.sequence::text);
-    RETURN NULL;
-END;
-$$ LANGUAGE plpgsql;
-
-CREATE TRIGGER nrllm_agents_notify_step
-    AFTER INSERT ON {EVENTS}
-    FOR EACH ROW EXECUTE FUNCTION nrllm_agents_notify_step();
-
-CREATE OR REPLACE FUNCTION nrllm_agents_notify_settled() RETURNS trigger AS $$
-BEGIN
-    PERFORM pg_notify('nrllm_step', NEW.id::text || ':s');
-    RETURN NULL;
-END;
-$$ LANGUAGE plpgsql;
-
-CREATE TRIGGER nrllm_agents_notify_settled
-    AFTER UPDATE OF status ON {RUNS}
-    FOR EACH ROW
-    WHEN (NEW.status IN ('completed', 'failed', 'waiting_for_approval')
-          AND OLD.status IS DISTINCT FROM NEW.status)
-    EXECUTE FUNCTION nrllm_agents_notify_settled();
-"""
-
-DROP = f"""
-DROP TRIGGER IF EXISTS nrllm_agents_notify_step ON {EVENTS};
-DROP FUNCTION IF EXISTS nrllm_agents_notify_step();
-DROP TRIGGER IF EXISTS nrllm_agents_notify_settled ON {RUNS};
-DROP FUNCTION IF EXISTS nrllm_agents_notify_settled();
-"""
+# The text lives with every other trigger in store/sql/notify.sql (its section of this name).
+CREATE = section("0008_push_step_notify")
+DROP = section("0008_push_step_notify.reverse")
 
 
 def _on_postgres(sql: str):

@@ -24,33 +24,13 @@ from importlib import import_module
 import django.db.models.deletion
 from django.db import migrations, models
 
-RUNS = "nrllm_agents_agentrun"
-EVENTS = "nrllm_agents_agentrunevent"
+from ._sql import section
 
-CREATE = f"""
-DROP TRIGGER IF EXISTS nrllm_agents_notify_step ON {EVENTS};
-DROP FUNCTION IF EXISTS nrllm_agents_notify_step();
-DROP TRIGGER IF EXISTS nrllm_agents_notify_settled ON {RUNS};
-
-CREATE OR REPLACE FUNCTION nrllm_agents_notify_settled() RETURNS trigger AS $$
-BEGIN
-    PERFORM pg_notify('nrllm_run_' || replace(NEW.id::text, '-', ''), NEW.id::text || ':s');
-    RETURN NULL;
-END;
-$$ LANGUAGE plpgsql;
-
-CREATE TRIGGER nrllm_agents_notify_settled
-    AFTER UPDATE OF status, stopped_at ON {RUNS}
-    FOR EACH ROW
-    WHEN (NEW.watchers > 0 AND (
-          (NEW.status IN ('completed', 'failed', 'waiting_for_approval') AND OLD.status IS DISTINCT FROM NEW.status)
-          OR (NEW.stopped_at IS NOT NULL AND OLD.stopped_at IS NULL)))
-    EXECUTE FUNCTION nrllm_agents_notify_settled();
-"""
-
+# The text lives with every other trigger in store/sql/notify.sql (its section of this name).
+CREATE = section("0010_targeted_push")
 # Back to 0008's triggers (the column goes with the AddField's reversal, after this).
 _0008 = import_module("nrllm_agents.migrations.0008_push_step_notify")
-DROP = f"DROP TRIGGER IF EXISTS nrllm_agents_notify_settled ON {RUNS};\n" + _0008.CREATE
+DROP = section("0010_targeted_push.reverse") + _0008.CREATE
 _on_postgres = _0008._on_postgres
 
 

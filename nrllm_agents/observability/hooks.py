@@ -265,6 +265,20 @@ def cancel(method: F) -> F:
 
 
 @_guarded
+def tree_cancelled(run_id: Any, cascaded: int) -> None:
+    """A cancel of ``run_id`` also cancelled ``cascaded`` runs below it."""
+    metrics.CASCADED_CANCELS.inc(cascaded)
+    run_event("tree_cancel", run_id, "cancel covered %d runs below it", cascaded, cascaded=cascaded)
+
+
+@_guarded
+def children_started(run_id: Any, count: int) -> None:
+    """A turn of ``run_id`` started ``count`` child runs (its sub-agents')."""
+    metrics.CHILD_RUNS.inc(count)
+    run_event("children", run_id, "started %d sub-agent runs", count, children=count)
+
+
+@_guarded
 def _cancel_done(result: Any, source: str) -> None:
     outcome = str(result.outcome.value)
     if outcome == "cancelled":

@@ -1,25 +1,15 @@
 """Prometheus metrics of runs, steps, cancels, the reaper and the queue (``prometheus-client``).
 
-Counters and histograms live in this module and are updated by ``observability.hooks``.
-Labels are bounded: statuses, reasons, sources and kinds are enums; tool names are the
-registered ones (anything else is ``other``); providers are the registered ones; models
-are recorded only when the model actually answered with usage, and at most
-``MODEL_LABELS_MAX`` distinct names (then ``other``), shared by all processes in
-multiprocess mode. Never a run id or a user.
+Counters and histograms live in this module and are updated by ``observability.hooks``. Labels
+are bounded: statuses, reasons, sources and kinds are enums; tool and provider names are the
+registered ones (anything else is ``other``); models at most ``MODEL_LABELS_MAX`` distinct names.
+Never a run id or a user.
 
-**Multiprocess mode.** With ``PROMETHEUS_MULTIPROC_DIR`` set, every process writes its
-values to files in that directory and ``/metrics`` merges them (prometheus-client's
-documented multiprocess mode). By default those files are named by process id, and a dead
-process's files are kept (its counts must survive) and read by every scrape, forever. RQ
-forks one work horse per job and ``agent_reap``/``agent_cancel`` run as short processes, so
-that would be a new set of files per job and per command. Instead each process takes the
-first free *slot* (an exclusive ``flock`` on ``slot<k>.lock`` in the directory, released by
-the kernel when the process dies, even by SIGKILL) and names its files after it: processes
-alive at the same time never share a slot (the library's one rule for an identifier), and a
-later process continues the counts of a dead one. The files grow with the peak number of
-processes alive at once, not with jobs. The gauges of queued/running/waiting runs are not
-stored in files at all: they are read from the database at scrape time
-(``collectors.RunStateCollector``).
+With ``PROMETHEUS_MULTIPROC_DIR`` set, each process names its files after the first free *slot*
+(an exclusive ``flock`` on ``slot<k>.lock``, released by the kernel when the process dies), not its
+pid, so the files grow with the peak number of processes alive at once, not with RQ's one work
+horse per job. The run-state gauges are read from the database at scrape time
+(``collectors.RunStateCollector``). Why and how to set it up: docs/operations/metrics.md.
 """
 
 from __future__ import annotations
@@ -108,6 +98,10 @@ SPEND = Counter(
 )
 REAPER_ACTIONS = Counter(
     "nrllm_reaper_actions", "What the reaper did to runs whose lease expired.", ["action", "reason"]
+)
+CHILD_RUNS = Counter("nrllm_child_runs", "Child runs started by a sub-agent call (runtime.trees).")
+CASCADED_CANCELS = Counter(
+    "nrllm_cascaded_cancels", "Runs cancelled because a run above them in their tree was cancelled."
 )
 REAPER_PASSES = Counter("nrllm_reaper_passes", "Reaper passes (dry runs excluded).")
 ENQUEUE_FAILURES = Counter("nrllm_enqueue_failures", "Runs the queue refused (settled failed, enqueue_failed).")

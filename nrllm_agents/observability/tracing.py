@@ -1,21 +1,16 @@
 """Traces: whether this process traces, its tracer, and the trace context a run carries.
 
 Off by default, and then free: no tracer, so the runtime builds no spans (``spans.begin`` answers
-``None`` and the step path checks one attribute). Tracing is on when
+``None`` and the step path checks one attribute). Tracing is on when the host configured its own
+OpenTelemetry tracer provider (before or after Django started), or when the standard
+``OTEL_EXPORTER_OTLP_*`` variables ask for export: ``configure()`` then builds the SDK's provider
+with the OTLP/HTTP exporter behind a batch processor, every other setting from the standard
+variables, and sets it as the process's provider so the host's own instrumentations join the same
+traces. The SDK and the exporter are the optional ``otel`` extra; only the API is needed to trace
+through a host's provider.
 
-- the host configured its own OpenTelemetry tracer provider (``trace.set_tracer_provider``),
-  before or after Django started: our spans go through it; or
-- the standard variables ask for OTLP export (``OTEL_EXPORTER_OTLP_ENDPOINT`` or
-  ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, unless ``OTEL_TRACES_EXPORTER=none`` or
-  ``OTEL_SDK_DISABLED=true``): ``configure()`` builds the SDK's provider with the OTLP/HTTP
-  exporter behind a batch processor, every other setting from the standard variables
-  (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``,
-  ``OTEL_BSP_*``, ``OTEL_EXPORTER_OTLP_HEADERS``…), and sets it as the process's provider, so
-  that the host's own instrumentations (Django's request spans) join the same traces.
-
-The SDK and the exporter are optional (the ``otel`` extra: ``pip install "nrllm-agents[otel]"``);
-only the API is needed to trace through a host's provider. A run keeps the W3C trace context it continues in
-``AgentRun.trace_context`` (``stored()``), written when it is created.
+A run keeps the W3C trace context it continues in ``AgentRun.trace_context`` (``stored()``),
+written when it is created. The variables and what a run looks like: docs/tracing.md.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ class Outcome(enum.StrEnum):
 
     COMPLETED = "completed"  # settled completed
     AWAITING_APPROVAL = "awaiting_approval"  # suspended, waiting for a human decision
+    AWAITING_CHILDREN = "awaiting_children"  # suspended until its sub-agent runs end (it holds no worker)
     SUSPEND_FAILED = "suspend_failed"  # wanted to suspend but the row was no longer running
     FAILED = "failed"  # settled failed
     CANCELLED = "cancelled"  # a cancel won the row; the segment stopped at a boundary
@@ -134,6 +135,7 @@ _CANCELLED_FROM = {
     RunStatus.RUNNING: f"cancelled; it was executing: {EXECUTING_STOPS}.",
     RunStatus.QUEUED: "cancelled; it was queued and will never execute.",
     RunStatus.WAITING_FOR_APPROVAL: "cancelled; it was waiting for approval and can no longer be approved.",
+    RunStatus.WAITING_FOR_CHILDREN: "cancelled with every run below it; it was waiting for its sub-agents.",
 }
 
 

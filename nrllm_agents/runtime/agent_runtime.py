@@ -43,8 +43,9 @@ from ..presentation.outcomes import (
 )
 from ..presentation.presenters import event_dict
 from ..store import budgets
+from ..store import trees as tree_store
 from ..validation.run_request import InvalidRequest, RunRequest
-from . import forks, limits, threads
+from . import forks, limits, threads, trees
 from .runner import SegmentRunner, run_result
 from .segment import DeltaObserver, SegmentTrace, StepObserver, identity
 
@@ -348,12 +349,21 @@ class AgentRuntime:
         message that interrupted it: ``interrupted_by_message``).
         """
         run_id = parse_run_id(run_id)
-        fence = store.cancel(run_id, by=by, source=source, reason=reason, termination_reason=termination_reason)
+        # The run and every run below it (its sub-agents'), in one fence (runtime.trees).
+        tree = tree_store.cancel_tree(
+            run_id, by=by, source=source, reason=reason, termination_reason=termination_reason
+        )
+        fence = tree.transition
         if fence.applied and fence.previous == RunStatus.RUNNING:
             # Executed by this process? Stop its step in flight without waiting for a signal.
             transaction.on_commit(lambda: watcher.cancelled_here(run_id))
-        elif fence.applied:  # stopped at once: its thread's next message may go
+        elif fence.applied:  # stopped at once: its thread's next message, or its parent, may go
             transaction.on_commit(lambda: self.segments.wake_thread(threads.thread_of(run_id)))
+            transaction.on_commit(lambda: trees.child_ended(run_id, self.segments.dispatch_run))
+        for below in tree.cascaded.get(RunStatus.RUNNING, []):  # the tree's calls in flight, here
+            transaction.on_commit(functools.partial(watcher.cancelled_here, below))
+        if tree.cascaded:
+            observe.tree_cancelled(run_id, tree.cascaded_total)
         if not fence.found:
             outcome = CancelOutcome.NOT_FOUND
         elif fence.applied:
@@ -371,7 +381,7 @@ class AgentRuntime:
         """Cancel every active run of a queryset in a constant number of statements."""
         touched = [] if dry_run else threads.threads_among(selection)
         result = store.cancel_many(selection, by=by, source=source, reason=reason, dry_run=dry_run)
-        if result.cancelled.get(RunStatus.RUNNING.value):
+        if result.cancelled.get(RunStatus.RUNNING.value) or result.cascaded:
             transaction.on_commit(watcher.check_now)  # runs this process executes stop at once
         for thread_id in touched:  # queued and waiting runs stopped at once: their threads go on
             transaction.on_commit(functools.partial(self.segments.wake_thread, thread_id))
@@ -389,6 +399,8 @@ class AgentRuntime:
         report.deadline_cancelled = len(swept.cancelled)
         if not dry_run:  # after the requeues: a reaped run's segment is dead, and so is its hold
             report.holds_released = budgets.release_dead()
+            # parents whose last child ended without waking them (its process died, or it was reaped)
+            trees.wake_stranded(self.segments.dispatch_run, limit=limit)
         for run_id in [] if dry_run else report.requeued:
             try:
                 self.segments.dispatch_run(run_id)

@@ -36,6 +36,7 @@ from ..conf import app_settings
 from ..domain import Step, StepKind, Usage
 from ..domain.steps import decimal_text
 from ..models import AgentRun, CancelSource, RunStatus, TerminationReason
+from ..store.trees import cancel_tree
 
 logger = logging.getLogger(__name__)
 
@@ -134,9 +135,12 @@ def exceeded(
 
 
 def stop(run_id: uuid.UUID, verdict: tuple[str, dict[str, Any], str]) -> store.Transition:
-    """Cancel a run for an exceeded limit: the guarded cancel, by the system, with its reason."""
+    """Cancel a run for an exceeded limit: the guarded cancel, by the system, with its reason (and
+    every run below it, its sub-agents', which inherit that cancel: ``store.trees``)."""
     reason, detail, text = verdict
-    return store.cancel(run_id, source=CancelSource.SYSTEM, reason=text, termination_reason=reason, detail=detail)
+    return cancel_tree(
+        run_id, source=CancelSource.SYSTEM, reason=text, termination_reason=reason, detail=detail
+    ).transition
 
 
 class Enforcer:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from django.db import DatabaseError
 
@@ -38,7 +39,7 @@ from ..observability import hooks as observe
 from ..presentation.outcomes import Outcome, RunResult
 from ..store.retries import RetryPolicy
 from ..validation.run_request import RunRequest
-from . import limits, signals, threads
+from . import limits, signals, threads, trees
 from .segment import SegmentTrace
 
 logger = logging.getLogger(__name__)
@@ -186,9 +187,10 @@ class SegmentRunner:
         try:
             provider, price = registry.build_provider(request, run_id), pricing.for_request(request)
             trace.spend.arm(provider, price)
+            tools: dict[str, Any] = {**registry.build_tools(request.tools, run_id), **trees.tools_for(request, run_id)}
             loop = ToolLoop(
                 provider,
-                registry.build_tools(request.tools, run_id),
+                tools,
                 trace=trace,
                 max_iterations=request.max_iterations,
                 on_deny=request.on_deny,
@@ -223,6 +225,8 @@ class SegmentRunner:
                 run_id, state=state.as_dict(), iterations=state.iterations, usage=state.usage, owner=trace.owner
             )
             return self._close(run_id, trace, fence, Outcome.AWAITING_APPROVAL, result, refused=Outcome.SUSPEND_FAILED)
+        if result.outcome == LoopOutcome.AWAITING_CHILDREN:
+            return self._await_children(run_id, trace, result, tools)
         status, reason = _SETTLE[result.outcome]
         if result.outcome == LoopOutcome.PROVIDER_FAILED and trace.interruptible:
             # Queued runs retry transient model failures; permanent ones dead-letter at once.
@@ -245,6 +249,24 @@ class SegmentRunner:
             error_message=_safe_message(result.error),
         )
         return self._close(run_id, trace, fence, Outcome(status.value), result)
+
+    def _await_children(
+        self, run_id: uuid.UUID, trace: SegmentTrace, result: LoopResult, tools: dict[str, Any]
+    ) -> RunResult:
+        """Suspend the run for its sub-agents' runs and start them; it holds no worker meanwhile."""
+        fence = trees.suspend_for_children(
+            run_id, owner=trace.owner, state=result.state, tools=tools, call_sequence=trace.last_sequence
+        )
+        if fence.applied:
+            if fence.data.get("children"):
+                observe.children_started(run_id, len(fence.data["children"]))
+            for child in fence.data.get("children", []):
+                try:
+                    self.dispatch_run(child, segment=0)
+                except dispatch.EnqueueError:
+                    logger.error("run %s: its sub-agent run %s could not be enqueued", run_id, child)
+            trees.wake(run_id, self.dispatch_run)  # its children had all ended already (a run continued)
+        return self._close(run_id, trace, fence, Outcome.AWAITING_CHILDREN, result, refused=Outcome.SUSPEND_FAILED)
 
     def _requeue(
         self,
@@ -297,18 +319,21 @@ class SegmentRunner:
             # another segment; a waiting one was suspended by someone else.
             if fence.status in (RunStatus.QUEUED, RunStatus.RUNNING):
                 outcome = Outcome.LEASE_LOST
-            elif fence.status == RunStatus.WAITING_FOR_APPROVAL:
+            elif fence.status in (RunStatus.WAITING_FOR_APPROVAL, RunStatus.WAITING_FOR_CHILDREN):
                 outcome = refused
         run = AgentRun.objects.filter(pk=run_id).first()
         if run is not None:
             observe.closed(run, fence, outcome)
             if run.thread_id is not None and run.stopped_at is not None:
                 self.wake_thread(run.thread_id)
+            if run.tree_parent_id is not None and run.stopped_at is not None:
+                trees.wake(run.tree_parent_id, self.dispatch_run)
         return run_result(run_id, outcome, trace, final_text=result.final_text if result else None, run=run)
 
     def _cancelled(self, run_id: uuid.UUID, trace: SegmentTrace) -> RunResult:
         trace.acknowledge_cancel()
         self.wake_thread(threads.thread_of(run_id))
+        trees.child_ended(run_id, self.dispatch_run)
         return run_result(run_id, Outcome.CANCELLED, trace)
 
     def settle_unrunnable(self, run_id: uuid.UUID, trace: SegmentTrace, exc: Exception) -> RunResult:

@@ -81,22 +81,19 @@ def identity(role: str) -> str:
 class SegmentTrace:
     """The trace hook handed to the tool loop for one segment.
 
-    At each step, in order: hand it to ``on_step``; renew the lease with an
-    ownership-guarded write and record the step in the same commit (the renewal is also the
-    cancellation probe: it matches no row once the run is cancelled or lost); then stop if
-    the run was cancelled.
+    At each step, in order: hand it to ``on_step``; renew the lease with an ownership-guarded write
+    and record the step in the same commit (the renewal is also the cancellation probe: it matches no
+    row once the run is cancelled or lost); then stop if the run was cancelled.
 
     - cancelled while ours: the step in flight is recorded, then ``RunCancellationRequested``;
     - lost (reaped, owned by another segment): nothing is written, ``RunLeaseLost``;
     - the store cannot be reached: "not cancelled", the run goes on (never a fabricated cancel);
     - a failing observer is logged and ignored: watching never stops a run.
 
-    A boundary statement that fails on its own is retried a few milliseconds later. If it
-    still fails, the step is appended only while the run is still this segment's (never an
-    unguarded write), and the row is read again before the next model call or tool starts.
-
-    It also tracks the spend so far, for the acknowledgement of a cancel, and holds the
-    segment's cancel token.
+    A boundary statement that fails on its own is retried a few milliseconds later; if it still
+    fails, the step is appended only while the run is still this segment's, and the row is read again
+    before the next call starts. It also tracks the spend so far (for a cancel's acknowledgement) and
+    holds the segment's cancel token.
     """
 
     def __init__(

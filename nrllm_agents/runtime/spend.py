@@ -29,6 +29,7 @@ from ..domain.providers.wire import estimate_usage
 from ..models import AgentRun, Budget, CancelSource, TerminationReason
 from ..store import budgets
 from ..store.budgets import Refusal
+from ..store.trees import cancel_tree
 
 logger = logging.getLogger(__name__)
 
@@ -92,13 +93,13 @@ class Spend:
 
 def stop(run_id: uuid.UUID, refusal: Refusal) -> store.Transition:
     """Cancel a run for a budget: the guarded cancel, by the system, ``budget_exhausted``."""
-    return store.cancel(
+    return cancel_tree(  # and the runs below it (its sub-agents'), which inherit the cancel
         run_id,
         source=CancelSource.SYSTEM,
         reason=words(refusal),
         termination_reason=TerminationReason.BUDGET_EXHAUSTED,
         detail=refusal.detail(),
-    )
+    ).transition
 
 
 def stop_drawing(exhausted: Sequence[int], *, besides: uuid.UUID | None = None) -> list[uuid.UUID]:

@@ -1,26 +1,16 @@
 """Threads: conversations whose runs follow a multitask strategy when a message arrives early.
 
-A message posted to a thread becomes a run at the thread's next position. Its runs execute
-one at a time, in position order: a run is dispatched only when every run before it has
-stopped (``stopped_at`` set: settled, or its cancel acknowledged), and its claim checks the
-same (``waits``), so a second delivery, the queued sweep or a race can never start two at
-once. When a run of a thread stops, the runtime asks ``next_up`` for the thread's head and
-dispatches it.
+A message posted to a thread becomes a run at the thread's next position. Its runs execute one at
+a time, in position order: a run is dispatched only when every run before it has stopped
+(``stopped_at`` set), and its claim checks the same (``waits``), so no delivery or race can start
+two at once; when one stops, the runtime dispatches ``next_up``. Every post takes the thread's
+row lock, so concurrent messages get distinct, ordered positions. A message arriving while a run
+is active follows the thread's strategy: ``reject`` (``ThreadBusy``), ``enqueue``, ``interrupt``
+(cancel the active runs through ``AgentRuntime.cancel``, continue from their transcript) or
+``rollback`` (the same, and the cancelled runs' turns leave the transcript).
 
-Every post takes the thread's row lock (``select_for_update``; SQLite serialises the whole
-transaction), so concurrent messages get distinct, ordered positions and see each other's
-runs. A message arriving while a run of the thread is queued, running or waiting:
-
-- ``reject``: ``ThreadBusy`` names that run; nothing is created;
-- ``enqueue``: its run waits behind it;
-- ``interrupt``: every active run of the thread is cancelled through ``AgentRuntime.cancel``
-  (source ``system``, reason naming the message, ``interrupted_by_message``); the new run
-  starts once they stopped, from the transcript they left (the interrupted turn kept);
-- ``rollback``: the same, and the runs this message cancelled are marked ``rolled_back``:
-  their turns leave the transcript; the runs, their steps and their cancels stay.
-
-A run's first step (``thread``) holds the transcript it started from (``domain.thread``), so
-every run's stream stands alone and ``rebuild_state`` continues it anywhere.
+A run's first step (``thread``) holds the transcript it started from, so every run's stream stands
+alone. The strategies, as a user sees them: docs/howto/threads.md.
 """
 
 from __future__ import annotations
@@ -215,10 +205,11 @@ def thread_of(run_id: uuid.UUID) -> uuid.UUID | None:
 
 
 def took_a_turn() -> Exists:
-    """Runs whose model was called (an ``llm`` step, whole, interrupted or failed): the ones that
-    leave a turn. A run that never got there (cancelled while queued, its only step the
-    ``cancelled`` one; or stopped after its ``thread`` step, before its first call) leaves none."""
-    return Exists(AgentRunEvent.objects.filter(run_id=OuterRef("pk"), kind=StepKind.LLM))
+    """Runs that started: they recorded their opening ``thread`` step, and so leave a turn (their
+    message, and whatever answer they recorded: whole, interrupted, or none when a cancel came
+    before the first model call: the user's message is never lost). A run that never started
+    (cancelled while queued: its only step the ``cancelled`` one) leaves none."""
+    return Exists(AgentRunEvent.objects.filter(run_id=OuterRef("pk"), kind=StepKind.THREAD))
 
 
 def transcript(thread_id: uuid.UUID, *, before: int | None = None) -> tuple[list[dict[str, Any]], uuid.UUID | None]:

@@ -10,7 +10,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..domain import StepKind
-from ..models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus
+from ..models import ACTIVE, QUIESCENT, TERMINAL, AgentRun, AgentRunEvent, RunStatus
+from . import trees
 from .cancels import cancel_fields
 from .journal import stop_stamp
 from .results import actor, checked_reason
@@ -23,6 +24,7 @@ class BulkCancel:
     cancelled: dict[str, int]  # previous status -> runs this call cancelled
     unchanged: dict[str, int]  # terminal status -> runs left as they were
     dry_run: bool = False
+    cascaded: int = 0  # runs below the selected ones (their sub-agents') cancelled with them
 
     @property
     def cancelled_total(self) -> int:
@@ -46,18 +48,33 @@ def cancel_many(selection: Any, *, by: Any = None, source: str, reason: str = ""
         unchanged = {s: n for s, n in found.items() if s in TERMINAL}
         if dry_run:
             return BulkCancel({s: n for s, n in found.items() if s not in TERMINAL}, unchanged, True)
+        active_ids = selection.filter(status__in=[s.value for s in ACTIVE]).order_by().values("pk")
+        trees.lock_trees(active_ids)  # no spawn below a selected run commits while it is cancelled
         now = _lock_active(selection) or timezone.now()
         common = cancel_fields(now, by=by, source=source, reason=reason)
         cancelled: dict[str, int] = {}
-        for status in (RunStatus.QUEUED, RunStatus.WAITING_FOR_APPROVAL, RunStatus.RUNNING):
+        for status in (
+            RunStatus.QUEUED,
+            RunStatus.WAITING_FOR_APPROVAL,
+            RunStatus.WAITING_FOR_CHILDREN,
+            RunStatus.RUNNING,
+        ):
             # Running runs keep their lease: their segment (or the reaper) acknowledges.
             extra = {} if status == RunStatus.RUNNING else {"stopped_at": stop_stamp(now), "lease_expires": None}
             n = selection.filter(status=status).order_by().update(**extra, **common)
             if n:
                 cancelled[status.value] = n
-        if cancelled.get(RunStatus.QUEUED) or cancelled.get(RunStatus.WAITING_FOR_APPROVAL):
+        if any(cancelled.get(s) for s in QUIESCENT):
             _append_cancelled_bulk(now, by, source, reason or "")
-    return BulkCancel(cancelled, unchanged)
+        cascaded = 0
+        just = selection.filter(status=RunStatus.CANCELLED, cancel_requested_at=now).order_by().values("pk")
+        parents = AgentRun.objects.filter(tree_parent_id__in=just, status__in=[s.value for s in ACTIVE])
+        for parent, root in AgentRun.objects.filter(pk__in=parents.values("tree_parent_id")).values_list(
+            "pk", "tree_root_id"
+        ):
+            below = trees.cascade(parent, root or parent, by=by, source=source, reason=reason or "")
+            cascaded += sum(len(ids) for ids in below.values())
+    return BulkCancel(cancelled, unchanged, cascaded=cascaded)
 
 
 def _lock_active(selection: Any) -> datetime | None:

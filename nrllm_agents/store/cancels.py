@@ -6,18 +6,11 @@ read-check-write fence (``_cancel_fence``). Both write the same row and the same
 step, whose payload is built once, in Python (``journal.cancel_payload``); the statement adds
 only what it alone knows, the time and the boundary's sequence. A test writes both and compares.
 
-The statement's first CTE locks the run's row (``FOR UPDATE``); the next stamps the time once
-that lock is held (``clock_timestamp()``, so a step committed while the cancel waited for the
-lock never looks as if it came after the cancel); the ``UPDATE`` applies only to an active
-row; for a quiescent run (queued or waiting) the ``cancelled`` step is appended in the same
-statement. It returns the status the lock found, so the caller builds the same
-``Transition`` as the read-check-write fence in ``runs.cancel``, and the run's provider
-(``data["provider"]``, for the metrics: no query after the cancel).
-
-One case is left to that fence: a quiescent run whose row changed while the statement waited
-for its lock (e.g. a segment requeued it). The statement's snapshot predates that change and
-could miss the steps committed just before it, so the ``cancelled`` step's sequence would be
-wrong; the statement then writes nothing and reports ``None``, and the caller runs the fence.
+The statement stamps the time once the row lock is held and returns the status the lock found, so
+the caller builds the same ``Transition`` as the fence. A quiescent run whose row changed while
+the statement waited is left to the fence (the statement's snapshot could miss steps): it then
+writes nothing and reports ``None``. The statement step by step: docs/internals.md ("The
+one-statement cancel").
 """
 
 from __future__ import annotations
@@ -31,7 +24,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..domain import StepKind
-from ..models import ACTIVE, TERMINAL, AgentRun, AgentRunEvent, RunStatus, TerminationReason
+from ..models import ACTIVE, QUIESCENT, TERMINAL, AgentRun, AgentRunEvent, RunStatus, TerminationReason
 from . import prepared
 from .journal import append_cancelled, cancel_payload, stop_stamp
 from .results import NOT_FOUND, Transition, actor, checked_reason
@@ -125,7 +118,7 @@ def _cancel_statement(
     previous, fresh, changed, provider = rows[0]
     if changed:  # the provider: what the cancel metric is labelled with, without another query
         return Transition(True, RunStatus.CANCELLED, previous, {"provider": provider})
-    if previous in (RunStatus.QUEUED, RunStatus.WAITING_FOR_APPROVAL) and not fresh:
+    if previous in QUIESCENT and not fresh:
         return None
     return Transition(False, previous, previous)
 

@@ -1,25 +1,20 @@
 """Database connections held only while used.
 
 A segment needs the database at its step boundaries, for milliseconds, and not during a model
-call that may take minutes. Between boundaries it gives its thread's connection back:
+call that may take minutes. Between boundaries it gives its thread's connection back: to the
+process's bounded pool (PostgreSQL with Django's psycopg pool), closed (SQLite, where opening one
+costs well under a millisecond), or kept (PostgreSQL without a pool, ``NRLLM_DB_POOL_MAX=0``).
+A thread about to sit idle for long (a pushed watcher between two pushes) gives it back even
+without a pool (``idle=True``), so an idle watcher holds no connection at all.
 
-- PostgreSQL with Django's psycopg pool (``OPTIONS["pool"]``, see ``config/settings.py``): the
-  connection returns to the process's bounded pool, so hundreds of concurrent segments share
-  at most ``max_size`` connections;
-- SQLite: the connection is closed (opening one costs well under a millisecond), so hundreds
-  of threads do not each keep a file handle and a page cache;
-- PostgreSQL without a pool (``NRLLM_DB_POOL_MAX=0``): kept, as before; a forking worker's work
-  horse then holds one connection for its one segment.
-
-A thread about to sit idle for long (a pushed watcher of a live stream between two pushes, a
-stream about to start) gives its connection back even without a pool (``idle=True``): an idle
-watcher holds no connection at all, whatever the engine.
+Each case and why: docs/internals.md ("Connections held only while used").
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import django
 from django.db import connections
 
 __all__ = ["check_pooled_connection", "check_pools_before_use", "pool_max_size", "pooled", "release_connection"]
@@ -81,7 +76,8 @@ def check_pooled_connection(conn: Any) -> None:
 
 def check_pools_before_use() -> list[str]:
     """Give every PostgreSQL pool of ``DATABASES`` that has no ``check`` of its own
-    ``check_pooled_connection`` (``pool: True`` becomes a dict with it). Called from the app's
+    ``check_pooled_connection`` (``pool: True`` becomes a dict with it); before Django 6.1, which
+    passes its own ``check=``, ``CONN_HEALTH_CHECKS`` instead (psycopg_pool's plain check). Called from the app's
     ``ready()``, before any pool is built (Django builds it at the first connection). Returns the
     aliases it changed."""
     from django.conf import settings
@@ -94,7 +90,11 @@ def check_pools_before_use() -> list[str]:
             continue
         if pool is True:
             pool = options["pool"] = {}
-        if isinstance(pool, dict) and not pool.get("check"):
+        if not isinstance(pool, dict) or pool.get("check") or config.get("CONN_HEALTH_CHECKS"):
+            continue
+        if django.VERSION >= (6, 1):  # the pool's own "check" option overrides Django's
             pool["check"] = check_pooled_connection
-            changed.append(alias)
+        else:  # Django passes check= itself (an option of that name is a TypeError): ask for its own
+            config["CONN_HEALTH_CHECKS"] = True
+        changed.append(alias)
     return changed

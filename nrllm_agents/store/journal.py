@@ -136,8 +136,11 @@ def cancel_payload(run: dict[str, Any], boundary: int | None) -> dict[str, Any]:
         "boundary_sequence": boundary,
         "termination_reason": run["termination_reason"],
     }
-    if run["cancel_detail"]:
-        payload["limit"] = run["cancel_detail"]  # which limit stopped the run, and what was measured
+    detail = run["cancel_detail"]
+    if detail and isinstance(detail, dict) and "inherited" in detail:
+        payload["inherited"] = detail["inherited"]  # the cancel of an ancestor: which run, who, where, why
+    elif detail:
+        payload["limit"] = detail  # which limit stopped the run, and what was measured
     return payload
 
 

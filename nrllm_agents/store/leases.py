@@ -92,13 +92,10 @@ def record_step(
     elsewhere both statements run in one transaction. A duplicate sequence
     (another segment wrote it) raises ``IntegrityError``.
 
-    The statement also returns how many processes watch the run (``watchers``, read under the
-    row lock the renewal holds, so a watcher that registers meanwhile is either seen here or
-    reads this step itself), and hands it to ``on_boundary`` (the process's publisher,
-    ``deltas.py``): once the step is committed when some do (the push announces it; a
-    boundary transaction itself never notifies), at once when none do.
-
-    Its duration is timed by the caller (``segment``): the store imports nothing above it.
+    It also returns how many processes watch the run (``watchers``, read under the renewal's row
+    lock, so a watcher that registers meanwhile is either seen here or reads this step itself) and
+    hands it to ``on_boundary`` (the process's publisher, ``deltas.py``), which announces the step
+    once it is committed. Its duration is timed by the caller (``segment``).
     """
     until = lease_until()
     db = connections[DEFAULT_DB_ALIAS]  # looked up once: this is the step path

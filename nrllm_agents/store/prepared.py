@@ -1,22 +1,15 @@
 """Hot statements sent as server-side prepared statements on Django's own PostgreSQL connection.
 
-Django's psycopg backend binds parameters on the client by default, so PostgreSQL parses and
-plans the step boundary's statement on every step. The few statements on a hot path (the
-boundary, the one-statement cancel, the claim) go through :func:`execute` instead: a psycopg
-cursor with server-side binding on the connection Django manages, ``prepare=True`` so the
-statement is parsed and planned once per connection. What stays Django's:
+Django's psycopg backend binds parameters on the client, so PostgreSQL would parse and plan the
+step boundary's statement on every step. The few statements on a hot path (the boundary, the
+one-statement cancel, the claim) go through :func:`execute` instead: server-side binding with
+``prepare=True`` on the connection Django manages, in whatever transaction Django has open, with
+psycopg errors surfacing as ``django.db`` exceptions and ``execute_wrapper`` hooks seeing every
+statement.
 
-- the connection and its transaction state: the statement runs in whatever transaction (or
-  autocommit) Django has open, exactly as a Django cursor's would;
-- error translation: psycopg errors surface as ``django.db`` exceptions (``DatabaseError``,
-  ``IntegrityError``...), so callers catch the same exceptions as before;
-- ``connection.execute_wrapper`` hooks (instrumentation, fault injection in tests) still see
-  every statement.
-
-Not for SQLite: callers keep their ORM path there. Behind a transaction-mode PgBouncer the
-prepared statements need PgBouncer >= 1.21 with ``max_prepared_statements`` set; otherwise set
-``NRLLM_AGENTS["PREPARED_STATEMENTS"] = False`` (env ``NRLLM_PREPARED_STATEMENTS=0``) and the
-statements are server-side bound without being prepared (see ``bench/README.md``).
+Not for SQLite: callers keep their ORM path there. Behind a transaction-mode PgBouncer older than
+1.21, set ``NRLLM_PREPARED_STATEMENTS=0`` (bound, not prepared). Details: docs/internals.md
+("Prepared statements") and docs/operations/deploy.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 """A real HTTP server on loopback that speaks Anthropic's Messages API (``POST /v1/messages``).
 
-A test double shipped with the product, like ``chat_server`` and scripted the same way (the
-same entries: ``content`` or ``tool_calls``, ``usage`` as ``prompt_tokens``/``completion_tokens``,
-``status`` + ``error``, ``raw``, ``delay``, ``chunk_delay``; ``by_turn``). Point
-``AnthropicProvider`` (or the ``anthropic`` SDK) at ``server.base_url``.
+A test double shipped with the product, scripted like ``chat_server`` (the same entries and
+``by_turn``). Point ``AnthropicProvider`` (or the ``anthropic`` SDK) at ``server.base_url``. It
+streams Anthropic's server-sent events when asked (``streams`` logs what was sent and when the
+client went away), refuses with HTTP 400 what the real API refuses (no ``max_tokens``, an
+unanswered ``tool_use``), with 401 a request without the key when ``api_key`` is set, and answers
+errors in Anthropic's shape.
 
-A request with ``"stream": true`` gets the answer as Anthropic's server-sent events:
-``message_start`` (input tokens), per block ``content_block_start`` / ``content_block_delta``
-(``text_delta`` in word pieces ``chunk_delay`` apart, ``input_json_delta`` for a tool's input) /
-``content_block_stop``, then ``message_delta`` (stop reason, output tokens) and
-``message_stop``. ``streams`` logs what was sent and when the client went away.
-
-Like the real API, a request is refused with HTTP 400 when it lacks ``max_tokens``, or when a
-``tool_use`` is not answered by a ``tool_result`` in the next user message (or a result answers
-no call of the turn before it). With ``api_key`` set, a request without ``x-api-key: <key>`` (or
-``Authorization: Bearer <key>``, which SDK 2.x sends) gets 401.
-Errors have Anthropic's shape: ``{"type": "error", "error": {"type", "message"}}``.
-
-Run ``python -m nrllm_agents.testing.anthropic_server --port 8766`` for manual demos.
+The wire details: docs/internals.md ("The Anthropic server"). For manual demos:
+``python -m nrllm_agents.testing.anthropic_server --port 8766``.
 """
 
 from __future__ import annotations

@@ -1,35 +1,14 @@
 """A real HTTP server on loopback that speaks the OpenAI chat-completions wire format.
 
-A test double shipped with the product: point ``OpenAIProvider`` (or any OpenAI client)
-at ``server.base_url`` and it gets scripted answers over real sockets. Standard library
-only. Each script entry is one of::
+A test double shipped with the product: point ``OpenAIProvider`` (or any OpenAI client) at
+``server.base_url`` and it plays a script over real sockets (standard library only). An entry is
+``{"content": ...}``, ``{"tool_calls": [...]}``, ``{"status": 500, "error": ...}`` or
+``{"raw": ...}``, with optional ``usage``, ``delay`` and ``chunk_delay``; ``by_turn=True`` picks the
+entry by the request's assistant turns. Streamed answers are logged in ``streams`` (and whether
+the client went away); a transcript OpenAI would refuse gets HTTP 400.
 
-    {"content": "final answer"}
-    {"tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}}]}
-    {"status": 500, "error": "upstream exploded"}      # an OpenAI-shaped error body
-    {"raw": "{not json"}                               # a verbatim (malformed) 200 body
-                                                       # (an event stream when one is asked for)
-
-with optional ``"usage"`` (``prompt_tokens``/``completion_tokens``; omitted from the
-response when absent), ``"delay"`` (seconds before answering), ``"chunk_delay"`` (seconds
-between the pieces of a streamed answer) and, for tool calls,
-``"id"`` per call and ``"arguments"`` given as a string to send it verbatim. By default
-entries are consumed in order, one per request; with ``by_turn=True`` the entry played
-is chosen by how many assistant messages the request holds (like ``ScriptedProvider``),
-so every conversation sees the same script. An exhausted script answers HTTP 500.
-
-A request with ``"stream": true`` gets the answer as server-sent ``chat.completion.chunk``
-events, content cut into word pieces ``chunk_delay`` apart, and a usage chunk when the request
-asks for it (``stream_options.include_usage``). ``streams`` logs what each streamed answer
-sent and when, and when the client went away (``disconnected`` is set then): tests see that a
-cancel closed the connection and how much was sent after it.
-
-Like OpenAI's own API, a request whose transcript leaves a tool call unanswered before the
-next message, or answers a call that the preceding assistant turn did not make, is refused
-with HTTP 400 (``transcript_problem``) and consumes no entry.
-
-Run ``python -m nrllm_agents.testing.chat_server --port 8765 --script turns.json`` for
-manual demos (without ``--script`` it plays the scripted provider's demo turns).
+The script format in full: docs/internals.md ("The OpenAI-compatible server"). For manual demos:
+``python -m nrllm_agents.testing.chat_server --port 8765 --script turns.json``.
 """
 
 from __future__ import annotations

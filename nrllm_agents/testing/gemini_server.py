@@ -1,23 +1,14 @@
 """A real HTTP server on loopback that speaks the Gemini API's ``generateContent``.
 
-A test double shipped with the product, like ``chat_server`` and scripted the same way (the
-same entries: ``content`` or ``tool_calls``, ``usage`` as ``prompt_tokens``/``completion_tokens``,
-``status`` + ``error``, ``raw``, ``delay``, ``chunk_delay``; ``by_turn`` counts the ``model``
-turns). Point ``GeminiProvider`` (or the ``google-genai`` SDK) at ``server.base_url``.
+A test double shipped with the product, scripted like ``chat_server`` (``by_turn`` counts the
+``model`` turns). Point ``GeminiProvider`` (or the ``google-genai`` SDK) at ``server.base_url``. It
+answers ``:generateContent`` and ``:streamGenerateContent?alt=sse`` (a turn's first
+``functionCall`` carries a ``thoughtSignature``, as Gemini 3 sends), refuses with HTTP 400 what the
+real API refuses (unanswered ``functionCall`` parts), with 401 a request without the
+``x-goog-api-key`` when ``api_key`` is set, and answers errors in Google's shape.
 
-``POST /v1beta/models/<model>:generateContent`` answers one ``GenerateContentResponse``;
-``:streamGenerateContent?alt=sse`` answers server-sent events, each a ``GenerateContentResponse``
-holding one piece: the text in word pieces ``chunk_delay`` apart, each ``functionCall`` whole,
-and the last one the ``finishReason`` and ``usageMetadata``. A turn's first ``functionCall``
-carries a ``thoughtSignature`` (base64 of ``signed <call id>``), as Gemini 3 sends. ``streams`` logs what was sent and
-when the client went away.
-
-Like the real API, a request is refused with HTTP 400 when a turn's ``functionCall`` parts are
-not answered by as many ``functionResponse`` parts, of the same names, in the next turn. With
-``api_key`` set, a request without ``x-goog-api-key: <key>`` gets 401. Errors
-have Google's shape: ``{"error": {"code", "message", "status"}}``.
-
-Run ``python -m nrllm_agents.testing.gemini_server --port 8767`` for manual demos.
+The wire details: docs/internals.md ("The Gemini server"). For manual demos:
+``python -m nrllm_agents.testing.gemini_server --port 8767``.
 """
 
 from __future__ import annotations

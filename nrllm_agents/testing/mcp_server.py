@@ -1,21 +1,14 @@
 """An MCP server for tests and benchmarks, built with the ``mcp`` SDK's server side.
 
 ``python -m nrllm_agents.testing.mcp_server [--http PORT] [--record FILE]`` serves over stdio
-(default) or Streamable HTTP on 127.0.0.1. With ``--record`` (or ``NRLLM_MCP_RECORD``) it
-appends one JSON line per event to FILE, on the server's side of the pipe: ``started`` when a
-call's handler begins, ``progress`` for each notification it sends, ``cancelled`` when its
-handler is cancelled (the SDK cancels it on ``notifications/cancelled``), ``finished`` when it
-returns; each with the tool, the request id and the wall-clock time ``t``, and ``meta``: the
-request's ``_meta`` as it arrived (a trace context, a progress token), when it had one.
+(default) or Streamable HTTP on 127.0.0.1. With ``--record`` (or ``NRLLM_MCP_RECORD``) it appends
+one JSON line per event (``started``, ``progress``, ``cancelled``, ``finished``) to FILE, on the
+server's side of the pipe, so a test sees what a cancel did there. Its tools include well-behaved
+ones (``slow``, ``echo``, ``erase``) and hostile ones (``huge``, ``garbage``, ``silent``, ``die``,
+``failing``, ``structured``); ``--stubborn``, ``--hang-listing`` and ``--banner`` make the server
+itself misbehave.
 
-Tools: ``slow`` (progress every step, read-only), ``echo``, ``erase`` (destructive), and
-hostile ones: ``huge`` (an enormous result), ``garbage`` (writes a line that is not JSON, then
-never answers), ``silent`` (never answers, ignores cancels), ``die`` (the process exits
-mid-call), ``failing`` (``isError``), ``structured`` (``structuredContent``). ``--stubborn``
-makes it a server that only SIGKILL ends (it ignores SIGTERM and lives on after its stdin closes).
-``--hang-listing`` makes it answer the handshake and never ``tools/list`` (``--hang-listing-when
-FILE``: only while FILE exists, so a server can break after a first listing); ``--banner TEXT``
-writes TEXT to its stderr when it starts (as real servers do: "... running on stdio").
+Every tool and flag: docs/internals.md ("The MCP server").
 """
 
 from __future__ import annotations

@@ -78,6 +78,7 @@ class RunRequest:
     max_total_tokens: int | None = None
     connection: str | None = None  # a Connection's name (never its key): it sets the provider kind
     max_cost: Decimal | None = None  # in NRLLM_AGENTS["CURRENCY"]
+    agents: tuple[str, ...] = ()  # saved agents offered to the model as tools (sub-agents: runtime.trees)
     agent: str | None = None  # an Agent's name: its definition fills every field the request leaves out
     agent_version: int | None = None  # the version used (the latest when the request names none)
     # The version's row id and snapshot, for the run's record; not part of the request itself.
@@ -133,6 +134,8 @@ class RunRequest:
             refusal = _unknown_tools(tools)
             if refusal:
                 errors["tools"] = refusal
+
+        agents = _sub_agents(data.get("agents"), tools, errors)
 
         limit = app_settings.MAX_ITERATIONS_LIMIT
         max_iterations = data.get("max_iterations")
@@ -192,6 +195,7 @@ class RunRequest:
             provider=provider,
             model=model,
             tools=tuple(dict.fromkeys(tools)),
+            agents=agents,
             max_iterations=max_iterations,
             script=script,
             system=system,
@@ -216,6 +220,8 @@ class RunRequest:
         }
         if self.script is not None:
             data["script"] = self.script
+        if self.agents:
+            data["agents"] = list(self.agents)
         if self.system is not None:
             data["system"] = self.system
         data["deadline_seconds"] = self.deadline_seconds  # None stays None: "no limit", not "the default"
@@ -232,6 +238,8 @@ class RunRequest:
         options: dict[str, Any] = {"max_iterations": self.max_iterations, "on_deny": self.on_deny}
         if self.script is not None:
             options["script"] = self.script
+        if self.agents:
+            options["agents"] = list(self.agents)
         if self.system is not None:
             options["system"] = self.system
         deadline_at = None
@@ -336,8 +344,30 @@ def _money(data: Mapping[str, Any], name: str, default: Any, bound: Any, errors:
         return None
 
 
+def _sub_agents(value: Any, tools: Any, errors: dict[str, str]) -> tuple[str, ...]:
+    """The saved agents a run offers as tools: existing agents' names, none also a tool's name."""
+    if value is None or value == [] or value == ():
+        return ()
+    if not isinstance(value, (list, tuple)) or not all(isinstance(a, str) and len(a) <= 100 for a in value):
+        errors["agents"] = "a list of saved agents' names"
+        return ()
+    from ..models import Agent
+
+    names = tuple(dict.fromkeys(value))
+    known = set(Agent.objects.filter(name__in=names).values_list("name", flat=True))
+    missing = [a for a in names if a not in known]
+    clash = [a for a in names if isinstance(tools, (list, tuple)) and a in tools]
+    if missing:
+        errors["agents"] = f"no such agent: {', '.join(missing[:10])}"
+    elif clash:
+        errors["agents"] = f"also a tool's name: {', '.join(clash[:10])}"
+    return names
+
+
 AGENT_FIELDS = (
     "system",
+    "agents",
+    "script",
     "connection",
     "provider",
     "model",

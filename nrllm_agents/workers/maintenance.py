@@ -1,18 +1,14 @@
 """What every worker does on its own schedule: recover the runs that nobody else will.
 
 - the reaper (``AgentRuntime.reap``): overdue runs nothing executes are cancelled
-  (``deadline_exceeded``), runs whose segment died (a worker killed, out of memory) are
-  requeued or dead-lettered once their lease lapsed, and cancels that a dead segment never
-  acknowledged are acknowledged;
-- the queued sweep (``recovery.sweep_queued``): queued runs whose job is gone are dispatched
-  again.
+  (``deadline_exceeded``), runs whose segment died are requeued or dead-lettered once their lease
+  lapsed, and cancels that a dead segment never acknowledged are acknowledged;
+- the queued sweep (``recovery.sweep_queued``): queued runs whose job is gone are dispatched again.
 
 So a fleet of workers needs no scheduled ``agent_reap``. Every write of both is a guarded
-statement, so any number of workers may run them at the same moment and each run is recovered
-exactly once. A ``Maintainer`` thread runs them at start and then every ``MAINTENANCE_SECONDS``
-in every worker process (``worker.GracefulWorker``, ``threaded.ThreadedWorker``), busy or not:
-an ``rqworker`` waiting on its work horse and an ``agent_worker`` with no free slot maintain
-like idle ones. On the embedded default a thread of the web process does the same every
+statement, so any number of workers may run them at once and each run is recovered exactly once.
+A ``Maintainer`` thread runs them at start and then every ``MAINTENANCE_SECONDS`` in every worker
+process, busy or not; on the embedded default a thread of the web process does the same every
 ``QUEUED_SWEEP_SECONDS`` (``start_local``).
 """
 

@@ -1,23 +1,15 @@
 """Workers ride out a Redis outage instead of exiting.
 
-RQ's work loop retries only its blocking dequeue; any other call that meets Redis away (the
-worker's heartbeat, its state, RQ's registry maintenance, the horse monitor's working time)
-ends the process, and a run in flight loses its worker. Both workers (``worker.GracefulWorker``,
-``threaded.ThreadedWorker``) mix this class in:
+RQ's work loop retries only its blocking dequeue; any other call that meets Redis away (heartbeat,
+state, registry maintenance, the horse monitor) ends the process, and a run in flight loses its
+worker. Both workers (``worker.GracefulWorker``, ``threaded.ThreadedWorker``) mix this class in:
+calls that only report are skipped while Redis is away, calls the loop needs wait for Redis with
+the bounded pauses of ``RetryPolicy.reconnect()`` (a shutdown still ends the wait), the worker
+registers itself again once Redis is back, and the re-forked RQ scheduler can never hold the
+worker's shutdown. Runs live in the database and go on; a job lost with Redis is recovered by the
+queued sweep.
 
-- calls that only report (heartbeats, state, working time) are skipped while Redis is away;
-- calls the loop needs (start, suspension check, dequeue, a job's bookkeeping) wait for Redis,
-  trying again after the pauses of ``RetryPolicy.reconnect()`` (bounded), and a shutdown
-  request still ends the wait;
-- once Redis answers again the worker registers itself again (a restarted Redis has forgotten
-  it) and goes on;
-- RQ's scheduler process dies with the outage and RQ forks it again from its registry
-  maintenance: that fork waits for the maintenance thread to be between two passes (its
-  ``fork_guard``, as a work horse's does), and stopping the scheduler is bounded, so that a
-  scheduler that hangs can never hold the worker's shutdown (and its restart) forever.
-
-The runs themselves live in the database: a run in flight keeps executing during the outage
-and settles as usual; a job lost with Redis is recovered by the queued sweep.
+Each case in full: docs/internals.md ("Riding out a Redis outage").
 """
 
 from __future__ import annotations

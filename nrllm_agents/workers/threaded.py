@@ -1,34 +1,14 @@
 """An RQ worker that executes many runs at once, one thread per run, in one process.
 
-``manage.py agent_worker [QUEUE...] --concurrency N`` (or ``manage.py rqworker --worker-class
-nrllm_agents.workers.threaded.ThreadedWorker`` with ``NRLLM_WORKER_CONCURRENCY``). It takes jobs from
-the same django-rq queues as any RQ worker, so any number of them run on any number of
-machines beside forking workers, and it dequeues only while it has a free slot.
+``manage.py agent_worker [QUEUE...] --concurrency N`` takes jobs from the same django-rq queues as
+any RQ worker and dequeues only while it has a free slot; each job runs ``jobs.execute_run`` on a
+thread of its own with RQ's bookkeeping intact. What RQ's forking worker does by killing its work
+horse this one does with the run row: the lease replaces per-job timeouts, a cancel replaces
+stop-job commands, SIGTERM hands every run back at its next boundary (a second one exits at once),
+and a Redis outage is ridden out (``outages.py``).
 
-Each job runs ``jobs.execute_run`` on a thread of its own, with RQ's bookkeeping intact (job
-status, started/finished/failed registries, an execution per job, heartbeats every
-``job_monitoring_interval`` for every job in flight). What RQ's forking worker does by killing
-its work horse, this worker does with the run row instead:
-
-- **per-job timeouts**: not enforced (a thread cannot be killed). The run lease replaces them:
-  a segment that stops renewing (stuck, or its process dead) is requeued by the reaper;
-  limits that end a run (max iterations, deadlines) end it through the runtime.
-- **stop-job commands** (``rq.command.send_stop_job_command``): ignored; cancel the run
-  (``agent_cancel``, API, admin), which interrupts the step in flight through its token.
-- **SIGTERM**: every run in flight is handed back to the queue at its next boundary; the
-  interruptible waits of the steps in flight end at once (``segment.hand_back_all``), and the
-  process exits when every thread has returned. A second SIGTERM exits at once (cold
-  shutdown): nothing is lost, the leases lapse and the reaper requeues those runs.
-- **a crash** (SIGKILL, out of memory): the same as a cold shutdown.
-- **a Redis outage**: ridden out (``outages.RidesOutOutages``): the runs in flight go on (they
-  need only the database), dequeuing waits for Redis with bounded pauses, and the worker
-  registers itself again once Redis is back.
-
-Its maintenance (the reaper and the queued sweep) runs on a thread of its own
-(``maintenance.Maintainer``), whether a slot is free or not.
-
-Choose the forking worker (``rqworker``) for tools that are not thread-safe or that hold the
-GIL for long (CPU-bound work); this one when runs mostly wait on models and remote tools.
+How each of those works: docs/internals.md ("The threaded worker"); when to choose it:
+docs/operations/workers.md.
 """
 
 from __future__ import annotations

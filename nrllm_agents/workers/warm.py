@@ -1,20 +1,15 @@
 """A warm PostgreSQL connection handed from an RQ worker to each work horse it forks.
 
-A work horse is a fresh ``fork()`` of the worker and exits after one job, so each job used to
-open its own PostgreSQL connection before its claim: the connection (5-10 ms) and then a
-backend whose catalog caches are cold, which made the claim and the first boundary several
-times slower than on a used connection. Instead the worker opens the connection while it is
-idle, warms it (touches the run and event tables and prepares the boundary statement) and the
-horse inherits it through the fork:
+A work horse is a fresh ``fork()`` of the worker and exits after one job, so each job would open a
+connection (5-10 ms) to a backend whose catalog caches are cold before its claim, which makes the
+claim and the first boundary several times slower. Instead the worker opens and warms a connection
+while it is idle (touches the run and event tables, prepares the boundary statement) and the horse
+inherits it through the fork. After the fork the worker disowns its copy without saying goodbye
+to the server, and opens the next one once the horse has finished; the horse closes it when its
+job ends; a connection idle past ``STALE_SECONDS`` is checked before it is handed over.
 
-- after the fork the worker no longer owns that session: it points its copy of the socket at
-  ``/dev/null`` before closing it, so its goodbye never reaches the server, and it opens the
-  next warm connection once the horse has finished (off the next job's critical path);
-- the horse closes the connection properly when its job ends (``GracefulWorker.perform_job``);
-- a connection idle for longer than ``STALE_SECONDS`` is checked (one round trip) before it is
-  handed over, and replaced when unusable.
-
-PostgreSQL only: SQLite connections must not cross a fork, and nothing is handed over there.
+PostgreSQL only: SQLite connections must not cross a fork. Details: docs/internals.md ("A warm
+connection for each work horse").
 """
 
 from __future__ import annotations

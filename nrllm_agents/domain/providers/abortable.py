@@ -1,19 +1,15 @@
 """An HTTP client whose calls in flight can be aborted from another thread.
 
-A model call blocks its thread in a socket read, either waiting for the whole answer or
-between streamed chunks. Closing an HTTP client from another thread does not wake such a
-read; shutting the socket down does, at once, and the server sees the disconnect and stops
-generating. This module gives the ``openai`` SDK an HTTP client whose transport remembers
-the sockets it opened, so that ``AbortableHttp.abort()`` can shut them down.
+A model call blocks its thread in a socket read. Closing an HTTP client from another thread does
+not wake such a read; shutting the socket down does, at once, and the server sees the disconnect
+and stops generating. This module gives the ``openai`` SDK an HTTP client whose transport
+remembers the sockets it opened, so that ``AbortableHttp.abort()`` can shut them down.
 
-The SDK ships its own ``httpx`` flavour (``httpx`` or ``httpx2``); the transport is taken
-from whichever its default client is built on. Its connection pool takes a network backend
-(a documented ``httpcore`` hook); the transport's ``_pool`` attribute is the one private
-name used, and without it ``abort()`` falls back to closing the client, which still stops
-the stream at its next chunk.
-
-The client also carries the trace context of the call in flight: ``carry(headers)`` names the
-headers (W3C ``traceparent``) that a request hook adds to every HTTP request of that call.
+The transport is taken from whichever ``httpx`` flavour the SDK's default client is built on; its
+pool takes a network backend (a documented ``httpcore`` hook). ``_pool`` is the one private name
+used: without it ``abort()`` falls back to closing the client, which still stops the stream at its
+next chunk. The client also carries the trace context of the call in flight: ``carry(headers)``
+names the headers (W3C ``traceparent``) a request hook adds to every request of that call.
 """
 
 from __future__ import annotations

@@ -1,21 +1,16 @@
 """A provider for the Gemini API, on the official ``google-genai`` SDK.
 
-Our transcript's system messages become the ``system_instruction``; an assistant turn becomes a
-``model`` turn whose tool calls are ``functionCall`` parts (``args`` a dict); our ``tool``
-messages become ``functionResponse`` parts (named after the call they answer, the result under
-``output``, a failure under ``error``), one turn's results gathered in one ``user`` turn as the
-API requires. Calls stream by default (``streamGenerateContent``, server-sent events): text
-pieces are published as they arrive, ``usageMetadata`` gives the usage. A cancel shuts the
-connection down at once (``abortable.py``); what arrived is kept on the interrupted step. Every
-failure becomes a ``ProviderError`` named by the SDK's error class and HTTP status, scrubbed of
-the key (``failures.py``), chaining nothing.
+Our system messages become the ``system_instruction``; an assistant turn becomes a ``model`` turn
+whose tool calls are ``functionCall`` parts; our ``tool`` messages become ``functionResponse``
+parts (the result under ``output``, a failure under ``error``), one turn's results gathered in one
+``user`` turn as the API requires. Calls stream by default (``streamGenerateContent``); a cancel
+shuts the connection down at once (``abortable.py``) and what arrived is kept. Every failure
+becomes a ``ProviderError`` named by the SDK's error class and HTTP status, scrubbed of the key.
 
-Gemini 3 models sign their function calls (``thought_signature``) and want the signature back
-with the call; the provider keeps those it received for the run, and sends Google's documented
-placeholder for a call it did not see (a resumed or forked run).
-
-Configuration follows the SDK: ``GEMINI_API_KEY`` or ``GOOGLE_API_KEY``, and
-``GOOGLE_GEMINI_BASE_URL``, unless given.
+Gemini 3 models sign their function calls (``thought_signature``) and want the signature back:
+the provider keeps those it received for the run, and sends Google's documented placeholder for a
+call it did not see (a resumed or forked run). Configuration follows the SDK: ``GEMINI_API_KEY`` or
+``GOOGLE_API_KEY``, and ``GOOGLE_GEMINI_BASE_URL``, unless given.
 """
 
 from __future__ import annotations

@@ -1,21 +1,16 @@
 """An offline, deterministic provider that plays a script of turns.
 
-A script is a list of turns, each either ``{"content": "final answer"}`` or
-``{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 1}}]}``, with optional
-``"delay"`` (seconds of simulated model latency) and ``"usage"`` (``prompt_tokens``,
-``completion_tokens``). The turn played is chosen by how many model calls the run itself
-already made (``CallContext.call_index``), so a run resumed in another process continues where
-it was, and a fork (or any run whose transcript starts with earlier turns) plays its own
-script from its first turn. Called without a context, it counts the transcript's assistant
-messages instead.
+A script is a list of turns, each ``{"content": "final answer"}`` or ``{"tool_calls": [...]}``,
+with optional ``"delay"`` (simulated model latency), ``"usage"`` and ``"expect"`` (the transcript
+the turn must receive; any other fails the call with a ``ProviderError`` saying where it
+differs). The turn played is chosen by how many model calls the run itself already made
+(``CallContext.call_index``), so a run resumed in another process continues where it was, and a
+fork plays its own script from its first turn; without a context it counts the transcript's
+assistant messages.
 
-The delay is spent like a real model streams: a content answer is emitted in pieces spread
-over it (``CallContext.delta``), and a cancel cuts it short at once, keeping what was
-"generated" so far with an estimated usage.
-
-A turn may also hold ``"expect"``: the transcript it must receive, a list with one object
-per message whose keys must match (``[{"role": "user"}, {"role": "tool", "content": "4"}]``).
-Any other transcript fails the call with a ``ProviderError`` saying where it differs.
+The delay is spent like a real model streams: a content answer is emitted in pieces spread over
+it (``CallContext.delta``), and a cancel cuts it short at once, keeping what was "generated" so
+far with an estimated usage. The script format for users: docs/howto/runs.md.
 """
 
 from __future__ import annotations

@@ -32,6 +32,29 @@ class Tool(Protocol):
     # (``context.token``); one that does not runs to its step boundary.
 
 
+class SubAgent(Protocol):
+    """A tool whose call is answered by another run (a sub-agent's): the loop never executes it.
+
+    A turn that calls one suspends the loop (``AWAITING_CHILDREN``) while ``awaits(call, turn)``
+    (``turn``: every call of that model turn) says the call's run has not ended; once none
+    does, ``answer`` gives each call's result (its run's final answer) or raises ``ToolError``
+    (the run failed, was cancelled, or never started).
+    Marked by ``spawns_run = True``.
+    """
+
+    name: str
+    spawns_run: bool
+
+    def awaits(self, call: Any, turn: Any) -> bool: ...
+
+    def answer(self, call: Any, turn: Any) -> Any: ...
+
+
+def is_sub_agent(tool: Any) -> bool:
+    """Whether ``tool`` is answered by a sub-agent's run (``SubAgent``)."""
+    return bool(getattr(tool, "spawns_run", False))
+
+
 def schema(tool: Tool) -> dict[str, Any]:
     """The chat-completions ``tools`` entry for a tool."""
     return {

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nrllm_agents.management import console, terminal
-from nrllm_agents.presentation import presenters
+from nrllm_agents.presentation import presenters, trees
 from nrllm_agents.runtime.agent_runtime import AgentRuntime, RunNotFound
 from nrllm_agents.store import MAX_SEQUENCE
 
@@ -34,12 +35,19 @@ class Command(BaseCommand):
             "--follow", action="store_true", help="Tail the stream until the run ends or waits for approval."
         )
         parser.add_argument("--json", action="store_true", help="Print one JSON object per line.")
+        parser.add_argument(
+            "--tree",
+            action="store_true",
+            help="Print the run's tree instead (it and its sub-agents' runs: status, tokens, cost).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         run_id = console.run_id_arg(options["run_id"])
         if not -1 <= options["after"] <= MAX_SEQUENCE:
             raise console.usage_error("--after: a sequence number, -1 or more")
         runtime = AgentRuntime()
+        if options["tree"]:
+            return self._tree(runtime, run_id, as_json=options["json"])
         printer = terminal.StreamPrinter(self.stdout, self.style, as_json=options["json"])
         try:
             run = runtime.status(run_id)
@@ -59,3 +67,17 @@ class Command(BaseCommand):
         code = printer.summary(run)
         if options["follow"] and code:
             sys.exit(code)
+
+    def _tree(self, runtime: AgentRuntime, run_id: Any, *, as_json: bool) -> None:
+        try:
+            run = runtime.status(run_id)
+        except RunNotFound as exc:
+            raise CommandError(str(exc), returncode=console.EXIT_FAILED) from None
+        for entry in trees.outline(run):
+            if as_json:
+                self.stdout.write(json.dumps(entry))
+                continue
+            agent = f" {entry['agent']}" if entry["agent"] else ""
+            cost = f", cost {entry['cost']}" if entry["cost"] else ""
+            line = f"{'  ' * (entry['depth'] - run.tree_depth)}{entry['run_id']}{agent} {entry['status']}"
+            self.stdout.write(f"{line} ({entry['tokens']} tokens{cost})")

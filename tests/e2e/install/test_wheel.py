@@ -1,4 +1,4 @@
-"""The wheel holds the app whole (templates, static files, migrations) and says what it needs."""
+"""The wheel holds the app whole (templates, static files, migrations, their SQL) and says what it needs."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ PACKAGE = ROOT / "nrllm_agents"
 
 def test_the_wheel_holds_every_template_static_file_and_migration(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    for folder in ("templates", "static", "migrations"):
+    for folder in ("templates", "static", "migrations", "store/sql"):
         files = [p for p in (PACKAGE / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
         assert files, folder
         for path in files:

@@ -85,6 +85,8 @@ def make_run(runtime) -> Callable[..., AgentRun]:
     running: begun by the store as a segment in another process would (no segment here acts on it).
     """
     from nrllm_agents import store
+    from nrllm_agents.domain import Usage
+    from nrllm_agents.store import trees
 
     def make(owner: Any, state: str = RunStatus.QUEUED, prompt: str = "task") -> AgentRun:
         if state == RunStatus.QUEUED:
@@ -97,6 +99,11 @@ def make_run(runtime) -> Callable[..., AgentRun]:
             return AgentRun.objects.get(pk=run.pk)
         if state == RunStatus.RUNNING:
             return store.begin({"prompt": prompt, "provider": "scripted", "owner": owner}, claimed_by="elsewhere")
+        if state == RunStatus.WAITING_FOR_CHILDREN:  # a parent whose sub-agent run is queued
+            parent = store.begin({"prompt": prompt, "provider": "scripted", "owner": owner}, claimed_by="here")
+            child = trees.Child("call_1", {"prompt": "sub", "provider": "scripted", "owner": owner}, {"prompt": "sub"})
+            trees.spawn(parent.pk, "here", state={}, iterations=0, usage=Usage(), children=[child])
+            return AgentRun.objects.get(pk=parent.pk)
         script, tools = {
             RunStatus.COMPLETED: (ANSWER, []),
             RunStatus.FAILED: (EXHAUSTED, ["calculator"]),

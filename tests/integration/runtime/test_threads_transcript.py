@@ -37,12 +37,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def turn_of(run: AgentRun) -> list[dict[str, Any]]:
     """The turn a stopped run leaves, rebuilt from its own row and steps without the product's
-    code, for a model that answers in text only: nothing when it is rolled back or its model
-    was never called; else its prompt and its answer (whole, or what an interrupted call kept)."""
-    calls = [e.payload for e in AgentRunEvent.objects.filter(run=run, kind="llm").order_by("sequence")]
-    if run.rolled_back or not calls:
+    code, for a model that answers in text only: nothing when it is rolled back or never started
+    (no ``thread`` step); else its prompt and its answer (whole, what an interrupted call kept,
+    or none when it was stopped before its first model call)."""
+    started = AgentRunEvent.objects.filter(run=run, kind="thread").exists()
+    if run.rolled_back or not started:
         return []
-    answer = calls[-1].get("content")
+    calls = [e.payload for e in AgentRunEvent.objects.filter(run=run, kind="llm").order_by("sequence")]
+    answer = calls[-1].get("content") if calls else None
     return [{"role": "user", "content": run.prompt}, *([{"role": "assistant", "content": answer}] if answer else [])]
 
 
@@ -108,9 +110,10 @@ def test_an_interrupt_behind_an_enqueued_message_keeps_the_running_turn(api):
     assert detail["messages"] == [*seen["messages"], {"role": "assistant", "content": "d"}]
 
 
-def test_a_run_stopped_before_its_first_model_call_leaves_no_turn(api, runtime, monkeypatch):
+def test_a_run_stopped_before_its_first_model_call_keeps_its_message(api, runtime, monkeypatch):
     """Cancelled while its ``thread`` step is being recorded: the stream holds that step and the
-    cancel, no model call, and the transcript before it goes on, whole."""
+    cancel, no model call; the transcript before it goes on, whole, and the user's message stays
+    (a turn with no answer), as a stop before any output keeps it in a chat."""
     thread = new_thread(api)
     a = post(api, thread, "A", answer("a"))
     wait_for(lambda: stopped(a, "completed"), what="A")
@@ -126,9 +129,13 @@ def test_a_run_stopped_before_its_first_model_call_leaves_no_turn(api, runtime, 
     assert kinds(late) == ["thread", "cancelled"] and run_of(late).status == "cancelled"
     after = post(api, thread, "D", answer("d"))
     wait_for(lambda: stopped(after, "completed"), what="D")
-    history = [{"role": "user", "content": "A"}, {"role": "assistant", "content": "a"}]
+    history = [
+        {"role": "user", "content": "A"},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "C"},
+    ]
     assert opening(after)["messages"] == [*history, {"role": "user", "content": "D"}]
-    assert opening(after)["after_run"] == a
+    assert opening(after)["after_run"] == late
     messages, _ = threads.transcript(threads.parse_thread_id(thread), before=run_of(after).thread_position)
     assert messages == history
 

@@ -44,10 +44,8 @@ def engine_paths() -> list[bool]:
     return [True, False] if connection.vendor == "postgresql" else [False]
 
 
-@pytest.mark.parametrize("sql", [True, False])
+@pytest.mark.parametrize("sql", [pytest.param(True, marks=pytest.mark.postgres_only), False])
 def test_a_reservation_is_all_or_nothing_over_the_covering_budgets(sql, alice):
-    if sql and connection.vendor != "postgresql":
-        pytest.skip("the one statement is PostgreSQL's")
     team = Group.objects.create(name="research")
     alice.groups.add(team)
     mine = Budget.objects.create(scope="user", user=alice, window="day", max_cost=Decimal("1.00"))
@@ -69,9 +67,8 @@ def test_a_reservation_is_all_or_nothing_over_the_covering_budgets(sql, alice):
     assert counters(all_) == (Decimal("0.30"), 120, 0, 0, 0) and BudgetHold.objects.count() == 0
 
 
+@pytest.mark.postgres_only  # compares the PostgreSQL statement with the ORM path
 def test_the_statement_and_the_orm_path_write_the_same_rows(alice):
-    if connection.vendor != "postgresql":
-        pytest.skip("compares the PostgreSQL statement with the ORM path")
     seen = []
     for sql in (True, False):
         Budget.objects.all().delete()
@@ -100,10 +97,8 @@ def test_admission_sees_nothing_left_and_counts_runs(alice):
     assert refused is not None and refused.ceiling == "cost"
 
 
-@pytest.mark.parametrize("sql", [True, False])
+@pytest.mark.parametrize("sql", [pytest.param(True, marks=pytest.mark.postgres_only), False])
 def test_windows_reset_exactly_at_local_midnight_and_the_first_of_the_month(sql, settings, alice):
-    if sql and connection.vendor != "postgresql":
-        pytest.skip("the one statement is PostgreSQL's")
     settings.TIME_ZONE = "Europe/Paris"
     daily = everyone(window="day", max_cost=Decimal("1"))
     monthly = everyone(window="month", max_cost=Decimal("1"))

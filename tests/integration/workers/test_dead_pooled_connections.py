@@ -92,9 +92,16 @@ def test_after_every_backend_is_terminated_the_next_claim_and_maintenance_pass_s
 
 
 def test_the_app_gives_every_postgresql_pool_a_check(settings):
+    import django
+
     from nrllm_agents.store import db
 
-    assert settings.DATABASES["default"]["OPTIONS"]["pool"]["check"] is db.check_pooled_connection
+    new = django.VERSION >= (6, 1)  # before 6.1 Django passes check= itself: CONN_HEALTH_CHECKS asks for it
+    default = settings.DATABASES["default"]
+    if new:
+        assert default["OPTIONS"]["pool"]["check"] is db.check_pooled_connection
+    else:
+        assert default["CONN_HEALTH_CHECKS"] is True and "check" not in default["OPTIONS"]["pool"]
     own = object()
     settings.DATABASES = {
         "a": {"ENGINE": "django.db.backends.postgresql", "OPTIONS": {"pool": True}},
@@ -102,5 +109,8 @@ def test_the_app_gives_every_postgresql_pool_a_check(settings):
         "c": {"ENGINE": "django.db.backends.sqlite3"},
     }
     assert db.check_pools_before_use() == ["a"]
-    assert settings.DATABASES["a"]["OPTIONS"]["pool"] == {"check": db.check_pooled_connection}
+    if new:
+        assert settings.DATABASES["a"]["OPTIONS"]["pool"] == {"check": db.check_pooled_connection}
+    else:
+        assert settings.DATABASES["a"]["CONN_HEALTH_CHECKS"] is True
     assert settings.DATABASES["b"]["OPTIONS"]["pool"]["check"] is own  # the host's own choice stays

@@ -1,0 +1,193 @@
+"""Agents that call agents: a saved agent offered as a tool, whose call starts a child run.
+
+A run whose request names ``agents`` offers each as a tool (its name, ``{"prompt": string}``,
+the agent's description). A model turn that calls some of them suspends its run
+(``waiting_for_children``, holding no worker) and creates one queued child run per call in the
+same fence (``store.trees.spawn``); the children run on whichever executor runs queued runs,
+concurrently. The child that ends last wakes its parent (``waiting_for_children → queued``),
+which continues from its stream: each call is answered by its child's final answer, or by a
+tool error saying how the child ended (cancelled on its own, failed, a limit). A cancel of a
+run cancels its whole subtree in one fence (``store.trees.cancel_tree``).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..conf import app_settings
+from ..domain import ToolCall, ToolError
+from ..models import ACTIVE, Agent, AgentRun, RunStatus
+from ..store import trees as tree_store
+from ..store.results import Transition
+from ..validation.run_request import InvalidRequest, RunRequest
+
+logger = logging.getLogger(__name__)
+
+PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"prompt": {"type": "string", "description": "what the sub-agent is asked to do"}},
+    "required": ["prompt"],
+    "additionalProperties": False,
+}
+
+
+class Family:
+    """What the sub-agent tools of one segment share: the parent run and its place in its tree."""
+
+    def __init__(self, run_id: uuid.UUID, names: Sequence[str]) -> None:
+        row: dict[str, Any] = {}
+        row.update(AgentRun.objects.filter(pk=run_id).values("tree_depth", "tree_root_id", "owner_id").first() or {})
+        self.run_id = run_id
+        self.depth: int = row.get("tree_depth", 0)
+        self.root_id: uuid.UUID = row.get("tree_root_id") or run_id
+        self.owner_id: Any = row.get("owner_id")
+        self.names = frozenset(names)
+        self._requests: dict[str, RunRequest | str] = {}
+
+    def request(self, call: ToolCall) -> RunRequest | str:
+        """The child's request for ``call`` (its agent's definition and the prompt), or why none."""
+        if call.id not in self._requests:
+            try:
+                prompt = call.arguments.get("prompt")
+                self._requests[call.id] = RunRequest.from_mapping({"agent": call.name, "prompt": prompt})
+            except InvalidRequest as exc:
+                self._requests[call.id] = f"the sub-agent cannot start: {exc}"
+        return self._requests[call.id]
+
+    def refusal(self, call: ToolCall, turn: Sequence[ToolCall]) -> str | None:
+        """Why ``call`` starts no child run (``None``: it does)."""
+        if self.depth + 1 > int(app_settings.MAX_TREE_DEPTH):
+            return f"sub-agents may not be nested deeper than {app_settings.MAX_TREE_DEPTH} levels"
+        mine = [c.id for c in turn if c.name in self.names]
+        if call.id in mine and mine.index(call.id) >= int(app_settings.MAX_FAN_OUT):
+            return f"at most {app_settings.MAX_FAN_OUT} sub-agent calls in one turn"
+        prompt = call.arguments.get("prompt") if isinstance(call.arguments, Mapping) else None
+        if not isinstance(prompt, str) or not prompt.strip():
+            return 'the arguments must be {"prompt": "<a non-empty string>"}'
+        request = self.request(call)
+        return request if isinstance(request, str) else None
+
+
+class SubAgentTool:
+    """A saved agent as a tool of its parent run (``domain.tools.base.SubAgent``)."""
+
+    spawns_run = True
+    instant = True  # answering reads one row
+    requires_approval = False
+    parameters = PARAMETERS
+
+    def __init__(self, name: str, description: str, family: Family) -> None:
+        self.name = name
+        self.description = description or f"Ask the agent {name!r}; it answers with its final answer."
+        self.family = family
+
+    def awaits(self, call: ToolCall, turn: Sequence[ToolCall]) -> bool:
+        if self.family.refusal(call, turn) is not None:
+            return False
+        child = tree_store.child_of(self.family.run_id, call.id)
+        return child is None or child["status"] in ACTIVE
+
+    def answer(self, call: ToolCall, turn: Sequence[ToolCall]) -> Any:
+        refused = self.family.refusal(call, turn)
+        if refused is not None:
+            raise ToolError(refused)
+        child = tree_store.child_of(self.family.run_id, call.id)
+        if child is None:
+            raise ToolError(f"the sub-agent {self.name!r} was not started")
+        if child["status"] == RunStatus.COMPLETED and child["termination_reason"] == "completed":
+            return child["final_text"]
+        why = child["termination_reason"] or child["status"]
+        said = child["cancel_reason"] or child["error_message"] or child["final_text"]
+        raise ToolError(
+            f"the sub-agent run {child['id']} ended {child['status']} ({why})" + (f": {said}" if said else "")
+        )
+
+    def execute(self, arguments: dict[str, Any]) -> Any:  # never called: the loop asks ``answer``
+        raise ToolError("a sub-agent is answered by its run")
+
+
+def tools_for(request: RunRequest, run_id: uuid.UUID) -> dict[str, SubAgentTool]:
+    """The sub-agent tools a run offers (none when its request names no ``agents``)."""
+    if not request.agents:
+        return {}
+    family = Family(run_id, request.agents)
+    described = dict(Agent.objects.filter(name__in=request.agents).values_list("name", "description"))
+    return {name: SubAgentTool(name, described.get(name, ""), family) for name in request.agents}
+
+
+def _child(family: Family, call: ToolCall, call_sequence: int | None, parent: AgentRun) -> tree_store.Child | str:
+    """The child run for ``call``, or why it cannot start (the call is then answered with it)."""
+    request = family.request(call)
+    if isinstance(request, str):
+        return request
+    fields = {
+        **request.row_fields(),
+        "owner_id": family.owner_id,
+        "tree_parent_id": family.run_id,
+        "tree_root_id": family.root_id,
+        "tree_depth": family.depth + 1,
+        "tree_call_sequence": call_sequence,
+        "trace_context": parent.trace_context,
+    }
+    return tree_store.Child(call.id, fields, request.as_dict())
+
+
+def suspend_for_children(
+    run_id: uuid.UUID,
+    *,
+    owner: str,
+    state: Any,
+    tools: Mapping[str, Any],
+    call_sequence: int | None,
+) -> Transition:
+    """The parent's turn calls sub-agents: suspend it and create their runs (one fence).
+
+    ``data["children"]`` lists the runs created, which the caller dispatches.
+    """
+    calls = list(state.pending_calls)
+    parent = AgentRun.objects.get(pk=run_id)
+    children: list[tree_store.Child] = []
+    for call in calls:
+        tool = tools.get(call.name)
+        if isinstance(tool, SubAgentTool) and tool.awaits(call, calls):
+            child = _child(tool.family, call, call_sequence, parent)
+            if isinstance(child, str):
+                logger.warning("run %s: sub-agent call %s cannot start: %s", run_id, call.id, child)
+                continue
+            children.append(child)
+    return tree_store.spawn(
+        run_id, owner, state=state.as_dict(), iterations=state.iterations, usage=state.usage, children=children
+    )
+
+
+def child_ended(run_id: uuid.UUID, dispatch: Callable[[uuid.UUID], Any]) -> None:
+    """A run stopped: if it is a child and the last of its parent's to end, wake the parent."""
+    parent = tree_store.parent_of(run_id)
+    if parent is not None:
+        wake(parent, dispatch)
+
+
+def wake(parent: uuid.UUID, dispatch: Callable[[uuid.UUID], Any]) -> None:
+    """Move ``parent`` back to the queue once none of its children is active, and dispatch it."""
+    if tree_store.wake(parent):
+        try:
+            dispatch(parent)
+        except Exception:  # an outage leaves it queued (the queued sweep), a refusal settled it
+            logger.exception("run %s: its children ended but it could not be dispatched", parent)
+
+
+def wake_stranded(dispatch: Callable[[uuid.UUID], Any], *, limit: int = 100) -> list[uuid.UUID]:
+    """Wake every parent whose children all ended without waking it (a maintenance pass); returns
+    the parents moved back to the queue."""
+    woken = []
+    for parent in tree_store.stranded_parents(limit):
+        if tree_store.wake(parent):
+            woken.append(parent)
+            try:
+                dispatch(parent)
+            except Exception:
+                logger.exception("run %s: woken by the sweep but it could not be dispatched", parent)
+    return woken

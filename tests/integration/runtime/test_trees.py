@@ -1,0 +1,284 @@
+"""Agents that call agents: child runs, the parent waiting without a worker, one cancel for the
+tree (issue 36). Real database, real threads of the in-process executor (PostgreSQL and SQLite);
+the race of a cancel against a spawn runs on PostgreSQL only (row locks across threads).
+
+``transaction=True`` throughout: children run on executor threads with connections of their own,
+which only see committed rows.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from django.db import connections
+
+from nrllm_agents.catalog import agents as catalog
+from nrllm_agents.domain import Usage
+from nrllm_agents.models import ACTIVE, AgentRun, AgentRunEvent, CancelSource, RunStatus
+from nrllm_agents.store import runs as run_store
+from nrllm_agents.store import trees as tree_store
+from tests import waits
+from tests.conftest import race_rounds
+from tests.e2e.processes import wait_for
+from tests.integration.executors.test_queue import no_redis  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def calls(name: str, n: int) -> dict:
+    return {"tool_calls": [{"name": name, "arguments": {"prompt": f"part {i}"}} for i in range(n)]}
+
+
+def agent(name: str, script: list, subs: tuple[str, ...] = (), description: str = "") -> None:
+    definition = {"provider": "scripted", "script": script, "tools": [], "agents": list(subs)}
+    catalog.save(name, definition, description=description or f"the {name}")
+
+
+def tree(fan_out: int, leaf: list) -> None:
+    """root -> `fan_out` mids -> `fan_out` leaves each (depth 3: 1 + n + n*n runs)."""
+    agent("leaf", leaf)
+    agent("mid", [calls("leaf", fan_out), {"content": "mid done"}], ("leaf",))
+    agent("root", [calls("mid", fan_out), {"content": "root done"}], ("mid",))
+
+
+def runs_of(root_id) -> list[AgentRun]:
+    return [AgentRun.objects.get(pk=root_id), *AgentRun.objects.filter(tree_root_id=root_id)]
+
+
+def test_a_tree_of_depth_3_completes_and_each_call_is_answered_by_its_child(runtime, no_redis):  # noqa: F811
+    tree(2, [{"content": "leaf answer"}])
+    root_id = runtime.enqueue({"agent": "root", "prompt": "plan"})
+    assert waits.wait_local_idle(60)
+    root = AgentRun.objects.get(pk=root_id)
+    assert (root.status, root.final_text) == (RunStatus.COMPLETED, "root done")
+    below = list(AgentRun.objects.filter(tree_root_id=root_id))
+    assert sorted(r.tree_depth for r in below) == [1, 1, 2, 2, 2, 2]
+    assert {r.status for r in below} == {RunStatus.COMPLETED}
+    for child in below:
+        assert child.tree_parent_id is not None and child.tree_call_id
+        assert child.agent_snapshot["name"] == ("mid" if child.tree_depth == 1 else "leaf")
+        assert child.owner_id == root.owner_id
+        called = AgentRunEvent.objects.get(run_id=child.tree_parent_id, sequence=child.tree_call_sequence)
+        assert called.kind == "llm" and child.tree_call_id in [c["id"] for c in called.payload["tool_calls"]]
+    tools = AgentRunEvent.objects.filter(run_id=root_id, kind="tool")
+    assert [t.payload["result"] for t in tools] == ["mid done", "mid done"]
+    mids = AgentRunEvent.objects.filter(run__tree_depth=1, kind="tool")
+    assert {t.payload["result"] for t in mids} == {"leaf answer"}
+
+
+def test_a_cancel_of_the_root_stops_every_call_in_flight_of_the_tree(runtime, no_redis):  # noqa: F811
+    tree(2, [{"delay": 30, "content": "a slow answer " * 40}])
+    root_id = runtime.enqueue({"agent": "root", "prompt": "plan"})
+    wait_for(
+        lambda: (
+            AgentRun.objects.filter(tree_root_id=root_id, tree_depth=2, status=RunStatus.RUNNING).count() == 4
+            and AgentRunEvent.objects.filter(run__tree_root_id=root_id, run__tree_depth=2, kind="request").count() == 4
+        ),
+        timeout=60,
+        what="four leaves streaming",
+    )
+    assert AgentRun.objects.get(pk=root_id).status == RunStatus.WAITING_FOR_CHILDREN  # holding no worker
+    started = time.monotonic()
+    result = runtime.cancel(root_id, source=CancelSource.API, reason="stop the tree")
+    assert result.outcome == "cancelled"
+    assert waits.wait_local_idle(60)
+    assert time.monotonic() - started < 20  # generous: 30 s answers were cut short
+    for run in runs_of(root_id):
+        assert run.status == RunStatus.CANCELLED, run
+        stream = list(AgentRunEvent.objects.filter(run=run).order_by("sequence"))
+        assert stream[-1].kind == "cancelled" and [e.kind for e in stream].count("cancelled") == 1
+        if run.pk != root_id:
+            assert stream[-1].payload["inherited"] == {
+                "run_id": str(root_id),
+                "by": None,
+                "source": "api",
+                "reason": "stop the tree",
+            }
+        if run.tree_depth == 2:  # the leaf's call in flight was interrupted, and recorded
+            assert stream[-2].kind == "llm" and stream[-2].payload.get("interrupted") is True
+    # Nothing started after: no leaf made a second call, no parent answered its calls
+    assert not AgentRunEvent.objects.filter(run__tree_root_id=root_id, kind="tool").exists()
+    assert not AgentRunEvent.objects.filter(run_id=root_id, kind="tool").exists()
+    again = runtime.cancel(root_id, source=CancelSource.API)
+    assert again.outcome == "already_cancelled"
+
+
+def test_a_child_cancelled_on_its_own_is_a_tool_error_and_its_parent_completes(runtime, no_redis):  # noqa: F811
+    agent("slow", [{"delay": 30, "content": "never"}])
+    agent("boss", [calls("slow", 1), {"content": "went on"}], ("slow",))
+    root_id = runtime.enqueue({"agent": "boss", "prompt": "delegate"})
+    child = wait_for(
+        lambda: AgentRun.objects.filter(tree_parent_id=root_id, status=RunStatus.RUNNING).first(),
+        timeout=30,
+        what="the child running",
+    )
+    wait_for(lambda: AgentRunEvent.objects.filter(run=child, kind="request").exists(), timeout=30, what="its call")
+    runtime.cancel(child.pk, source=CancelSource.API, reason="not needed")
+    assert waits.wait_local_idle(60)
+    root = AgentRun.objects.get(pk=root_id)
+    assert (root.status, root.final_text) == (RunStatus.COMPLETED, "went on")
+    tool = AgentRunEvent.objects.get(run_id=root_id, kind="tool")
+    assert (
+        tool.payload["result"] is None
+        and "cancelled" in tool.payload["error"]
+        and "not needed" in tool.payload["error"]
+    )
+    assert "inherited" not in AgentRunEvent.objects.filter(run=child, kind="cancelled").get().payload
+
+
+def test_a_definition_that_recurses_or_nests_too_deep_is_refused_when_saved(settings):
+    settings.NRLLM_AGENTS = {"MAX_TREE_DEPTH": 2}
+    agent("a", [{"content": "a"}])
+    agent("b", [{"content": "b"}], ("a",))
+    agent("c", [{"content": "c"}], ("b",))
+    with pytest.raises(catalog.InvalidAgent, match="levels deep"):
+        agent("d", [{"content": "d"}], ("c",))
+    with pytest.raises(catalog.InvalidAgent, match="calls itself"):
+        agent("a", [{"content": "a"}], ("c",))
+
+
+def _running(owner: str, **fields) -> AgentRun:
+    return run_store.begin({"prompt": "p", "provider": "scripted", **fields}, claimed_by=owner)
+
+
+@pytest.mark.postgres_only
+@pytest.mark.postgres
+def test_a_cancel_of_the_root_racing_a_spawn_below_it_leaves_no_child_running():
+    """The ancestor fence: a mid-level parent spawns children while the root is cancelled. Either
+    the spawn committed first (its children are cancelled with the tree) or it finds itself
+    cancelled and creates nothing. Never a child active under a cancelled root."""
+    rounds = race_rounds(100)
+    escaped, spawned_first = 0, 0
+    for _ in range(rounds):
+        root = _running("r")
+        AgentRun.objects.filter(pk=root.pk).update(status=RunStatus.WAITING_FOR_CHILDREN, claimed_by="")
+        mid = _running("m", tree_parent=root, tree_root=root, tree_depth=1, tree_call_id="c")
+        children = [
+            tree_store.Child(
+                f"call_{i}",
+                {"prompt": "leaf", "provider": "scripted", "tree_parent_id": mid.pk, "tree_root_id": root.pk},
+                {"prompt": "leaf"},
+            )
+            for i in range(3)
+        ]
+        barrier = threading.Barrier(2)
+        outcome: dict[str, object] = {}
+
+        def spawn() -> None:
+            try:
+                barrier.wait()
+                outcome["spawn"] = tree_store.spawn(
+                    mid.pk, "m", state={}, iterations=0, usage=Usage(), children=children
+                )
+            finally:
+                connections.close_all()
+
+        def cancel() -> None:
+            try:
+                barrier.wait()
+                outcome["cancel"] = tree_store.cancel_tree(root.pk, source=CancelSource.API, reason="race")
+            finally:
+                connections.close_all()
+
+        threads = [threading.Thread(target=spawn), threading.Thread(target=cancel)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert outcome["cancel"].transition.applied  # type: ignore[union-attr]
+        spawn_won = outcome["spawn"].applied  # type: ignore[union-attr]
+        spawned_first += spawn_won
+        tree_runs = AgentRun.objects.filter(tree_root_id=root.pk)
+        escaped += tree_runs.filter(status__in=[s.value for s in ACTIVE]).count()
+        assert tree_runs.filter(tree_parent_id=mid.pk).count() == (3 if spawn_won else 0)
+        mid.refresh_from_db()  # it was running: its segment writes its step; the row names the cancel
+        assert mid.status == RunStatus.CANCELLED and mid.cancel_detail["inherited"]["run_id"] == str(root.pk)
+        for run in tree_runs.filter(tree_parent_id=mid.pk):  # queued when cancelled: the step is written
+            stream = AgentRunEvent.objects.filter(run=run, kind="cancelled")
+            assert stream.count() == 1 and stream.get().payload["inherited"]["run_id"] == str(root.pk)
+    assert escaped == 0
+    print(f"{spawned_first} of {rounds} spawns committed before the cancel")  # both orders are legal
+
+
+def test_a_spawn_after_the_cancel_committed_creates_nothing():
+    root = _running("r")
+    AgentRun.objects.filter(pk=root.pk).update(status=RunStatus.WAITING_FOR_CHILDREN, claimed_by="")
+    mid = _running("m", tree_parent=root, tree_root=root, tree_depth=1, tree_call_id="c")
+    tree_store.cancel_tree(root.pk, source=CancelSource.CLI, reason="first")
+    child = tree_store.Child("x", {"prompt": "leaf", "provider": "scripted"}, {"prompt": "leaf"})
+    fence = tree_store.spawn(mid.pk, "m", state={}, iterations=0, usage=Usage(), children=[child])
+    assert (fence.applied, fence.status) == (False, RunStatus.CANCELLED)
+    assert not AgentRun.objects.filter(tree_parent_id=mid.pk).exists()
+    assert AgentRun.objects.get(pk=mid.pk).cancel_detail["inherited"]["run_id"] == str(root.pk)
+    assert uuid.UUID(str(root.pk))
+
+
+def test_a_parent_whose_wake_never_came_is_woken_by_the_reaper_s_pass(runtime, no_redis, monkeypatch):  # noqa: F811
+    """The last child's process died between its end and the wake: the maintenance pass wakes it."""
+    from nrllm_agents.runtime import trees as runtime_trees
+
+    agent("quick", [{"content": "quick answer"}])
+    agent("waiter", [calls("quick", 2), {"content": "woken"}], ("quick",))
+    monkeypatch.setattr(runtime_trees, "wake", lambda parent, dispatch: None)  # the wake is lost
+    root_id = runtime.enqueue({"agent": "waiter", "prompt": "go"})
+    assert waits.wait_local_idle(60)
+    assert AgentRun.objects.get(pk=root_id).status == RunStatus.WAITING_FOR_CHILDREN
+    assert tree_store.stranded_parents() == [root_id]
+    monkeypatch.undo()
+    runtime.reap()
+    assert waits.wait_local_idle(60)
+    root = AgentRun.objects.get(pk=root_id)
+    assert (root.status, root.final_text) == (RunStatus.COMPLETED, "woken")
+    assert tree_store.stranded_parents() == []
+
+
+def test_an_approval_pending_in_a_child_is_closed_by_the_cancel_of_the_root(runtime, no_redis):  # noqa: F811
+    from nrllm_agents.runtime.agent_runtime import ApprovalNotPending
+
+    note = {"tool_calls": [{"name": "write_note", "arguments": {"title": "t", "body": "b"}}]}
+    definition = {"provider": "scripted", "script": [note, {"content": "noted"}], "tools": ["write_note"]}
+    catalog.save("gated", definition, description="writes a note")
+    agent("boss", [calls("gated", 1), {"content": "never"}], ("gated",))
+    root_id = runtime.enqueue({"agent": "boss", "prompt": "note it"})
+    child = wait_for(
+        lambda: AgentRun.objects.filter(tree_parent_id=root_id, status=RunStatus.WAITING_FOR_APPROVAL).first(),
+        timeout=30,
+        what="the child waiting for approval",
+    )
+    runtime.cancel(root_id, source=CancelSource.ADMIN, reason="drop it")
+    child.refresh_from_db()
+    assert (child.status, child.suspended_state) == (RunStatus.CANCELLED, None)
+    with pytest.raises(ApprovalNotPending):
+        runtime.approve(child.pk, True)
+    last = AgentRunEvent.objects.filter(run=child).order_by("-sequence").first()
+    assert last.kind == "cancelled" and last.payload["inherited"]["source"] == "admin"
+    assert waits.wait_local_idle(30)
+
+
+def test_a_bulk_cancel_of_a_root_cancels_its_whole_tree(runtime, no_redis):  # noqa: F811
+    """The admin's and the API's bulk cancel: the selected root's tree goes with it."""
+    tree(2, [{"delay": 30, "content": "slow"}])
+    root_id = runtime.enqueue({"agent": "root", "prompt": "plan"})
+    wait_for(
+        lambda: AgentRunEvent.objects.filter(run__tree_root_id=root_id, run__tree_depth=2, kind="request").count() == 4,
+        timeout=60,
+        what="four leaves streaming",
+    )
+    result = runtime.cancel_many(AgentRun.objects.filter(pk=root_id), source=CancelSource.ADMIN, reason="bulk")
+    assert (result.cancelled_total, result.cascaded) == (1, 6)
+    assert waits.wait_local_idle(60)
+    for run in runs_of(root_id):
+        assert run.status == RunStatus.CANCELLED
+        last = AgentRunEvent.objects.filter(run=run).order_by("-sequence").first()
+        assert last.kind == "cancelled"
+        if run.pk != root_id:
+            assert last.payload["inherited"] == {
+                "run_id": str(root_id),
+                "by": None,
+                "source": "admin",
+                "reason": "bulk",
+            }
+    assert not AgentRunEvent.objects.filter(run__tree_root_id=root_id, kind="tool").exists()
