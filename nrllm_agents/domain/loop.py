@@ -68,8 +68,7 @@ class ToolLoop:
 
     Parameters
     ----------
-    provider: answers chat turns.
-    tools: the tools offered to the model, by name.
+    provider, tools: what answers chat turns, and the tools offered to the model, by name.
     trace: called once per step, in order; may raise to stop the loop at that boundary.
     max_iterations: the cap on model calls across the whole run (resumes included).
     on_deny: ``"continue"`` feeds a denial back to the model; ``"stop"`` ends the run.
@@ -78,8 +77,8 @@ class ToolLoop:
     before_start: called right before any model call or tool call starts, with whether that
         call may wait (``False`` for an ``instant`` tool or provider, and before the request
         step); may raise to stop the loop (the runtime re-checks the row there).
-    on_delta: receives ``(round, text)`` as a streaming model call produces its answer.
-    on_progress: receives ``(round, call, progress, total, message)`` as a tool call reports how far it got.
+    on_delta, on_progress: receive ``(round, text)`` as a model call streams its answer, and
+        ``(round, call, progress, total, message)`` as a tool call reports how far it got.
     price: the model's price in force for this drive; each model call's usage and step carry its cost.
     before_call: called with the transcript right before a model call, before its gate (the runtime
         reserves the call's worst case against the shared budgets there); may raise to stop the loop.
