@@ -13,9 +13,9 @@ from .test_commands import completed, queued, run
 
 
 def twin(run_id: uuid.UUID) -> uuid.UUID:
-    """A second run whose id shares the first 12 hex digits of ``run_id``."""
-    other = queued()
-    shared = uuid.UUID(str(run_id)[:13] + str(other)[13:])
+    """A second run whose id shares the first 13 hex digits of ``run_id`` (and not the 14th)."""
+    other, first = queued(), str(run_id)
+    shared = uuid.UUID(first[:15] + ("0" if first[15] != "0" else "1") + str(other)[16:])
     AgentRun.objects.filter(pk=other).update(id=shared)  # no step refers to a queued run yet
     return shared
 
