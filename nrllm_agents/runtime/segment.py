@@ -238,12 +238,7 @@ class SegmentTrace:
         data = {"run_id": str(self.run_id), "round": round_, "text": text, "offset": self._delta_offset}
         self._delta_offset += len(text)
         publisher.publish(data)
-        if self.on_delta is None:
-            return
-        try:
-            self.on_delta(data)
-        except Exception:
-            logger.exception("delta observer failed for run %s; the run goes on", self.run_id)
+        self._observe(data)
 
     def progress(self, round_: int, call: ToolCall, value: float, total: float | None, message: str | None) -> None:
         """Publish how far a tool call got (never recorded here): to every watcher of the run
@@ -259,12 +254,16 @@ class SegmentTrace:
             "message": str(message)[:PROGRESS_MESSAGE_CHARS] if message else None,
         }
         publisher.publish_progress(data)
+        self._observe(data)
+
+    def _observe(self, data: dict[str, Any]) -> None:
+        """Hand a delta (or a progress report) to this segment's ``on_delta``; its failure never stops the run."""
         if self.on_delta is None:
             return
         try:
             self.on_delta(data)
         except Exception:
-            logger.exception("progress observer failed for run %s; the run goes on", self.run_id)
+            logger.exception("delta observer failed for run %s; the run goes on", self.run_id)
 
     def before_effect(self, call: ToolCall) -> None:
         """Stamp the write fence right before a non-idempotent tool starts (with a renewal)."""
