@@ -5,7 +5,7 @@ and the totals of the listed runs per day and per user."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import Count, DecimalField, F, Q, QuerySet, Sum
@@ -16,7 +16,7 @@ from django.utils.safestring import SafeString
 
 from ..models import AgentRun
 from ..money import amounts
-from ..web.display import duration
+from ..web.display import absolute, duration
 
 TOTAL_DAYS = 7  # the per-day totals: the latest days of the listed runs
 TOTAL_USERS = 8  # the per-user totals: the biggest spenders first
@@ -37,8 +37,7 @@ def when(moment: datetime | None) -> SafeString | str:
     """``<time>`` with a relative text and the local time, to the millisecond, as its title."""
     if moment is None:
         return "-"
-    local = timezone.localtime(moment)
-    exact = local.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " " + local.strftime("%Z")
+    exact = f"{absolute(moment)} ({moment.astimezone(UTC).isoformat(timespec='milliseconds')})"
     return format_html('<time datetime="{}" title="{}">{}</time>', moment.isoformat(), exact, ago(moment))
 
 
@@ -47,6 +46,15 @@ def span(start: datetime | None, end: datetime | None) -> str:
     if start is None:
         return "-"
     return duration(max(((end or timezone.now()) - start).total_seconds(), 0.0) * 1000)
+
+
+def tokens_of(run: AgentRun, spend: Any) -> dict[str, int]:
+    """A run's tokens and model calls: its row's once it settles; while it executes, its
+    recorded steps' (``gantt.Spend``), which count them as they land."""
+    row = {"total": run.total_tokens, "prompt": run.prompt_tokens, "completion": run.completion_tokens}
+    if spend is not None and spend.total_tokens > row["total"]:
+        row = {"total": spend.total_tokens, "prompt": spend.prompt_tokens, "completion": spend.completion_tokens}
+    return row
 
 
 def status_badge(run: AgentRun) -> SafeString:

@@ -29,13 +29,14 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
 from ..access import policy
-from ..models import AgentRun, AgentRunEvent
+from ..models import AgentRun, AgentRunEvent, RunStatus
 from ..money import pricing
 from ..observability import gantt
 from ..presentation import describe
 from ..presentation.outcomes import EXECUTING_STOPS
 from ..presentation.presenters import run_status_dict, stream_finished
 from ..runtime.agent_runtime import InvalidRunId, parse_run_id
+from ..web.display import spend_text
 from . import columns, timeline
 from .cancel import RunCancelAdmin
 from .fork import fork_selected
@@ -285,6 +286,8 @@ class AgentRunAdmin(TreeFields, RunCancelAdmin):
         if obj is not None:
             events = self.runtime.events(obj.pk, limit=TIMELINE_LIMIT)
             status = run_status_dict(obj)
+            picture = gantt.build(obj, events)
+            live = not stream_finished(obj)
             context.update(
                 {
                     "summary": {
@@ -294,14 +297,16 @@ class AgentRunAdmin(TreeFields, RunCancelAdmin):
                         "started": columns.when(obj.started_at),
                         "finished": columns.when(obj.finished_at),
                         "duration": columns.span(obj.started_at, obj.finished_at),
-                        "cost": columns.cost_text(obj),
+                        "cost": columns.cost_text(obj) if obj.is_terminal else spend_text(obj, picture),
+                        "tokens": columns.tokens_of(obj, picture.spend),
                         "cancel": describe.cancel_text(status["cancel"]) if status["cancel"] else "",
                         "error": status["error"],
                     },
                     "stream_url": reverse("nrllm_api:run-stream", args=[obj.pk]),
-                    "live": not stream_finished(obj),
+                    "live": live,
                     "timeline": timeline.rows(events),
-                    "picture": gantt.build(obj, events),
+                    "picture": picture,
+                    "running": picture.in_flight if live and obj.status == RunStatus.RUNNING else None,
                     "timeline_total": getattr(obj, "step_count", len(events)),
                     "can_cancel": not obj.is_terminal and self.has_cancel_permission(request, obj),
                     "can_fork": obj.is_terminal and self.has_fork_permission(request, obj),

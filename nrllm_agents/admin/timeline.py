@@ -26,7 +26,8 @@ class TimelineRow:
     duration_ms: float | None
     created_at: datetime
     lines: list[tuple[str, str]]
-    failed: bool = False  # a tool error, or a model call that failed
+    failed: bool = False  # a tool error, or a model call that failed (never a step a cancel cut short)
+    interrupted: bool = False  # cut short by a cancel: a decision, styled as one
 
     @property
     def duration(self) -> str:
@@ -47,7 +48,8 @@ def rows(events: Iterable[AgentRunEvent]) -> list[TimelineRow]:
             e.duration_ms,
             e.created_at,
             describe.lines(e.kind, e.payload, limit=describe.PAGE_CHARS),
-            isinstance(e.payload, dict) and e.payload.get("error") is not None,
+            isinstance(e.payload, dict) and e.payload.get("error") is not None and not e.payload.get("interrupted"),
+            isinstance(e.payload, dict) and bool(e.payload.get("interrupted")),
         )
         for e in events
     ]

@@ -86,6 +86,7 @@ def render(update: Update) -> str:
     reconnect's ``Last-Event-ID`` still names the last step), then the final event."""
     frames = [_step_frame(step) for step in update.steps]
     frames += [sse_event("delta", delta) for delta in update.deltas]
+    frames += [sse_event("progress", report) for report in update.progress]
     if update.final is not None and update.final[1] is not None:
         frames.append(sse_event(update.final[0], final_data(update.final[1])))
     return "".join(frames)

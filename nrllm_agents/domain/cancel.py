@@ -144,6 +144,7 @@ NEVER: CancelToken = _Never()
 
 
 DeltaSink = Callable[[str], None]
+ProgressSink = Callable[[float, "float | None", "str | None"], None]
 
 
 @dataclass
@@ -157,6 +158,8 @@ class CallContext:
     not count); ``None`` when the caller does not know. ``headers``: the W3C trace context
     (``traceparent``, ``tracestate``) that carries the run's trace to this call: a provider sends
     them with its HTTP requests, an MCP tool in its request's ``_meta``; empty when nothing traces.
+    ``on_progress``: for a tool call, where to report how far it got (``progress``); shown live
+    to the run's watchers, never recorded by this path.
     """
 
     token: CancelToken = field(default_factory=lambda: NEVER)
@@ -164,6 +167,15 @@ class CallContext:
     round: int = 0
     call_index: int | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    on_progress: ProgressSink | None = None
+
+    def progress(self, value: float, total: float | None = None, message: str | None = None) -> None:
+        """Report how far a tool call got (``7`` of ``20``, a message); a failing sink never stops the call."""
+        if self.on_progress is not None:
+            try:
+                self.on_progress(value, total, message)
+            except Exception:
+                logger.exception("a progress sink failed; the call goes on")
 
     def delta(self, text: str) -> None:
         """Publish a piece of streamed text; a failing sink never stops the call."""

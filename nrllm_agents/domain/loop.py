@@ -68,8 +68,7 @@ class ToolLoop:
 
     Parameters
     ----------
-    provider: answers chat turns.
-    tools: the tools offered to the model, by name.
+    provider, tools: what answers chat turns, and the tools offered to the model, by name.
     trace: called once per step, in order; may raise to stop the loop at that boundary.
     max_iterations: the cap on model calls across the whole run (resumes included).
     on_deny: ``"continue"`` feeds a denial back to the model; ``"stop"`` ends the run.
@@ -78,7 +77,8 @@ class ToolLoop:
     before_start: called right before any model call or tool call starts, with whether that
         call may wait (``False`` for an ``instant`` tool or provider, and before the request
         step); may raise to stop the loop (the runtime re-checks the row there).
-    on_delta: receives ``(round, text)`` as a streaming model call produces its answer.
+    on_delta, on_progress: receive ``(round, text)`` as a model call streams its answer, and
+        ``(round, call, progress, total, message)`` as a tool call reports how far it got.
     price: the model's price in force for this drive; each model call's usage and step carry its cost.
     before_call: called with the transcript right before a model call, before its gate (the runtime
         reserves the call's worst case against the shared budgets there); may raise to stop the loop.
@@ -98,6 +98,7 @@ class ToolLoop:
         token: CancelToken = NEVER,
         before_start: Callable[[bool], None] | None = None,
         on_delta: Callable[[int, str], None] | None = None,
+        on_progress: Callable[[int, ToolCall, float, float | None, str | None], None] | None = None,
         price: Price | None = None,
         carrier: Callable[[ToolCall | None], Mapping[str, str]] | None = None,
         before_call: Callable[[Sequence[Mapping[str, Any]]], None] | None = None,
@@ -111,6 +112,7 @@ class ToolLoop:
         self.token = token
         self.before_start = before_start
         self.on_delta = on_delta
+        self.on_progress = on_progress
         self.price = price
         self.carrier = carrier
         self.before_call = before_call
@@ -271,13 +273,25 @@ class ToolLoop:
         if self.before_start is not None:
             self.before_start(waits)
 
-    def _context(self, state: LoopState, headers: Mapping[str, str] | None = None) -> CallContext:
+    def _context(
+        self, state: LoopState, headers: Mapping[str, str] | None = None, call: ToolCall | None = None
+    ) -> CallContext:
+        round_ = state.round
         sink = None
-        if self.on_delta is not None:
-            round_, publish = state.round, self.on_delta
+        if self.on_delta is not None and call is None:
+            publish = self.on_delta
             sink = lambda text: publish(round_, text)  # noqa: E731
+        progress = None
+        if self.on_progress is not None and call is not None:
+            report, tool_call = self.on_progress, call
+            progress = lambda value, total, message: report(round_, tool_call, value, total, message)  # noqa: E731
         return CallContext(
-            token=self.token, on_delta=sink, round=state.round, call_index=state.iterations, headers=headers or {}
+            token=self.token,
+            on_delta=sink,
+            round=round_,
+            call_index=state.iterations,
+            headers=headers or {},
+            on_progress=progress,
         )
 
     def _complete(self, state: LoopState, headers: Mapping[str, str] | None = None) -> Any:
@@ -349,7 +363,7 @@ class ToolLoop:
                         result = sub.answer(call, calls)
                     elif self._tool_context.get(call.name):
                         aware: Any = tool  # a tool that takes the optional ``context``
-                        result = aware.execute(dict(call.arguments), context=self._context(state, headers))
+                        result = aware.execute(dict(call.arguments), context=self._context(state, headers, call))
                     else:
                         result = tool.execute(dict(call.arguments))
                     result = clean_value(result)  # what the tool returned, made storable

@@ -65,6 +65,7 @@ class Publisher(Client):
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._pending: dict[tuple[str, int], _Pending] = {}
+        self._progress: dict[tuple[str, str], tuple[dict[str, Any], float]] = {}  # latest per call, due
         self._last_sent: dict[tuple[str, int], float] = {}
         self._steps: dict[str, int] = {}  # watched run id -> its lowest sequence not yet announced
         self._watched: set[str] = set()  # runs executed here that somebody watches (deltas go out)
@@ -140,6 +141,23 @@ class Publisher(Client):
             self._ensure_running()
         self._wake.set()
 
+    def publish_progress(self, progress: dict[str, Any]) -> None:
+        """Queue a tool call's progress (``{"run_id", "kind": "progress", "call_id", ...}``),
+        replacing one of the same call still pending; dropped while nobody watches the run."""
+        self._forked()
+        key = (str(progress["run_id"]), str(progress.get("call_id")))
+        if key[0] not in self._watched and connections["default"].vendor == "postgresql":
+            return
+        now = time.monotonic()
+        with self._lock:
+            self.counts["published"] += 1
+            waiting = self._progress.get(key)
+            last = self._last_sent.get((key[0], -1), 0.0)
+            due = waiting[1] if waiting is not None else max(now, last + self._window())
+            self._progress[key] = (progress, due)
+            self._ensure_running()
+        self._wake.set()
+
     def discard(self, run_id: Any) -> None:
         """Drop what is pending for ``run_id`` (its recorded step replaces it)."""
         if not self._pending:  # after every model answer: mostly nothing is
@@ -154,7 +172,7 @@ class Publisher(Client):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
-                if not self._pending and not self._steps:
+                if not self._pending and not self._steps and not self._progress:
                     return True
             self._wake.set()
             time.sleep(0.005)
@@ -183,25 +201,30 @@ class Publisher(Client):
                         del self._pending[(p.run_id, p.round)]
                         self._last_sent[(p.run_id, p.round)] = now
                     steps, self._steps = self._steps, {}
+                    reports = [report for report, when in self._progress.values() if when <= now]
+                    for report in reports:
+                        del self._progress[(str(report["run_id"]), str(report.get("call_id")))]
+                        self._last_sent[(str(report["run_id"]), -1)] = now
                 else:
-                    due, steps = [], {}
+                    due, steps, reports = [], {}, []
                 soonest = min((p.due for p in self._pending.values()), default=now + IDLE_CLOSE_SECONDS)
+                soonest = min([soonest, *(when for _, when in self._progress.values())])
                 if self._steps:
                     soonest = now
                 wait = max(soonest, self._next_send) - now
                 if len(self._last_sent) > 1000:  # forget rounds quiet for longer than a window
                     horizon = now - self._window()
                     self._last_sent = {k: t for k, t in self._last_sent.items() if t > horizon}
-            if due or steps:
+            if due or steps or reports:
                 pieces = [{"run_id": p.run_id, "round": p.round, "text": p.text, "offset": p.offset} for p in due]
-                self._send(pieces, steps)
+                self._send(pieces + reports, steps)
                 continue
             if not self._wake.wait(max(0.0, wait)):
                 self._close_if_idle()
             self._wake.clear()
 
     def _send(self, deltas: list[dict[str, Any]], steps: dict[str, int]) -> None:
-        pieces = [piece for delta in deltas for piece in chunks(delta)]
+        pieces = [piece for delta in deltas for piece in (chunks(delta) if "text" in delta else [delta])]
         if connections["default"].vendor != "postgresql":
             for piece in pieces:
                 hub.deliver_delta(piece)

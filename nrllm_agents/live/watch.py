@@ -39,11 +39,21 @@ class Update:
 
     steps: list[dict[str, Any]] = field(default_factory=list)
     deltas: list[dict[str, Any]] = field(default_factory=list)
+    progress: list[dict[str, Any]] = field(default_factory=list)  # tool calls' latest reports
     final: Final | None = None  # set once nothing more will be appended
 
     @property
     def finished(self) -> bool:
         return self.final is not None
+
+
+def latest_progress(reports: list[dict[str, Any]], done: set[str]) -> list[dict[str, Any]]:
+    """The last report of each call still in flight (a recorded tool step replaces its reports)."""
+    latest: dict[str, dict[str, Any]] = {}
+    for report in reports:
+        if str(report.get("call_id")) not in done:
+            latest[str(report.get("call_id"))] = report
+    return list(latest.values())
 
 
 def merge_deltas(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -82,6 +92,7 @@ class Watch:
         self.poll = float(app_settings.STREAM_POLL_SECONDS if poll is None else poll)
         self._next_poll = 0.0  # not pushed: when the next read is due (deltas wake it sooner)
         self._answered_round = -1  # the highest round whose llm step was seen
+        self._done_calls: set[str] = set()  # tool calls whose step was seen (their progress is over)
         self._registered = False  # its hub listens to the run and counts this process in (or gave up)
 
     @property
@@ -158,11 +169,17 @@ class Watch:
                 self.last = step["sequence"]
                 if step["kind"] == "llm":
                     self._answered_round = max(self._answered_round, step["round"])
+                elif step["kind"] == "tool" and isinstance(step.get("payload"), dict):
+                    self._done_calls.add(str(step["payload"].get("call_id")))
         if final is not None:
             update.final = final
 
     def _finish(self, update: Update) -> Update:
         if update.deltas:
-            fresh = [d for d in update.deltas if d.get("round", -1) > self._answered_round]
+            reports = [d for d in update.deltas if d.get("kind") == "progress"]
+            fresh = [
+                d for d in update.deltas if d.get("kind") != "progress" and d.get("round", -1) > self._answered_round
+            ]
             update.deltas = merge_deltas(fresh)
+            update.progress = latest_progress(reports, self._done_calls)
         return update

@@ -21,7 +21,7 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 from ..domain import jsonlimits
-from ..models import RunStatus
+from ..models import AgentRun, RunStatus
 from ..runtime.agent_runtime import InvalidRunId, parse_run_id
 from ..store import Operator
 from ..validation.run_request import InvalidRequest
@@ -180,12 +180,30 @@ def add_owner_argument(parser: Any) -> None:
     )
 
 
+RUN_ID_PREFIX_MIN = 8  # the short id the playground and the admin show
+_PREFIX = re.compile(r"[0-9a-f]{8}(-?[0-9a-f]){0,24}-?")
+
+
 def run_id_arg(value: str) -> Any:
-    """A run id from the command line, or a usage error."""
+    """A run id from the command line: a whole UUID, or a unique prefix of at least 8 hex
+    digits (the short id the UI shows). Raises a usage error (exit 2) for anything else, and
+    for a prefix two runs share (naming them); a prefix no run has is exit 1, as an unknown run."""
     try:
         return parse_run_id(value)
     except InvalidRunId as exc:
-        raise usage_error(str(exc)) from None
+        text = str(value).strip().lower()
+        if not _PREFIX.fullmatch(text):
+            raise usage_error(str(exc)) from None
+    hexes = text.replace("-", "")
+    hyphenated = "-".join(p for p in (hexes[:8], hexes[8:12], hexes[12:16], hexes[16:20], hexes[20:]) if p)
+    found = AgentRun.objects.filter(id__startswith=hyphenated).order_by("created_at")  # a read: no status written
+    matches = list(found.values_list("id", flat=True)[:6])
+    if len(matches) > 1:
+        shown = ", ".join(str(m) for m in matches[:5]) + (", …" if len(matches) > 5 else "")
+        raise usage_error(f"run id prefix {text!r} is ambiguous: {shown}")
+    if not matches:
+        raise CommandError(f"no run id starts with {text!r}", returncode=EXIT_FAILED)
+    return matches[0]
 
 
 def request_error(exc: InvalidRequest) -> CommandError:

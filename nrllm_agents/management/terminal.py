@@ -86,6 +86,9 @@ class StreamPrinter:
         terminal grows one line of text, erased when the recorded step replaces it; elsewhere
         (a pipe, a file) only recorded steps are printed.
         """
+        if delta.get("kind") == "progress":
+            self.progress(delta)
+            return
         if self.as_json:
             self._emit({"event": "delta", **delta}, "")
             return
@@ -94,6 +97,22 @@ class StreamPrinter:
         if delta.get("offset") == 0 or not self._open_line:
             self.stdout.write(f"  …    {'':<9} r{delta.get('round')}  ", ending="")
         self.stdout.write(terminal_safe(" ".join(str(delta.get("text") or "").splitlines())), ending="")
+        self.stdout.flush()
+        self._open_line = True
+
+    def progress(self, report: dict[str, Any]) -> None:
+        """A tool call's progress (never recorded): ``--json`` prints an ``{"event": "progress",
+        ...}`` line; a terminal shows one line, rewritten by each report and erased when the
+        recorded step replaces it; elsewhere nothing."""
+        if self.as_json:
+            self._emit({"event": "progress", **{k: v for k, v in report.items() if k != "kind"}}, "")
+            return
+        if not self._terminal:
+            return
+        if self._open_line:
+            self.stdout.write("\r\033[K", ending="")
+        line = f"  …    {'':<9} {report.get('name')}: {describe.progress_text([report])}"
+        self.stdout.write(terminal_safe(line), ending="")
         self.stdout.flush()
         self._open_line = True
 
@@ -158,7 +177,7 @@ def follow(
             for step in update.steps:
                 on_step(step)
             if on_delta is not None:
-                for delta in update.deltas:
+                for delta in [*update.deltas, *update.progress]:
                     on_delta(delta)
             if update.finished:
                 return runtime.status(run_id)

@@ -60,9 +60,7 @@ class McpTool:
         self.check(arguments)
 
         def shown(entry: dict[str, Any]) -> None:
-            total = f"/{entry['total']:g}" if isinstance(entry.get("total"), (int, float)) else ""
-            message = f" {entry['message']}" if entry.get("message") else ""
-            context.delta(f"[{self.name} progress {entry['progress']:g}{total}{message}]\n")
+            context.progress(entry["progress"], entry.get("total"), entry.get("message"))
 
         try:
             result, record = hub().call(

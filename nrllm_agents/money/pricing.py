@@ -72,6 +72,32 @@ def cost_text(run: AgentRun) -> str:
     return run_cost_text(cost_dict(run))
 
 
+def for_run(run: AgentRun) -> Price | None:
+    """The price in force now for a run's model (the one its next model call is costed at)."""
+    model = run.model or ("scripted-demo" if run.provider == "scripted" else "")
+    return resolve(run.provider, model, run.connection or "") if model else None
+
+
+def price_text(price: Price) -> str:
+    """``3 / 15 USD per million tokens in / out``."""
+
+    def shown(amount: Any) -> str:
+        return f"{Decimal(amount).normalize():f}"
+
+    rates = f"{shown(price.input_per_million)} / {shown(price.output_per_million)}"
+    return f"{rates} {price.currency} per million tokens in / out"
+
+
+def running_cost_text(run: AgentRun, spent: str | None) -> str:
+    """While a run executes: what its recorded steps spent (``spent``, ``amounts.steps_cost``),
+    marked "so far", with the price in force; ``not priced`` when its model has no price."""
+    price = for_run(run)
+    if price is None:
+        return f"{spent} so far" if spent else "not priced"
+    so_far = f"{spent} so far" if spent else f"0 {price.currency} so far"
+    return f"{so_far} (at {price_text(price)})"
+
+
 def set_price(
     *,
     model: str,

@@ -191,9 +191,13 @@ def progress_text(progress: Any) -> str:
     last = _dict(_list(progress)[-1]) if _list(progress) else {}
     if not last:
         return ""
-    total = f"/{last['total']}" if last.get("total") is not None else ""
+    total = f" / {_number(last['total'])}" if last.get("total") is not None else ""
     message = f" {last['message']}" if last.get("message") else ""
-    return short(f"{last.get('progress')}{total}{message}")
+    return short(f"{_number(last.get('progress'))}{total}{message}")
+
+
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
 def _tool(p: dict[str, Any]) -> Lines:

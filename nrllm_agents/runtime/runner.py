@@ -198,6 +198,7 @@ class SegmentRunner:
                 token=trace.token,
                 before_start=trace.before_start,
                 on_delta=trace.delta,
+                on_progress=trace.progress,
                 price=price,  # once per segment: the price in force now
                 before_call=trace.before_call,
                 carrier=trace.spans.starting if trace.spans is not None else None,  # traced: spans per call

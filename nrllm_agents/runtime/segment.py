@@ -44,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 StepObserver = Callable[[dict[str, Any]], None]
 DeltaObserver = Callable[[dict[str, Any]], None]
+PROGRESS_MESSAGE_CHARS = 300  # a progress notice stays far below NOTIFY's 8,000 bytes
 T = TypeVar("T")
 
 # A guarded boundary statement that failed on its own (a statement timeout, a lock timeout, a
@@ -243,6 +244,27 @@ class SegmentTrace:
             self.on_delta(data)
         except Exception:
             logger.exception("delta observer failed for run %s; the run goes on", self.run_id)
+
+    def progress(self, round_: int, call: ToolCall, value: float, total: float | None, message: str | None) -> None:
+        """Publish how far a tool call got (never recorded here): to every watcher of the run
+        and to this segment's ``on_delta``, as a delta of kind ``progress``."""
+        data: dict[str, Any] = {
+            "run_id": str(self.run_id),
+            "kind": "progress",
+            "round": round_,
+            "call_id": call.id,
+            "name": call.name,
+            "progress": value,
+            "total": total,
+            "message": str(message)[:PROGRESS_MESSAGE_CHARS] if message else None,
+        }
+        publisher.publish_progress(data)
+        if self.on_delta is None:
+            return
+        try:
+            self.on_delta(data)
+        except Exception:
+            logger.exception("progress observer failed for run %s; the run goes on", self.run_id)
 
     def before_effect(self, call: ToolCall) -> None:
         """Stamp the write fence right before a non-idempotent tool starts (with a renewal)."""

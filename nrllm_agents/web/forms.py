@@ -90,6 +90,7 @@ class RunForm(forms.Form):
             (t, t) for t in registry.tool_names()
         ]  # MCP tools too: the process's catalog, never a wait on a server
         self.fields["tools"].initial = list(app_settings.DEFAULT_TOOLS)
+        self.tool_groups = tool_groups()
         cast(forms.IntegerField, self.fields["max_iterations"]).max_value = app_settings.MAX_ITERATIONS_LIMIT
         self.fields["max_iterations"].initial = app_settings.DEFAULT_MAX_ITERATIONS
         names = Connection.objects.values_list("name", flat=True)
@@ -161,3 +162,19 @@ class ForkForm(forms.Form):
         if data.get("model"):
             changes["model"] = data["model"]
         return changes
+
+
+def tool_groups() -> list[dict[str, Any]]:
+    """The tools a run can be offered, grouped by where they come from (built-in, then each MCP
+    server), each with its description and whether it needs approval: the form lists them so."""
+    entries, _ = registry.offered_tools()
+    groups: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        server = entry["server"]
+        key = f"mcp:{server}" if server else "built-in"
+        label = f"MCP server {server}" if server else "Built-in"
+        group = groups.setdefault(key, {"key": key, "label": label, "tools": []})
+        group["tools"].append(
+            {**entry, "short": entry["name"].removeprefix(f"{server}__") if server else entry["name"]}
+        )
+    return sorted(groups.values(), key=lambda g: (g["key"] != "built-in", g["label"]))

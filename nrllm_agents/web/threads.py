@@ -14,6 +14,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
+from django.db.models import Count, OuterRef, Subquery, Sum
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -25,11 +26,13 @@ from ..domain import jsonlimits
 from ..executors.dispatch import EnqueueError
 from ..http import answers
 from ..http.answers import Answer
-from ..models import ACTIVE, MultitaskStrategy, Thread
+from ..models import ACTIVE, AgentRun, MultitaskStrategy, RunStatus, Thread
+from ..money import amounts
 from ..runtime import threads
 from ..runtime.agent_runtime import AgentRuntime
 from ..validation.run_request import MAX_PROMPT_CHARS, InvalidRequest, RunRequest
 from .access import login_required, raise_refusal, wants_json
+from .display import absolute
 from .views import _throttled
 
 RECENT_THREADS = 30
@@ -88,8 +91,32 @@ def _visible_thread(request: HttpRequest, thread_id: uuid.UUID, action: policy.A
 @login_required
 def thread_list(request: HttpRequest) -> HttpResponse:
     """The user's threads, most recently active first, and a button for a new one."""
-    recent = Thread.objects.filter(owner_id=request.user.pk).order_by("-last_activity_at")[:RECENT_THREADS]
-    return render(request, "nrllm_agents/threads.html", {"threads": recent})
+    runs = AgentRun.objects.filter(thread=OuterRef("pk"))
+    recent = (
+        Thread.objects.filter(owner_id=request.user.pk)
+        .annotate(
+            run_count=Count("runs"),
+            spent=Sum("runs__cost"),
+            first_message=Subquery(runs.order_by("thread_position").values("prompt")[:1]),
+            last_status=Subquery(runs.order_by("-thread_position").values("status")[:1]),
+        )
+        .order_by("-last_activity_at")[:RECENT_THREADS]
+    )
+    return render(
+        request,
+        "nrllm_agents/threads.html",
+        {
+            "threads": [
+                {
+                    "thread": t,
+                    "spent": amounts.text(t.spent) or "",
+                    "status": (t.last_status or "").replace("_", " "),
+                    "when": absolute(t.last_activity_at),
+                }
+                for t in recent
+            ]
+        },
+    )
 
 
 @require_POST
@@ -100,13 +127,37 @@ def new_thread(request: HttpRequest) -> HttpResponse:
     return redirect("nrllm_web:thread", thread_id=thread.pk)
 
 
+def turns(runs: list[AgentRun]) -> list[dict[str, Any]]:
+    """The conversation as its settled runs wrote it, one turn per run: the message, the answer
+    (for a run a cancel cut short, what it had written, marked so), its tokens and cost; a
+    rolled-back turn stays, struck (it is not in the transcript the next run starts from)."""
+    shown = []
+    for run in runs:
+        if run.status in ACTIVE:
+            continue
+        answer = run.final_text
+        if not answer and run.status == RunStatus.CANCELLED:
+            last = run.events.filter(kind="llm").order_by("-sequence").values_list("payload", flat=True).first()
+            answer = str((last or {}).get("content") or "") if isinstance(last, dict) else ""
+        shown.append(
+            {
+                "run": run,
+                "answer": answer,
+                "interrupted": run.status == RunStatus.CANCELLED,
+                "failed": run.status == RunStatus.FAILED,
+                "tokens": run.total_tokens,
+                "cost": amounts.text(run.cost, estimated=run.cost_estimated) or "",
+            }
+        )
+    return shown
+
+
 def _page(request: HttpRequest, thread: Thread, form: MessageForm | None = None, status: int = 200) -> HttpResponse:
-    transcript, _ = threads.transcript(thread.pk)
     runs = list(thread.runs.order_by("thread_position"))
     current = next((r for r in runs if r.status in ACTIVE), None)
     context = {
         "thread": thread,
-        "bubbles": [m for m in transcript if m.get("role") in ("user", "assistant") and m.get("content")],
+        "turns": turns(runs),
         "runs": runs,
         "current": current,
         "form": form or MessageForm(),

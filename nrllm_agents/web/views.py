@@ -26,7 +26,6 @@ from ..catalog import budgets
 from ..executors.dispatch import EnqueueError
 from ..http import answers
 from ..models import ACTIVE, TERMINAL, AgentRun, CancelSource, RunStatus
-from ..money.amounts import run_cost_text
 from ..observability import gantt
 from ..presentation.describe import call_text, cancel_text
 from ..presentation.outcomes import Outcome, cancel_wording, queued_wording
@@ -37,7 +36,7 @@ from ..store import reason_problem
 from ..validation.run_request import InvalidRequest
 from . import interactive
 from .access import get_visible_run, login_required, visible_run, wants_json
-from .display import elapsed, final_answer_sequence, for_page
+from .display import absolute, duration, elapsed, final_answer_sequence, for_page, spend_text
 from .forms import ForkForm, RunForm
 from .runs_list import recent_runs
 
@@ -106,8 +105,10 @@ def _page(
                 ),
                 "pending": [call_text(c) for c in status_dict["pending_approval"]],
                 "cancel_text": cancel_text(status_dict["cancel"]) if status_dict["cancel"] else "",
-                "cost_text": run_cost_text(status_dict["cost"]),
+                "cost_text": spend_text(run, picture),
                 "elapsed": elapsed(run.started_at, run.finished_at),
+                "created_text": absolute(run.created_at),
+                "deadline_text": duration(run.deadline_seconds * 1000) if run.deadline_seconds else "",
                 "steps": steps,
                 "picture": picture,
                 "last_sequence": steps[-1]["sequence"] if steps else -1,
@@ -162,8 +163,9 @@ def run_picture(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     """The run's picture alone (``_run_picture.html``): the page re-fetches it while the run
     runs, so the timeline and the spend follow the steps and the one in flight."""
     run = get_visible_run(request.user, run_id)
+    picture = gantt.build(run, AgentRuntime().events(run.pk))
     response = render(
-        request, "nrllm_agents/_run_picture.html", {"picture": gantt.build(run, AgentRuntime().events(run.pk))}
+        request, "nrllm_agents/_run_picture.html", {"picture": picture, "cost_text": spend_text(run, picture)}
     )
     response["Cache-Control"] = "no-store"
     return response

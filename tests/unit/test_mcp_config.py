@@ -153,7 +153,7 @@ def test_an_interrupted_mcp_step_reads_with_the_progress_it_had_made():
             {"progress": 3, "total": 30, "message": "step 3"},
         ],
     }
-    assert ("progress", "3/30 step 3") in lines("tool", payload)
+    assert ("progress", "3 / 30 step 3") in lines("tool", payload)
     told = {**payload, "mcp": {"server": "ours", "tool": "slow", "cancelled_at": "2026-12-01T22:00:00.123+00:00"}}
     assert ("MCP server told", "2026-12-01T22:00:00.123+00:00") in lines("tool", told)
     assert not [label for label, _ in lines("tool", {**payload, "progress": []}) if label == "progress"]

@@ -50,6 +50,27 @@ DEMO_SCRIPT: list[dict[str, Any]] = [
         "content": "(17 + 25) * 3 is 126. I checked the clock and waited a little, as asked.",
     },
 ]
+DEMO_TOOLS = ("calculator", "current_time", "sleep")
+_DEMO_WORDS = {
+    "calculator": "(17 + 25) * 3 is 126.",
+    "current_time": "I checked the clock.",
+    "sleep": "I waited a little.",
+}
+
+
+def demo_script(offered: Sequence[str]) -> list[dict[str, Any]]:
+    """The demo, calling only the tools ``offered`` (and saying which it needed but was not given)."""
+    turns = [t for t in DEMO_SCRIPT[:-1] if t["tool_calls"][0]["name"] in offered]
+    used = [name for name in DEMO_TOOLS if name in offered]
+    missing = [name for name in DEMO_TOOLS if name not in offered]
+    words = " ".join(_DEMO_WORDS[name] for name in used)
+    if missing:
+        words = (
+            words + " " if words else ""
+        ) + f"(The demo would also use {', '.join(missing)}: offer it with --tool.)"
+    return [*turns, {**DEMO_SCRIPT[-1], "content": words}]
+
+
 MAX_DELAY_SECONDS = 60.0
 MAX_USAGE_TOKENS = 1_000_000  # per turn: a run's total must fit the database's integer columns
 STREAM_PIECES = 24  # a content answer with a delay streams in up to this many pieces
@@ -122,6 +143,7 @@ class ScriptedProvider:
 
     def __init__(self, script: Any = None, *, model: str = "scripted-demo") -> None:
         self.script = validate_script(DEMO_SCRIPT if script is None else script)
+        self.demo = script is None  # the demo fits its calls to the tools the run offers
         self.model = model or "scripted-demo"
         self.calls = 0
         # No turn waits: every call returns at once (see ``Provider.instant``).
@@ -137,7 +159,12 @@ class ScriptedProvider:
         index = position if context.call_index is None else context.call_index
         if index >= len(self.script):
             raise ProviderError(f"script exhausted after {len(self.script)} turns")
-        turn = self.script[index]
+        script = self.script
+        if self.demo:
+            script = demo_script([str((t.get("function") or {}).get("name")) for t in tools])
+            if index >= len(script):
+                raise ProviderError(f"script exhausted after {len(script)} turns")
+        turn = script[index]
         if "expect" in turn:
             mismatch = transcript_mismatch(turn["expect"], messages)
             if mismatch is not None:

@@ -79,4 +79,9 @@ class Command(BaseCommand):
                 "output_per_million": decimal_text(row.output_per_million.normalize()),
                 "currency": app_settings.CURRENCY,
             }
-            self.stdout.write(json.dumps(data) if options["json"] else str(row))
+            where = f"connection {data['connection']}" if row.connection_id else f"provider {row.provider}"
+            line = (
+                f"{row.model} via {where}: {data['input_per_million']} in / {data['output_per_million']} out "
+                f"{data['currency']} per 1M tokens"  # every amount printed carries its currency
+            )
+            self.stdout.write(json.dumps(data) if options["json"] else line)

@@ -21,36 +21,8 @@
     return node;
   }
 
-  // --- one time format: relative, with the local time (to the ms) on hover ----------------
-  const pad = (n, w) => String(n).padStart(w || 2, "0");
-  function localTime(date) {
-    return `${date.toLocaleDateString()} ${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}` +
-      `.${pad(date.getMilliseconds(), 3)}`;
-  }
-  function relative(date) {
-    const seconds = (Date.now() - date.getTime()) / 1000;
-    if (seconds < 5) return "just now";
-    if (seconds < 60) return `${Math.round(seconds)} s ago`;
-    if (seconds < 3600) return `${Math.round(seconds / 60)} min ago`;
-    if (seconds < 86400) return `${Math.round(seconds / 3600)} h ago`;
-    return `${Math.round(seconds / 86400)} d ago`;
-  }
-  function formatTimes(root) {
-    (root || document).querySelectorAll("time[datetime]").forEach((node) => {
-      const date = new Date(node.getAttribute("datetime"));
-      if (isNaN(date)) return;
-      node.textContent = relative(date);
-      node.title = localTime(date);
-    });
-  }
-  function duration(ms) {
-    if (ms === null || ms === undefined) return "";
-    if (ms < 1000) return `${Math.round(ms)} ms`;
-    if (ms < 60000) return `${(ms / 1000).toFixed(2)} s`;
-    return `${(ms / 60000).toFixed(1)} min`;
-  }
-  formatTimes();
-  window.setInterval(() => formatTimes(), 10000);
+  // --- one time format and one duration format, shared (console.js) -----------------------
+  const {duration, formatTimes} = window.nrllmConsole;
 
   // The server describes every step (nrllm_agents/describe.py): the stream sends its labelled
   // lines as "details", the same ones the server-rendered page shows.
@@ -66,14 +38,15 @@
   function renderStep(step) {
     const payload = step.payload || {};
     const interrupted = Boolean(payload.interrupted);
-    const failed = payload.error !== undefined && payload.error !== null;
+    // A step a cancel cut short carries an error text, but it is a decision, not a failure.
+    const failed = !interrupted && payload.error !== undefined && payload.error !== null;
     const li = el("li", {class: `step kind-${step.kind}${interrupted ? " interrupted" : ""}${failed ? " failed" : ""}`,
                          id: `step-${step.sequence}`, tabindex: "-1",
                          "data-sequence": step.sequence, "data-kind": step.kind});
     const head = el("div", {class: "step-head"});
     head.append(toggleButton(step.sequence), el("span", {class: "seq"}, `#${step.sequence}`), " ",
                 el("span", {class: "kind"}, step.kind), " ", el("span", {class: "round"}, `round ${step.round}`), " ");
-    if (interrupted) head.append(el("span", {class: "badge interrupted"}, "interrupted"), " ");
+    if (interrupted) head.append(el("span", {class: "badge interrupted"}, "interrupted by cancel"), " ");
     if (failed) head.append(el("span", {class: "badge failed"}, step.kind === "llm" ? "model failed" : "tool error"), " ");
     if (step.duration_ms !== null && step.duration_ms !== undefined) {
       head.append(el("span", {class: "duration"}, duration(step.duration_ms)), " ");
@@ -109,6 +82,24 @@
   }
 
   // --- the run form ------------------------------------------------------------------------
+  // The tools: a filter over their names and descriptions (groups with a match open).
+  const toolSearch = document.getElementById("tool-search");
+  if (toolSearch) {
+    toolSearch.hidden = false;
+    toolSearch.addEventListener("input", () => {
+      const want = toolSearch.value.trim().toLowerCase();
+      document.querySelectorAll(".tool-group").forEach((group) => {
+        let shown = 0;
+        group.querySelectorAll("li[data-tool]").forEach((li) => {
+          li.hidden = Boolean(want) && !li.textContent.toLowerCase().includes(want);
+          if (!li.hidden) shown += 1;
+        });
+        group.hidden = !shown;
+        if (want && shown) group.open = true;
+      });
+    });
+  }
+
   const runForm = document.getElementById("run-form");
   if (runForm) {
     runForm.addEventListener("submit", async (event) => {
@@ -186,8 +177,7 @@
         const fresh = holder.querySelector("#run-picture");
         const old = document.getElementById("run-picture");
         if (fresh && old) { old.replaceWith(fresh); bindTips(fresh); }
-        const cost = document.getElementById("spend-cost");
-        if (cost && !TERMINAL.includes(status.status)) text("st-cost", cost.textContent);
+        if (fresh && fresh.dataset.costText && !TERMINAL.includes(status.status)) text("st-cost", fresh.dataset.costText);
       }
     } catch (e) { /* the next step or tick tries again */ }
     fetching = false;
@@ -248,7 +238,7 @@
     const body = el("dl", {class: "step-body"});
     const live = el("dd", {class: "live-text"});
     if (kind === "llm") body.append(el("dt", {}, "answer so far"), live);
-    else body.append(el("dt", {}, "running"), el("dd", {}, `${name}: started, no result yet`));
+    else body.append(el("dt", {}, "running"), el("dd", {class: "tool-progress"}, `${name}: started, no result yet`));
     li.append(head, body);
     let list = document.getElementById("live-steps");  // beside the recorded steps, not among them
     if (!list) {
@@ -281,6 +271,13 @@
     card.text.append(piece.join(""));
     card.chars = delta.offset + codePoints(delta.text).length;
     writing(card.chars);
+  }
+
+  // A tool's progress (event "progress": its latest report) on the running tool's card.
+  function onProgress(report) {
+    if (!pending || pending.kind !== "tool" || pending.name !== report.name) return;
+    const target = pending.li.querySelector(".tool-progress");
+    if (target) window.nrllmConsole.showProgress(target, report);
   }
 
   function onStep(step) {
@@ -461,6 +458,7 @@
     es.onopen = () => streamState("live");
     es.addEventListener("step", (event) => onStep(JSON.parse(event.data)));
     es.addEventListener("delta", (event) => onDelta(JSON.parse(event.data)));
+    es.addEventListener("progress", (event) => onProgress(JSON.parse(event.data)));
     FINAL_EVENTS.forEach((name) => es.addEventListener(name, (event) => {
       es.close();
       source = null;

@@ -54,6 +54,7 @@ def start(page: Page, script: str, tools: list[str], mode: str = "interactive") 
     page.fill("#id_prompt", "Watch me work")
     page.fill("#id_max_iterations", "60")
     page.fill("#id_script", script)
+    page.evaluate("document.querySelectorAll('details.tool-group').forEach((d) => { d.open = true; })")
     for box in page.locator("input[name=tools]").all():
         box.set_checked(box.get_attribute("value") in tools)
     page.check(f"input[name=mode][value={mode}]")

@@ -156,8 +156,12 @@ def test_progress_is_shown_live_and_recorded_on_the_step(servers, tmp_path):
         on_delta=deltas.append,
     )
     assert result.outcome == Outcome.COMPLETED, result
-    shown = "".join(d["text"] for d in deltas)
-    assert "[ours__slow progress 1/3 step 1 of 3]" in shown and "[ours__slow progress 3/3 step 3 of 3]" in shown
+    reports = [d for d in deltas if d.get("kind") == "progress"]
+    assert [(r["name"], r["progress"], r["total"], r["message"]) for r in reports] == [
+        ("ours__slow", i, 3, f"step {i} of 3") for i in (1, 2, 3)
+    ]
+    answer = "".join(d["text"] for d in deltas if d.get("kind") != "progress")
+    assert "progress" not in answer  # progress is not the answer's text
     steps = list(AgentRunEvent.objects.filter(run_id=result.run_id, kind="tool").values_list("payload", flat=True))
     assert [p["progress"] for p in steps[0]["result"]["progress"]] == [1, 2, 3]
 

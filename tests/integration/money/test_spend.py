@@ -202,6 +202,9 @@ def test_the_cli_sets_and_lists_prices_and_shows_a_runs_cost():
         "output_per_million": "10",
         "currency": "USD",
     }
+    human = StringIO()
+    call_command("agent_prices", "list", stdout=human)
+    assert human.getvalue().strip() == "scripted-demo via provider scripted: 2.5 in / 10 out USD per 1M tokens"
     for args in (["--input", "x", "--output", "1"], ["--input", "-1", "--output", "1"]):
         with pytest.raises(CommandError) as bad:
             call_command("agent_prices", "set", "--provider", "scripted", "--model", "m", *args)

@@ -47,7 +47,7 @@ def test_the_form_takes_limits_and_the_page_shows_the_limit_that_stopped_the_run
     run = AgentRun.objects.get()
     assert (run.termination_reason, run.max_total_tokens, run.deadline_seconds) == ("budget_exceeded", 50, 600)
     page = client.get(reverse("nrllm_web:run", args=[run.pk])).content.decode()
-    assert 'id="st-budget">50<' in page and 'id="st-deadline">600 s<' in page
+    assert 'id="st-budget">50<' in page and 'id="st-deadline"><span title="600 s">10 min<' in page  # humanised
     assert "token budget exceeded: 60 tokens spent of 50" in page and "max_total_tokens 50: measured 60 tokens" in page
     response = client.post(reverse("nrllm_web:start"), form(script, max_total_tokens="0"), headers=JSON)
     assert response.status_code == 400 and "max_total_tokens" in response.json()["errors"]
