@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # Production sets DJANGO_SECRET_KEY and leaves DJANGO_DEBUG unset (README, "Security").
 export DJANGO_DEBUG ?= 1
 
-.PHONY: lint docs run worker demo test test-fast test-postgres test-sqlite test-django52 coverage-modules venv lock migrate bench clean
+.PHONY: lint docs run worker demo test test-fast test-postgres test-postgres-e2e test-postgres-rest test-sqlite test-django52 coverage-modules venv lock migrate bench clean
 
 # The virtualenv, installed from the lock of its stack (locks/): the same versions everywhere.
 venv:
@@ -57,8 +57,19 @@ demo: migrate
 # PostgreSQL; beside it, the SQLite tier (what behaves differently by database, and one
 # end-to-end smoke per surface). Each has its own test database, Redis db and pytest cache; its
 # output is shown whole when it ends. Markers select by need: -m "not processes", "not browser".
+# The PostgreSQL half runs as two shards at once, each on a test database and Redis db of its own:
+# the end-to-end tests (real processes, servers and a browser: mostly waiting on them) and the
+# rest. Their waits overlap, so the whole suite takes about the time of its longer shard.
+E2E_PG_URL ?= postgres://postgres@127.0.0.1:5432/nrllm_agents_e2e
+E2E_REDIS_URL ?= redis://127.0.0.1:6379/10
 test:
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-postgres test-sqlite
+	@$(MAKE) --no-print-directory -j3 --output-sync=target test-postgres-e2e test-postgres-rest test-sqlite
+
+test-postgres-e2e: venv
+	DATABASE_URL=$(E2E_PG_URL) NRLLM_TEST_REDIS_URL=$(E2E_REDIS_URL) $(PY) -m pytest -o cache_dir=.pytest_cache/e2e tests/e2e $(PYTEST_ARGS)
+
+test-postgres-rest: venv
+	DATABASE_URL=$(PG_URL) NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest tests/unit tests/integration $(PYTEST_ARGS)
 
 # The unit tier and the store, on PostgreSQL: a couple of minutes, for the inner loop.
 test-fast: venv

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.request import Request
@@ -20,7 +20,7 @@ from ..models import Budget, BudgetScope, BudgetWindow
 from .base import RunAPIView, checked_body
 from .fields import StrictCharField
 from .responses import ErrorSerializer
-from .schema import AUTH_ERRORS, BAD_REQUEST
+from .schema import AUTH_ERRORS, BAD_REQUEST, extend_schema
 
 ID = OpenApiParameter(
     "id", OpenApiTypes.STR, OpenApiParameter.PATH, description="The budget's id.", pattern=r"^[0-9]{1,18}$"
