@@ -87,8 +87,13 @@ def test_after_every_backend_is_terminated_the_next_claim_and_maintenance_pass_s
         assert AgentRun.objects.get(pk=run.pk).status == RunStatus.RUNNING
         fill_the_pool()
         terminate_idle_backends()
+        caplog.clear()
         on_thread(lambda: maintenance.maintain("pool-test"))
-        assert "failed" not in caplog.text, caplog.text
+        # The pass's own verdict: it logs "reaper failed" / "queued sweep failed" when a dead
+        # connection reaches it. (The listener and psycopg_pool log their own reconnects of the
+        # terminated backends meanwhile: not the pass's failure.)
+        failures = [r.getMessage() for r in caplog.records if r.name == maintenance.logger.name]
+        assert not [m for m in failures if "failed" in m], failures
 
 
 def test_the_app_gives_every_postgresql_pool_a_check(settings):
