@@ -64,6 +64,8 @@ def sign_in_admin(page: Page, base: str, django_user_model, path: str) -> None:
     page.fill("#id_username", "root")
     page.fill("#id_password", PASSWORD)
     page.click("input[type=submit]")
+    # The page behind the sign-in, loaded whole: its stylesheets too, before a test measures it
+    page.wait_for_url(lambda url: "/admin/login/" not in url)
 
 
 def test_a_running_tool_shows_as_running_with_its_elapsed_time(page, live_url, alice, errors, screenshot):

@@ -12,7 +12,8 @@ from playwright.sync_api import Page, expect
 from nrllm_agents.models import AgentRun
 from nrllm_agents.runtime.agent_runtime import AgentRuntime
 
-from .conftest import PASSWORD, SCREENSHOTS
+from .conftest import SCREENSHOTS
+from .test_console import sign_in_admin
 from .test_playground import sign_in, start, wait_steps
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the server is another process
@@ -116,12 +117,8 @@ def test_a_long_run_stays_readable(live_url, page, browser_context, alice, djang
     screenshot(page, "timeline-long-run-playground")
     _assert_readable(page, work_steps=sum(1 for e in steps if e.kind in ("llm", "tool")))
 
-    django_user_model.objects.create_superuser("root", password=PASSWORD)
     admin = browser_context().new_page()
-    admin.goto(f"{live_url}/admin/login/?next=/admin/nrllm_agents/agentrun/{result.run_id}/change/")
-    admin.fill("#id_username", "root")
-    admin.fill("#id_password", PASSWORD)
-    admin.click("input[type=submit]")
+    sign_in_admin(admin, live_url, django_user_model, f"/admin/nrllm_agents/agentrun/{result.run_id}/change/")
     expect(admin.locator("#gantt")).to_be_visible()
     screenshot(admin, "timeline-long-run-admin")
     admin.locator("#run-picture").screenshot(path=str(SCREENSHOTS / "timeline-long-run-admin-strip.png"))
