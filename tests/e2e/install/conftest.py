@@ -1,22 +1,24 @@
 """The distribution as a host project gets it: the wheel built from this checkout, and a virtualenv
-of its own with the wheel installed (once per session: building and installing take seconds).
+of its own with the wheel installed as `pip install nrllm-agents` would (once per session).
 
-The virtualenv installs the wheel with ``--no-deps`` and reaches the dependencies through a
-``.pth`` naming this interpreter's site-packages, so no test downloads anything; the app itself
-comes from the wheel, never from the checkout (``host_python`` checks where it imports it from).
+The virtualenv is fresh and plain: pip installs the wheel with the dependencies its metadata
+declares and nothing else, so a dependency missing from ``[project].dependencies`` fails here,
+and the quickstart runs on the lean install it documents (no extra). The versions come from the
+lock of the running stack (``locks/``), so a new release elsewhere cannot change the test.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import sysconfig
 import venv
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
+# the lock of each supported stack, by the interpreter's version (Makefile: `make lock`)
+LOCKS = {(3, 13): "py313-django6.txt", (3, 11): "py311-django52.txt"}
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +37,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def host_python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The python of a fresh virtualenv holding the wheel (and only the wheel) of nrllm_agents."""
+    """The python of a fresh virtualenv holding the wheel of nrllm_agents and its dependencies."""
     env_dir = tmp_path_factory.mktemp("host-venv")
     venv.create(env_dir, with_pip=True, symlinks=True)
     python = env_dir / "bin" / "python"
@@ -44,28 +46,14 @@ def host_python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
             [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
         ).strip()
     )
-    # the dependencies: every site directory this interpreter reads (the shared virtualenv's); its
-    # own .pth files are not read from there, so an editable install of the checkout stays out;
-    # --ignore-installed: its metadata is visible, and must not stop pip installing the wheel
-    shared = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()] or [
-        sysconfig.get_paths()["purelib"]
-    ]
-    (purelib / "zz_shared_dependencies.pth").write_text("\n".join(shared) + "\n")
-    subprocess.run(
-        [
-            python,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--ignore-installed",
-            "--disable-pip-version-check",
-            str(wheel),
-        ],
-        check=True,
+    lock = LOCKS.get(sys.version_info[:2])
+    pinned = ["--constraint", str(ROOT / "locks" / lock)] if lock else []
+    installed = subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *pinned, str(wheel)],
         capture_output=True,
+        text=True,
     )
+    assert installed.returncode == 0, installed.stderr[-2000:]
     where = subprocess.check_output(
         [python, "-c", "import nrllm_agents; print(nrllm_agents.__file__)"], text=True, cwd=env_dir
     )
