@@ -129,11 +129,13 @@ def test_the_picture_and_the_spend_follow_an_answer_and_stop_shows_it_cut_short(
     clicked = time.monotonic()
     page.click("#stop-inline")
     expect(page.locator("#st-status")).to_have_text("cancelled", timeout=5_000)
+    elapsed = time.monotonic() - clicked
+    # the answer had 20 s to go: a stop in well under that cut it short (2 s: the browser, the
+    # server and the stream on a loaded machine; the cancel itself takes milliseconds)
+    assert elapsed < 2.0, elapsed
     expect(page.locator("#steps > li").last).to_have_attribute("data-kind", "cancelled")
     interrupted = page.locator("#steps > li.interrupted[data-kind=llm]")
     expect(interrupted).to_contain_text("cut short by the cancel")
-    elapsed = time.monotonic() - clicked
-    assert elapsed < 1.0, elapsed
     assert page.evaluate("window.__samePage") is True  # no reload
     partial = AgentRun.objects.get(pk=run_id).events.filter(kind="llm").order_by("sequence").last().payload["content"]
     assert partial and ANSWER.startswith(partial) and len(partial) < len(ANSWER)

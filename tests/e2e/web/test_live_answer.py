@@ -84,7 +84,9 @@ def test_stop_in_the_middle_of_the_answer_shows_the_interrupted_step_and_cancell
     page.click("#stop-inline")
     expect(page.locator("#st-status")).to_have_text("cancelled", timeout=5_000)
     elapsed = time.monotonic() - clicked
-    assert elapsed < 1.0, elapsed
+    # the answer had 20 s to go: a stop in well under that cut it short (2 s: the browser, the
+    # server and the stream on a loaded machine; the cancel itself takes milliseconds)
+    assert elapsed < 2.0, elapsed
 
     interrupted = page.locator("#steps > li.interrupted[data-kind=llm]")
     expect(interrupted).to_have_count(1)
