@@ -20,6 +20,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from django.utils import timezone
+
 PAGE_CHARS = 2000  # per value on the playground; the stored step keeps it all
 TIMELINE_CHARS = 400  # per value on the admin page, which shows up to hundreds of steps
 HEADLINE_CHARS = 100  # per value in a command's one-line step
@@ -86,13 +88,14 @@ def _moment(iso: Any) -> datetime | None:
 
 
 def clock(iso: Any) -> str:
-    """A stored ISO timestamp as ``20:33:10.936 UTC`` (milliseconds: a cancel's request and
-    its stop are often a few apart); anything else as given."""
+    """A stored ISO timestamp as ``20:33:10.936 CET``, in ``TIME_ZONE`` like every absolute time
+    (milliseconds: a cancel's request and its stop are often a few apart); anything else as given."""
     moment = _moment(iso)
     if moment is None:
         return str(iso)
-    zone = " UTC" if moment.utcoffset() is not None and not moment.utcoffset() else ""
-    return moment.strftime("%H:%M:%S.%f")[:-3] + zone
+    if timezone.is_aware(moment):
+        moment = timezone.localtime(moment)
+    return f"{moment:%H:%M:%S}.{moment.microsecond // 1000:03d} {moment.tzname() or ''}".rstrip()
 
 
 def later(start_iso: Any, end_iso: Any) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from django.utils import timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -59,6 +60,9 @@ def test_a_cancel_says_who_where_and_at_which_step():
     cancel = {**base, "stopped_at": "2026-12-01T10:00:00.012+00:00", "limit": None}
     assert describe.cancel_text(cancel) == "Cancelled by alice via api at 10:00:00.000 UTC; stopped 12 ms later."
     assert ("requested at", "10:00:00.000 UTC") in at_boundary  # no raw ISO timestamp on a card
+    with timezone.override("Europe/Paris"):  # TIME_ZONE's time, like every absolute time
+        assert describe.clock("2026-12-01T10:00:00.012+00:00") == "11:00:00.012 CET"
+        assert describe.clock("2026-07-01T10:00:00+00:00") == "12:00:00.000 CEST"
 
 
 def test_values_are_clipped_saying_how_much_was_left_out():

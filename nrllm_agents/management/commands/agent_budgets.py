@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from nrllm_agents.catalog import budgets
 from nrllm_agents.management import console
 from nrllm_agents.models import Budget, BudgetWindow
+from nrllm_agents.web.display import absolute
 
 SCOPES = ("user", "group", "agent")
 
@@ -94,5 +95,5 @@ def _line(budget: Budget) -> str:
         parts.append(f"tokens {d['spent_tokens']} spent, {d['reserved_tokens']} reserved of {d['max_tokens']}")
     if d["max_runs"] is not None:
         parts.append(f"runs {d['runs']} of {d['max_runs']}")
-    resets = f"resets at {d['resets_at']}" if d["resets_at"] else "never resets"
+    resets = f"resets at {absolute(d['resets_at'])}" if d["resets_at"] else "never resets"
     return console.terminal_safe(f"{budget}: {'; '.join(parts)}; {resets}")

@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth.models import Group
 
 from nrllm_agents.models import AgentRun, Budget
+from nrllm_agents.web.display import absolute
 
 from .test_commands import run
 
@@ -31,7 +32,11 @@ def test_set_list_and_delete(alice):
         ("user alice", "day", "6"),
         ("group research", "month", "200"),
     }
-    assert "user alice per day: cost 0 spent, 0 reserved of 6 USD" in run("agent_budgets", "list").out
+    human = run("agent_budgets", "list").out
+    assert "user alice per day: cost 0 spent, 0 reserved of 6 USD" in human
+    # the reset reads as every absolute time does (display.absolute, in TIME_ZONE), not as ISO
+    resets = next(b["resets_at"] for b in listed if b["window"] == "day")
+    assert f"resets at {absolute(resets)}" in human and resets not in human
     assert run("agent_budgets", "delete", "--group", "research").code == 0
     assert Budget.objects.count() == 1
 
