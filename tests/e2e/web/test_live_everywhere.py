@@ -268,3 +268,56 @@ def test_the_operations_breadcrumb_sits_in_the_admin_bar(page, live_url, django_
     expect(crumbs).to_contain_text("Operations")
     assert crumbs.evaluate("e => e.closest('nav') !== null && getComputedStyle(e).backgroundColor") == "rgb(38, 75, 93)"
     screenshot(page, "live-operations-breadcrumb")
+
+
+DARK = """e => { const rgb = (c) => (c.match(/[\\d.]+/g) || []).slice(0, 3).map(Number);
+  const lum = ([r, g, b]) => (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255;
+  let node = e, bg = getComputedStyle(node).backgroundColor;
+  while (node && (bg === 'rgba(0, 0, 0, 0)' || bg === 'transparent')) {
+    node = node.parentElement; bg = node ? getComputedStyle(node).backgroundColor : 'rgb(255, 255, 255)'; }
+  return [lum(rgb(bg)), lum(rgb(getComputedStyle(e).color))]; }"""
+
+
+def fits_and_is_dark(page: Page, selector: str) -> None:
+    """At 390 px the page does not scroll sideways, and ``selector`` is drawn dark: a dark
+    background (its own or the nearest painted one) behind light text."""
+    width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+    assert width[0] <= width[1], (selector, width)
+    element = page.locator(selector).first
+    box = element.bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= 391, (selector, box)
+    background, text = element.evaluate(DARK)
+    assert background < 0.35 and text > 0.5, (selector, background, text)
+
+
+def test_the_form_the_conversations_and_an_interrupted_turn_at_390_px_in_dark_mode(
+    browser_context, live_url, alice, screenshot
+):
+    from .test_thread_chat import ANSWER, send
+
+    page = browser_context(viewport={"width": 390, "height": 844}, color_scheme="dark").new_page()
+    errors: list[str] = []
+    watch(page, errors)
+    sign_in(page, live_url)
+    fits_and_is_dark(page, "details.tool-group")  # the grouped tools of the new-run form
+    fits_and_is_dark(page, "li[data-tool=write_note] .approval-mark")
+    screenshot(page, "live-390-dark-form")
+
+    page.click("#threads-link")
+    page.click("#new-thread-button")
+    page.wait_for_selector("#message-form")
+    send(page, "Tell me a long story", [{"delay": 20, "content": ANSWER}])
+    page.wait_for_function("() => (document.getElementById('live-text') || {textContent: ''}).textContent.length > 20")
+    fits_and_is_dark(page, "#live-bubble")  # the bubble being written, Stop inside it
+    screenshot(page, "live-390-dark-thread-writing")
+    page.click("#stop-button")
+    interrupted = page.locator("#bubbles .bubble.role-assistant.interrupted")
+    expect(interrupted).to_have_count(1, timeout=15_000)
+    fits_and_is_dark(page, "#bubbles .bubble.role-assistant.interrupted")
+    fits_and_is_dark(page, "#bubbles .bubble.role-assistant.interrupted .badge.interrupted")
+    screenshot(page, "live-390-dark-thread-interrupted")
+
+    page.click("text=All conversations")
+    fits_and_is_dark(page, "#threads li")
+    screenshot(page, "live-390-dark-thread-list")
+    assert errors == []
