@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..runtime.threads import STRATEGIES
+from ..store.results import reason_problem
 from ..validation.run_request import InvalidRequest, RunRequest
 from .messages import prompt_of
 
@@ -59,6 +60,7 @@ class RunCreate:
     if_not_exists: str
     stream_modes: tuple[str, ...]
     metadata: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""  # why the human decided as they did (a resume's)
 
 
 def _mapping(data: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -80,24 +82,52 @@ def stream_modes(value: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(modes))
 
 
-def decision(value: Any) -> bool:
-    """A ``Command``'s ``resume`` as approve (True) or deny (False).
+def decision(value: Any) -> tuple[bool, str]:
+    """A ``Command``'s ``resume`` as approve (True) or deny (False), and the reason given.
 
     Accepted: a boolean; ``"approve"`` / ``"accept"`` / ``"deny"`` / ``"reject"``; ``{"approved":
-    bool}``; agent-chat-ui's ``[{"type": "accept" | "ignore" | "response", ...}]``.
+    bool, "reason": str}`` (``"message"`` also names the reason); ``{"type": "approve" | "reject",
+    "message": str}`` (the decision of LangChain's human-in-the-loop middleware); agent-chat-ui's
+    ``[{"type": "accept" | "ignore" | "response", "args": ...}]``, where a ``response`` denies with
+    its text as the reason. The reason is recorded on the approval step, as the REST API records it.
     """
     if isinstance(value, list) and len(value) == 1:
         value = value[0]
+    reason = ""
     if isinstance(value, Mapping):
+        reason = _reason(value)
         if isinstance(value.get("approved"), bool):
-            return bool(value["approved"])
-        value = value.get("type")
+            return bool(value["approved"]), reason
+        value = value.get("type", value.get("action"))
     if isinstance(value, bool):
-        return value
-    words = {"approve": True, "accept": True, "yes": True, "deny": False, "reject": False, "ignore": False}
+        return value, reason
+    words = {
+        "approve": True,
+        "accept": True,
+        "yes": True,
+        "deny": False,
+        "reject": False,
+        "ignore": False,
+        "response": False,
+    }
     if isinstance(value, str) and value.lower() in words:
-        return words[value.lower()]
-    raise InvalidRequest({"command.resume": 'true / false, "approve" / "deny", or {"approved": bool}'})
+        return words[value.lower()], reason
+    raise InvalidRequest(
+        {"command.resume": 'true / false, "approve" / "deny", or {"approved": bool, "reason": "<why>"}'}
+    )
+
+
+def _reason(value: Mapping[str, Any]) -> str:
+    """The reason a ``resume`` object gives: ``reason``, ``message``, or a ``response``'s text."""
+    found = value.get("reason", value.get("message"))
+    if found is None and value.get("type") == "response" and isinstance(value.get("args"), str):
+        found = value["args"]
+    if found is None:
+        return ""
+    problem = reason_problem(found) if isinstance(found, str) else "the reason must be a string"
+    if problem is not None:
+        raise InvalidRequest({"command.resume.reason": problem})
+    return str(found)
 
 
 def run_fields(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -135,7 +165,8 @@ def parse(data: Any, *, threaded: bool) -> RunCreate:
     if command:
         if set(command) != {"resume"} or data.get("input") is not None:
             raise InvalidRequest({"command": 'only {"resume": ...}, without input'})
-        return RunCreate(assistant_id, None, decision(command["resume"]), strategy, if_not_exists, modes, metadata)
+        approved, reason = decision(command["resume"])
+        return RunCreate(assistant_id, None, approved, strategy, if_not_exists, modes, metadata, reason)
     prompt, system = prompt_of(data.get("input"))
     fields = {**run_fields(data), "prompt": prompt, "agent": assistant_id}
     if system and "system" not in fields:

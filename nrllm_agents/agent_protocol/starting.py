@@ -47,7 +47,7 @@ def _thread(view: Any, thread_id: str | None, parsed: requests.RunCreate) -> Thr
         return create(user, thread_id)
 
 
-def _resume(view: Any, runtime: AgentRuntime, thread: Thread, decision: bool) -> tuple[Any, int]:
+def _resume(view: Any, runtime: AgentRuntime, thread: Thread, parsed: requests.RunCreate) -> tuple[Any, int]:
     waiting = st.latest_run(thread)
     if waiting is None or waiting.status != RunStatus.WAITING_FOR_APPROVAL:
         raise ApprovalNotPending(waiting.pk if waiting else thread.pk, waiting.status if waiting else "")
@@ -55,7 +55,7 @@ def _resume(view: Any, runtime: AgentRuntime, thread: Thread, decision: bool) ->
     if refused is not None:
         raise answers.Refused(refused)
     last = waiting.events.order_by("-sequence").values_list("sequence", flat=True).first()
-    runtime.approve(waiting.pk, decision, by=view.request.user, queued=True)
+    runtime.approve(waiting.pk, bool(parsed.resume), by=view.request.user, queued=True, reason=parsed.reason)
     return waiting.pk, -1 if last is None else last
 
 
@@ -70,7 +70,7 @@ def start(view: Any, runtime: AgentRuntime, thread_id: str | None) -> Started:
     parsed = requests.parse(data, threaded=thread_id is not None)
     thread = _thread(view, thread_id, parsed)
     if parsed.resume is not None:
-        run_id, after = _resume(view, runtime, thread, parsed.resume)
+        run_id, after = _resume(view, runtime, thread, parsed)
         return Started(thread, run_id, after, parsed.stream_modes)
     assert parsed.request is not None
     refuse_provider(parsed.request.provider)

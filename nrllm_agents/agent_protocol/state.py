@@ -53,7 +53,7 @@ def interrupts(run: AgentRun | None) -> list[dict[str, Any]]:
         "run_id": str(run.pk),
         "question": "Approve these tool calls?",
         "tool_calls": m.tool_calls(calls),
-        "resume": 'command={"resume": true | false | {"approved": bool}}',
+        "resume": 'command={"resume": true | false | {"approved": bool, "reason": str}}',
     }
     return [{"value": value, "id": str(run.pk)}]
 

@@ -112,6 +112,7 @@ class ApproveRequestSerializer(ClosedSerializer):
     queued = StrictBooleanField(
         required=False, default=False, help_text="Hand the resumed run to a worker instead of running it now."
     )
+    reason = reason_field("Why the calls are approved or denied; recorded on the approval step.")
 
 
 class BulkCancelRequestSerializer(ClosedSerializer):

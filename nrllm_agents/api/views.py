@@ -218,7 +218,10 @@ class RunApproveView(RunAPIView):
         queued = body.validated_data["queued"]
         slot = None if queued else sync_slot(request)
         try:  # not pending, not found, a refused enqueue: answered by the handler (``http.answers``)
-            result = self.runtime.approve(run.pk, body.validated_data["approved"], by=request.user, queued=queued)
+            decided = body.validated_data
+            result = self.runtime.approve(
+                run.pk, decided["approved"], by=request.user, queued=queued, reason=decided["reason"]
+            )
         finally:
             if slot is not None:
                 slot.release()

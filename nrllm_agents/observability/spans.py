@@ -12,6 +12,11 @@ first traced segment, which is stored then. The ``gen_ai.*`` names are the conve
 and its interrupted step's span end in error with ``error.type = "cancelled"``, and the cancel is
 an event on the segment's span at the moment it committed (``cancel_requested_at``), whichever
 process committed it.
+
+A sub-agent call is one ``execute_tool`` span, opened by the segment that starts the child run
+(``spawning``) and ended when that segment suspends; the child run continues that span's context,
+so its ``invoke_agent`` spans are the call's children. The segment that resumes once the children
+ended opens no second span for the call: the answer is an event on its own span.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from ..domain.loop import DENIED_RESULT
 from ..domain.providers.failures import redact
 from ..domain.steps import decimal_text
 from ..models import AgentRun
+from ..store import trees as tree_store
 from . import tracing
 
 logger = logging.getLogger(__name__)
@@ -42,6 +48,8 @@ logger = logging.getLogger(__name__)
 PROVIDER_NAMES = {"openai": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini"}
 MAX_CONTENT_CHARS = 64_000  # one captured attribute's text (the messages of a call, a tool's result)
 CANCEL_EVENT = "nrllm.cancel"
+ANSWERED_EVENT = "nrllm.sub_agent.answered"  # a sub-agent call's answer, read when its parent resumed
+SUB_AGENT_RUN = "nrllm.sub_agent.run.id"  # the child run that answers a sub-agent call
 # error.type of a call still in flight when its segment ended without recording it
 _CUT_SHORT = {"lease_lost": "lease_lost", "requeued": "handed_back"}
 _FAILED_OUTCOMES = {"failed", "lease_lost", "suspend_failed"}
@@ -119,6 +127,9 @@ class SegmentSpans:
         self.cancel: Mapping[str, Any] | None = None
         self._open: _Open | None = None
         self._interrupted: tuple[Any, int] | None = None
+        self.sub_agents = frozenset(str(name) for name in getattr(request, "agents", None) or ())
+        self._spawned: dict[str, tuple[Any, str]] = {}  # call id -> its span, its child run's id
+        self._answered: dict[str, str] = {}  # call id -> the child run whose answer it reads
         row: Mapping[str, Any] = AgentRun.objects.filter(pk=run_id).values("trace_context", "thread_id").first() or {}
         parent = tracing.context_from(row.get("trace_context"))
         current = trace.get_current_span().get_span_context()
@@ -154,33 +165,28 @@ class SegmentSpans:
     # --- calls --------------------------------------------------------------------------------
     def starting(self, call: Any) -> Mapping[str, str]:
         """A model call (``call`` None) or a tool call starts: its span, current while it runs.
-        Returns the headers that carry its context (the loop's ``carrier``)."""
+        Returns the headers that carry its context (the loop's ``carrier``). A sub-agent call
+        whose child run exists gets none: its span was the spawning segment's (``spawning``)."""
         try:
             self._close_open("superseded")
-            attributes: dict[str, Any] = {"nrllm.run.id": self.run_id}
+            if call is not None and str(call.name) in self.sub_agents:
+                child = tree_store.child_of(uuid.UUID(self.run_id), str(call.id))
+                if child is not None:
+                    self._answered[str(call.id)] = str(child["id"])
+                    return {}
             if call is None:
                 model = str(self.request.get("model") or self.model)
-                attributes.update(
-                    {
-                        "gen_ai.operation.name": "chat",
-                        "gen_ai.provider.name": provider_name(self.request.get("provider") or self.provider),
-                        "gen_ai.request.model": model,
-                    }
-                )
+                attributes: dict[str, Any] = {
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.provider.name": provider_name(self.request.get("provider") or self.provider),
+                    "gen_ai.request.model": model,
+                    "nrllm.run.id": self.run_id,
+                }
                 if self.capture:
                     attributes["gen_ai.input.messages"] = _content([_parts(m) for m in self.messages if m])
                 name, kind = (f"chat {model}" if model else "chat"), SpanKind.CLIENT
             else:
-                attributes.update(
-                    {
-                        "gen_ai.operation.name": "execute_tool",
-                        "gen_ai.tool.name": str(call.name),
-                        "gen_ai.tool.call.id": str(call.id),
-                        "gen_ai.tool.type": "function",
-                    }
-                )
-                if self.capture:
-                    attributes["gen_ai.tool.call.arguments"] = _content(call.arguments)
+                attributes = self._tool_attributes(call)
                 name, kind = f"execute_tool {call.name}", SpanKind.INTERNAL
             started = time.time_ns()
             span = self.tracer.start_span(
@@ -191,6 +197,31 @@ class SegmentSpans:
             return tracing.carrier(ctx)
         except Exception:
             logger.exception("run %s: a call's span could not start; the call goes on untraced", self.run_id)
+            return {}
+
+    def _tool_attributes(self, call: Any) -> dict[str, Any]:
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": str(call.name),
+            "gen_ai.tool.call.id": str(call.id),
+            "gen_ai.tool.type": "function",
+            "nrllm.run.id": self.run_id,
+        }
+        if self.capture:
+            attributes["gen_ai.tool.call.arguments"] = _content(call.arguments)
+        return attributes
+
+    def spawning(self, call: Any, child_id: uuid.UUID) -> Mapping[str, str]:
+        """A sub-agent call is about to start the child run ``child_id``, and this segment to
+        suspend for it: the call's ``execute_tool`` span, ended with the segment (``end``).
+        Returns the context the child run continues (empty when the span could not start)."""
+        try:
+            name = f"execute_tool {call.name}"
+            span = self.tracer.start_span(name, context=self.context, attributes=self._tool_attributes(call))
+            self._spawned[str(call.id)] = (span, str(child_id))
+            return tracing.carrier(trace.set_span_in_context(span, self.context))
+        except Exception:
+            logger.exception("run %s: a sub-agent call's span could not start; its run goes on", self.run_id)
             return {}
 
     def step(self, step: Any, sequence: int) -> None:
@@ -267,6 +298,10 @@ class SegmentSpans:
         error = payload.get("error")
         if error == DENIED_RESULT and self._open is None:
             return  # denied by the operator: never executed
+        child = self._answered.pop(str(payload.get("call_id") or ""), None)
+        if child is not None:
+            self._sub_agent_answered(payload, child, sequence)
+            return
         name = str(payload.get("name") or "")
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
@@ -286,6 +321,20 @@ class SegmentSpans:
             span.set_attribute("error.type", "tool_error")
             span.set_status(Status(StatusCode.ERROR, "tool_error"))
         span.end(end_time=end)
+
+    def _sub_agent_answered(self, payload: Mapping[str, Any], child: str, sequence: int) -> None:
+        """The answer of a sub-agent call whose span the spawning segment ended: an event here."""
+        found: dict[str, Any] = {
+            "gen_ai.tool.name": str(payload.get("name") or ""),
+            "gen_ai.tool.call.id": str(payload.get("call_id") or ""),
+            SUB_AGENT_RUN: child,
+            "nrllm.step.sequence": sequence,
+        }
+        if payload.get("error") is not None:
+            found["error.type"] = "tool_error"
+        elif self.capture:
+            found["gen_ai.tool.call.result"] = _content(payload.get("result"))
+        self.span.add_event(ANSWERED_EVENT, found)
 
     def _cost(self, usage: Usage) -> dict[str, Any]:
         if usage.cost is None:
@@ -332,6 +381,21 @@ class SegmentSpans:
             opened.span.set_status(Status(StatusCode.ERROR, why))
             opened.span.end()
 
+    def _end_spawned(self, outcome: str) -> None:
+        """End the sub-agent calls' spans: the call goes on in its child run when the segment
+        suspended for it, and ends here in error when the suspension did not happen."""
+        spawned, self._spawned = self._spawned, {}
+        for span, child in spawned.values():
+            if outcome == "awaiting_children":
+                span.set_attribute(SUB_AGENT_RUN, child)
+            elif outcome == "cancelled":
+                self._as_cancelled(span)
+            else:
+                why = _CUT_SHORT.get(outcome, outcome)
+                span.set_attribute("error.type", why)
+                span.set_status(Status(StatusCode.ERROR, why))
+            span.end()
+
     def end(self, result: Any, error: BaseException | None = None) -> None:
         """The segment is over (``result``: what the ladder returned, or ``None`` when it raised
         ``error``): end every span it still holds, the segment's own last."""
@@ -340,6 +404,7 @@ class SegmentSpans:
             if outcome == "cancelled" and self.cancel is None:  # acknowledged elsewhere (the reaper)
                 self.cancelled(_cancel_of(self.run_id))
             self._close_open(_CUT_SHORT.get(outcome, outcome))
+            self._end_spawned(outcome)
             if self._interrupted is not None:
                 span, end = self._interrupted
                 self._interrupted = None
@@ -392,4 +457,4 @@ def _cancel_of(run_id: str) -> dict[str, Any]:
     }
 
 
-__all__ = ["CANCEL_EVENT", "SegmentSpans", "begin", "provider_name"]
+__all__ = ["ANSWERED_EVENT", "CANCEL_EVENT", "SUB_AGENT_RUN", "SegmentSpans", "begin", "provider_name"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.db import transaction
@@ -75,6 +75,12 @@ def _opened(trace: SegmentTrace, step: Step) -> Callable[[ToolLoop], LoopResult]
     return drive
 
 
+def _recorded(decided: Mapping[str, Any]) -> dict[str, Any]:
+    """What the approval step records beside the decision: who decided, and why when they said."""
+    reason = decided.get("reason")
+    return {"by": decided.get("by"), **({"reason": str(reason)} if reason else {})}
+
+
 def _fresh(request: RunRequest) -> Callable[[ToolLoop], LoopResult]:
     """A drive that starts the loop from the request's prompt."""
     return lambda loop: loop.start(request.prompt, system=request.system)
@@ -122,18 +128,21 @@ class AgentRuntime:
         on_step: StepObserver | None = None,
         queued: bool = False,
         on_delta: DeltaObserver | None = None,
+        reason: str = "",
     ) -> RunResult:
         """Resume a waiting run with a human decision on its pending calls.
 
         Here by default; with ``queued=True`` the decision is stored and a worker resumes
-        the run (outcome ``queued``). Raises ``RunNotFound``, or ``ApprovalNotPending`` when
+        the run (outcome ``queued``). ``reason`` (why the human decided so) is recorded on the
+        approval step, when given. Raises ``RunNotFound``, or ``ApprovalNotPending`` when
         the run is not waiting (already resumed by someone else, cancelled, finished).
         """
         run_id = parse_run_id(run_id)
         who = by.get_username() if by is not None and hasattr(by, "get_username") else by
         segment = identity("resume")
+        decided = {"approved": bool(decision), "by": who, **({"reason": reason} if reason else {})}
         if queued:
-            claim = store.requeue_for_resume(run_id, {"resume": {"approved": bool(decision), "by": who}})
+            claim = store.requeue_for_resume(run_id, {"resume": decided})
         else:
             claim = store.claim_for_resume(run_id, claimed_by=segment, lease_expires=store.lease_until())
         if not claim.found:
@@ -144,15 +153,14 @@ class AgentRuntime:
             dispatched = self.segments.dispatch_run(run_id)
             return run_result(run_id, Outcome.QUEUED if dispatched else Outcome.WAITING_FOR_QUEUE)
         run = AgentRun.objects.get(pk=run_id)
-        return self._resume(run, segment, claim.data["suspended_state"], decision, who, on_step, on_delta=on_delta)
+        return self._resume(run, segment, claim.data["suspended_state"], decided, on_step, on_delta=on_delta)
 
     def _resume(
         self,
         run: AgentRun,
         segment: str,
         suspended: Any,
-        decision: bool,
-        by: str | None,
+        decided: Mapping[str, Any],
         on_step: StepObserver | None,
         interruptible: bool = False,
         on_delta: DeltaObserver | None = None,
@@ -172,7 +180,10 @@ class AgentRuntime:
             return self.segments.settle_unrunnable(run.pk, trace, exc)
         trace.usage, trace.iterations = state.usage, state.iterations
         return self.segments.execute(
-            run.pk, request, trace, lambda loop: loop.resume(state, approved=bool(decision), decision={"by": by})
+            run.pk,
+            request,
+            trace,
+            lambda loop: loop.resume(state, approved=bool(decided.get("approved")), decision=_recorded(decided)),
         )
 
     def enqueue(
@@ -295,13 +306,11 @@ class AgentRuntime:
         payload = claim.data.get("request_payload") or {}
         if "resume" in payload:
             run = AgentRun.objects.get(pk=run_id)
-            decision = payload["resume"]
             return self._resume(
                 run,
                 segment,
                 run.suspended_state,
-                bool(decision.get("approved")),
-                decision.get("by"),
+                payload["resume"],
                 on_step,
                 interruptible=True,
                 on_delta=on_delta,

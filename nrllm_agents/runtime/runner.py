@@ -255,7 +255,12 @@ class SegmentRunner:
     ) -> RunResult:
         """Suspend the run for its sub-agents' runs and start them; it holds no worker meanwhile."""
         fence = trees.suspend_for_children(
-            run_id, owner=trace.owner, state=result.state, tools=tools, call_sequence=trace.last_sequence
+            run_id,
+            owner=trace.owner,
+            state=result.state,
+            tools=tools,
+            call_sequence=trace.last_sequence,
+            spawning=trace.spans.spawning if trace.spans is not None else None,  # traced: a span per call
         )
         if fence.applied:
             if fence.data.get("children"):

@@ -90,6 +90,10 @@ class SubAgentTool:
         child = tree_store.child_of(self.family.run_id, call.id)
         return child is None or child["status"] in ACTIVE
 
+    def starts(self, call: ToolCall, turn: Sequence[ToolCall]) -> bool:
+        """Whether ``call`` is to start a child run now: it is not refused and has none yet."""
+        return self.family.refusal(call, turn) is None and tree_store.child_of(self.family.run_id, call.id) is None
+
     def answer(self, call: ToolCall, turn: Sequence[ToolCall]) -> Any:
         refused = self.family.refusal(call, turn)
         if refused is not None:
@@ -118,19 +122,30 @@ def tools_for(request: RunRequest, run_id: uuid.UUID) -> dict[str, SubAgentTool]
     return {name: SubAgentTool(name, described.get(name, ""), family) for name in request.agents}
 
 
-def _child(family: Family, call: ToolCall, call_sequence: int | None, parent: AgentRun) -> tree_store.Child | str:
-    """The child run for ``call``, or why it cannot start (the call is then answered with it)."""
+def _child(
+    family: Family,
+    call: ToolCall,
+    call_sequence: int | None,
+    parent: AgentRun,
+    spawning: Callable[[ToolCall, uuid.UUID], Mapping[str, str]] | None,
+) -> tree_store.Child | str:
+    """The child run for ``call``, or why it cannot start (the call is then answered with it).
+
+    Traced (``spawning`` given), the child continues the trace context of the call's
+    ``execute_tool`` span; otherwise its parent's."""
     request = family.request(call)
     if isinstance(request, str):
         return request
+    child_id = uuid.uuid4()
     fields = {
+        "id": child_id,
         **request.row_fields(),
         "owner_id": family.owner_id,
         "tree_parent_id": family.run_id,
         "tree_root_id": family.root_id,
         "tree_depth": family.depth + 1,
         "tree_call_sequence": call_sequence,
-        "trace_context": parent.trace_context,
+        "trace_context": (spawning(call, child_id) if spawning is not None else None) or parent.trace_context,
     }
     return tree_store.Child(call.id, fields, request.as_dict())
 
@@ -142,9 +157,13 @@ def suspend_for_children(
     state: Any,
     tools: Mapping[str, Any],
     call_sequence: int | None,
+    spawning: Callable[[ToolCall, uuid.UUID], Mapping[str, str]] | None = None,
 ) -> Transition:
     """The parent's turn calls sub-agents: suspend it and create their runs (one fence).
 
+    ``spawning``: when the segment is traced, opens the span of a call about to start a child
+    run, and returns the context that run continues (``SegmentSpans.spawning``); a call whose
+    run exists already (a parent suspended again) starts none and gets no span.
     ``data["children"]`` lists the runs created, which the caller dispatches.
     """
     calls = list(state.pending_calls)
@@ -152,8 +171,8 @@ def suspend_for_children(
     children: list[tree_store.Child] = []
     for call in calls:
         tool = tools.get(call.name)
-        if isinstance(tool, SubAgentTool) and tool.awaits(call, calls):
-            child = _child(tool.family, call, call_sequence, parent)
+        if isinstance(tool, SubAgentTool) and tool.starts(call, calls):
+            child = _child(tool.family, call, call_sequence, parent, spawning)
             if isinstance(child, str):
                 logger.warning("run %s: sub-agent call %s cannot start: %s", run_id, call.id, child)
                 continue

@@ -8,7 +8,7 @@ import pytest
 from langgraph_sdk import get_client
 from langgraph_sdk.schema import Command
 
-from nrllm_agents.models import AgentRun, Note
+from nrllm_agents.models import AgentRun, AgentRunEvent, Note
 
 from .helpers import ANSWER, NOTE, answer, said, slow
 
@@ -28,7 +28,8 @@ def test_the_async_client_streams_denies_and_cancels(site, contract):
             if p.event == "messages"
         ]
         waited = await client.runs.wait(thread, "helper", input=said("note"), context={"script": NOTE})
-        denied = await client.runs.wait(thread, "helper", command=Command(resume={"approved": False}))
+        no = Command(resume={"approved": False, "reason": "no notes today"})
+        denied = await client.runs.wait(thread, "helper", command=no)
         run = await client.runs.create(thread, "helper", input=said("long"), context={"script": slow()})
         for _ in range(600):
             if (await client.runs.get(thread, run["run_id"]))["status"] == "running":
@@ -42,6 +43,8 @@ def test_the_async_client_streams_denies_and_cancels(site, contract):
     assert len(pieces) > 1 and "".join(pieces) == ANSWER
     assert waited["__interrupt__"] and "__interrupt__" not in denied
     assert Note.objects.count() == 0, "a denied call never ran"
+    (approval,) = AgentRunEvent.objects.filter(kind="approval").values_list("payload", flat=True)
+    assert (approval["approved"], approval["reason"]) == (False, "no notes today")
     row = AgentRun.objects.get(pk=run_id)
     assert row.status == "cancelled" and row.stopped_at is not None
     assert row.events.order_by("sequence").last().kind == "cancelled"

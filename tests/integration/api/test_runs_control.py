@@ -148,12 +148,14 @@ def test_approving_a_waiting_run_resumes_it_here(alice, api, make_run):
     assert (approval.payload["approved"], approval.payload["by"]) == (True, "alice")
 
 
-def test_denying_a_waiting_run_runs_nothing(alice, api, make_run):
+def test_denying_a_waiting_run_runs_nothing_and_records_why(alice, api, make_run):
     run = make_run(alice, RunStatus.WAITING_FOR_APPROVAL)
-    response = api.post(url(run.pk, "approve"), {"approved": False}, format="json")
+    response = api.post(url(run.pk, "approve"), {"approved": False, "reason": "not today"}, format="json")
     assert response.status_code == 200
     assert response.json()["status"] == "completed"
     assert not Note.objects.exists()
+    approval = AgentRunEvent.objects.get(run_id=run.pk, kind="approval")
+    assert (approval.payload["approved"], approval.payload["reason"]) == (False, "not today")
 
 
 def test_a_queued_approval_is_202_and_hands_the_run_to_the_queue(alice, api, make_run, redis_url):
@@ -190,7 +192,9 @@ def test_a_cancelled_waiting_run_cannot_be_approved(alice, api, make_run):
     assert not Note.objects.exists()
 
 
-@pytest.mark.parametrize("body", [{}, {"approved": "perhaps"}, {"approved": True, "queued": []}])
+@pytest.mark.parametrize(
+    "body", [{}, {"approved": "perhaps"}, {"approved": True, "queued": []}, {"approved": False, "reason": 7}]
+)
 def test_a_bad_approve_body_is_400(alice, api, make_run, body):
     run = make_run(alice, RunStatus.WAITING_FOR_APPROVAL)
     response = api.post(url(run.pk, "approve"), body, format="json")

@@ -19,12 +19,15 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from nrllm_agents.catalog import agents as catalog
 from nrllm_agents.catalog import connections
 from nrllm_agents.models import AgentRun, AgentRunEvent
 from nrllm_agents.observability import spans as segment_spans
 from nrllm_agents.observability import tracing
 from nrllm_agents.runtime.agent_runtime import Outcome
 from nrllm_agents.testing.chat_server import ChatCompletionServer
+from tests import waits
+from tests.integration.executors.test_queue import no_redis  # noqa: F401  (fixture)
 
 # Once, on PostgreSQL: nothing here differs on SQLite.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_only]
@@ -190,6 +193,39 @@ def test_a_run_cancelled_during_a_model_call_ends_both_spans_as_cancelled_with_t
     requested = AgentRun.objects.get(pk=run).cancel_requested_at
     assert event.timestamp == int(requested.timestamp() * 1e9)
     assert chat.start_time < event.timestamp <= segment.end_time
+
+
+def test_a_sub_agents_run_is_a_child_of_its_parents_one_execute_tool_span(runtime, exported, no_redis):  # noqa: F811
+    """The parent's segment that starts the child run holds the call's only ``execute_tool``
+    span; the child's ``invoke_agent`` span is its child, in the same trace, and the segment
+    that resumes the parent records the answer as an event, not as a second span."""
+    catalog.save("helper", {"provider": "scripted", "script": [{"content": "helped"}], "tools": []})
+    ask = {"tool_calls": [{"name": "helper", "arguments": {"prompt": "help"}}]}
+    boss = {"provider": "scripted", "script": [ask, {"content": "done"}], "tools": [], "agents": ["helper"]}
+    catalog.save("boss", boss)
+    root_id = runtime.enqueue({"agent": "boss", "prompt": "delegate"})
+    assert waits.wait_local_idle(60)
+    assert AgentRun.objects.get(pk=root_id).final_text == "done"
+    child = AgentRun.objects.get(tree_parent_id=root_id)
+    found = by_name(exported.get_finished_spans())
+    (tool,) = found["execute_tool"]  # one span for the call, none for the resumed segment's answer
+    assert tool.name == "execute_tool helper"
+    assert tool.attributes["gen_ai.tool.call.id"] == child.tree_call_id
+    assert tool.attributes[segment_spans.SUB_AGENT_RUN] == str(child.pk)
+    assert tool.status.status_code == trace.StatusCode.UNSET
+    (child_span,) = [s for s in found["invoke_agent"] if s.attributes["nrllm.run.id"] == str(child.pk)]
+    assert child_span.parent.span_id == tool.context.span_id
+    assert child_span.context.trace_id == tool.context.trace_id
+    first, resumed = sorted(
+        (s for s in found["invoke_agent"] if s.attributes["nrllm.run.id"] == str(root_id)), key=lambda s: s.start_time
+    )
+    assert tool.parent.span_id == first.context.span_id and first.attributes["nrllm.run.outcome"] == "awaiting_children"
+    assert first.start_time <= tool.start_time <= tool.end_time <= first.end_time
+    assert resumed.context.trace_id == tool.context.trace_id
+    (answered,) = [e for e in resumed.events if e.name == segment_spans.ANSWERED_EVENT]
+    assert answered.attributes[segment_spans.SUB_AGENT_RUN] == str(child.pk)
+    assert answered.attributes["gen_ai.tool.call.id"] == child.tree_call_id
+    assert "error.type" not in answered.attributes
 
 
 def test_a_provider_http_call_carries_the_chat_spans_traceparent(runtime, exported):
