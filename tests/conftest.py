@@ -38,9 +38,11 @@ def pytest_collection_modifyitems(config, items):
         path = item.nodeid
         if item.get_closest_marker("postgres_only") is not None:
             item.add_marker(pytest.mark.postgres)
-        if path.startswith("tests/e2e/"):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        # child_env is the environment of a child process: a test that takes it starts one
+        if path.startswith("tests/e2e/") or "child_env" in fixtures:
             item.add_marker(pytest.mark.processes)
-        if {"page", "browser_context"} & set(getattr(item, "fixturenames", ())):
+        if {"page", "browser_context"} & fixtures:
             item.add_marker(pytest.mark.browser)
     url = os.environ.get("DATABASE_URL", "")
     keep = items

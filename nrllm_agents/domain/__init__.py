@@ -9,7 +9,7 @@ from .errors import (
     SegmentInterrupted,
     ToolError,
 )
-from .loop import DENIED_RESULT, INTERRUPTED_RESULT, ToolLoop, accepts_context, tool_content
+from .loop import DENIED_RESULT, INTERRUPTED_RESULT, ToolLoop, tool_content
 from .pricing import Price
 from .replay import rebuild_state
 from .steps import LoopOutcome, LoopResult, LoopState, ModelResponse, Step, StepKind, ToolCall, Trace, Usage
@@ -20,7 +20,6 @@ __all__ = [
     "CallContext",
     "CancelToken",
     "StepInterrupted",
-    "accepts_context",
     "DENIED_RESULT",
     "ConfigurationError",
     "RunLeaseLost",

@@ -1,20 +1,26 @@
-"""Set-based cancellation: a constant number of statements whatever the selection's size."""
+"""Set-based cancellation: on PostgreSQL, a constant number of statements whatever the
+selection's size. The ``cancelled`` steps it appends carry the payload a single cancel's step
+carries (``journal.cancel_payload``); a test compares the two, and the bulk's two paths."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from ..domain import StepKind
 from ..models import ACTIVE, QUIESCENT, TERMINAL, AgentRun, AgentRunEvent, RunStatus
-from . import trees
+from . import prepared, trees
 from .cancels import cancel_fields
-from .journal import stop_stamp
-from .results import actor, checked_reason
+from .journal import CANCEL_FIELDS, cancel_payload, cancelled_event, stop_stamp
+from .results import checked_reason
+
+_RUN, _EVENT = AgentRun._meta.db_table, AgentRunEvent._meta.db_table
 
 
 @dataclass(frozen=True)
@@ -32,11 +38,12 @@ class BulkCancel:
 
 
 def cancel_many(selection: Any, *, by: Any = None, source: str, reason: str = "", dry_run: bool = False) -> BulkCancel:
-    """Cancel every active run a queryset selects, with a constant number of statements.
+    """Cancel every active run a queryset selects, with a constant number of statements on
+    PostgreSQL.
 
     On PostgreSQL the active rows are locked first and stamped with the time after that.
     Queued and waiting runs are quiescent: they are stamped ``stopped_at`` and get their
-    ``cancelled`` step in one ``INSERT ... SELECT``. Running runs stop at their next
+    ``cancelled`` step (in one ``INSERT ... SELECT`` on PostgreSQL). Running runs stop at their next
     boundary and acknowledge it themselves. Terminal runs are counted, never touched. Raises
     ``InvalidArgument`` for a reason that cannot be recorded.
     """
@@ -104,35 +111,37 @@ def _lock_active(selection: Any) -> datetime | None:
         return stamp
 
 
+_APPEND_SQL = f"""
+INSERT INTO {_EVENT} (run_id, sequence, kind, round, duration_ms, payload, created_at)
+SELECT r.id, COALESCE(m.mx + 1, 0), '{StepKind.CANCELLED.value}', 0, NULL,
+       %s::jsonb || jsonb_build_object('boundary_sequence', m.mx), %s
+FROM {_RUN} r CROSS JOIN LATERAL (SELECT MAX(e.sequence) AS mx FROM {_EVENT} e WHERE e.run_id = r.id) m
+WHERE r.status = '{RunStatus.CANCELLED.value}' AND r.cancel_requested_at = %s AND r.stopped_at IS NOT NULL
+"""
+
+
 def _append_cancelled_bulk(now: datetime, by: Any, source: str, reason: str) -> None:
-    """One ``INSERT ... SELECT`` appending ``cancelled`` to every run this batch stopped."""
+    """Append ``cancelled`` to every quiescent run this batch stopped (those stamped ``now``).
+
+    On PostgreSQL one ``INSERT ... SELECT`` whatever the batch's size: every run of the batch
+    was cancelled with the same fields, so its payload (``journal.cancel_payload``) is built
+    once here and the statement adds only the boundary's sequence, which it alone knows.
+    Elsewhere one read, then one insert per batch of rows (``bulk_create``), each payload built
+    from its row by the same function. A test writes both and compares.
+    """
+    if not prepared.enabled():
+        stopped = (
+            AgentRun.objects.filter(status=RunStatus.CANCELLED, cancel_requested_at=now, stopped_at__isnull=False)
+            .order_by()
+            .annotate(boundary=Max("events__sequence"))
+            .values("pk", "boundary", *CANCEL_FIELDS)
+        )
+        AgentRunEvent.objects.bulk_create([cancelled_event(r["pk"], r, r["boundary"], now) for r in stopped])
+        return
     from django.db import connection
 
-    run_table, event_table = AgentRun._meta.db_table, AgentRunEvent._meta.db_table
-    build = "jsonb_build_object" if connection.vendor == "postgresql" else "json_object"
+    step = cancel_payload(cancel_fields(now, by=by, source=source, reason=reason), None)
+    del step["boundary_sequence"]  # filled in by the statement
     ts = connection.ops.adapt_datetimefield_value(now)
-    username = actor(by)[1]
-    sql = (
-        f"INSERT INTO {event_table} (run_id, sequence, kind, round, duration_ms, payload, created_at) "
-        f"SELECT r.id, COALESCE(m.mx + 1, 0), %s, 0, NULL, "
-        f"{build}('status', %s, 'by', %s, 'source', %s, 'reason', %s, 'requested_at', %s, "
-        f"'boundary_sequence', m.mx), %s "
-        f"FROM {run_table} r LEFT JOIN (SELECT run_id, MAX(sequence) AS mx FROM {event_table} GROUP BY run_id) m "
-        f"ON m.run_id = r.id "
-        f"WHERE r.status = %s AND r.cancel_requested_at = %s AND r.stopped_at IS NOT NULL"
-    )
     with connection.cursor() as cur:
-        cur.execute(
-            sql,
-            [
-                StepKind.CANCELLED.value,
-                RunStatus.CANCELLED.value,
-                username,
-                source,
-                reason,
-                now.isoformat(),
-                ts,
-                RunStatus.CANCELLED.value,
-                ts,
-            ],
-        )
+        cur.execute(_APPEND_SQL, [json.dumps(step), ts, ts])

@@ -160,11 +160,19 @@ def append_cancelled(run_id: uuid.UUID, now: datetime, *, sequence: int | None =
     if sequence is None:
         sequence = next_sequence(run_id)
     run = AgentRun.objects.filter(pk=run_id).values(*CANCEL_FIELDS).get()
-    return AgentRunEvent.objects.create(
+    event = cancelled_event(run_id, run, sequence - 1 if sequence else None, now)
+    event.save(force_insert=True)
+    return event
+
+
+def cancelled_event(run_id: uuid.UUID, run: dict[str, Any], boundary: int | None, now: datetime) -> AgentRunEvent:
+    """The (unsaved) ``cancelled`` step of a run whose ``CANCEL_FIELDS`` are ``run``, right after
+    the step ``boundary`` (``None``: the run recorded none)."""
+    return AgentRunEvent(
         run_id=run_id,
-        sequence=sequence,
+        sequence=0 if boundary is None else boundary + 1,
         kind=StepKind.CANCELLED,
         round=0,
-        payload=cancel_payload(run, sequence - 1 if sequence else None),
+        payload=cancel_payload(run, boundary),
         created_at=now,
     )

@@ -151,6 +151,7 @@ def test_the_key_check_opens_one_key_of_each_kind(settings):
         assert connection_key_problems() == []
 
 
+@pytest.mark.processes
 def test_manage_py_check_and_check_deploy_fail_on_a_wrong_key_list(tmp_path):
     """Real processes on a migrated SQLite file: the key added under one list, checked under another."""
     old, new = Fernet.generate_key().decode(), Fernet.generate_key().decode()

@@ -80,6 +80,7 @@ def test_add_reads_the_key_from_stdin_and_list_never_shows_it(child_env):
     assert command(child_env, "remove", "local").returncode == 1
 
 
+@pytest.mark.processes
 @pytest.mark.postgres_only
 @pytest.mark.django_db(transaction=True)  # pg_dump reads committed rows from another connection
 def test_a_pg_dump_of_the_database_holds_no_key_in_clear_text(test_database_url, tmp_path):

@@ -20,7 +20,8 @@ from tests.integration.api.test_stream import frames_of, lines_of, stream_url
 
 from .test_push import in_thread, live_settings  # noqa: F401  (a fixture)
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# MCP servers over stdio are child processes
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 TOOL = "everything__trigger-long-running-operation"
 STEPS = 8

@@ -15,7 +15,8 @@ from nrllm_agents.models import AgentRunEvent, RunStatus
 from nrllm_agents.runtime.agent_runtime import AgentRuntime, Outcome
 from nrllm_agents.testing import mcp_servers
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# MCP servers over stdio are child processes
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 
 @pytest.fixture

@@ -21,7 +21,8 @@ from nrllm_agents.runtime.agent_runtime import AgentRuntime
 from nrllm_agents.testing import mcp_servers
 from tests.integration.api.conftest import token_client
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# MCP servers over stdio are child processes
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 ECHO = [{"tool_calls": [{"name": "ours__echo", "arguments": {"text": "hi"}}]}, {"content": "done"}]
 

@@ -19,7 +19,8 @@ from nrllm_agents.models import AgentRunEvent
 from nrllm_agents.testing import mcp_servers
 from tests.integration.api.conftest import token_client
 
-pytestmark = pytest.mark.django_db
+# MCP servers over stdio are child processes
+pytestmark = [pytest.mark.django_db, pytest.mark.processes]
 
 SECRET = "tok-9f8e7d6c5b4a"
 

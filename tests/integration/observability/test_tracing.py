@@ -266,6 +266,7 @@ def mcp_server(settings, tmp_path):
     catalog.forget()
 
 
+@pytest.mark.processes
 def test_an_mcp_call_carries_the_tool_spans_context_in_its_meta(runtime, exported, mcp_server):
     script = [{"tool_calls": [{"name": "ours__echo", "arguments": {"text": "hi"}}]}, {"content": "done"}]
     result = runtime.run({"prompt": "p", "tools": ["ours__echo"], "script": script})
@@ -278,6 +279,7 @@ def test_an_mcp_call_carries_the_tool_spans_context_in_its_meta(runtime, exporte
     ]
 
 
+@pytest.mark.processes
 def test_an_mcp_tool_sends_the_context_it_is_handed_in_meta_with_no_span_current(mcp_server):
     """The trace context travels explicitly (``CallContext.headers``), not only through the
     SDK's own look at the current span: a tool called with no span current still sends it."""

@@ -5,7 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.processes  # every test here starts a Python process
 
 
 def manage_py_check(**env: str) -> subprocess.CompletedProcess[str]:

@@ -15,6 +15,7 @@ from tests.conftest import ROOT
 DOC = ROOT / "docs" / "reference" / "python-api.md"
 
 
+@pytest.mark.processes
 def test_importing_the_package_loads_nothing_else_of_it() -> None:
     """Settings name the app before Django is set up: the public names load on first use."""
     code = "import sys, nrllm_agents; print(sorted(m for m in sys.modules if m.startswith('nrllm')))"

@@ -7,7 +7,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.processes  # the probe runs in a fresh Python process
 
 PROBE = r"""
 import importlib, os, pkgutil, sys

@@ -1,9 +1,11 @@
 """Each hot transition with a PostgreSQL statement of its own writes exactly what its portable
-fence writes: the same row and, for the cancel, the same ``cancelled`` step (issue 34).
+fence writes: the same row and, for the cancel, the same ``cancelled`` step (issue 34). The bulk
+cancel's step is the single cancel's step too.
 
 Two runs in the same state; one goes through the statement (``prepared.enabled()`` true), the
 other through the fence (answered False, the path SQLite always takes); their rows are then
-compared column by column, times by their order, not their value.
+compared column by column, times by their presence and their order (created ≤ started ≤
+stopped ≤ finished), not their value.
 """
 
 from __future__ import annotations
@@ -22,13 +24,17 @@ from tests.integration.runs import queued, running, waiting
 pytestmark = [pytest.mark.postgres_only, pytest.mark.django_db]
 
 TIMES = ("created_at", "started_at", "stopped_at", "finished_at", "cancel_requested_at", "lease_expires")
+IN_ORDER = ("created_at", "started_at", "stopped_at", "finished_at")
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00$")
 
 
 def shape(run_id) -> dict[str, Any]:
-    """The run's row with its id and the values of its times left out (their presence kept)."""
+    """The run's row with its id and the values of its times left out (their presence kept,
+    their order checked)."""
     values = AgentRun.objects.filter(pk=run_id).values().get()
     values.pop("id")
+    times = [values[name] for name in IN_ORDER if values[name] is not None]
+    assert times == sorted(times), {name: values[name] for name in IN_ORDER}
     for name in TIMES:
         values[name] = values[name] is not None
     return values
@@ -74,6 +80,24 @@ def test_the_cancel_writes_the_same_row_and_step_on_both_paths(state, limit, mon
     assert statement == fence
     if state != "running":  # a quiescent run's cancelled step is written by the cancel itself
         assert statement[1] is not None and statement[1]["payload"]["by"] == "ada"
+
+
+@pytest.mark.parametrize("state", ["queued", "waiting", "running"])
+def test_the_bulk_cancel_writes_the_single_cancels_row_and_step_on_both_paths(state, monkeypatch):
+    user = get_user_model().objects.create_user("ada")
+    make = {"queued": queued, "waiting": waiting, "running": running}[state]
+
+    def act(run_id):
+        done = store.cancel_many(AgentRun.objects.filter(pk=run_id), by=user, source="api", reason="enough")
+        assert done.cancelled_total == 1, done
+
+    statement, portable = both(make, act, monkeypatch)
+    assert statement == portable
+    single = make()
+    assert store.cancel(single, by=user, source="api", reason="enough").applied
+    assert (shape(single), cancelled_step(single)) == statement
+    if state != "running":
+        assert statement[1] is not None and statement[1]["payload"]["termination_reason"] == "cancelled"
 
 
 def test_the_claim_writes_the_same_row_on_both_paths(monkeypatch):

@@ -5,7 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.processes  # every test here starts a Python process
 
 
 def test_the_job_name_imports_in_a_fresh_interpreter_before_anything_else():

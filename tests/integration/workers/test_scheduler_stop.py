@@ -27,6 +27,8 @@ from nrllm_agents.workers.maintenance import Maintainer
 from nrllm_agents.workers.rq_worker import GracefulWorker
 from nrllm_agents.workers.threaded import ThreadedWorker
 
+pytestmark = pytest.mark.processes  # the scheduler under test is a forked process
+
 
 def _stubborn(ready: Any) -> None:
     """A scheduler that ignores SIGTERM and never ends by itself."""
