@@ -28,6 +28,7 @@ class TimelineRow:
     lines: list[tuple[str, str]]
     failed: bool = False  # a tool error, or a model call that failed (never a step a cancel cut short)
     interrupted: bool = False  # cut short by a cancel: a decision, styled as one
+    cancel_who: str = ""  # who cancelled (``by alice via api``), on a step the cancel cut short
 
     @property
     def duration(self) -> str:
@@ -40,6 +41,9 @@ class TimelineRow:
 
 def rows(events: Iterable[AgentRunEvent]) -> list[TimelineRow]:
     """The timeline rows for events, in the order given."""
+    events = list(events)
+    cancel = next((e.payload for e in events if e.kind == "cancelled" and isinstance(e.payload, dict)), None)
+    who = describe.who_cancelled(cancel) if cancel else ""
     return [
         TimelineRow(
             e.sequence,
@@ -50,6 +54,7 @@ def rows(events: Iterable[AgentRunEvent]) -> list[TimelineRow]:
             describe.lines(e.kind, e.payload, limit=describe.PAGE_CHARS),
             isinstance(e.payload, dict) and e.payload.get("error") is not None and not e.payload.get("interrupted"),
             isinstance(e.payload, dict) and bool(e.payload.get("interrupted")),
+            who if isinstance(e.payload, dict) and e.payload.get("interrupted") else "",
         )
         for e in events
     ]

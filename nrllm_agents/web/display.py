@@ -60,16 +60,19 @@ def duration(ms: float | None) -> str:
     return f"{hours} h {rest} min" if rest else f"{hours} h"
 
 
-def for_page(step: dict[str, Any], *, final_sequence: int | None = None) -> dict[str, Any]:
+def for_page(step: dict[str, Any], *, final_sequence: int | None = None, cancel_who: str = "") -> dict[str, Any]:
     """A ``presenters.step_dict`` with what the template shows; ``final_sequence`` names the
-    step holding the final answer (shown once, in the outcome, not again on its card)."""
+    step holding the final answer (shown once, in the outcome, not again on its card), and
+    ``cancel_who`` who cancelled the run (``by alice via api``), said on a step it cut short."""
     payload = step.get("payload") or {}
+    interrupted = bool(payload.get("interrupted")) if isinstance(payload, dict) else False
     return {
         **step,
         "details": describe.lines(step["kind"], payload),
         "time": time_of(step.get("created_at")),
         "duration": duration(step.get("duration_ms")),
-        "interrupted": bool(payload.get("interrupted")) if isinstance(payload, dict) else False,
+        "interrupted": interrupted,
+        "cancel_who": cancel_who if interrupted else "",
         # a step a cancel cut short carries an error text, but it is a decision, not a failure
         "failed": isinstance(payload, dict) and payload.get("error") is not None and not payload.get("interrupted"),
         "final": step.get("sequence") == final_sequence,

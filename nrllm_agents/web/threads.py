@@ -28,6 +28,7 @@ from ..http import answers
 from ..http.answers import Answer
 from ..models import ACTIVE, AgentRun, MultitaskStrategy, RunStatus, Thread
 from ..money import amounts
+from ..presentation.describe import who_cancelled
 from ..runtime import threads
 from ..runtime.agent_runtime import AgentRuntime
 from ..validation.run_request import MAX_PROMPT_CHARS, InvalidRequest, RunRequest
@@ -144,6 +145,9 @@ def turns(runs: list[AgentRun]) -> list[dict[str, Any]]:
                 "run": run,
                 "answer": answer,
                 "interrupted": run.status == RunStatus.CANCELLED,
+                "cancel_who": who_cancelled({"by": run.cancelled_by_name, "source": run.cancel_source})
+                if run.status == RunStatus.CANCELLED
+                else "",
                 "failed": run.status == RunStatus.FAILED,
                 "tokens": run.total_tokens,
                 "cost": amounts.text(run.cost, estimated=run.cost_estimated) or "",

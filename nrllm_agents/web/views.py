@@ -27,7 +27,7 @@ from ..executors.dispatch import EnqueueError
 from ..http import answers
 from ..models import ACTIVE, TERMINAL, AgentRun, CancelSource, RunStatus
 from ..observability import gantt
-from ..presentation.describe import call_text, cancel_text
+from ..presentation.describe import call_text, cancel_text, who_cancelled
 from ..presentation.outcomes import Outcome, cancel_wording, queued_wording
 from ..presentation.presenters import event_dict, run_status_dict, stream_finished
 from ..runtime.agent_runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, CancelResult, RunNotFound
@@ -91,7 +91,8 @@ def _page(
         picture = gantt.build(run, events)
         stored = [event_dict(e) for e in events]
         final = final_answer_sequence(stored, run.final_text) if run.status == RunStatus.COMPLETED else None
-        steps = [for_page(step, final_sequence=final) for step in stored]
+        who = who_cancelled(status_dict["cancel"]) if status_dict["cancel"] else ""
+        steps = [for_page(step, final_sequence=final, cancel_who=who) for step in stored]
         context.update(
             {
                 "status": status_dict,

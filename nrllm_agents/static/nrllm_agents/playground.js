@@ -46,7 +46,9 @@
     const head = el("div", {class: "step-head"});
     head.append(toggleButton(step.sequence), el("span", {class: "seq"}, `#${step.sequence}`), " ",
                 el("span", {class: "kind"}, step.kind), " ", el("span", {class: "round"}, `round ${step.round}`), " ");
-    if (interrupted) head.append(el("span", {class: "badge interrupted"}, "interrupted by cancel"), " ");
+    // who cancelled: the cancelled step, written after the one it cut short, says (fillCancelWho)
+    if (interrupted) head.append(el("span", {class: "badge interrupted"}, "interrupted by cancel"), " ",
+                                 el("span", {class: "cancel-who"}, ""), " ");
     if (failed) head.append(el("span", {class: "badge failed"}, step.kind === "llm" ? "model failed" : "tool error"), " ");
     if (step.duration_ms !== null && step.duration_ms !== undefined) {
       head.append(el("span", {class: "duration"}, duration(step.duration_ms)), " ");
@@ -56,7 +58,17 @@
     stepDetails(step).forEach(([label, text]) => body.append(el("dt", {}, label), el("dd", {}, text)));
     li.append(head, body);
     formatTimes(li);
+    if (step.kind === "cancelled") fillCancelWho(step);
     return li;
+  }
+
+  // A cancelled step names who cancelled ("by alice via api"): the steps it cut short say it too.
+  function fillCancelWho(step) {
+    const line = stepDetails(step).find(([label]) => label === "cancelled");
+    if (!line) return;
+    document.querySelectorAll("li.interrupted .cancel-who").forEach((node) => {
+      if (!node.textContent) node.textContent = line[1];
+    });
   }
 
   function say(text, level) {

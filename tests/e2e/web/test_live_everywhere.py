@@ -143,18 +143,22 @@ def test_an_interrupted_tool_reads_as_a_decision_not_an_error(
     expect(tool).to_have_class(re.compile(r"\binterrupted\b"))
     expect(tool).not_to_have_class(re.compile(r"\bfailed\b"))
     expect(tool.locator(".badge.interrupted")).to_have_text("interrupted by cancel")
+    expect(tool.locator(".cancel-who")).to_have_text("by alice via playground")  # live, and who
     expect(page.locator("#steps .badge.failed")).to_have_count(0)
     assert "tool error" not in tool.inner_text()
     expect(page.locator("rect.bar-interrupted")).to_have_count(1)
     fill = page.locator("rect.bar-interrupted").evaluate("r => getComputedStyle(r).fill")
     assert fill != "rgb(217, 83, 79)", fill  # not the error red
     screenshot(page, "live-interrupted-tool")
+    page.reload()  # the page the server renders says the same
+    expect(page.locator("#steps > li[data-kind=tool] .cancel-who")).to_have_text("by alice via playground")
 
     sign_in_admin(page, live_url, django_user_model, f"/admin/nrllm_agents/agentrun/{run_id}/change/")
     row = page.locator("#run-timeline tr.step-tool")
     expect(row).to_have_class(re.compile(r"\bstep-interrupted\b"))
     expect(row).not_to_have_class(re.compile(r"\bstep-failed\b"))
     expect(row.locator(".cancelled-mark")).to_have_text("interrupted by cancel")
+    expect(row.locator(".cancel-who")).to_have_text("by alice via playground")
     expect(page.locator("#run-timeline .failed-mark")).to_have_count(0)
     screenshot(page, "live-admin-interrupted-tool")
     assert errors == []
@@ -216,6 +220,7 @@ def test_conversations_read_like_a_chat_with_titles_spend_and_an_interrupted_tur
     interrupted = page.locator("#bubbles .bubble.role-assistant.interrupted")
     expect(interrupted).to_have_count(1, timeout=15_000)
     expect(interrupted.locator(".badge.interrupted")).to_have_text("interrupted by cancel")
+    expect(interrupted.locator(".cancel-who")).to_have_text("by alice via playground")
     expect(interrupted).to_contain_text("word0")
     screenshot(page, "live-thread-interrupted")
 
