@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import is_postgres
 from tests.e2e.web.servers import ROOT, serve, start_worker, stop
 
-from .contract import Recorder, problems
+from .contract import Recorder, RecordingProxy, problems
 
 NODE_SDK = Path(os.environ.get("NRLLM_TEST_LANGGRAPH_SDK", ROOT / ".mcp-servers/node_modules/@langchain/langgraph-sdk"))
 
@@ -80,3 +80,11 @@ def sdk(site, contract):
     client = get_sync_client(url=site.url, api_key=site.api_key)
     client.http.client.event_hooks["response"].append(contract.hook)
     return client
+
+
+@pytest.fixture
+def proxied(site, contract) -> Iterator[str]:
+    """The protocol's URL through a ``RecordingProxy``: what a client in another process (the
+    Node SDK) sends and gets is checked against the OpenAPI document like the Python SDK's."""
+    with RecordingProxy(site.root, contract.hook) as proxy:
+        yield f"{proxy.url}/lg"
