@@ -35,27 +35,40 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
+def _fresh_virtualenv(tmp_path_factory: pytest.TempPathFactory, name: str, requirement: str) -> Path:
+    """The python of a new virtualenv where pip installed ``requirement`` (the wheel, with or
+    without extras) and what its metadata declares, at the versions of the stack's lock."""
+    env_dir = tmp_path_factory.mktemp(name)
+    venv.create(env_dir, with_pip=True, symlinks=True)
+    python = env_dir / "bin" / "python"
+    lock = LOCKS.get(sys.version_info[:2])
+    pinned = ["--constraint", str(ROOT / "locks" / lock)] if lock else []
+    installed = subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *pinned, requirement],
+        capture_output=True,
+        text=True,
+    )
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    return python
+
+
 @pytest.fixture(scope="session")
 def host_python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The python of a fresh virtualenv holding the wheel of nrllm_agents and its dependencies."""
-    env_dir = tmp_path_factory.mktemp("host-venv")
-    venv.create(env_dir, with_pip=True, symlinks=True)
-    python = env_dir / "bin" / "python"
+    python = _fresh_virtualenv(tmp_path_factory, "host-venv", str(wheel))
     purelib = Path(
         subprocess.check_output(
             [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
         ).strip()
     )
-    lock = LOCKS.get(sys.version_info[:2])
-    pinned = ["--constraint", str(ROOT / "locks" / lock)] if lock else []
-    installed = subprocess.run(
-        [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *pinned, str(wheel)],
-        capture_output=True,
-        text=True,
-    )
-    assert installed.returncode == 0, installed.stderr[-2000:]
     where = subprocess.check_output(
-        [python, "-c", "import nrllm_agents; print(nrllm_agents.__file__)"], text=True, cwd=env_dir
+        [python, "-c", "import nrllm_agents; print(nrllm_agents.__file__)"], text=True, cwd=python.parent
     )
     assert where.startswith(str(purelib)), where
     return python
+
+
+@pytest.fixture(scope="session")
+def host_python_postgres(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The python of another fresh virtualenv, with ``nrllm-agents[postgres]`` from the wheel."""
+    return _fresh_virtualenv(tmp_path_factory, "host-venv-postgres", f"{wheel}[postgres]")

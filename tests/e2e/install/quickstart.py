@@ -57,3 +57,17 @@ def save_note(title: str, text: str, copies: int = 1) -> str:
     path.write_text(text * copies)
     return f"saved {path}"
 '''
+
+# docs/operations/workers.md: the same host project on PostgreSQL (`nrllm-agents[postgres]`) with
+# Redis and RQ workers
+WORKERS = """\
+import os
+
+REDIS_URL = os.environ.get("REDIS_URL")
+if REDIS_URL:
+    RQ_QUEUES = {"default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 360}}
+    # on SIGTERM a worker hands its run back to the queue at the next step boundary
+    RQ = {"WORKER_CLASS": "nrllm_agents.workers.rq_worker.GracefulWorker"}
+"""
+WORKERS_DOC = DOC.parent / "operations" / "workers.md"
+RQWORKER = "python manage.py rqworker default"

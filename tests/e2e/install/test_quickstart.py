@@ -15,6 +15,7 @@ import re
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,36 +83,44 @@ def site(host_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     assert "nrllm_agents." not in checked, checked  # no error or warning of ours
     token = re.search(r"token (\w+) for", _run(host_python, "python manage.py drf_create_token admin", root))
     assert token, "drf_create_token printed no token"
+    with serving(host_python, root, qs.RUNSERVER) as (base, log, _):
+        yield Site(root, base, token.group(1), log)
 
+
+@contextmanager
+def serving(
+    python: Path, root: Path, command: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
+    """``command`` (runserver, or a worker: then it has no address to wait for) running in the
+    host project until the block ends; yields its base URL, its log and its process."""
     port = free_port()
-    log = root / "server.log"
+    log = root / f"{command.split()[2]}.log"
+    argv = [str(python), *command.split()[1:]]
+    if command == qs.RUNSERVER:
+        argv += ["--noreload", f"127.0.0.1:{port}"]
     with open(log, "wb") as out:
-        server = subprocess.Popen(
-            [str(host_python), *qs.RUNSERVER.split()[1:], "--noreload", f"127.0.0.1:{port}"],
-            cwd=root,
-            env=_env(root),
-            stdout=out,
-            stderr=subprocess.STDOUT,
+        process = subprocess.Popen(
+            argv, cwd=root, env={**_env(root), **(env or {})}, stdout=out, stderr=subprocess.STDOUT
         )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
-        while True:
+        while command == qs.RUNSERVER:
             try:
                 requests.get(base + "/admin/login/", timeout=2)
                 break
             except requests.ConnectionError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail("runserver did not come up:\n" + log.read_text()[-3000:])
+                if process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"{command} did not come up:\n" + log.read_text()[-3000:])
                 time.sleep(0.2)
-        yield Site(root, base, token.group(1), log)
+        yield base, log, process
     finally:
-        server.terminate()
+        process.terminate()
         try:
-            server.wait(15)
+            process.wait(15)
         except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+            process.kill()
+            process.wait()
 
 
 class Client(requests.Session):
