@@ -164,19 +164,25 @@ def suspend_for_children(
 
 
 def child_ended(run_id: uuid.UUID, dispatch: Callable[[uuid.UUID], Any]) -> None:
-    """A run stopped: if it is a child and the last of its parent's to end, wake the parent."""
+    """A run stopped: if it is a child and the last of its parent's to end, wake the parent.
+
+    A parent that ended while it waited, by a cancel of its own (a limit of its subtree, which
+    a run below it found spent), ended as a child too: its own parent is woken the same way."""
     parent = tree_store.parent_of(run_id)
-    if parent is not None:
-        wake(parent, dispatch)
+    while parent is not None and not wake(parent, dispatch):
+        parent = tree_store.parent_to_wake(parent)
 
 
-def wake(parent: uuid.UUID, dispatch: Callable[[uuid.UUID], Any]) -> None:
-    """Move ``parent`` back to the queue once none of its children is active, and dispatch it."""
-    if tree_store.wake(parent):
-        try:
-            dispatch(parent)
-        except Exception:  # an outage leaves it queued (the queued sweep), a refusal settled it
-            logger.exception("run %s: its children ended but it could not be dispatched", parent)
+def wake(parent: uuid.UUID, dispatch: Callable[[uuid.UUID], Any]) -> bool:
+    """Move ``parent`` back to the queue once none of its children is active, and dispatch it;
+    returns whether it moved."""
+    if not tree_store.wake(parent):
+        return False
+    try:
+        dispatch(parent)
+    except Exception:  # an outage leaves it queued (the queued sweep), a refusal settled it
+        logger.exception("run %s: its children ended but it could not be dispatched", parent)
+    return True
 
 
 def wake_stranded(dispatch: Callable[[uuid.UUID], Any], *, limit: int = 100) -> list[uuid.UUID]:
