@@ -20,6 +20,7 @@ from typing import Any
 from ..conf import app_settings
 from ..domain import ToolCall, ToolError
 from ..models import ACTIVE, Agent, AgentRun, RunStatus
+from ..presentation.outcomes import ApprovalAmbiguous, RunNotFound
 from ..store import trees as tree_store
 from ..store.results import Transition
 from ..validation.run_request import InvalidRequest, RunRequest
@@ -107,6 +108,28 @@ class SubAgentTool:
 
     def execute(self, arguments: dict[str, Any]) -> Any:  # never called: the loop asks ``answer``
         raise ToolError("a sub-agent is answered by its run")
+
+
+def approval_target(run_id: uuid.UUID, pick: uuid.UUID | None = None) -> uuid.UUID:
+    """The run whose pending approval a decision on ``run_id`` is about: ``run_id`` itself when
+    it waits for approval (or nothing below it does: deciding then says it is not waiting),
+    else the one run below it that waits; ``pick`` chooses among several (itself or a run below).
+
+    Raises ``RunNotFound`` for a ``pick`` outside ``run_id``'s subtree, ``ApprovalAmbiguous`` when
+    several runs below it wait and no ``pick`` says which.
+    """
+    if pick is not None and pick != run_id:
+        root = tree_store.root_of(run_id)
+        if root is None or pick not in tree_store.subtree(run_id, root):
+            raise RunNotFound(pick)
+        return pick
+    status = AgentRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
+    if status != RunStatus.WAITING_FOR_CHILDREN:  # waiting itself, ended, or never led a tree
+        return run_id
+    waiting = tree_store.awaiting_approval_below(run_id)
+    if len(waiting) > 1:
+        raise ApprovalAmbiguous(run_id, waiting)
+    return waiting[0] if waiting else run_id
 
 
 def tools_for(request: RunRequest, run_id: uuid.UUID) -> dict[str, SubAgentTool]:

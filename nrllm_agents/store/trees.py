@@ -167,6 +167,16 @@ def parent_of(run_id: uuid.UUID) -> uuid.UUID | None:
     return parent
 
 
+def awaiting_approval_below(run_id: uuid.UUID) -> list[uuid.UUID]:
+    """The runs below ``run_id`` (not itself) waiting for approval, oldest first."""
+    root = root_of(run_id)
+    if root is None:
+        return []
+    below = subtree(run_id, root)
+    waiting = AgentRun.objects.filter(pk__in=below, status=RunStatus.WAITING_FOR_APPROVAL)
+    return list(waiting.order_by("created_at", "pk").values_list("pk", flat=True))
+
+
 def parent_to_wake(run_id: uuid.UUID) -> uuid.UUID | None:
     """The parent of ``run_id`` when ``run_id`` was cancelled on its own (no cancel inherited
     from above, so nothing above is being cancelled): its end may be the last its parent waits
