@@ -134,10 +134,14 @@ def record(run_id: uuid.UUID, usage: Usage) -> None:
 def over(run_id: uuid.UUID, root: uuid.UUID) -> tuple[Member, str, Any, Any] | None:
     """The highest run of ``run_id``'s lineage whose subtree spent more than its limit, as
     ``(that run, limit, value, measured)`` (``limit``: ``max_total_tokens`` or ``max_cost``), or
-    ``None``. The highest: its cancel covers every other run the spend passed the limit of."""
+    ``None``. The highest: its cancel covers every other run the spend passed the limit of. A
+    run with no run below it is left to its own check (``limits.exceeded``)."""
     tree = members(root)
     spent = spent_below(tree)
+    leads = any(m.parent == run_id for m in tree.values())
     for member in lineage(tree, run_id):
+        if member.id == run_id and not leads:
+            continue  # a run with nothing below it: its own limit, checked as any run's
         below = spent[member.id]
         if member.max_total_tokens is not None and below.tokens > member.max_total_tokens:
             return member, "max_total_tokens", member.max_total_tokens, below.tokens

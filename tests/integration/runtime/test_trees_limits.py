@@ -167,3 +167,34 @@ def test_a_root_s_deadline_bounds_its_children(runtime, no_redis):  # noqa: F811
     assert (child.status, child.termination_reason) == ("cancelled", "deadline_exceeded")
     assert (root.status, root.termination_reason) == ("cancelled", "deadline_exceeded")
     assert child.stopped_at - child.created_at < timedelta(seconds=20)  # not the hour it asked for
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_child_that_fails_or_hits_its_own_limit_is_a_tool_error_and_its_parent_completes(runtime, no_redis):  # noqa: F811
+    """Ends of its own (not a cancel from above): each answers its call with a tool error saying
+    how it ended, and the parent goes on."""
+    broken = {"expect": [{"role": "user", "content": "something else"}], "content": "never"}
+    catalog.save("broken", {"provider": "scripted", "script": [broken]}, description="fails")
+    greedy = [turn(tool_calls=[CALC]) for _ in range(3)] + [turn(content="never")]
+    definition = {"provider": "scripted", "script": greedy, "tools": ["calculator"], "max_total_tokens": 150}
+    catalog.save("greedy", definition, description="spends")
+    both = {
+        "tool_calls": [
+            {"name": "broken", "arguments": {"prompt": "a"}},
+            {"name": "greedy", "arguments": {"prompt": "b"}},
+        ]
+    }
+    agent("boss", [both, {"content": "went on"}], ("broken", "greedy"))
+    root_id = runtime.enqueue({"agent": "boss", "prompt": "delegate"})
+    assert waits.wait_local_idle(60)
+    root = AgentRun.objects.get(pk=root_id)
+    assert (root.status, root.final_text) == (RunStatus.COMPLETED, "went on")
+    failed = AgentRun.objects.get(tree_parent_id=root_id, agent_snapshot__name="broken")
+    limited = AgentRun.objects.get(tree_parent_id=root_id, agent_snapshot__name="greedy")
+    assert failed.status == RunStatus.FAILED
+    assert (limited.status, limited.termination_reason) == ("cancelled", "budget_exceeded")
+    assert "tree" not in limited.cancel_detail  # its own limit, as any run's
+    tools = {e.payload["name"]: e.payload for e in AgentRunEvent.objects.filter(run_id=root_id, kind="tool")}
+    assert tools["broken"]["result"] is None and f"{failed.pk} ended failed" in tools["broken"]["error"]
+    assert tools["greedy"]["result"] is None and "budget_exceeded" in tools["greedy"]["error"]
+    assert "token budget exceeded" in tools["greedy"]["error"]
