@@ -166,7 +166,9 @@ class RunSerializer(serializers.Serializer[Any]):
     )
     depth = serializers.IntegerField(help_text="Its depth in its tree (the root: 0).")
     tree = serializers.DictField(
-        required=False, help_text="A run's own page: its sub-agents' runs and the spend of its whole subtree."
+        required=False,
+        help_text="A run's own page: its sub-agents' runs, the runs below it waiting for approval "
+        "(`awaiting_approval`: run, tools; approving this run decides theirs) and the spend of its whole subtree.",
     )
     owner = serializers.CharField(allow_null=True)
     request = RunRequestEchoSerializer()

@@ -113,6 +113,11 @@ class ApproveRequestSerializer(ClosedSerializer):
         required=False, default=False, help_text="Hand the resumed run to a worker instead of running it now."
     )
     reason = reason_field("Why the calls are approved or denied; recorded on the approval step.")
+    run_id = StrictUUIDField(
+        required=False,
+        help_text="In a tree: the run below this one whose approval to decide, when several wait "
+        "(one alone is found without it).",
+    )
 
 
 class BulkCancelRequestSerializer(ClosedSerializer):

@@ -199,11 +199,17 @@ class RunApproveView(RunAPIView):
         summary="Approve or deny a waiting run",
         parameters=[RUN_ID],
         request=s.ApproveRequestSerializer,
-        description="Decide on the calls a waiting run holds, then resume it here, or (`queued`) hand it to a worker.",
+        description="Decide on the calls a waiting run holds, then resume it here, or (`queued`) hand it to a worker. "
+        "On a run that waits for its sub-agents (the root of a tree), the decision is for the one run below it "
+        "that waits for approval, or for the one `run_id` names when several wait; the answer shows that run.",
         responses={
-            200: OpenApiResponse(r.RunOutcomeSerializer, "Resumed here: the run and its outcome."),
+            200: OpenApiResponse(r.RunOutcomeSerializer, "Resumed here: the run decided and its outcome."),
             202: OpenApiResponse(r.RunOutcomeSerializer, "Decision stored: a worker resumes the run."),
-            409: OpenApiResponse(r.ConflictSerializer, "The run is not waiting for approval."),
+            409: OpenApiResponse(
+                r.ConflictSerializer,
+                "The run (and its tree) is not waiting for approval, or several runs below it wait "
+                "(`waiting_for_approval` lists them: name one in `run_id`).",
+            ),
             **BAD_REQUEST,
             **AUTH_ERRORS,
             **NOT_FOUND,
@@ -216,17 +222,22 @@ class RunApproveView(RunAPIView):
         body = s.ApproveRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         queued = body.validated_data["queued"]
+        # not pending, several pending, not found, a refused enqueue: answered by the handler
+        # (``http.answers``). A run below asks the policy too (it is owned like its root).
+        target = self.runtime.approval_target(run.pk, pick=body.validated_data.get("run_id"))
+        if target != run.pk:
+            self.get_run(str(target), policy.Action.APPROVE)
         slot = None if queued else sync_slot(request)
-        try:  # not pending, not found, a refused enqueue: answered by the handler (``http.answers``)
+        try:
             decided = body.validated_data
             result = self.runtime.approve(
-                run.pk, decided["approved"], by=request.user, queued=queued, reason=decided["reason"]
+                target, decided["approved"], by=request.user, queued=queued, reason=decided["reason"]
             )
         finally:
             if slot is not None:
                 slot.release()
         return Response(
-            {**self.fresh(run.pk), "outcome": result.outcome.value},
+            {**self.fresh(target), "outcome": result.outcome.value},
             status=status.HTTP_202_ACCEPTED if queued else status.HTTP_200_OK,
         )
 

@@ -76,6 +76,22 @@ class ApprovalNotPending(KindedError, RuntimeError):
         return {"run_id": str(self.run_id), "status": self.status}
 
 
+class ApprovalAmbiguous(KindedError, RuntimeError):
+    """Several runs below the one named wait for approval: which one to decide is for the
+    caller to say (``run_id`` in the API, ``--run`` in ``agent_approve``); nothing changed."""
+
+    kind = Kind.CONFLICT
+
+    def __init__(self, run_id: Any, waiting: list[Any]) -> None:
+        ids = ", ".join(str(pk) for pk in waiting)
+        super().__init__(f"Runs below run {run_id} wait for approval: {ids}; name the one to decide; nothing changed.")
+        self.run_id = run_id
+        self.waiting = waiting
+
+    def subject(self) -> dict[str, Any]:
+        return {"run_id": str(self.run_id), "waiting_for_approval": [str(pk) for pk in self.waiting]}
+
+
 @dataclass(frozen=True)
 class RunResult:
     """What a segment call returns."""

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db.models import Sum
 
-from ..models import AgentRun
+from ..models import AgentRun, RunStatus
 from ..store import trees as tree_store
 from .presenters import amount_text
 
@@ -23,8 +23,9 @@ def place(run: AgentRun) -> dict[str, Any]:
 
 
 def tree_dict(run: AgentRun) -> dict[str, Any]:
-    """A run's children (status, spend, which call started each) and what its whole subtree
-    spent (the run included): tokens and cost summed over every run of it."""
+    """A run's children (status, spend, which call started each), the runs below it waiting for
+    approval, and what its whole subtree spent (the run included): tokens and cost summed over
+    every run of it."""
     children = AgentRun.objects.filter(tree_parent_id=run.pk).order_by("created_at", "pk")
     below = tree_store.subtree(run.pk, run.tree_root_id or run.pk)
     totals = AgentRun.objects.filter(pk__in=[run.pk, *below]).aggregate(
@@ -33,6 +34,7 @@ def tree_dict(run: AgentRun) -> dict[str, Any]:
     estimated = AgentRun.objects.filter(pk__in=[run.pk, *below], cost_estimated=True).exists()
     cost: Decimal | None = totals["cost"]
     return {
+        "awaiting_approval": awaiting_approval(below),
         "children": [
             {
                 "run_id": str(c.pk),
@@ -53,6 +55,29 @@ def tree_dict(run: AgentRun) -> dict[str, Any]:
             "cost_estimated": estimated,
         },
     }
+
+
+def awaiting_approval(below: list[Any]) -> list[dict[str, Any]]:
+    """The runs of ``below`` waiting for approval: which tools of which run a decision on the
+    root (``POST /api/runs/{root}/approve/``, ``agent_approve``) would decide."""
+    if not below:
+        return []
+    waiting = AgentRun.objects.filter(pk__in=below, status=RunStatus.WAITING_FOR_APPROVAL).order_by("created_at", "pk")
+    entries = []
+    for r in waiting.only("pk", "tree_depth", "agent_snapshot", "suspended_state"):
+        calls = (r.suspended_state or {}).get("pending_calls", [])
+        tools = [str(c.get("name")) for c in calls if isinstance(c, dict)]
+        entries.append(
+            {
+                "run_id": str(r.pk),
+                "depth": r.tree_depth,
+                "agent": (r.agent_snapshot or {}).get("name"),
+                "tools": tools,
+                "call_ids": [str(c.get("id")) for c in calls if isinstance(c, dict)],
+                "detail": f"waits for the approval of {', '.join(tools) or 'its calls'} in run {r.pk}",
+            }
+        )
+    return entries
 
 
 def outline(run: AgentRun) -> list[dict[str, Any]]:

@@ -32,6 +32,7 @@ from ..models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
 from ..observability import hooks as observe
 from ..observability import tracing
 from ..presentation.outcomes import (
+    ApprovalAmbiguous,
     ApprovalNotPending,
     CancelOutcome,
     CancelResult,
@@ -51,6 +52,7 @@ from .segment import DeltaObserver, SegmentTrace, StepObserver, identity
 
 __all__ = [
     "AgentRuntime",
+    "ApprovalAmbiguous",
     "ApprovalNotPending",
     "CancelOutcome",
     "CancelResult",
@@ -154,6 +156,12 @@ class AgentRuntime:
             return run_result(run_id, Outcome.QUEUED if dispatched else Outcome.WAITING_FOR_QUEUE)
         run = AgentRun.objects.get(pk=run_id)
         return self._resume(run, segment, claim.data["suspended_state"], decided, on_step, on_delta=on_delta)
+
+    def approval_target(self, run_id: uuid.UUID | str, *, pick: uuid.UUID | str | None = None) -> uuid.UUID:
+        """The run a decision on ``run_id`` approves: itself, or the one run of its subtree that
+        waits for approval (the root of a tree surfaces its children's); ``pick`` names one of
+        several. Raises ``RunNotFound`` or ``ApprovalAmbiguous`` (``trees.approval_target``)."""
+        return trees.approval_target(parse_run_id(run_id), None if pick is None else parse_run_id(pick))
 
     def _resume(
         self,

@@ -15,10 +15,17 @@ measured value, taken from ``cancel_detail``).
   answer, so the call that crossed it is recorded and nothing starts after it.
 - ``max_cost``: the run's total cost in money (``pricing``), checked like the token budget;
   it ends the run with ``cost_exceeded``. Calls with no price in force cost nothing here.
+
+In a tree of runs (``runtime.trees``) each limit bounds the run's whole subtree: a child is
+created with what remains of its ancestors' (``store.tree_spend``), and after each model answer
+of a limited run in a tree, the run writes its spend and one read of the tree finds the
+highest ancestor whose subtree passed its limit; that ancestor is stopped (with the same
+reason), and its cancel covers the subtree. A run of no tree costs no query more.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Callable
@@ -27,15 +34,17 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db import DatabaseError
-from django.db.models import Q
+from django.db import DatabaseError, transaction
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from .. import store
 from ..conf import app_settings
 from ..domain import Step, StepKind, Usage
 from ..domain.steps import decimal_text
+from ..live.interrupts import watcher
 from ..models import AgentRun, CancelSource, RunStatus, TerminationReason
+from ..store import tree_spend
 from ..store.trees import cancel_tree
 
 logger = logging.getLogger(__name__)
@@ -53,6 +62,7 @@ class RunLimits:
     deadline_seconds: int | None = None
     max_total_tokens: int | None = None
     max_cost: Decimal | None = None
+    tree_root: uuid.UUID | None = None  # the root of the tree the run is in, or leads; None: no tree
 
     @property
     def any(self) -> bool:
@@ -79,10 +89,11 @@ def load(run_id: uuid.UUID) -> RunLimits:
 def read(run_id: uuid.UUID) -> RunLimits | None:
     """The limits of a run, ``None`` when the store could not be read (logged): unknown, not "none"."""
     try:
+        leads = Exists(AgentRun.objects.filter(tree_parent_id=OuterRef("pk")))
         row = (
             AgentRun.objects.filter(pk=run_id)
             .order_by()
-            .values("deadline_at", "deadline_seconds", "max_total_tokens", "max_cost")
+            .values("deadline_at", "deadline_seconds", "max_total_tokens", "max_cost", "tree_root_id", leads=leads)
             .first()
         )
     except DatabaseError as exc:
@@ -90,7 +101,12 @@ def read(run_id: uuid.UUID) -> RunLimits | None:
             "limits of run %s could not be read (%s); read again at the next boundary", run_id, type(exc).__name__
         )
         return None
-    return RunLimits(**row) if row else NO_LIMITS
+    if not row:
+        return NO_LIMITS
+    root = row["tree_root_id"] or (run_id if row["leads"] else None)
+    return RunLimits(
+        row["deadline_at"], row["deadline_seconds"], row["max_total_tokens"], row["max_cost"], tree_root=root
+    )
 
 
 def exceeded(
@@ -134,13 +150,41 @@ def exceeded(
     return None
 
 
-def stop(run_id: uuid.UUID, verdict: tuple[str, dict[str, Any], str]) -> store.Transition:
+def tree_exceeded(
+    run_id: uuid.UUID, root: uuid.UUID, usage: Usage
+) -> tuple[uuid.UUID, tuple[str, dict[str, Any], str]] | None:
+    """The run of ``run_id``'s lineage to stop because its subtree spent more than its limit, and
+    the verdict, or ``None``. ``run_id``'s own spend (``usage``) is written first, so the
+    concurrent runs of the tree see it: the tree passes a limit by at most the calls in flight."""
+    tree_spend.record(run_id, usage)
+    found = tree_spend.over(run_id, root)
+    if found is None:
+        return None
+    member, limit, value, measured = found
+    whose = "its tree" if member.id == root else f"the subtree of run {member.id}"
+    if limit == BUDGET:
+        detail = {"limit": BUDGET, "value": value, "measured": measured, "unit": "tokens", "tree": str(member.id)}
+        text = f"token budget of {whose} exceeded: {measured} tokens spent of {value}"
+        return member.id, (TerminationReason.BUDGET_EXCEEDED, detail, text)
+    currency = app_settings.CURRENCY
+    value, measured = decimal_text(value.normalize()), decimal_text(measured)
+    detail = {"limit": COST, "value": value, "measured": measured, "unit": currency, "tree": str(member.id)}
+    text = f"cost limit of {whose} exceeded: {measured} {currency} spent of {value} {currency}"
+    return member.id, (TerminationReason.COST_EXCEEDED, detail, text)
+
+
+def stop(
+    run_id: uuid.UUID, verdict: tuple[str, dict[str, Any], str], *, besides: uuid.UUID | None = None
+) -> store.Transition:
     """Cancel a run for an exceeded limit: the guarded cancel, by the system, with its reason (and
-    every run below it, its sub-agents', which inherit that cancel: ``store.trees``)."""
+    every run below it, its sub-agents', which inherit that cancel: ``store.trees``). The calls
+    in flight below it that this process executes (but ``besides``'s) stop without a signal."""
     reason, detail, text = verdict
-    return cancel_tree(
-        run_id, source=CancelSource.SYSTEM, reason=text, termination_reason=reason, detail=detail
-    ).transition
+    tree = cancel_tree(run_id, source=CancelSource.SYSTEM, reason=text, termination_reason=reason, detail=detail)
+    for below in tree.cascaded.get(RunStatus.RUNNING, []):
+        if below != besides:
+            transaction.on_commit(functools.partial(watcher.cancelled_here, below))
+    return tree.transition
 
 
 class Enforcer:
@@ -191,11 +235,22 @@ def enforce(
     limits = load(run_id) if limits is None else limits
     if not limits.any:
         return None
-    verdict = exceeded(limits, usage=usage, step_kind=step.kind if step is not None else None, now=now)
+    target, verdict = run_id, None
+    spends = limits.max_total_tokens is not None or limits.max_cost is not None
+    if limits.tree_root is not None and spends and step is not None and step.kind == StepKind.LLM:
+        try:
+            found = tree_exceeded(run_id, limits.tree_root, usage)
+        except DatabaseError as exc:  # never a fabricated stop: the next boundary reads it again
+            logger.warning("run %s: its tree's spend could not be read (%s)", run_id, type(exc).__name__)
+            found = None
+        if found is not None:
+            target, verdict = found
+    if verdict is None:
+        verdict = exceeded(limits, usage=usage, step_kind=step.kind if step is not None else None, now=now)
     if verdict is None:
         return None
     try:
-        fence = stop(run_id, verdict)
+        fence = stop(target, verdict, besides=run_id)
     except DatabaseError as exc:
         logger.warning(
             "run %s: %s, but the cancel failed (%s); retried at the next boundary",
@@ -205,7 +260,7 @@ def enforce(
         )
         return None
     if fence.applied:
-        logger.info("run %s cancelled by the system: %s", run_id, verdict[2])
+        logger.info("run %s cancelled by the system: %s", target, verdict[2])
     return fence if fence.status == RunStatus.CANCELLED else None
 
 

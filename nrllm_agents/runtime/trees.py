@@ -20,6 +20,7 @@ from typing import Any
 from ..conf import app_settings
 from ..domain import ToolCall, ToolError
 from ..models import ACTIVE, Agent, AgentRun, RunStatus
+from ..presentation.outcomes import ApprovalAmbiguous, RunNotFound
 from ..store import trees as tree_store
 from ..store.results import Transition
 from ..validation.run_request import InvalidRequest, RunRequest
@@ -113,6 +114,28 @@ class SubAgentTool:
         raise ToolError("a sub-agent is answered by its run")
 
 
+def approval_target(run_id: uuid.UUID, pick: uuid.UUID | None = None) -> uuid.UUID:
+    """The run whose pending approval a decision on ``run_id`` is about: ``run_id`` itself when
+    it waits for approval (or nothing below it does: deciding then says it is not waiting),
+    else the one run below it that waits; ``pick`` chooses among several (itself or a run below).
+
+    Raises ``RunNotFound`` for a ``pick`` outside ``run_id``'s subtree, ``ApprovalAmbiguous`` when
+    several runs below it wait and no ``pick`` says which.
+    """
+    if pick is not None and pick != run_id:
+        root = tree_store.root_of(run_id)
+        if root is None or pick not in tree_store.subtree(run_id, root):
+            raise RunNotFound(pick)
+        return pick
+    status = AgentRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
+    if status != RunStatus.WAITING_FOR_CHILDREN:  # waiting itself, ended, or never led a tree
+        return run_id
+    waiting = tree_store.awaiting_approval_below(run_id)
+    if len(waiting) > 1:
+        raise ApprovalAmbiguous(run_id, waiting)
+    return waiting[0] if waiting else run_id
+
+
 def tools_for(request: RunRequest, run_id: uuid.UUID) -> dict[str, SubAgentTool]:
     """The sub-agent tools a run offers (none when its request names no ``agents``)."""
     if not request.agents:
@@ -183,19 +206,25 @@ def suspend_for_children(
 
 
 def child_ended(run_id: uuid.UUID, dispatch: Callable[[uuid.UUID], Any]) -> None:
-    """A run stopped: if it is a child and the last of its parent's to end, wake the parent."""
+    """A run stopped: if it is a child and the last of its parent's to end, wake the parent.
+
+    A parent that ended while it waited, by a cancel of its own (a limit of its subtree, which
+    a run below it found spent), ended as a child too: its own parent is woken the same way."""
     parent = tree_store.parent_of(run_id)
-    if parent is not None:
-        wake(parent, dispatch)
+    while parent is not None and not wake(parent, dispatch):
+        parent = tree_store.parent_to_wake(parent)
 
 
-def wake(parent: uuid.UUID, dispatch: Callable[[uuid.UUID], Any]) -> None:
-    """Move ``parent`` back to the queue once none of its children is active, and dispatch it."""
-    if tree_store.wake(parent):
-        try:
-            dispatch(parent)
-        except Exception:  # an outage leaves it queued (the queued sweep), a refusal settled it
-            logger.exception("run %s: its children ended but it could not be dispatched", parent)
+def wake(parent: uuid.UUID, dispatch: Callable[[uuid.UUID], Any]) -> bool:
+    """Move ``parent`` back to the queue once none of its children is active, and dispatch it;
+    returns whether it moved."""
+    if not tree_store.wake(parent):
+        return False
+    try:
+        dispatch(parent)
+    except Exception:  # an outage leaves it queued (the queued sweep), a refusal settled it
+        logger.exception("run %s: its children ended but it could not be dispatched", parent)
+    return True
 
 
 def wake_stranded(dispatch: Callable[[uuid.UUID], Any], *, limit: int = 100) -> list[uuid.UUID]:

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from ..domain import Usage
 from ..models import ACTIVE, QUIESCENT, AgentRun, RunStatus, TerminationReason
-from . import runs
+from . import runs, tree_spend
 from .cancels import cancel as cancel_run
 from .cancels import cancel_fields
 from .journal import RECOVER, append_cancelled, owned, spend_fields, stop_stamp
@@ -85,7 +85,9 @@ def spawn(
     parent_id: uuid.UUID, owner: str, *, state: dict[str, Any], iterations: int, usage: Usage, children: Sequence[Child]
 ) -> Transition:
     """``running → waiting_for_children`` (by the owning segment) and the children's creation
-    (``— → queued``), in one transaction fenced against every ancestor's cancel.
+    (``— → queued``), in one transaction fenced against every ancestor's cancel. Each child's
+    ``max_cost``, ``max_total_tokens`` and deadline are its own, bounded by what remains of the
+    parent's and each ancestor's (``tree_spend.remaining``).
 
     Refused (nothing created) when the parent is no longer this segment's running run; a
     cancel of the parent or of any ancestor moved it to ``cancelled`` first. A child that
@@ -112,11 +114,18 @@ def spawn(
                 tree_parent_id=parent_id, tree_call_id__in=[c.call_id for c in children]
             ).values_list("tree_call_id", flat=True)
         )
+        # Under the tree's lock, after the parent's spend was written: what remains of its
+        # ancestors' limits as of now bounds each child's (a child starts with what remains).
+        left = tree_spend.remaining(parent_id, root)
+        now = timezone.now()
         for child in children:
             if child.call_id in existing:
                 continue
             place = {"tree_parent_id": parent_id, "tree_root_id": root, "tree_depth": depth + 1}
-            row = runs.create_queued({**child.fields, **place, "tree_call_id": child.call_id}, child.request_payload)
+            fields = {**child.fields, **place, "tree_call_id": child.call_id}
+            payload = dict(child.request_payload)
+            tree_spend.capped(fields, payload, left, now)
+            row = runs.create_queued(fields, payload)
             created.append(row.pk)
     return Transition(True, RunStatus.WAITING_FOR_CHILDREN, RunStatus.RUNNING, {"children": created})
 
@@ -158,6 +167,29 @@ def parent_of(run_id: uuid.UUID) -> uuid.UUID | None:
     return parent
 
 
+def awaiting_approval_below(run_id: uuid.UUID) -> list[uuid.UUID]:
+    """The runs below ``run_id`` (not itself) waiting for approval, oldest first."""
+    root = root_of(run_id)
+    if root is None:
+        return []
+    below = subtree(run_id, root)
+    waiting = AgentRun.objects.filter(pk__in=below, status=RunStatus.WAITING_FOR_APPROVAL)
+    return list(waiting.order_by("created_at", "pk").values_list("pk", flat=True))
+
+
+def parent_to_wake(run_id: uuid.UUID) -> uuid.UUID | None:
+    """The parent of ``run_id`` when ``run_id`` was cancelled on its own (no cancel inherited
+    from above, so nothing above is being cancelled): its end may be the last its parent waits
+    for. ``None`` otherwise (still active, or inherited a cancel that covers its parent too)."""
+    row = (
+        AgentRun.objects.filter(pk=run_id, status=RunStatus.CANCELLED).values("tree_parent_id", "cancel_detail").first()
+    )
+    if row is None or row["tree_parent_id"] is None:
+        return None
+    detail = row["cancel_detail"]
+    return None if isinstance(detail, dict) and "inherited" in detail else row["tree_parent_id"]
+
+
 def child_of(parent_id: uuid.UUID, call_id: str) -> dict[str, Any] | None:
     """The child run answering ``call_id`` of ``parent_id`` (what its parent's tool step needs)."""
     row = (
@@ -197,14 +229,26 @@ def cancel_tree(
         )
         if not fence.applied:
             return TreeCancel(fence)
-        cascaded = cascade(run_id, root, by=by, source=source, reason=reason)
+        cascaded = cascade(
+            run_id, root, by=by, source=source, reason=reason, termination_reason=termination_reason, limit=detail
+        )
     return TreeCancel(fence, cascaded)
 
 
-def cascade(run_id: uuid.UUID, root: uuid.UUID, *, by: Any, source: str, reason: str) -> dict[str, list[uuid.UUID]]:
+def cascade(
+    run_id: uuid.UUID,
+    root: uuid.UUID,
+    *,
+    by: Any,
+    source: str,
+    reason: str,
+    termination_reason: str = TerminationReason.CANCELLED,
+    limit: dict[str, Any] | None = None,
+) -> dict[str, list[uuid.UUID]]:
     """Cancel every active run below ``run_id`` (just cancelled, in the caller's transaction,
     which holds the tree's lock), each naming the cancel it inherits; returns them by the status
-    each had. Quiescent ones get their ``cancelled`` step here."""
+    each had. Quiescent ones get their ``cancelled`` step here. A limit's cancel (a spent tree)
+    gives each its ``termination_reason``, and the limit inside what it inherited."""
     below = subtree(run_id, root)
     if not below:
         return {}
@@ -212,8 +256,13 @@ def cascade(run_id: uuid.UUID, root: uuid.UUID, *, by: Any, source: str, reason:
         AgentRun.objects.filter(pk__in=below, status__in=[s.value for s in ACTIVE]).values_list("pk", "status")
     )
     now = timezone.now()  # after the tree's lock: every step of the tree committed before it
-    inherited = {"run_id": str(run_id), "by": actor(by)[1], "source": str(source), "reason": reason}
-    common = cancel_fields(now, by=by, source=source, reason=reason, detail={"inherited": inherited})
+    inherited: dict[str, Any] = {"run_id": str(run_id), "by": actor(by)[1], "source": str(source), "reason": reason}
+    if limit:
+        inherited["limit"] = limit
+    detail = {"inherited": inherited}
+    common = cancel_fields(
+        now, by=by, source=source, reason=reason, termination_reason=termination_reason, detail=detail
+    )
     cascaded: dict[str, list[uuid.UUID]] = {}
     for status in sorted({*found.values()}):
         ids = [pk for pk, s in found.items() if s == status]

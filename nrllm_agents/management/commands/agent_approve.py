@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nrllm_agents.executors.dispatch import EnqueueError
 from nrllm_agents.management import console, terminal
-from nrllm_agents.runtime.agent_runtime import AgentRuntime, ApprovalNotPending, RunNotFound
+from nrllm_agents.runtime.agent_runtime import AgentRuntime, ApprovalAmbiguous, ApprovalNotPending, RunNotFound
 
 
 class Command(BaseCommand):
@@ -21,7 +21,17 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("run_id", metavar="RUN_ID", help="Id (UUID) of the waiting run.")
+        parser.add_argument(
+            "run_id",
+            metavar="RUN_ID",
+            help="Id (UUID) of the waiting run, or of a run above it in its tree (the root): the one run "
+            "below it that waits for approval is decided.",
+        )
+        parser.add_argument(
+            "--run",
+            metavar="RUN_ID",
+            help="In a tree where several runs below RUN_ID wait for approval: the one to decide.",
+        )
         decision = parser.add_mutually_exclusive_group(required=True)
         decision.add_argument("--approve", action="store_true", help="Run the pending calls.")
         decision.add_argument("--deny", action="store_true", help="Refuse the pending calls; the model is told.")
@@ -41,13 +51,19 @@ class Command(BaseCommand):
         printer = terminal.StreamPrinter(self.stdout, self.style, as_json=options["json"])
         decision = bool(options["approve"])
         try:
+            target = runtime.approval_target(
+                run_id, pick=console.run_id_arg(options["run"]) if options["run"] else None
+            )
+            if target != run_id:
+                self.stdout.write(f"deciding the approval of run {target}, below run {run_id} in its tree")
+                run_id = target
             if options["queued"]:
                 code = self._queued(runtime, run_id, decision, printer, follow=options["follow"])
             else:
                 code = self._here(runtime, run_id, decision, printer)
         except RunNotFound as exc:
             raise CommandError(str(exc), returncode=console.EXIT_FAILED) from None
-        except ApprovalNotPending as exc:
+        except (ApprovalNotPending, ApprovalAmbiguous) as exc:
             raise CommandError(str(exc), returncode=console.EXIT_FAILED) from None
         except EnqueueError as exc:
             raise console.enqueue_failed(exc) from None

@@ -90,6 +90,21 @@ def test_a_run_within_its_limits_completes(runtime):
     assert abs((run.deadline_at - run.created_at).total_seconds() - 600) < 1
 
 
+def test_a_limited_run_of_no_tree_reads_no_tree_and_writes_no_spend_at_its_boundaries(runtime):
+    """A tree's limits cost its runs a spend write and a read of the tree after each model answer
+    (``store.tree_spend``); a run of no tree pays neither."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    request = {"prompt": "p", "tools": ["calculator"], "script": long_script(turns=3, delay=0, tokens=100)}
+    with CaptureQueriesContext(connection) as queries:
+        result = runtime.run({**request, "max_total_tokens": 1000, "max_cost": "5"})
+    assert runtime.status(result.run_id).status == RunStatus.COMPLETED
+    tree_reads = [q["sql"] for q in queries if '"tree_root_id" =' in q["sql"] and " OR " in q["sql"]]
+    spend_writes = [q["sql"] for q in queries if q["sql"].startswith("UPDATE") and '"prompt_tokens" =' in q["sql"]]
+    assert tree_reads == [] and len(spend_writes) <= 1  # the settle writes its spend once
+
+
 def test_queued_run_overdue_before_any_worker_is_cancelled_by_the_sweep_and_never_executes(
     runtime, tmp_path, monkeypatch
 ):
@@ -192,8 +207,9 @@ def test_limits_that_could_not_be_read_are_read_again_at_the_next_boundary(runti
 
     def storm(execute, sql, params, many, context):
         columns = sql.split(" FROM ")[0]
-        # limits.read: the limit columns alone (a row read for anything else has many more)
-        if columns.startswith("SELECT") and "max_total_tokens" in columns and columns.count(",") <= 3:
+        # limits.read: the limit columns and the run's place in a tree (a row read for anything
+        # else has many more)
+        if columns.startswith("SELECT") and "max_total_tokens" in columns and columns.count(",") <= 6:
             reads["tried"] += 1
             if reads["tried"] <= reads["failures"]:
                 raise OperationalError("canceling statement due to statement timeout")

@@ -282,3 +282,28 @@ def test_a_bulk_cancel_of_a_root_cancels_its_whole_tree(runtime, no_redis):  # n
                 "reason": "bulk",
             }
     assert not AgentRunEvent.objects.filter(run__tree_root_id=root_id, kind="tool").exists()
+
+
+def test_calls_past_the_depth_or_fan_out_limit_at_run_time_start_nothing_and_answer_a_tool_error(
+    runtime,
+    no_redis,
+    settings,  # noqa: F811
+):
+    """Saved under the defaults, run under tighter limits: the refusal at run time (``Family.
+    refusal``) answers each call past a limit with a tool error; the calls within start children."""
+    tree(3, [{"content": "leaf answer"}])  # root -> 3 mids -> 3 leaves each
+    settings.NRLLM_AGENTS = {**getattr(settings, "NRLLM_AGENTS", {}), "MAX_TREE_DEPTH": 1, "MAX_FAN_OUT": 2}
+    root_id = runtime.enqueue({"agent": "root", "prompt": "plan"})
+    assert waits.wait_local_idle(60)
+    root = AgentRun.objects.get(pk=root_id)
+    assert (root.status, root.final_text) == (RunStatus.COMPLETED, "root done")
+    mids = list(AgentRun.objects.filter(tree_root_id=root_id))
+    assert len(mids) == 2 and {m.tree_depth for m in mids} == {1}  # two of three; no leaf at depth 2
+    assert {m.status for m in mids} == {RunStatus.COMPLETED}
+    answers = [e.payload for e in AgentRunEvent.objects.filter(run_id=root_id, kind="tool").order_by("sequence")]
+    assert [a["result"] for a in answers] == ["mid done", "mid done", None]
+    assert "at most 2 sub-agent calls in one turn" in answers[2]["error"]
+    for mid in mids:
+        refused = [e.payload for e in AgentRunEvent.objects.filter(run=mid, kind="tool")]
+        assert len(refused) == 3  # every call: the depth is looked at first
+        assert all("nested deeper than 1 levels" in r["error"] for r in refused)
