@@ -12,16 +12,23 @@ PostgreSQL (``DATABASE_URL`` names the server; the benchmark creates, migrates a
 database) and Redis (``--redis-url``, flushed: use a db of its own)::
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres .venv/bin/python bench/tree_cancel.py
+
+``--sqlite``: the embedded default instead, a throwaway SQLite file and the in-process executor
+(the runs are threads of this process; no Redis, no worker)::
+
+    .venv/bin/python bench/tree_cancel.py --sqlite
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,6 +36,21 @@ sys.path.insert(0, str(ROOT))
 
 from cancel_latency import percentile  # noqa: E402  (bench/ is this script's directory)
 from step_overhead import production_settings, throwaway_database  # noqa: E402
+
+
+@contextlib.contextmanager
+def sqlite_database(workdir: str) -> Iterator[str]:
+    """A throwaway SQLite file, migrated, with the in-process executor; yields its URL."""
+    url = f"sqlite:///{workdir}/bench.sqlite3"
+    os.environ.update({"DATABASE_URL": url, "NRLLM_EXECUTOR": "local"})
+    os.environ.pop("REDIS_URL", None)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0, interactive=False)
+    yield url
 
 
 def main() -> None:
@@ -39,20 +61,27 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16, help="slots per worker")
     parser.add_argument("--database", default="nrllm_bench_tree", help="throwaway database to create and drop")
     parser.add_argument("--redis-url", default=os.environ.get("NRLLM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/12"))
+    parser.add_argument("--sqlite", action="store_true", help="SQLite and the in-process executor, no workers")
     args = parser.parse_args()
 
-    import redis
-
     production_settings()
-    os.environ["REDIS_URL"] = args.redis_url
-    redis.Redis.from_url(args.redis_url).flushdb()
-    with tempfile.TemporaryDirectory(prefix="nrllm-tree-bench-") as workdir, throwaway_database(args.database) as url:
+    with contextlib.ExitStack() as stack:
+        workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="nrllm-tree-bench-"))
+        journal_path = Path(workdir) / "journal.jsonl"
+        if args.sqlite:
+            os.environ["NRLLM_CALL_JOURNAL"] = str(journal_path)  # this process executes the runs
+            url = stack.enter_context(sqlite_database(workdir))
+        else:
+            import redis
+
+            os.environ["REDIS_URL"] = args.redis_url
+            redis.Redis.from_url(args.redis_url).flushdb()
+            url = stack.enter_context(throwaway_database(args.database))
         from nrllm_agents.catalog import agents
         from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, RunStatus
         from nrllm_agents.runtime.agent_runtime import AgentRuntime
         from tests.e2e.processes import Workers, wait_for
 
-        journal_path = Path(workdir) / "journal.jsonl"
         env = {k: v for k, v in os.environ.items() if k != "NRLLM_CALL_JOURNAL"}
         env.update(
             {
@@ -83,7 +112,8 @@ def main() -> None:
             extra_args=("--concurrency", str(args.concurrency)),
         )
         try:
-            workers.start()
+            if not args.sqlite:
+                workers.start()
             for _ in range(args.rounds):
                 root = runtime.enqueue({"agent": "root", "prompt": "bench"})
                 roots.append(str(root))
@@ -98,7 +128,8 @@ def main() -> None:
                     assert leaf.status == RunStatus.CANCELLED
                     latencies.append((leaf.stopped_at - cancelled_at).total_seconds() * 1000)
         finally:
-            workers.stop()
+            if not args.sqlite:
+                workers.stop()
         started_after = 0
         stops = {
             str(r.pk): r.stopped_at.timestamp()
@@ -110,9 +141,10 @@ def main() -> None:
                 stop = stops.get(str(entry.get("run_id")))
                 if stop is not None and entry.get("t", 0) > stop:
                     started_after += 1
+    where = "threads of this process on SQLite" if args.sqlite else f"{args.workers} agent_worker processes"
     print(
-        f"tree_cancel: {args.rounds} rounds, trees of 1 + {f} + {f * f} runs on {args.workers} agent_worker "
-        f"processes; root cancel commit -> leaf stopped_at over {len(latencies)} leaves: "
+        f"tree_cancel: {args.rounds} rounds, trees of 1 + {f} + {f * f} runs on {where}; "
+        f"root cancel commit -> leaf stopped_at over {len(latencies)} leaves: "
         f"p50 {percentile(latencies, 0.5):.1f} ms, p99 {percentile(latencies, 0.99):.1f} ms, "
         f"max {max(latencies):.1f} ms; calls started after a run's stop: {started_after}"
     )
