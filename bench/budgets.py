@@ -1,19 +1,28 @@
 """What shared budgets cost and how tight they hold (issue 37). No assertions; numbers only.
 
 1. ``step``: the same zero-delay runs (calculator tool calls) with no budget and under three
-   covering budgets (user, group, everyone), in alternating blocks; prints the time per step and
-   the ratio (the reservation before each model call and its settlement after it).
-2. ``overshoot``: ``--runs`` runs of one user, ``--concurrency`` at a time on threads of this
-   process, against a 1.00 daily budget; each call costs 0.01 to 0.05. Prints the sum of the
-   recorded costs, the overshoot past the budget (at most one call's reservation, by design), how
-   many runs stopped ``budget_exhausted`` and whether any is left running.
-3. ``inflight``: two runs of a group share a budget; the first one's costly call exhausts it
-   while the second streams a long call. Prints the time from the second run's cancel (the
-   exhaustion's commit) to its interrupted step's record, p50 and p99 over ``--rounds``.
+   covering budgets (user, group, everyone), in alternating blocks, in this process; prints the
+   time per step and the ratio (the reservation before each model call and its settlement after it).
+2. ``overshoot``: ``--runs`` runs of one user against a 1.00 daily budget, queued by
+   ``--enqueuers`` threads through ``nrllm_agents.enqueue`` (as API calls would), then executed by
+   ``--workers`` real ``agent_worker`` processes started once all are queued (``--concurrency``
+   slots each: every run at once by default); each model call costs 0.01 to 0.05 and takes
+   ``--call-delay`` seconds.
+   Prints the sum of the recorded costs, the overshoot past the budget (at most one call's
+   reservation, by design), how many runs stopped ``budget_exhausted`` (each naming the budget),
+   how many were refused at admission, whether any is left running, the budget after, and the
+   peak of runs executing at once.
+3. ``inflight``: two runs of a group share a budget, executed by the same workers; the first
+   one's costly call exhausts it while the second streams a long call. Prints the time from the
+   second run's cancel (the exhaustion's commit, by the first run's worker) to its interrupted
+   step's record (by the second run's), p50 and p99 over ``--rounds``, and in how many rounds the
+   two runs were in different processes.
 
-PostgreSQL only; creates, migrates and drops its own database (``nrllm_bench_budgets``)::
+PostgreSQL (``DATABASE_URL`` names the server; the benchmark creates, migrates and drops its own
+database, ``nrllm_bench_budgets``) and Redis (``--redis-url``, flushed: use a db of its own)::
 
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres .venv/bin/python bench/budgets.py
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres .venv/bin/python bench/budgets.py \
+        --redis-url redis://127.0.0.1:6379/12
 """
 
 from __future__ import annotations
@@ -22,19 +31,28 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.step_overhead import production_settings, summary, throwaway_database  # noqa: E402
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from django.db.models import QuerySet
+
+    from nrllm_agents.models import AgentRun
+
 CALC = {"name": "calculator", "arguments": {"expression": "1+1"}}
+MAX_TOKENS = 50  # a call's worst case reserved: 50 tokens, 0.05 at the price set in main()
 
 
 def step_cost(blocks: int, steps: int) -> dict[str, Any]:
@@ -58,7 +76,8 @@ def step_cost(blocks: int, steps: int) -> dict[str, Any]:
             Budget.objects.create(scope="group", group=team, window="month", max_tokens=10**12)
             Budget.objects.create(scope="everyone", window="total", max_cost=Decimal(10**6))
         started = time.perf_counter()
-        result = runtime.run({"prompt": "p", "tools": ["calculator"], "script": script}, owner=user)
+        request = {"prompt": "p", "tools": ["calculator"], "script": script, "max_iterations": len(script)}
+        result = runtime.run(request, owner=user)
         elapsed = time.perf_counter() - started
         n = AgentRunEvent.objects.filter(run_id=result.run_id).count()
         per_step["budgets" if covered else "none"].append(elapsed / n)
@@ -66,15 +85,53 @@ def step_cost(blocks: int, steps: int) -> dict[str, Any]:
     return {"none_ms": none, "budgets_ms": budgeted, "ratio_p50": budgeted["p50"] / none["p50"]}
 
 
-def overshoot(runs: int, concurrency: int) -> dict[str, Any]:
+class PeakRunning:
+    """Samples, on a thread of its own, how many of a user's runs are executing at once."""
+
+    def __init__(self, owner: Any) -> None:
+        self.owner, self.peak, self._stop = owner, 0, threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        from django.db import connections
+
+        from nrllm_agents.models import AgentRun, RunStatus
+
+        try:
+            while not self._stop.wait(0.02):
+                running = AgentRun.objects.filter(owner=self.owner, status=RunStatus.RUNNING).count()
+                self.peak = max(self.peak, running)
+        finally:
+            connections.close_all()
+
+    def __enter__(self) -> PeakRunning:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def unsettled(runs: QuerySet[AgentRun]) -> QuerySet[AgentRun]:
+    """Runs still executing: active, or cancelled with the stop not yet recorded by their worker."""
+    from django.db.models import Q
+
+    from nrllm_agents.models import ACTIVE, RunStatus
+
+    return runs.filter(Q(status__in=ACTIVE) | Q(status=RunStatus.CANCELLED, stopped_at=None))
+
+
+def overshoot(runs: int, enqueuers: int, call_delay: float, start_workers: Callable[[], Any]) -> dict[str, Any]:
+    """Enqueue every run, then start the workers: they find all of them queued at once."""
     from django.contrib.auth.models import User
     from django.db import connections
+    from django.db.models import Max, Min
 
+    import nrllm_agents
     from nrllm_agents.admission.budgets import BudgetRefused
-    from nrllm_agents.models import AgentRun, Budget, RunStatus
-    from nrllm_agents.runtime.agent_runtime import AgentRuntime
+    from nrllm_agents.models import AgentRun, AgentRunEvent, Budget
 
-    runtime = AgentRuntime()
     user = User.objects.create_user("bench-overshoot")
     budget = Budget.objects.create(scope="user", user=user, window="day", max_cost=Decimal("1.00"))
     refused = 0
@@ -82,76 +139,100 @@ def overshoot(runs: int, concurrency: int) -> dict[str, Any]:
 
     def one(i: int) -> None:
         nonlocal refused
+        script = [
+            {
+                "tool_calls": [CALC],
+                "delay": call_delay,
+                "usage": {"prompt_tokens": 0, "completion_tokens": 10 + (i + k) % 5 * 10},
+            }
+            for k in range(3)
+        ] + [{"content": "done", "delay": call_delay, "usage": {"prompt_tokens": 0, "completion_tokens": 10}}]
         try:
-            script = [
-                {"tool_calls": [CALC], "usage": {"prompt_tokens": 0, "completion_tokens": 10 + (i + k) % 5 * 10}}
-                for k in range(3)
-            ] + [{"content": "done", "usage": {"prompt_tokens": 0, "completion_tokens": 10}}]
-            runtime.run({"prompt": "p", "tools": ["calculator"], "script": script}, owner=user)
+            nrllm_agents.enqueue("p", owner=user, tools=["calculator"], script=script)
         except BudgetRefused:
             with lock:
                 refused += 1
         finally:
             connections.close_all()
 
-    with ThreadPoolExecutor(concurrency) as pool:
-        list(pool.map(one, range(runs)))
-    budget.refresh_from_db()
     rows = AgentRun.objects.filter(owner=user)
+    started = time.monotonic()
+    with ThreadPoolExecutor(enqueuers) as pool:
+        list(pool.map(one, range(runs)))
+    enqueued_s = time.monotonic() - started
+    with PeakRunning(user) as peak:
+        start_workers()
+        started = time.monotonic()
+        deadline = started + 600
+        while unsettled(rows).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        settled_s = time.monotonic() - started
+    budget.refresh_from_db()
     recorded = sum((r.cost or Decimal(0)) for r in rows)
+    stopped = rows.filter(termination_reason="budget_exhausted")
+    naming = AgentRunEvent.objects.filter(
+        run__in=stopped,
+        kind="cancelled",
+        payload__termination_reason="budget_exhausted",
+        payload__limit__budget=budget.pk,
+    )
+    claims = rows.exclude(started_at=None).aggregate(first=Min("started_at"), last=Max("started_at"))
     return {
         "runs": runs,
-        "concurrency": concurrency,
+        "peak_running": peak.peak,
+        "claimed_within_s": round((claims["last"] - claims["first"]).total_seconds(), 2),
+        "enqueued_s": round(enqueued_s, 2),
+        "settled_s": round(settled_s, 2),
         "budget": "1.00",
-        "recorded_cost": str(recorded),
-        "overshoot": str(max(recorded - Decimal("1.00"), Decimal(0))),
+        "recorded_cost": str(recorded.normalize()),
+        "overshoot": str(max(recorded - Decimal("1.00"), Decimal(0)).normalize()),
         "one_reservation": "0.05",
-        "stopped_budget_exhausted": rows.filter(termination_reason="budget_exhausted").count(),
+        "completed": rows.filter(status="completed").count(),
+        "stopped_budget_exhausted": stopped.count(),
+        "stopped_naming_the_budget": naming.values("run_id").distinct().count(),
         "refused_at_admission": refused,
-        "left_running": rows.filter(status__in=[RunStatus.RUNNING, RunStatus.QUEUED]).count(),
-        "budget_spent": str(budget.spent_cost),
-        "budget_reserved": str(budget.reserved_cost),
+        "other_endings": rows.exclude(status="completed").exclude(termination_reason="budget_exhausted").count(),
+        "left_running": unsettled(rows).count(),
+        "budget_spent": str(budget.spent_cost.normalize()),
+        "budget_reserved": str(budget.reserved_cost.normalize()),
     }
 
 
-def inflight(rounds: int) -> dict[str, Any]:
+def inflight(rounds: int, journal: Path) -> dict[str, Any]:
+    """``journal``: the workers' call journal, which says the pid that made each run's model call."""
     from django.contrib.auth.models import Group, User
-    from django.db import connections
 
+    import nrllm_agents
     from nrllm_agents.models import AgentRun, AgentRunEvent, Budget, BudgetHold
-    from nrllm_agents.runtime.agent_runtime import AgentRuntime
+    from tests.e2e.processes import wait_for
 
-    runtime = AgentRuntime()
     team = Group.objects.create(name="bench-inflight")
     a, b = User.objects.create_user("bench-a"), User.objects.create_user("bench-b")
     team.user_set.add(a, b)
-    samples = []
+    samples, endings, apart = [], set(), 0
     for _ in range(rounds):
         Budget.objects.all().delete()
         Budget.objects.create(scope="group", group=team, window="day", max_cost=Decimal("1.00"))
-        box: dict[str, Any] = {}
-
-        def streaming() -> None:
-            try:
-                turn = {"delay": 20, "content": "streams " * 40, "usage": {"prompt_tokens": 0, "completion_tokens": 10}}
-                box["b"] = runtime.run({"prompt": "p", "script": [turn]}, owner=b)
-            finally:
-                connections.close_all()
-
-        thread = threading.Thread(target=streaming)
-        thread.start()
-        while not BudgetHold.objects.exists():
-            time.sleep(0.005)
-        time.sleep(0.2)
-        runtime.run(
-            {"prompt": "p", "script": [{"content": "x", "usage": {"prompt_tokens": 0, "completion_tokens": 1000}}]},
-            owner=a,
-        )
-        thread.join(60)
-        run = AgentRun.objects.get(pk=box["b"].run_id)
+        turn = {"delay": 20, "content": "streams " * 40, "usage": {"prompt_tokens": 0, "completion_tokens": 10}}
+        second = nrllm_agents.enqueue("p", owner=b, script=[turn])
+        wait_for(lambda: BudgetHold.objects.filter(run_id=second).exists(), timeout=60, what="the streaming call")
+        time.sleep(0.2)  # well into the stream
+        costly = {"content": "x", "usage": {"prompt_tokens": 0, "completion_tokens": 1000}}
+        first = nrllm_agents.enqueue("p", owner=a, script=[costly])
+        both = AgentRun.objects.filter(pk__in=[first, second])
+        wait_for(lambda: not unsettled(both).exists(), timeout=60, what="both runs")
+        run = AgentRun.objects.get(pk=second)
+        pids = {e["run_id"]: e["pid"] for e in map(json.loads, journal.read_text().splitlines()) if "run_id" in e}
+        apart += pids[str(first)] != pids[str(second)]
+        endings.add(f"{run.status}/{run.termination_reason}")
         step = AgentRunEvent.objects.get(run_id=run.pk, kind="llm")
         samples.append((step.created_at - run.cancel_requested_at).total_seconds())
-    return {"rounds": rounds, "cancel_to_interrupted_step_ms": summary(samples)}
+    return {
+        "rounds": rounds,
+        "rounds_across_processes": apart,
+        "second_run_endings": sorted(endings),
+        "cancel_to_interrupted_step_ms": summary(samples),
+    }
 
 
 def main() -> None:
@@ -159,22 +240,56 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=6)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--concurrency", type=int, default=24)
+    parser.add_argument("--enqueuers", type=int, default=16, help="threads enqueueing the runs")
+    parser.add_argument("--call-delay", type=float, default=0.3, help="seconds each scripted model call takes")
+    parser.add_argument("--workers", type=int, default=2, help="agent_worker processes")
+    parser.add_argument("--concurrency", type=int, default=0, help="slots per worker (0: runs / workers)")
+    parser.add_argument("--pool-max", type=int, default=20, help="NRLLM_DB_POOL_MAX of each worker process")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--database", default="nrllm_bench_budgets")
+    parser.add_argument("--redis-url", default=os.environ.get("NRLLM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/12"))
     args = parser.parse_args()
+
+    import redis
+
     production_settings()
-    os.environ["NRLLM_BUDGET_MAX_TOKENS"] = "50"  # a call's worst case: 50 tokens, 0.05 at the price below
-    os.environ.setdefault("NRLLM_EXECUTOR", "local")
-    with throwaway_database(args.database):
+    os.environ["REDIS_URL"] = args.redis_url  # this process enqueues there (executor "auto": RQ)
+    os.environ["NRLLM_BUDGET_MAX_TOKENS"] = str(MAX_TOKENS)
+    os.environ["NRLLM_DB_POOL_MAX"] = "0"  # this process's own connections: one per thread, no pool
+    redis.Redis.from_url(args.redis_url).flushdb()
+    with (
+        tempfile.TemporaryDirectory(prefix="nrllm-budgets-bench-") as workdir,
+        throwaway_database(args.database) as url,
+    ):
         from nrllm_agents.money import pricing
+        from tests.e2e.processes import Workers
 
         pricing.set_price(
             model="scripted-demo", provider="scripted", input_per_million=Decimal(0), output_per_million=Decimal(1000)
         )
-        print(json.dumps({"step": step_cost(args.blocks, args.steps)}))
-        print(json.dumps({"overshoot": overshoot(args.runs, args.concurrency)}))
-        print(json.dumps({"inflight": inflight(args.rounds)}))
+        print(json.dumps({"step": step_cost(args.blocks, args.steps)}), flush=True)
+        journal = Path(workdir) / "journal.jsonl"
+        env = dict(os.environ)
+        env.update(
+            {
+                "DATABASE_URL": url,
+                "NRLLM_CALL_JOURNAL": str(journal),
+                "PYTHONPATH": str(ROOT),
+                "NRLLM_LEASE_SECONDS": "60",  # a loaded machine must not make the workers reap each other
+                "NRLLM_DB_POOL_MAX": str(args.pool_max),
+            }
+        )
+        concurrency = args.concurrency or -(-args.runs // args.workers)
+        slots = ("--concurrency", str(concurrency))
+        workers = Workers(env, count=args.workers, log_dir=workdir, command="agent_worker", extra_args=slots)
+        try:
+            result = overshoot(args.runs, args.enqueuers, args.call_delay, workers.start)
+            print(
+                json.dumps({"overshoot": {"workers": args.workers, "concurrency": concurrency, **result}}), flush=True
+            )
+            print(json.dumps({"inflight": inflight(args.rounds, journal)}), flush=True)
+        finally:
+            workers.stop()
 
 
 if __name__ == "__main__":
