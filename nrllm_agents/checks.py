@@ -489,7 +489,8 @@ def check_host(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
         found.append(
             Error(
                 "runs go to RQ workers (REDIS_URL is set) but RQ_QUEUES is not set",
-                hint=f'Set RQ_QUEUES = {{"{app_settings.QUEUE_NAME}": {{"URL": REDIS_URL}}}} (docs/operations.md).',
+                hint=f'Set RQ_QUEUES = {{"{app_settings.QUEUE_NAME}": {{"URL": REDIS_URL}}}} '
+                "(docs/operations/workers.md).",
                 id="nrllm_agents.E022",
             )
         )
