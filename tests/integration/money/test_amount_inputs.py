@@ -64,6 +64,8 @@ def test_the_parser_takes_plain_decimals_only():
     assert parsing.parse("1.", bounds) == 1
     assert parsing.parse(3, bounds) == 3 and parsing.parse(0.25, bounds) == Decimal("0.25")
     assert parsing.parse("1000000", bounds) == 1000000
+    # zeros past the places fit the column: the admin's model validation once refused them
+    assert parsing.parse("1.50000000", bounds).as_tuple().exponent == -parsing.PRICE_PLACES
     for bad in [*LOOSE, "1000000.1", "0.0000001", True, None, [], {"amount": "1"}, float("nan"), 1e-7, -1]:
         with pytest.raises(parsing.InvalidAmount) as refused:
             parsing.parse(bad, bounds)
@@ -142,7 +144,7 @@ def test_the_admin_refuses_a_loose_amount(django_user_model, model, loose):
     answer = client.post(f"/admin/nrllm_agents/{model}/add/", form(loose))
     assert answer.status_code == 200 and "plain decimal" in answer.content.decode()
     assert not table.objects.exists()
-    assert client.post(f"/admin/nrllm_agents/{model}/add/", form("2.5")).status_code == 302
+    assert client.post(f"/admin/nrllm_agents/{model}/add/", form("2.50000000000000")).status_code == 302
     assert getattr(table.objects.get(), column) == Decimal("2.5")
 
 
