@@ -489,7 +489,8 @@ def check_host(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
         found.append(
             Error(
                 "runs go to RQ workers (REDIS_URL is set) but RQ_QUEUES is not set",
-                hint=f'Set RQ_QUEUES = {{"{app_settings.QUEUE_NAME}": {{"URL": REDIS_URL}}}} (docs/operations.md).',
+                hint=f'Set RQ_QUEUES = {{"{app_settings.QUEUE_NAME}": {{"URL": REDIS_URL}}}} '
+                "(docs/operations/workers.md).",
                 id="nrllm_agents.E022",
             )
         )
@@ -522,13 +523,17 @@ def check_tool_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
             found.append(clash(name, f"@tool in {where.module}", f"NRLLM_AGENTS['TOOLS'] ({app_settings.TOOLS[name]})"))
     if typed and mcp_catalog.configured():
         try:
-            mcp_names = (
-                set(mcp_catalog.refresh(force=True).tools) if sys.argv[1:2] == ["check"] else mcp_catalog.listed()
+            mcp_servers = (
+                mcp_catalog.refresh(force=True).servers_by_tool()
+                if sys.argv[1:2] == ["check"]
+                else mcp_catalog.listed_servers()
             )
         except Exception:  # an unreadable MCP configuration is check_mcp_servers' to name
-            mcp_names = set()
-        for name in sorted(mcp_names & set(typed)):
-            found.append(clash(name, f"@tool in {typed[name].module}", "an MCP server's tool"))
+            mcp_servers = {}
+        for name in sorted(mcp_servers.keys() & typed.keys()):
+            found.append(
+                clash(name, f"@tool in {typed[name].module}", f"a tool of the MCP server {mcp_servers[name]!r}")
+            )
     return found
 
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.http import HttpRequest
 
 from ..catalog import budgets
 from ..models import Budget
+from ..money.fields import AmountField
 from .bases import AnyModelAdmin
 
 
@@ -30,6 +32,16 @@ class BudgetAdmin(AnyModelAdmin):
     search_fields = ("user__username", "group__name", "agent__name")
     fields = ("scope", "user", "group", "agent", "window", "max_cost", "max_tokens", "max_runs")
     raw_id_fields = ("user",)
+
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "max_cost":  # a plain decimal, as everywhere money is typed (money.parsing)
+            return AmountField(
+                bounds=budgets.BUDGET_COST,
+                required=False,
+                label="Max cost",
+                help_text="The ceiling on cost, in NRLLM_AGENTS['CURRENCY']. Empty: no ceiling on cost.",
+            )
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
 
     @admin.display(description="spent")
     def spent(self, obj: Budget) -> str:

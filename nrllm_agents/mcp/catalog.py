@@ -60,6 +60,10 @@ class Catalog:
     broken: dict[str, str] = field(default_factory=dict)
     configured: dict[str, config.ServerConfig] = field(default_factory=dict)
 
+    def servers_by_tool(self) -> dict[str, str]:
+        """Each offered tool name with the name of the server it comes from."""
+        return {name: mcp_tool.server.name for name, mcp_tool in self.tools.items()}
+
 
 @dataclass(frozen=True)
 class _Listing:
@@ -187,8 +191,14 @@ def current(*, wait: bool | None = None) -> Catalog:
 
 def listed() -> set[str]:
     """The MCP tool names this process listed last (no I/O: for metrics labels and the like)."""
+    return set(listed_servers())
+
+
+def listed_servers() -> dict[str, str]:
+    """The MCP tool names this process listed last, each with its server's name (no I/O)."""
     with _lock:
-        return set(_snapshot.tools) if _snapshot is not None else set()
+        snapshot = _snapshot
+    return snapshot.servers_by_tool() if snapshot is not None else {}
 
 
 def tool(name: str) -> McpTool | None:

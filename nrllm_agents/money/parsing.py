@@ -54,12 +54,17 @@ def cost_limit(maximum: Any) -> Bounds:
 def parse(value: Any, bounds: Bounds) -> Decimal:
     """``value`` (a string, an int, a float or a ``Decimal``) as a ``Decimal`` within ``bounds``.
 
+    Trailing zeros past ``bounds.places`` are dropped (``"1.50000000"`` is ``1.500000`` for a
+    price), so the amount fits its column's decimal places as the text fitted the bounds.
     Raises ``InvalidAmount`` for anything that is not a plain decimal (signs, exponents,
     underscores, spaces, non-ASCII digits, ``NaN``, booleans, other types) or lies outside.
     """
     amount = _decimal(value)
     if amount is None or not _within(amount, bounds):
         raise InvalidAmount(bounds.words())
+    places = amount.as_tuple().exponent
+    if isinstance(places, int) and -places > bounds.places:  # only zeros there: _within said so
+        return amount.quantize(Decimal(1).scaleb(-bounds.places))
     return amount
 
 

@@ -7,9 +7,13 @@ import of the settings module with a bare ValueError.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from django.test import override_settings
 
+from nrllm_agents import checks
 from nrllm_agents.checks import check_settings
 
 
@@ -112,3 +116,11 @@ def test_the_old_provider_setting_names_are_read_for_one_release_and_warned(monk
     assert ids() == ["nrllm_agents.W011"]
     monkeypatch.setenv("NRLLM_PROVIDER_STREAM", "1")
     assert app_settings.PROVIDER_STREAM is True
+
+
+def test_the_pages_the_hints_point_to_exist():
+    """E022's hint once sent readers to docs/operations.md, a page that does not exist."""
+    pages = set(re.findall(r"docs/[\w/.-]+\.md", Path(checks.__file__).read_text()))
+    root = Path(__file__).resolve().parents[2]
+    assert "docs/operations/workers.md" in pages
+    assert [page for page in sorted(pages) if not (root / page).is_file()] == []

@@ -30,7 +30,14 @@ def test_the_metadata_names_the_distribution_its_dependencies_and_extras(wheel: 
     assert message["Version"]
     assert message["License-Expression"] == "MIT"
     classifiers = message.get_all("Classifier")
-    for classifier in ("Python :: 3.11", "Python :: 3.12", "Python :: 3.13", "Django :: 5.2", "Django :: 6.0"):
+    for classifier in (
+        "Python :: 3.11",
+        "Python :: 3.12",
+        "Python :: 3.13",
+        "Django :: 5.2",
+        "Django :: 6.0",
+        "Django :: 6.1",
+    ):
         assert any(c.endswith(classifier) for c in classifiers), classifier
     requires = message.get_all("Requires-Dist")
     plain = [r for r in requires if "extra ==" not in r]

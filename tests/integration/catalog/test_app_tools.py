@@ -79,6 +79,8 @@ def test_a_clash_with_an_mcp_tool_is_named(installed, monkeypatch) -> None:
 
     installed(ALPHA)
     monkeypatch.setattr(mcp_catalog, "configured", lambda: True)
-    monkeypatch.setattr(mcp_catalog, "listed", lambda: {"shout", "other__tool"})
+    monkeypatch.setattr(mcp_catalog, "listed_servers", lambda: {"shout": "loud", "other__tool": "other"})
     (error,) = [e for e in checks.check_tool_names() if "shout" in e.msg]
-    assert error.msg == f"two tools are named 'shout': @tool in {ALPHA}.agent_tools and an MCP server's tool"
+    assert error.msg == (
+        f"two tools are named 'shout': @tool in {ALPHA}.agent_tools and a tool of the MCP server 'loud'"
+    )

@@ -8,19 +8,23 @@ text through ``money.parsing``; a fuzz of each answers only 2xx or a clear 4xx (
 
 from __future__ import annotations
 
+import itertools
+import json
 from decimal import Decimal
 from io import StringIO
+from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from nrllm_agents import admission
-from nrllm_agents.models import AgentRun, Price
+from nrllm_agents.catalog import budgets
+from nrllm_agents.models import AgentRun, Budget, Price
 from nrllm_agents.money import parsing
 
 pytestmark = pytest.mark.django_db
@@ -60,6 +64,8 @@ def test_the_parser_takes_plain_decimals_only():
     assert parsing.parse("1.", bounds) == 1
     assert parsing.parse(3, bounds) == 3 and parsing.parse(0.25, bounds) == Decimal("0.25")
     assert parsing.parse("1000000", bounds) == 1000000
+    # zeros past the places fit the column: the admin's model validation once refused them
+    assert parsing.parse("1.50000000", bounds).as_tuple().exponent == -parsing.PRICE_PLACES
     for bad in [*LOOSE, "1000000.1", "0.0000001", True, None, [], {"amount": "1"}, float("nan"), 1e-7, -1]:
         with pytest.raises(parsing.InvalidAmount) as refused:
             parsing.parse(bad, bounds)
@@ -120,15 +126,26 @@ def admin_price_form(value: str) -> dict[str, str]:
     }
 
 
+def budget_form(max_cost: str) -> dict[str, str]:
+    # a runs ceiling too: an empty cost is then "no cost ceiling", not a budget without any
+    return {"scope": "everyone", "window": "day", "max_cost": max_cost, "max_tokens": "", "max_runs": "1"}
+
+
+# The admin's money fields: the form, the table and the column each one fills.
+ADMIN_AMOUNTS = {"price": (admin_price_form, Price, "input_per_million"), "budget": (budget_form, Budget, "max_cost")}
+
+
+@pytest.mark.parametrize("model", sorted(ADMIN_AMOUNTS))
 @pytest.mark.parametrize("loose", ["1_0", " 1 ", "\uff11", "1e1", "-1"])
-def test_the_admin_refuses_a_loose_price(django_user_model, loose):
+def test_the_admin_refuses_a_loose_amount(django_user_model, model, loose):
+    form, table, column = ADMIN_AMOUNTS[model]
     client = Client()
     client.force_login(django_user_model.objects.create_superuser("op", "op@example.com", "pw"))
-    answer = client.post("/admin/nrllm_agents/price/add/", admin_price_form(loose))
+    answer = client.post(f"/admin/nrllm_agents/{model}/add/", form(loose))
     assert answer.status_code == 200 and "plain decimal" in answer.content.decode()
-    assert not Price.objects.exists()
-    assert client.post("/admin/nrllm_agents/price/add/", admin_price_form("2.5")).status_code == 302
-    assert Price.objects.get().input_per_million == Decimal("2.5")
+    assert not table.objects.exists()
+    assert client.post(f"/admin/nrllm_agents/{model}/add/", form("2.50000000000000")).status_code == 302
+    assert getattr(table.objects.get(), column) == Decimal("2.5")
 
 
 def playground_form(max_cost: str) -> dict[str, object]:
@@ -152,37 +169,98 @@ def test_the_playground_refuses_a_loose_cost_limit(alice, loose):
     assert not AgentRun.objects.exists()
 
 
+def agent_form(name: str, max_cost: str) -> dict[str, str]:
+    inline = {"TOTAL_FORMS": "0", "INITIAL_FORMS": "0", "MIN_NUM_FORMS": "0", "MAX_NUM_FORMS": "1000"}
+    return {
+        "name": name,
+        "description": "",
+        "definition": json.dumps({"max_cost": max_cost}),
+        **{f"versions-{key}": value for key, value in inline.items()},
+    }
+
+
+def exits(argv: list[str]) -> int:
+    """A command's exit code: 0, or the ``returncode`` of its ``CommandError`` (one line)."""
+    try:
+        call_command(*argv, stdout=StringIO(), stderr=StringIO())
+    except CommandError as refused:
+        assert "\n" not in str(refused), (argv, str(refused))
+        return refused.returncode
+    return 0
+
+
+def refused_with_detail(answer: Any, status: int) -> bool:
+    """``status``, and a 400 that says why in JSON (never a 5xx, never an HTML page)."""
+    if answer.status_code != status:
+        return False
+    return status != 400 or bool(answer.json())
+
+
 def test_fuzz_every_money_input(alice, django_user_model):
-    """API, admin form, playground form and command: 2xx (or the admin's redirect) only for a
-    plain decimal, else a clear 4xx (or exit 2); never a 5xx, never another kind of error."""
+    """Every money input: a run's ``max_cost`` (the API, a thread's message, the playground,
+    ``agent_run --max-cost``), an agent's ``max_cost`` (the API, the admin), a price (the admin,
+    ``agent_prices set --input/--output``) and a budget's cost (the API, the admin,
+    ``agent_budgets set --cost``). 2xx (or the admin's redirect) only for a plain decimal within
+    bounds, else a clear 4xx with a JSON body (the admin: its form again; a command: exit 2 in
+    one line); never a 5xx, never another kind of error."""
     api = APIClient()
     api.force_authenticate(alice)
     browser = Client()
     browser.force_login(alice)
+    root = django_user_model.objects.create_superuser("op", "op@example.com", "pw")
     operator = Client()
-    operator.force_login(django_user_model.objects.create_superuser("op", "op@example.com", "pw"))
+    operator.force_login(root)
+    staff_api = APIClient()
+    staff_api.force_authenticate(root)
+    agents = itertools.count()
 
     @FUZZ
+    @example(text="1_000")
+    @example(text=" 1 ")
+    @example(text="\uff11")
+    @example(text="0.5")
+    @example(text="")
     @given(text=TEXT)
     def fuzz(text: str) -> None:
         admission.reset()
+        # a run's cost limit
         good = accepted(text, parsing.cost_limit("1000000"))
         body = {"prompt": "p", "script": [{"content": "x"}], "max_cost": text}
         answer = api.post("/api/runs/", body, format="json")
-        assert answer.status_code == (202 if good else 400), (text, answer.content)
+        assert refused_with_detail(answer, 202 if good else 400), (text, answer.content)
+        thread = api.post("/api/threads/", {}, format="json").json()["thread_id"]
+        message = api.post(f"/api/threads/{thread}/messages/", body, format="json")
+        assert refused_with_detail(message, 202 if good else 400), (text, message.content)
         form = browser.post("/playground/runs/", playground_form(text), headers={"Accept": "application/json"})
         # An empty cost limit is no limit: the playground's default.
-        assert form.status_code == (202 if good or text == "" else 400), (text, form.content)
+        assert refused_with_detail(form, 202 if good or text == "" else 400), (text, form.content)
+        run = ["agent_run", "p", "--script", '[{"content": "x"}]', f"--max-cost={text}"]
+        assert exits(run) == (0 if good else 2), text
+        # an agent's cost limit
+        name = f"fuzz-{next(agents)}"
+        agent = staff_api.post("/api/agents/", {"name": name, "definition": {"max_cost": text}}, format="json")
+        assert refused_with_detail(agent, 201 if good else 400), (text, agent.content)
+        added = operator.post("/admin/nrllm_agents/agent/add/", agent_form(f"{name}-admin", text))
+        assert added.status_code == (302 if good else 200), (text, added.status_code)
+        # a price
         price_ok = accepted(text, parsing.PRICE)
         added = operator.post("/admin/nrllm_agents/price/add/", {**admin_price_form(text), "model": "fuzz"})
         assert added.status_code == (302 if price_ok else 200), (text, added.status_code)
         Price.objects.filter(model="fuzz").delete()
-        try:
-            call_command(
-                "agent_prices", "set", "--provider=p", "--model=m", f"--input={text}", "--output=1", stdout=StringIO()
-            )
-            assert price_ok, text
-        except CommandError as refused:
-            assert not price_ok and refused.returncode == 2 and "\n" not in str(refused), text
+        for flags in ([f"--input={text}", "--output=1"], ["--input=1", f"--output={text}"]):
+            assert exits(["agent_prices", "set", "--provider=p", "--model=m", *flags]) == (0 if price_ok else 2), text
+        # a budget's cost ceiling (with a runs ceiling beside it, an empty one is no cost ceiling)
+        budget_ok = text == "" or accepted(text, budgets.BUDGET_COST)
+        ceiling = {"scope": "everyone", "window": "day", "max_cost": text, "max_runs": 1}
+        answer = staff_api.post("/api/budgets/", ceiling, format="json")
+        assert answer.status_code in ((200, 201) if budget_ok else (400,)), (text, answer.content)
+        assert budget_ok or answer.json(), text
+        assert exits(["agent_budgets", "set", "--everyone", "--window=day", f"--cost={text}", "--runs=1"]) == (
+            0 if budget_ok else 2
+        ), text
+        Budget.objects.all().delete()
+        added = operator.post("/admin/nrllm_agents/budget/add/", budget_form(text))
+        assert added.status_code == (302 if budget_ok else 200), (text, added.status_code)
+        Budget.objects.all().delete()
 
     fuzz()
