@@ -6,21 +6,12 @@ transition, with ``cancel_source`` ``system`` and a ``termination_reason`` of
 after any cancel (no settle; the ``cancelled`` step it appends names the limit and the
 measured value, taken from ``cancel_detail``).
 
-- ``deadline_seconds``: wall time from the run's creation, counting every segment and the
-  time queued, but not the time spent waiting for approval (``deadline_at`` is pushed back
-  by each wait when it ends, see ``store.runs._deadline_after_wait``). Checked at every step
-  boundary (``enforce``) and, for runs nothing is executing (queued, or running with an
-  expired lease), by ``sweep``, which the reaper runs first.
-- ``max_total_tokens``: the run's total spend; checked at the boundary after each model
-  answer, so the call that crossed it is recorded and nothing starts after it.
-- ``max_cost``: the run's total cost in money (``pricing``), checked like the token budget;
-  it ends the run with ``cost_exceeded``. Calls with no price in force cost nothing here.
-
-In a tree of runs (``runtime.trees``) each limit bounds the run's whole subtree: a child is
-created with what remains of its ancestors' (``store.tree_spend``), and after each model answer
-of a limited run in a tree, the run writes its spend and one read of the tree finds the
-highest ancestor whose subtree passed its limit; that ancestor is stopped (with the same
-reason), and its cancel covers the subtree. A run of no tree costs no query more.
+- ``deadline_seconds``: wall time since creation, waits for approval excluded; checked at every
+  step boundary (``enforce``) and, for runs nothing executes, by ``sweep`` (the reaper's).
+- ``max_total_tokens`` and ``max_cost``: checked after each model answer, so the call that
+  crossed it is recorded and nothing starts after it.
+- In a tree of runs each limit bounds the run's subtree (``store.tree_spend``); a run of no
+  tree costs no query more. The manual: docs/howto/limits.md and docs/howto/sub-agents.md.
 """
 
 from __future__ import annotations
