@@ -135,7 +135,8 @@ class AgentRunAdmin(TreeFields, RunCancelAdmin):
             "Limits",
             {"classes": ("collapse",), "fields": ("deadline_seconds", "max_total_tokens", "max_cost", "deadline_at")},
         ),
-        ("Tree", {"fields": TreeFields.TREE_FIELDS}),
+        # its class: admin_live.js swaps it with the live section (children move on their own)
+        ("Tree", {"classes": ("run-tree-live",), "fields": TreeFields.TREE_FIELDS}),
         ("Forks", {"classes": ("collapse",), "fields": ("parent_link", "forked_from_sequence", "children_links")}),
         ("Agent", {"classes": ("collapse",), "fields": ("agent_version", "agent_snapshot")}),
         (

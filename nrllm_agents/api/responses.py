@@ -21,7 +21,9 @@ from ..runtime.agent_runtime import CancelOutcome, Outcome
 def run_representation(run: AgentRun, *, expand_request: bool = True, tree: bool = False) -> dict[str, Any]:
     """A run as the API shows it: the shared status payload, its owner, its request and its forks.
 
-    ``children`` lists the forks prefetched as ``visible_children`` (those the caller may see).
+    ``children`` lists the forks prefetched as ``visible_children`` (those the caller may see);
+    the sub-agent runs are ``tree.children`` (the key predates trees: renaming it would change
+    what it means for every client of forks).
 
     Without ``expand_request`` (lists, unless ``?expand=request``) the request leaves out its
     bulky parts, the script and the system prompt. With ``tree`` (a run's own page): its
@@ -138,6 +140,45 @@ class RunThreadSerializer(serializers.Serializer[Any]):
     rolled_back = serializers.BooleanField(help_text="A later message rolled this run's turn out of the transcript.")
 
 
+class TreeChildSerializer(serializers.Serializer[Any]):
+    run_id = serializers.UUIDField(help_text="A sub-agent run this run started.")
+    agent = serializers.CharField(allow_null=True, help_text="The saved agent it runs.")
+    status = serializers.ChoiceField(RunStatus.choices)
+    call_id = serializers.CharField(help_text="The parent's sub-agent call it answers.")
+    tokens = serializers.IntegerField(help_text="Its own tokens (not its subtree's).")
+    cost = serializers.CharField(allow_null=True, help_text="Its own cost, a decimal string; null: not priced.")
+
+
+class TreeSpendSerializer(serializers.Serializer[Any]):
+    prompt_tokens = serializers.IntegerField()
+    completion_tokens = serializers.IntegerField()
+    total_tokens = serializers.IntegerField()
+    cost = serializers.CharField(allow_null=True, help_text="A decimal string; null: no run of it was priced.")
+    cost_estimated = serializers.BooleanField(help_text="Part of it was priced from estimated tokens.")
+
+
+class TreeApprovalSerializer(serializers.Serializer[Any]):
+    run_id = serializers.UUIDField()
+    depth = serializers.IntegerField()
+    agent = serializers.CharField(allow_null=True)
+    tools = serializers.ListField(child=serializers.CharField(), help_text="The tools whose calls wait.")
+    call_ids = serializers.ListField(child=serializers.CharField())
+    detail = serializers.CharField(help_text="In words: `waits for the approval of write_note in run …`.")
+
+
+class TreeSerializer(serializers.Serializer[Any]):
+    children = TreeChildSerializer(
+        many=True, help_text="Its sub-agent runs (the runs its calls started), oldest first; not its forks."
+    )
+    runs = serializers.IntegerField(help_text="Runs of its subtree, itself included.")
+    awaiting_approval = TreeApprovalSerializer(
+        many=True,
+        help_text="The runs below it waiting for approval; approving this run decides theirs "
+        "(`run_id` in the body picks one when several wait).",
+    )
+    spend = TreeSpendSerializer(help_text="What its whole subtree spent, itself included (on a root: the tree's).")
+
+
 class RunSerializer(serializers.Serializer[Any]):
     """A run: status, reason, request, timestamps, usage, pending approval and cancel record."""
 
@@ -159,16 +200,19 @@ class RunSerializer(serializers.Serializer[Any]):
     limits = LimitsSerializer()
     parent = ParentSerializer(allow_null=True, help_text="Set on a fork.")
     thread = RunThreadSerializer(allow_null=True, help_text="Set on a run of a thread.")
-    children = serializers.ListField(child=serializers.UUIDField(), help_text="Forks of this run the caller may see.")
+    children = serializers.ListField(
+        child=serializers.UUIDField(),
+        help_text="Forks of this run the caller may see (its sub-agent runs are in `tree.children`).",
+    )
     parent_id = serializers.UUIDField(allow_null=True, help_text="The run whose sub-agent call started this one.")
     root_id = serializers.UUIDField(
         help_text="The root of its tree of runs (itself when no sub-agent call started it)."
     )
     depth = serializers.IntegerField(help_text="Its depth in its tree (the root: 0).")
-    tree = serializers.DictField(
+    tree = TreeSerializer(
         required=False,
-        help_text="A run's own page: its sub-agents' runs, the runs below it waiting for approval "
-        "(`awaiting_approval`: run, tools; approving this run decides theirs) and the spend of its whole subtree.",
+        help_text="A run's own page (`GET /api/runs/{id}/`) only: its sub-agent runs (`tree.children`), "
+        "the runs below it waiting for approval (`tree.awaiting_approval`) and the spend of its whole subtree.",
     )
     owner = serializers.CharField(allow_null=True)
     request = RunRequestEchoSerializer()

@@ -133,7 +133,9 @@ class RunDetailView(RunAPIView):
         summary="Show a run",
         parameters=[RUN_ID],
         description="Status, termination reason, request, timestamps, usage, the calls awaiting approval "
-        "if any, and the cancel record.",
+        "if any, and the cancel record. Its forks: `parent` and `children`. Its tree of runs: `parent_id` (the "
+        "run whose sub-agent call started it), `root_id`, `depth`, and `tree`: its sub-agent runs "
+        "(`tree.children`, each with its status and spend) and its subtree's spend (`tree.spend`).",
         responses={200: r.RunSerializer, **AUTH_ERRORS, **NOT_FOUND},
     )
     def get(self, request: Request, id: str) -> Response:

@@ -338,11 +338,19 @@ def _bulk_done(result: Any, before: dict[str, list[tuple[str, int]]], source: st
                 metrics.RUNS_CANCELLED.labels(metrics.bounded(source), previous, provider).inc(take)
                 metrics.RUNS_FINISHED.labels(RunStatus.CANCELLED, "cancelled", provider).inc(take)
             left -= take
+    if result.cascaded:  # the selected runs' sub-agent runs, cancelled with them
+        metrics.CASCADED_CANCELS.inc(result.cascaded)
     logging.getLogger("nrllm_agents.runs").info(
-        "bulk cancel from %s: %s",
+        "bulk cancel from %s: %s (and %d runs below them)",
         source,
         result.cancelled,
-        extra={"event": "bulk_cancel", "source": source, "cancelled": result.cancelled_total},
+        result.cascaded,
+        extra={
+            "event": "bulk_cancel",
+            "source": source,
+            "cancelled": result.cancelled_total,
+            "cascaded": result.cascaded,
+        },
     )
 
 

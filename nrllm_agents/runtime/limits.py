@@ -35,6 +35,7 @@ from ..domain import Step, StepKind, Usage
 from ..domain.steps import decimal_text
 from ..live.interrupts import watcher
 from ..models import AgentRun, CancelSource, RunStatus, TerminationReason
+from ..observability import hooks as observe
 from ..store import tree_spend
 from ..store.trees import cancel_tree
 
@@ -175,6 +176,8 @@ def stop(
     for below in tree.cascaded.get(RunStatus.RUNNING, []):
         if below != besides:
             transaction.on_commit(functools.partial(watcher.cancelled_here, below))
+    if tree.cascaded:
+        observe.tree_cancelled(run_id, tree.cascaded_total)
     return tree.transition
 
 

@@ -27,6 +27,7 @@ from ..conf import app_settings
 from ..domain import Price, Usage
 from ..domain.providers.wire import estimate_usage
 from ..models import AgentRun, Budget, CancelSource, TerminationReason
+from ..observability import hooks as observe
 from ..store import budgets
 from ..store.budgets import Refusal
 from ..store.trees import cancel_tree
@@ -93,13 +94,16 @@ class Spend:
 
 def stop(run_id: uuid.UUID, refusal: Refusal) -> store.Transition:
     """Cancel a run for a budget: the guarded cancel, by the system, ``budget_exhausted``."""
-    return cancel_tree(  # and the runs below it (its sub-agents'), which inherit the cancel
+    tree = cancel_tree(  # and the runs below it (its sub-agents'), which inherit the cancel
         run_id,
         source=CancelSource.SYSTEM,
         reason=words(refusal),
         termination_reason=TerminationReason.BUDGET_EXHAUSTED,
         detail=refusal.detail(),
-    ).transition
+    )
+    if tree.cascaded:
+        observe.tree_cancelled(run_id, tree.cascaded_total)
+    return tree.transition
 
 
 def stop_drawing(exhausted: Sequence[int], *, besides: uuid.UUID | None = None) -> list[uuid.UUID]:

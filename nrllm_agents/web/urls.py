@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
-from . import threads, views
+from . import threads, tree, views
 
 app_name = "nrllm_web"
 
@@ -19,6 +19,7 @@ urlpatterns = [
     path("playground/runs/", views.start_run, name="start"),
     path("playground/runs/<uuid:run_id>/", views.run_page, name="run"),
     path("playground/runs/<uuid:run_id>/picture/", views.run_picture, name="run-picture"),
+    path("playground/runs/<uuid:run_id>/tree/", tree.run_tree, name="run-tree"),
     path("playground/runs/<uuid:run_id>/cancel/", views.cancel_run, name="cancel"),
     path("playground/runs/<uuid:run_id>/approve/", views.approve_run, name="approve"),
     path("playground/runs/<uuid:run_id>/fork/", views.fork_run, name="fork"),

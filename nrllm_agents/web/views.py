@@ -34,7 +34,7 @@ from ..runtime.agent_runtime import AgentRuntime, ApprovalNotPending, CancelOutc
 from ..runtime.forks import ParentStillActive, provider_of
 from ..store import reason_problem
 from ..validation.run_request import InvalidRequest
-from . import interactive
+from . import interactive, tree
 from .access import get_visible_run, login_required, visible_run, wants_json
 from .display import absolute, duration, elapsed, final_answer_sequence, for_page, spend_text
 from .forms import ForkForm, RunForm
@@ -117,7 +117,8 @@ def _page(
                 "can_cancel": run.status in ACTIVE,
                 "can_fork": run.status in TERMINAL,
                 "fork_url": reverse("nrllm_web:fork", args=[run.pk]),
-                "children": policy.visible_runs(request.user).filter(parent=run).order_by("created_at"),
+                "children": policy.visible_runs(request.user).filter(parent=run).order_by("created_at"),  # forks
+                "tree": tree.context(run),  # sub-agent runs
                 "waiting": run.status == RunStatus.WAITING_FOR_APPROVAL,
                 "may_cancel": policy.may(request.user, policy.Action.CANCEL, run),
                 "may_approve": policy.may(request.user, policy.Action.APPROVE, run),

@@ -1,16 +1,17 @@
 /* A run's admin page, live: while the run goes on, it follows the run's stream (the same
  * GET /api/runs/<id>/stream/ the playground reads) and, at most once a second, re-reads this
- * page and swaps in what the run changes: its summary, running card, picture and timeline,
- * and the title, breadcrumbs and actions above them (a settled run loses "Cancel run…").
- * The form below is left alone. A tool's "progress" events show on the running card
+ * page and swaps in what the run changes: its summary, running card, picture and timeline, the
+ * "Tree" fieldset (its sub-agent runs), and the title, breadcrumbs and actions above them (a
+ * settled run loses "Cancel run…"). The rest of the form is left alone. A tool's "progress" events show on the running card
  * (console.js, shared with the playground); its elapsed time ticks every second. */
 (function () {
   "use strict";
   const live = document.getElementById("run-live");
   if (!live || live.dataset.live !== "true" || !window.EventSource) return;
   let due = false, busy = false, done = false, lastProgress = null;
-  // What a refresh swaps: the live section and the page's head (title, breadcrumbs, actions).
-  const PARTS = ["#run-live", "#content .titles", ".breadcrumbs", "ul.object-tools"];
+  // What a refresh swaps: the live section, the tree (its children's status and spend move on
+  // their own executors) and the page's head (title, breadcrumbs, actions).
+  const PARTS = ["#run-live", "fieldset.run-tree-live", "#content .titles", ".breadcrumbs", "ul.object-tools"];
 
   function swap(page) {
     PARTS.forEach((selector) => {

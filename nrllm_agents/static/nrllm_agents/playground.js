@@ -4,8 +4,9 @@
  * model writes, "delta" events grow its answer in a pending llm card (with a Stop button);
  * the recorded llm step replaces that card. Between steps, the work in flight (a model call or
  * a tool) shows as a pending card with its elapsed time and a Stop button; the picture
- * (timeline and spend) is re-fetched while the run runs. Times read relative ("12 s ago") with
- * the local time to the millisecond on hover; steps can be filtered by kind and collapsed.
+ * (timeline and spend) is re-fetched while the run runs, and its tree (its sub-agent runs) while
+ * any run of it is active. Times read relative ("12 s ago") with the local time to the
+ * millisecond on hover; steps can be filtered by kind and collapsed.
  * Each step arrives with its "details", described by the server. */
 (function () {
   "use strict";
@@ -176,25 +177,37 @@
     if (pending) pending.elapsed.textContent = duration(Date.now() - pending.since);
   }
 
-  // --- the picture: re-fetched while the run runs (its bar in flight grows) ---------------
-  let fetching = false, stale = false;
-  async function refreshPicture() {
-    if (fetching) { stale = true; return; }
-    fetching = true;
-    try {
-      const response = await fetch(panel.dataset.pictureUrl, {credentials: "same-origin"});
-      if (response.ok) {
-        const holder = document.createElement("div");
-        holder.innerHTML = await response.text();
-        const fresh = holder.querySelector("#run-picture");
-        const old = document.getElementById("run-picture");
-        if (fresh && old) { old.replaceWith(fresh); bindTips(fresh); }
-        if (fresh && fresh.dataset.costText && !TERMINAL.includes(status.status)) text("st-cost", fresh.dataset.costText);
-      }
-    } catch (e) { /* the next step or tick tries again */ }
-    fetching = false;
-    if (stale) { stale = false; refreshPicture(); }
+  // --- fragments the server renders, re-fetched: the picture while the run runs (its bar in
+  // flight grows), the tree while the run or a run below it is active -------------------------
+  function refresher(url, id, after) {
+    let fetching = false, stale = false;
+    async function refresh() {
+      if (fetching) { stale = true; return; }
+      fetching = true;
+      try {
+        const response = await fetch(url, {credentials: "same-origin"});
+        if (response.ok) {
+          const holder = document.createElement("div");
+          holder.innerHTML = await response.text();
+          const fresh = holder.querySelector(`#${id}`);
+          const old = document.getElementById(id);
+          if (fresh && old) { old.replaceWith(fresh); if (after) after(fresh); }
+        }
+      } catch (e) { /* the next step or tick tries again */ }
+      fetching = false;
+      if (stale) { stale = false; refresh(); }
+    }
+    return refresh;
   }
+  const refreshPicture = refresher(panel.dataset.pictureUrl, "run-picture", (fresh) => {
+    bindTips(fresh);
+    if (fresh.dataset.costText && !TERMINAL.includes(status.status)) text("st-cost", fresh.dataset.costText);
+  });
+  const refreshTree = refresher(document.getElementById("run-tree").dataset.treeUrl, "run-tree");
+  const treeActive = () => {
+    const section = document.getElementById("run-tree");
+    return !section.hidden && section.dataset.active === "true";
+  };
 
   // --- tooltips that also show on focus (the picture's bars are links to their steps) ------
   const tip = el("div", {class: "tip", id: "tip", role: "tooltip", hidden: ""});
@@ -413,6 +426,7 @@
       approval.hidden = false;
     }
     refreshPicture();
+    refreshTree();
   }
 
   // --- long runs: filter by kind, collapse, jump from a bar to its step --------------------
@@ -514,5 +528,7 @@
 
   window.setInterval(tick, 250);
   window.setInterval(() => { if (status.status === "running") refreshPicture(); }, 1000);
+  // children run on other executors: their moves are not in this run's stream
+  window.setInterval(() => { if (treeActive()) refreshTree(); }, 1000);
   if (panel.dataset.live === "true") follow();
 })();

@@ -3,6 +3,8 @@ and spend, and the spend of the whole tree on the root (PostgreSQL and SQLite)."
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from nrllm_agents.models import AgentRun
@@ -27,6 +29,8 @@ def test_the_run_page_links_the_tree_and_shows_its_spend(op_client, runtime, no_
     for child in children:
         assert change_url(child.pk) in page
     assert "3 runs, 60 tokens" in page
+    # the fieldset admin_live.js swaps with the live section: its children move on their own
+    assert re.search(r'<fieldset class="module aligned run-tree-live"[^>]*>\s*<h2[^>]*>Tree</h2>', page)
     page = op_client.get(change_url(children[0].pk)).content.decode()
     assert page.count(change_url(root_id)) >= 2  # called by, and root of the tree
     assert "1 runs, 15 tokens" in page  # a leaf: its own spend

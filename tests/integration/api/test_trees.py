@@ -31,6 +31,11 @@ def test_a_run_shows_its_tree_and_the_tree_s_spend_and_root_lists_it(runtime, ap
     assert [c["status"] for c in tree["children"]] == ["completed", "completed"]
     assert [c["agent"] for c in tree["children"]] == ["helper", "helper"]
     assert tree["runs"] == 3
+    # `children` keeps meaning forks, as before trees: the sub-agent runs are `tree.children` only
+    assert body["children"] == [] and body["parent"] is None
+    assert {c["call_id"] for c in tree["children"]} == set(
+        AgentRun.objects.filter(tree_parent_id=root_id).values_list("tree_call_id", flat=True)
+    )
     assert tree["spend"]["total_tokens"] == 4 * 15  # the root's two calls and one per child
     child_id = tree["children"][0]["run_id"]
     child = api.get(f"/api/runs/{child_id}/").json()  # owned by the parent's owner: alice sees it
@@ -41,3 +46,12 @@ def test_a_run_shows_its_tree_and_the_tree_s_spend_and_root_lists_it(runtime, ap
     assert client_for(bob).get(f"/api/runs/{child_id}/").status_code == 404  # not bob's tree
     bad = api.get("/api/runs/", {"root": "not-a-uuid"})
     assert bad.status_code == 400 and "root" in str(bad.json())
+
+
+def test_the_schema_documents_the_sub_agent_runs_apart_from_the_forks(api):
+    schema = api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    run = schema["components"]["schemas"]["Run"]["properties"]
+    assert "tree.children" in run["children"]["description"]  # forks, saying where sub-agents are
+    tree = schema["components"]["schemas"][run["tree"]["allOf"][0]["$ref"].rsplit("/", 1)[1]]
+    child = schema["components"]["schemas"][tree["properties"]["children"]["items"]["$ref"].rsplit("/", 1)[1]]
+    assert set(child["properties"]) == {"run_id", "agent", "status", "call_id", "tokens", "cost"}

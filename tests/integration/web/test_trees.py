@@ -1,0 +1,52 @@
+"""The tree section of a playground run page (issue 36): a run's place in its tree and its
+sub-agent runs, the fragment the page re-fetches while any run of it is active, and who may
+read it."""
+
+from __future__ import annotations
+
+import pytest
+
+from nrllm_agents.models import AgentRun
+from tests import waits
+from tests.integration.executors.test_queue import no_redis  # noqa: F401  (fixture)
+from tests.integration.runtime.test_trees import agent, calls
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the children run on executor threads
+
+USAGE = {"prompt_tokens": 10, "completion_tokens": 5}
+
+
+def tree_url(run_id) -> str:
+    return f"/playground/runs/{run_id}/tree/"
+
+
+def test_the_section_lists_the_subtree_and_says_where_a_child_sits(client, runtime, alice, bob, no_redis):  # noqa: F811
+    agent("leaf", [{"content": "leaf", "usage": USAGE}])
+    agent("mid", [{**calls("leaf", 1), "usage": USAGE}, {"content": "mid", "usage": USAGE}], ("leaf",))
+    agent("top", [{**calls("mid", 2), "usage": USAGE}, {"content": "top", "usage": USAGE}], ("mid",))
+    root_id = runtime.enqueue({"agent": "top", "prompt": "go"}, owner=alice)
+    assert waits.wait_local_idle(60)
+    client.force_login(alice)
+    section = client.get(tree_url(root_id))
+    assert section.status_code == 200 and section["Cache-Control"] == "no-store"
+    html = section.content.decode()
+    assert 'data-active="false"' in html and "The root of its tree." in html
+    below = list(AgentRun.objects.filter(tree_root_id=root_id).order_by("created_at", "pk"))
+    assert html.count('class="tree-run ') == 4
+    assert html.count("indent-0") == 2 and html.count("indent-1") == 2  # depth first, indented
+    for run in below:
+        assert f'href="/playground/runs/{run.pk}/"' in html
+    assert "This run and the 4 below it: 120 tokens" in html
+    leaf = next(r for r in below if r.tree_depth == 2)
+    page = client.get(f"/playground/runs/{leaf.pk}/").content.decode()
+    assert 'id="tree-parent"' in page and f'href="/playground/runs/{leaf.tree_parent_id}/"' in page
+    assert f'href="/playground/runs/{root_id}/" id="tree-root"' in page and "(depth 2)" in page
+    client.force_login(bob)
+    assert client.get(tree_url(root_id)).status_code == 404  # not bob's to see
+
+
+def test_a_run_of_no_tree_keeps_the_section_hidden(client, runtime, alice):
+    result = runtime.run({"prompt": "p", "script": [{"content": "hi"}]}, owner=alice)
+    client.force_login(alice)
+    page = client.get(f"/playground/runs/{result.run_id}/").content.decode()
+    assert 'id="run-tree"' in page and 'aria-labelledby="tree-heading" hidden' in page
