@@ -106,9 +106,11 @@ class Translator:
         calls = payload.get("tool_calls") or []
         message = m.ai_message(content, msg_id, calls)
         rest = content[len(self.written.get(round_, "")) :]
+        # What the deltas did not carry (the tail, the tool calls): the chunks add up to the turn.
+        tail = m.ai_message(rest, msg_id, calls, chunk=True) if rest or calls else None
         parts: list[Part] = []
-        if "messages-tuple" in self.modes and (rest or calls):
-            parts.append(("messages", [m.ai_message(rest, msg_id, calls, chunk=True), self._meta(round_)]))
+        if "messages-tuple" in self.modes and tail is not None:
+            parts.append(("messages", [tail, self._meta(round_)]))
         if "messages" in self.modes:
             if round_ not in self.written:
                 parts.append(("messages/metadata", {msg_id: {"metadata": self._meta(round_)}}))
@@ -116,6 +118,8 @@ class Translator:
         if "updates" in self.modes:
             parts.append(("updates", {NODE: {"messages": [message]}}))
         if "events" in self.modes:
+            if tail is not None:
+                parts.append(self._event("on_chat_model_stream", {"chunk": tail}, round_))
             parts.append(self._event("on_chat_model_end", {"output": message}, round_))
         return parts
 

@@ -80,7 +80,9 @@ class ThreadListView(ProtocolView):
         if if_exists not in ("raise", "do_nothing"):
             raise InvalidRequest({"if_exists": "raise or do_nothing"})
         if thread_id is not None and if_exists == "do_nothing":
-            found = policy.visible_threads(request.user).filter(pk=threads.parse_thread_id(thread_id)).first()
+            pk = threads.parse_thread_id(thread_id)
+            # A deleted thread is not handed back: its id stays taken (409) by the kept thread.
+            found = policy.visible_threads(request.user).filter(pk=pk, hidden_from_protocol=False).first()
             if found is not None:
                 return Response(shapes.thread(found))
         thread = create(request.user, thread_id, metadata_of(data))

@@ -44,8 +44,14 @@ def alice(db, django_user_model):
 
 
 @pytest.fixture
-def site(request, alice, child_env, tmp_path) -> Iterator[Site]:
-    env = {**child_env, "NRLLM_STREAM_POLL_SECONDS": "0.05", "NRLLM_STREAM_HEARTBEAT_SECONDS": "2"}
+def server_env() -> dict[str, str]:
+    """More environment for the server and the worker: a test parametrizes it to tighten a limit."""
+    return {}
+
+
+@pytest.fixture
+def site(request, alice, child_env, server_env, tmp_path) -> Iterator[Site]:
+    env = {**child_env, "NRLLM_STREAM_POLL_SECONDS": "0.05", "NRLLM_STREAM_HEARTBEAT_SECONDS": "2", **server_env}
     if not is_postgres():
         with serve("runserver", env, tmp_path) as base:
             yield Site(f"{base}/lg", alice[1], base)
