@@ -28,7 +28,7 @@ from ..http import answers
 from ..models import ACTIVE, TERMINAL, AgentRun, CancelSource, RunStatus
 from ..observability import gantt
 from ..presentation.describe import call_text, cancel_text, who_cancelled
-from ..presentation.outcomes import Outcome, cancel_wording, queued_wording
+from ..presentation.outcomes import ApprovalAmbiguous, InvalidRunId, Outcome, cancel_wording, queued_wording
 from ..presentation.presenters import event_dict, run_status_dict, stream_finished
 from ..runtime.agent_runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, CancelResult, RunNotFound
 from ..runtime.forks import ParentStillActive, provider_of
@@ -118,7 +118,7 @@ def _page(
                 "can_fork": run.status in TERMINAL,
                 "fork_url": reverse("nrllm_web:fork", args=[run.pk]),
                 "children": policy.visible_runs(request.user).filter(parent=run).order_by("created_at"),  # forks
-                "tree": tree.context(run),  # sub-agent runs
+                "tree": tree.context(run, request.user),  # sub-agent runs, approvals waiting below
                 "waiting": run.status == RunStatus.WAITING_FOR_APPROVAL,
                 "may_cancel": policy.may(request.user, policy.Action.CANCEL, run),
                 "may_approve": policy.may(request.user, policy.Action.APPROVE, run),
@@ -288,23 +288,34 @@ def approve_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     if not isinstance(run, AgentRun):
         return run
     approved, runtime, user = decision == "approve", AgentRuntime(), request.user
+    # On a run waiting for its children: the approval waiting below it (``run_id`` names one of
+    # several), decided here as on its own page; the policy is asked for that run too.
+    try:
+        target = runtime.approval_target(run.pk, pick=request.POST.get("run_id") or None)
+    except (RunNotFound, ApprovalAmbiguous, InvalidRunId) as exc:
+        return _refused(request, run.pk, exc)
+    page = run.pk  # the answer goes back to the page the decision was made on
+    if target != run.pk:
+        run = _visible(request, target, policy.Action.APPROVE)
+        if not isinstance(run, AgentRun):
+            return run
     verb = "Approved" if approved else "Denied"
     try:
         if run.request_payload is not None:
             handed = runtime.approve(run.pk, approved, by=user, queued=True)
             if handed.outcome == Outcome.WAITING_FOR_QUEUE:
                 wording = queued_wording(handed.outcome)
-                return _answer(request, run.pk, 202, messages.WARNING, f"{verb}. {wording.sentence(run.pk)}")
-            return _answer(request, run.pk, 202, messages.SUCCESS, f"{verb}; a worker resumes the run.")
+                return _answer(request, page, 202, messages.WARNING, f"{verb}. {wording.sentence(run.pk)}")
+            return _answer(request, page, 202, messages.SUCCESS, f"{verb}; a worker resumes the run.")
         interactive.launch(
             lambda on_step: runtime.approve(run.pk, approved, by=user, on_step=on_step), user_key=user.pk
         )
     except (ApprovalNotPending, RunNotFound, EnqueueError) as exc:
-        return _refused(request, run.pk, exc)
+        return _refused(request, page, exc)
     except (interactive.LaunchTimeout, interactive.AtCapacity) as exc:
         answer = _capacity(exc)
-        return _answer(request, run.pk, answer.status, messages.ERROR, answer.message)
-    return _answer(request, run.pk, 202, messages.SUCCESS, f"{verb}; the run resumes.")
+        return _answer(request, page, answer.status, messages.ERROR, answer.message)
+    return _answer(request, page, 202, messages.SUCCESS, f"{verb}; the run resumes.")
 
 
 @require_POST

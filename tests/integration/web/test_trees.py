@@ -50,3 +50,30 @@ def test_a_run_of_no_tree_keeps_the_section_hidden(client, runtime, alice):
     client.force_login(alice)
     page = client.get(f"/playground/runs/{result.run_id}/").content.decode()
     assert 'id="run-tree"' in page and 'aria-labelledby="tree-heading" hidden' in page
+
+
+def test_an_approval_waiting_below_is_decided_from_the_root_s_page(client, runtime, alice, bob, no_redis):  # noqa: F811
+    from nrllm_agents.models import RunStatus
+    from tests.integration.api.test_tree_approvals import gated_tree
+
+    root_id, [first, second] = gated_tree(runtime, alice, children=2)
+    client.force_login(bob)  # sees nothing of alice's tree, decides nothing in it
+    assert client.post(f"/playground/runs/{root_id}/approve/", {"decision": "approve"}).status_code == 404
+    client.force_login(alice)
+    html = client.get(tree_url(root_id)).content.decode()
+    for child in (first, second):  # each waiting run, named, with its own form on the root's page
+        assert f'name="run_id" value="{child}"' in html
+    assert html.count("Waits for the approval of <code>write_note</code>") == 2
+    # two wait: the root alone does not say which; nothing changes
+    refused = client.post(f"/playground/runs/{root_id}/approve/", {"decision": "approve"}, follow=True)
+    assert "wait for approval" in refused.content.decode()
+    assert AgentRun.objects.filter(pk__in=[first, second], status=RunStatus.WAITING_FOR_APPROVAL).count() == 2
+    decided = client.post(f"/playground/runs/{root_id}/approve/", {"decision": "deny", "run_id": str(first)})
+    assert decided.status_code == 302 and decided["Location"] == f"/playground/runs/{root_id}/"  # back to the root
+    outside = client.post(f"/playground/runs/{root_id}/approve/", {"decision": "approve", "run_id": str(root_id)[::-1]})
+    assert outside.status_code == 404  # not a run of this tree
+    client.post(f"/playground/runs/{root_id}/approve/", {"decision": "approve", "run_id": str(second)})
+    assert waits.wait_local_idle(60)
+    assert AgentRun.objects.get(pk=root_id).status == RunStatus.COMPLETED
+    denied = AgentRun.objects.get(pk=first).events.filter(kind="approval").get().payload
+    assert denied["approved"] is False
