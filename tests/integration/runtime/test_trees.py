@@ -106,6 +106,29 @@ def test_a_cancel_of_the_root_stops_every_call_in_flight_of_the_tree(runtime, no
     assert again.outcome == "already_cancelled"
 
 
+def test_a_fork_of_a_cancelled_tree_continues_from_the_root_s_stop(runtime, no_redis):  # noqa: F811
+    tree(2, [{"delay": 30, "content": "never"}])
+    root_id = runtime.enqueue({"agent": "root", "prompt": "plan"})
+    leaves = AgentRunEvent.objects.filter(run__tree_root_id=root_id, run__tree_depth=2, kind="request")
+    wait_for(lambda: leaves.count() == 4, timeout=60, what="four leaves streaming")
+    runtime.cancel(root_id, source=CancelSource.API, reason="rethink")
+    assert waits.wait_local_idle(60)
+    boundary = AgentRunEvent.objects.filter(run_id=root_id, kind="cancelled").get().payload["boundary_sequence"]
+    # the root's calls to its sub-agents are the last thing it did: the fork starts after them,
+    # each call answered (the tree was cancelled), and its model goes on from there
+    fork = runtime.fork(root_id, overrides={"script": [{"content": "carried on without them"}]})
+    assert waits.wait_local_idle(60)
+    forked = AgentRun.objects.get(pk=fork.run_id)
+    assert (forked.status, forked.final_text) == (RunStatus.COMPLETED, "carried on without them")
+    assert (forked.parent_id, forked.forked_from_sequence) == (root_id, boundary)
+    first = AgentRunEvent.objects.filter(run=forked).order_by("sequence").first()
+    assert first.kind == "forked"
+    answered = [m for m in first.payload["messages"] if m.get("role") == "tool"]
+    assert len(answered) == 2  # both calls to "mid", answered in the fork's transcript
+    assert not AgentRun.objects.filter(tree_root_id=fork.run_id).exclude(pk=fork.run_id).exists()  # no child anew
+    assert {r.status for r in runs_of(root_id)} == {RunStatus.CANCELLED}  # the parent tree is only read
+
+
 def test_a_child_cancelled_on_its_own_is_a_tool_error_and_its_parent_completes(runtime, no_redis):  # noqa: F811
     agent("slow", [{"delay": 30, "content": "never"}])
     agent("boss", [calls("slow", 1), {"content": "went on"}], ("slow",))
