@@ -4,9 +4,10 @@ Everything is computed here and drawn by ``templates/nrllm_agents/_run_picture.h
 SVG: no script, no chart library, nothing fetched, so it works offline and without JavaScript.
 Time runs left to right to scale, from the run's creation to its stop (or now). One lane per
 kind of work: the queue wait, model calls, each tool (the busiest ``MAX_TOOL_LANES`` by name,
-the rest together), approval waits; the cancel request and the stop are vertical markers
-across all lanes. Each bar has a ``<title>`` (the browser's hover tooltip) saying what it was.
-A bar is at least ``MIN_BAR`` pixels wide, so a 2 ms tool call in a 10 minute run stays visible.
+the rest together), approval waits, and a run's sub-agent runs (``MAX_CHILD_LANES``, running
+ones growing); the cancel request and the stop are vertical markers across all lanes. Each bar
+has a ``<title>`` (the browser's hover tooltip) saying what it was. A bar is at least
+``MIN_BAR`` pixels wide, so a 2 ms tool call in a 10 minute run stays visible.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from ..models import AgentRun
 from ..money import amounts
 
 WIDTH = 960
@@ -29,6 +31,8 @@ TOP = 26  # room for the marker labels
 AXIS_HEIGHT = 24
 MIN_BAR = 1.5
 MAX_TOOL_LANES = 6
+MAX_CHILD_LANES = 4
+ACTIVE_STATUSES = ("queued", "running", "waiting_for_approval", "waiting_for_children")
 SPEND_HEIGHT = 90
 MERGE_LABELS = 130  # px: markers closer than this have their labels on opposite sides
 LABEL_ANCHOR_END = 700  # px: a marker right of this has its label on its left
@@ -41,7 +45,7 @@ class Bar:
     x: float
     y: float
     width: float
-    kind: str  # css class suffix: queue, llm, tool, approval, interrupted, error, pending
+    kind: str  # css class suffix: queue, llm, tool, approval, interrupted, error, pending, child
     title: str
     sequence: int | None = None
 
@@ -175,16 +179,27 @@ def _clock(moment: datetime) -> str:
     return timezone.localtime(moment).strftime("%H:%M:%S.%f")[:-3]
 
 
+def sub_agent_runs(run: Any) -> list[Any]:
+    """The runs ``run``'s sub-agent calls started, oldest first (no query for a run that offers
+    no sub-agents)."""
+    if not (getattr(run, "options", None) or {}).get("agents"):
+        return []
+    fields = ("pk", "status", "created_at", "finished_at", "stopped_at", "agent_snapshot")
+    return list(AgentRun.objects.filter(tree_parent_id=run.pk).order_by("created_at", "pk").only(*fields))
+
+
 def build(run: Any, events: Iterable[Any], now: datetime | None = None) -> Picture:
     """The picture of ``run`` from its recorded ``events`` (in sequence order)."""
     events = list(events)
     now = now or timezone.now()
+    children = sub_agent_runs(run)
     start: datetime = run.created_at
     moments = [e.created_at for e in events] + [
         m for m in (run.started_at, run.finished_at, run.stopped_at, run.cancel_requested_at) if m
     ]
+    moments += [m for child in children for m in (child.finished_at, child.stopped_at) if m]
     end = max(moments) if moments else start
-    if run.status in ("queued", "running", "waiting_for_approval"):
+    if run.status in ACTIVE_STATUSES or any(child.status in ACTIVE_STATUSES for child in children):
         end = max(end, now)
     span = max((end - start).total_seconds(), 0.001)
     scale = PLOT_WIDTH / span
@@ -205,6 +220,10 @@ def build(run: Any, events: Iterable[Any], now: datetime | None = None) -> Pictu
     if len(tools_by_use) > len(named):
         lane_names.append("other tools")
     lane_names.append("approval")
+    child_lanes = [f"sub-agent {i + 1}" for i in range(min(len(children), MAX_CHILD_LANES))]
+    if len(children) > MAX_CHILD_LANES:
+        child_lanes.append("other sub-agents")
+    lane_names += child_lanes
     lane_y = {name: TOP + i * LANE_HEIGHT for i, name in enumerate(lane_names)}
     picture = Picture(
         width=WIDTH,
@@ -275,6 +294,15 @@ def build(run: Any, events: Iterable[Any], now: datetime | None = None) -> Pictu
                 e.sequence,
             )
         previous = e if e.kind != "cancelled" else previous
+    for i, child in enumerate(children):
+        lane = child_lanes[min(i, MAX_CHILD_LANES)]
+        agent = (child.agent_snapshot or {}).get("name") or "sub-agent"
+        active = child.status in ACTIVE_STATUSES
+        until = end if active else (child.stopped_at or child.finished_at or end)
+        took = _seconds(max(0.0, (until - child.created_at).total_seconds()))
+        kind = {"completed": "child", "cancelled": "interrupted", "failed": "error"}.get(child.status, "pending")
+        state = f"{child.status} for {took}" if active else f"{child.status} after {took}"
+        bar(lane, child.created_at, until, kind, f"sub-agent {agent}, run {str(child.pk)[:8]}: {state}")
     if current is not None:
         lane = (
             "model" if current.kind == "llm" else (f"tool {current.name}" if current.name in named else "other tools")

@@ -527,7 +527,8 @@
   }
 
   window.setInterval(tick, 250);
-  window.setInterval(() => { if (status.status === "running") refreshPicture(); }, 1000);
+  // while it runs, or waits for sub-agent runs that do (their bars grow too)
+  window.setInterval(() => { if (status.status === "running" || treeActive()) refreshPicture(); }, 1000);
   // children run on other executors: their moves are not in this run's stream
   window.setInterval(() => { if (treeActive()) refreshTree(); }, 1000);
   if (panel.dataset.live === "true") follow();

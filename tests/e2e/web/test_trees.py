@@ -27,7 +27,7 @@ ACTIVE = {s.value for s in (RunStatus.QUEUED, RunStatus.RUNNING)}
 
 
 def test_the_run_page_lists_its_sub_agent_runs_and_follows_them_until_they_complete(page, live_url, alice, screenshot):
-    agent("helper", [{"delay": 3, "content": "helped", "usage": USAGE}])
+    agent("helper", [{"delay": 5, "content": "helped", "usage": USAGE}])
     agent("lead", [{**calls("helper", 2), "usage": USAGE}, {"content": "both helped", "usage": USAGE}], ("helper",))
     sign_in(page, live_url)
     page.select_option("#id_agent", "lead")
@@ -37,7 +37,7 @@ def test_the_run_page_lists_its_sub_agent_runs_and_follows_them_until_they_compl
     children = page.locator("#run-tree .tree-run")
     expect(children).to_have_count(2)
     seen = set(children.evaluate_all("els => els.map((e) => e.dataset.status)"))
-    assert seen <= ACTIVE, seen  # listed while they work (each answer takes 3 s)
+    assert seen <= ACTIVE, seen  # listed while they work (each answer takes 5 s)
     expected = list(AgentRun.objects.filter(tree_parent_id=run_id).order_by("created_at", "pk"))
     hrefs = page.locator("#run-tree a.tree-link").evaluate_all("els => els.map((e) => e.getAttribute('href'))")
     assert hrefs == [f"/playground/runs/{c.pk}/" for c in expected]
@@ -65,14 +65,15 @@ def test_the_admin_run_page_follows_the_tree_of_a_parent_waiting_for_its_childre
     no_redis,
     screenshot,  # noqa: F811
 ):
-    agent("helper", [{"delay": 5, "content": "helped", "usage": USAGE}])
+    # 10 s answers: the admin's sign-in and first load, on a loaded machine, come well before them
+    agent("helper", [{"delay": 10, "content": "helped", "usage": USAGE}])
     agent("lead", [{**calls("helper", 2), "usage": USAGE}, {"content": "both helped", "usage": USAGE}], ("helper",))
     root_id = runtime.enqueue({"agent": "lead", "prompt": "go"})  # executed by this process's threads
     wait_for(lambda: AgentRun.objects.filter(tree_parent_id=root_id).count() == 2, timeout=30, what="two children")
     sign_in_admin(page, live_url, django_user_model, f"/admin/nrllm_agents/agentrun/{root_id}/change/")
     page.evaluate("window.__samePage = true")
     links = page.locator("fieldset.run-tree-live .field-tree_children_links")
-    expect(links).not_to_contain_text("completed")  # each answer takes 5 s
+    expect(links).not_to_contain_text("completed")
     expect(links).to_have_text(
         re.compile(r"helper, completed, 15 tokens.*helper, completed, 15 tokens"), timeout=30_000
     )

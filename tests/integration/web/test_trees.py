@@ -77,3 +77,29 @@ def test_an_approval_waiting_below_is_decided_from_the_root_s_page(client, runti
     assert AgentRun.objects.get(pk=root_id).status == RunStatus.COMPLETED
     denied = AgentRun.objects.get(pk=first).events.filter(kind="approval").get().payload
     assert denied["approved"] is False
+
+
+def test_the_timeline_shows_the_sub_agent_runs_running_then_settled(client, runtime, alice, no_redis):  # noqa: F811
+    from nrllm_agents.models import CancelSource
+    from nrllm_agents.observability import gantt
+    from tests.e2e.processes import wait_for
+
+    agent("quick", [{"content": "done"}])
+    agent("slow", [{"delay": 30, "content": "never"}])
+    agent("boss", [{"tool_calls": [*calls("quick", 1)["tool_calls"], *calls("slow", 1)["tool_calls"]]},
+                   {"content": "boss done"}], ("quick", "slow"))  # fmt: skip
+    root_id = runtime.enqueue({"agent": "boss", "prompt": "go"}, owner=alice)
+    children = AgentRun.objects.filter(tree_parent_id=root_id)
+    wait_for(lambda: children.filter(status="completed").count() == 1 and children.count() == 2, what="one child done")
+    root = AgentRun.objects.get(pk=root_id)
+    bars = {b.title.split(",")[0]: b for b in gantt.build(root, runtime.events(root_id)).bars if "sub-agent" in b.title}
+    assert {name: b.kind for name, b in bars.items()} == {"sub-agent quick": "child", "sub-agent slow": "pending"}
+    assert "running for" in bars["sub-agent slow"].title
+    client.force_login(alice)
+    html = client.get(f"/playground/runs/{root_id}/picture/").content.decode()
+    assert ">sub-agent 1<" in html and ">sub-agent 2<" in html and "bar-child" in html and "bar-pending" in html
+    runtime.cancel(root_id, source=CancelSource.API, reason="enough")
+    assert waits.wait_local_idle(60)
+    root = AgentRun.objects.get(pk=root_id)
+    settled = [b for b in gantt.build(root, runtime.events(root_id)).bars if "sub-agent slow" in b.title]
+    assert settled[0].kind == "interrupted" and "cancelled after" in settled[0].title
