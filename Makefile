@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # Production sets DJANGO_SECRET_KEY and leaves DJANGO_DEBUG unset (README, "Security").
 export DJANGO_DEBUG ?= 1
 
-.PHONY: lint docs run worker demo test test-fast test-postgres test-postgres-e2e test-postgres-rest test-sqlite test-django52 coverage-modules venv lock migrate bench clean
+.PHONY: lint docs run worker demo test test-fast test-postgres test-postgres-e2e test-postgres-e2e-a test-postgres-e2e-b test-sqlite-then-e2e-b test-postgres-rest test-sqlite test-django52 coverage-modules venv lock migrate bench clean
 
 # The virtualenv, installed from the lock of its stack (locks/): the same versions everywhere.
 venv:
@@ -57,16 +57,35 @@ demo: migrate
 # PostgreSQL; beside it, the SQLite tier (what behaves differently by database, and one
 # end-to-end smoke per surface). Each has its own test database, Redis db and pytest cache; its
 # output is shown whole when it ends. Markers select by need: -m "not processes", "not browser".
-# The PostgreSQL half runs as two shards at once, each on a test database and Redis db of its own:
-# the end-to-end tests (real processes, servers and a browser: mostly waiting on them) and the
-# rest. Their waits overlap, so the whole suite takes about the time of its longer shard.
+# The PostgreSQL half runs as three shards, each on a test database and Redis db of its own: the
+# unit and integration tests, and the end-to-end tests (real processes, servers and a browser:
+# mostly waiting on them) in two halves, the second after the SQLite tier in its slot. Their
+# waits overlap, so the whole suite takes about the time of its longest slot.
 E2E_PG_URL ?= postgres://postgres@127.0.0.1:5432/nrllm_agents_e2e
 E2E_REDIS_URL ?= redis://127.0.0.1:6379/10
+E2E_B_PG_URL ?= postgres://postgres@127.0.0.1:5432/nrllm_agents_e2e_b
+E2E_B_REDIS_URL ?= redis://127.0.0.1:6379/11
+# the halves: workers, MCP servers, the install, traces, commands and cross-process cancels; the
+# browser, the protocols and HTTP
+E2E_A := tests/e2e/workers tests/e2e/mcp tests/e2e/install tests/e2e/observability tests/e2e/management tests/e2e/live
+E2E_B := $(filter-out $(E2E_A),$(patsubst %/,%,$(sort $(dir $(wildcard tests/e2e/*/__init__.py)))))
 test:
-	@$(MAKE) --no-print-directory -j3 --output-sync=target test-postgres-e2e test-postgres-rest test-sqlite
+	@$(MAKE) --no-print-directory -j3 --output-sync=target test-postgres-e2e-a test-postgres-rest test-sqlite-then-e2e-b
 
 test-postgres-e2e: venv
 	DATABASE_URL=$(E2E_PG_URL) NRLLM_TEST_REDIS_URL=$(E2E_REDIS_URL) $(PY) -m pytest -o cache_dir=.pytest_cache/e2e tests/e2e $(PYTEST_ARGS)
+
+test-postgres-e2e-a: venv
+	DATABASE_URL=$(E2E_PG_URL) NRLLM_TEST_REDIS_URL=$(E2E_REDIS_URL) $(PY) -m pytest -o cache_dir=.pytest_cache/e2e $(E2E_A) $(PYTEST_ARGS)
+
+test-postgres-e2e-b: venv
+	DATABASE_URL=$(E2E_B_PG_URL) NRLLM_TEST_REDIS_URL=$(E2E_B_REDIS_URL) $(PY) -m pytest -o cache_dir=.pytest_cache/e2e-b $(E2E_B) $(PYTEST_ARGS)
+
+# One slot of `make test`: the SQLite tier, then the second half of the end-to-end tests (both
+# run, whatever the first answered; the slot fails if either did)
+test-sqlite-then-e2e-b: venv
+	@status=0; $(MAKE) --no-print-directory test-sqlite || status=1; \
+		$(MAKE) --no-print-directory test-postgres-e2e-b || status=1; exit $$status
 
 test-postgres-rest: venv
 	DATABASE_URL=$(PG_URL) NRLLM_TEST_REDIS_URL=$(TEST_REDIS_URL) $(PY) -m pytest tests/unit tests/integration $(PYTEST_ARGS)
