@@ -19,7 +19,7 @@ import pytest
 from tests.e2e.processes import wait_for
 
 from . import quickstart as qs
-from .test_quickstart import PASSWORD, Client, _run, serving
+from .test_quickstart import PASSWORD, Client, _run, cancel_in_flight, serving
 
 pytestmark = pytest.mark.postgres_only
 
@@ -85,20 +85,7 @@ def test_on_postgresql_and_redis_runs_execute_on_an_rq_worker(
 
         long = [{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 30}}]}, {"content": "never"}]
         second = api.post("runs/", json={"prompt": "wait", "tools": ["sleep"], "script": long}).json()["run_id"]
-        wait_for(
-            what="the worker to start the sleep",
-            predicate=lambda: any(e["kind"] == "llm" for e in api.get(f"runs/{second}/events/").json()["results"]),
-        )
-        cancel = api.post(f"runs/{second}/cancel/", json={"reason": "enough"})
-        assert cancel.status_code == 202, cancel.text
-        stopped = wait_for(
-            what="the worker to stop the run",
-            predicate=lambda: (r := api.get(f"runs/{second}/").json())["cancel"] and r["cancel"]["stopped_at"] and r,
-            timeout=20,
-        )
-        cancel_record = (stopped["status"], stopped["cancel"]["by"], stopped["cancel"]["reason"])
-        assert cancel_record == ("cancelled", "admin", "enough")
-        events = api.get(f"runs/{second}/events/").json()["results"]
+        events = cancel_in_flight(api, second, once_recorded="llm")
         assert events[-1]["kind"] == "cancelled" and events[-1]["payload"]["interrupted"], events[-1]
 
     # executed by the worker: RQ logs each job it starts, with the run's id

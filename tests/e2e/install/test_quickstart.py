@@ -215,16 +215,22 @@ def test_a_run_calls_the_host_tool_and_a_second_is_cancelled_in_flight(site: Sit
     second = api.post("runs/", json={"prompt": "wait", "tools": ["sleep"], "script": long, "max_iterations": 50})
     assert second.status_code == 202, second.text
     second_id = second.json()["run_id"]
+    events = cancel_in_flight(api, second_id, once_recorded="tool")
+    assert events[-1]["kind"] == "cancelled" and sum(e["kind"] == "tool" for e in events) < 40
+
+
+def cancel_in_flight(api: Client, run_id: str, *, once_recorded: str) -> list[dict[str, Any]]:
+    """Cancel ``run_id`` once it recorded a step of kind ``once_recorded``, as the admin, and wait
+    for its stop; asserts the cancel record, and returns the run's steps."""
     wait_for(
-        what="the second run to record a tool step",
-        predicate=lambda: any(e["kind"] == "tool" for e in api.get(f"runs/{second_id}/events/").json()["results"]),
+        what=f"the run to record a {once_recorded} step",
+        predicate=lambda: any(e["kind"] == once_recorded for e in api.get(f"runs/{run_id}/events/").json()["results"]),
     )
-    cancel = api.post(f"runs/{second_id}/cancel/", json={"reason": "enough"})
+    cancel = api.post(f"runs/{run_id}/cancel/", json={"reason": "enough"})
     assert cancel.status_code == 202, cancel.text
     stopped = wait_for(
         what="the cancel to be acknowledged",
-        predicate=lambda: (r := api.get(f"runs/{second_id}/").json())["cancel"] and r["cancel"]["stopped_at"] and r,
+        predicate=lambda: (r := api.get(f"runs/{run_id}/").json())["cancel"] and r["cancel"]["stopped_at"] and r,
     )
     assert (stopped["status"], stopped["cancel"]["by"], stopped["cancel"]["reason"]) == ("cancelled", "admin", "enough")
-    events = api.get(f"runs/{second_id}/events/", params={"limit": 1000}).json()["results"]
-    assert events[-1]["kind"] == "cancelled" and sum(e["kind"] == "tool" for e in events) < 40
+    return api.get(f"runs/{run_id}/events/", params={"limit": 1000}).json()["results"]
