@@ -10,6 +10,7 @@ a second run cancelled in flight.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -234,3 +235,21 @@ def cancel_in_flight(api: Client, run_id: str, *, once_recorded: str) -> list[di
     )
     assert (stopped["status"], stopped["cancel"]["by"], stopped["cancel"]["reason"]) == ("cancelled", "admin", "enough")
     return api.get(f"runs/{run_id}/events/", params={"limit": 1000}).json()["results"]
+
+
+def test_the_quickstart_s_curl_starts_a_run_as_written(site: Site, api: Client) -> None:
+    """Step 7's ``curl``, taken from docs/quickstart.md as written, with the token it printed and
+    this server's address for ``127.0.0.1:8000``."""
+    page = qs.DOC.read_text()
+    block = page[page.index("## 7.") :].split("```bash\n", 1)[1].split("```", 1)[0]
+    command = block[block.index("curl ") :].replace("http://127.0.0.1:8000", site.base)
+    done = subprocess.run(
+        ["bash", "-c", command], env={**_env(site.root), "TOKEN": site.token}, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    run_id = json.loads(done.stdout)["run_id"]
+    run = wait_for(
+        what="the run to complete",
+        predicate=lambda: (r := api.get(f"runs/{run_id}/").json())["status"] in ("completed", "failed") and r,
+    )
+    assert (run["status"], run["final_text"]) == ("completed", "saved"), run
