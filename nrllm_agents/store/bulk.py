@@ -10,14 +10,13 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Max
 from django.utils import timezone
 
 from ..domain import StepKind
 from ..models import ACTIVE, QUIESCENT, TERMINAL, AgentRun, AgentRunEvent, RunStatus
 from . import prepared, trees
 from .cancels import cancel_fields
-from .journal import CANCEL_FIELDS, cancel_payload, cancelled_event, stop_stamp
+from .journal import append_cancelled_to, cancel_payload, stop_stamp
 from .results import checked_reason
 
 _RUN, _EVENT = AgentRun._meta.db_table, AgentRunEvent._meta.db_table
@@ -130,13 +129,9 @@ def _append_cancelled_bulk(now: datetime, by: Any, source: str, reason: str) -> 
     from its row by the same function. A test writes both and compares.
     """
     if not prepared.enabled():
-        stopped = (
-            AgentRun.objects.filter(status=RunStatus.CANCELLED, cancel_requested_at=now, stopped_at__isnull=False)
-            .order_by()
-            .annotate(boundary=Max("events__sequence"))
-            .values("pk", "boundary", *CANCEL_FIELDS)
+        append_cancelled_to(
+            AgentRun.objects.filter(status=RunStatus.CANCELLED, cancel_requested_at=now, stopped_at__isnull=False), now
         )
-        AgentRunEvent.objects.bulk_create([cancelled_event(r["pk"], r, r["boundary"], now) for r in stopped])
         return
     from django.db import connection
 

@@ -165,6 +165,16 @@ def append_cancelled(run_id: uuid.UUID, now: datetime, *, sequence: int | None =
     return event
 
 
+def append_cancelled_to(runs: Any, now: datetime) -> int:
+    """Append the ``cancelled`` step to every run of ``runs`` (a queryset of just-cancelled
+    runs), each after its own last step: one read and one insert whatever their number (a tree's
+    quiescent runs, a bulk cancel off PostgreSQL). Returns how many were appended."""
+    rows = runs.order_by().annotate(boundary=Max("events__sequence")).values("pk", "boundary", *CANCEL_FIELDS)
+    events = [cancelled_event(r["pk"], r, r["boundary"], now) for r in rows]
+    AgentRunEvent.objects.bulk_create(events)
+    return len(events)
+
+
 def cancelled_event(run_id: uuid.UUID, run: dict[str, Any], boundary: int | None, now: datetime) -> AgentRunEvent:
     """The (unsaved) ``cancelled`` step of a run whose ``CANCEL_FIELDS`` are ``run``, right after
     the step ``boundary`` (``None``: the run recorded none)."""

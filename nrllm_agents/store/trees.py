@@ -26,7 +26,7 @@ from ..models import ACTIVE, QUIESCENT, AgentRun, RunStatus, TerminationReason
 from . import runs, tree_spend
 from .cancels import cancel as cancel_run
 from .cancels import cancel_fields
-from .journal import RECOVER, append_cancelled, owned, spend_fields, stop_stamp
+from .journal import RECOVER, append_cancelled_to, owned, spend_fields, stop_stamp
 from .results import NOT_FOUND, Transition, actor, checked_reason
 
 _RUN = AgentRun._meta.db_table
@@ -270,9 +270,10 @@ def cascade(
         if AgentRun.objects.filter(pk__in=ids, status=status).update(**common, **extra):
             cascaded[status] = ids
     quiescent = [pk for s, ids in cascaded.items() if s in QUIESCENT for pk in ids]
-    stopped = AgentRun.objects.filter(pk__in=quiescent, status=RunStatus.CANCELLED, cancel_requested_at=now)
-    for pk in stopped.values_list("pk", flat=True):
-        append_cancelled(pk, now)
+    if quiescent:
+        append_cancelled_to(
+            AgentRun.objects.filter(pk__in=quiescent, status=RunStatus.CANCELLED, cancel_requested_at=now), now
+        )
     return cascaded
 
 
