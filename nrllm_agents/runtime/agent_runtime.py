@@ -44,7 +44,6 @@ from ..presentation.outcomes import (
 )
 from ..presentation.presenters import event_dict
 from ..store import budgets
-from ..store import trees as tree_store
 from ..validation.run_request import InvalidRequest, RunRequest
 from . import forks, limits, threads, trees
 from .runner import SegmentRunner, run_result
@@ -367,9 +366,7 @@ class AgentRuntime:
         """
         run_id = parse_run_id(run_id)
         # The run and every run below it (its sub-agents'), in one fence (runtime.trees).
-        tree = tree_store.cancel_tree(
-            run_id, by=by, source=source, reason=reason, termination_reason=termination_reason
-        )
+        tree = trees.cancel(run_id, by=by, source=source, reason=reason, termination_reason=termination_reason)
         fence = tree.transition
         if fence.applied and fence.previous == RunStatus.RUNNING:
             # Executed by this process? Stop its step in flight without waiting for a signal.
@@ -377,10 +374,6 @@ class AgentRuntime:
         elif fence.applied:  # stopped at once: its thread's next message, or its parent, may go
             transaction.on_commit(lambda: self.segments.wake_thread(threads.thread_of(run_id)))
             transaction.on_commit(lambda: trees.child_ended(run_id, self.segments.dispatch_run))
-        for below in tree.cascaded.get(RunStatus.RUNNING, []):  # the tree's calls in flight, here
-            transaction.on_commit(functools.partial(watcher.cancelled_here, below))
-        if tree.cascaded:
-            observe.tree_cancelled(run_id, tree.cascaded_total)
         if not fence.found:
             outcome = CancelOutcome.NOT_FOUND
         elif fence.applied:

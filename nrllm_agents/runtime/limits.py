@@ -16,7 +16,6 @@ measured value, taken from ``cancel_detail``).
 
 from __future__ import annotations
 
-import functools
 import logging
 import uuid
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
@@ -33,11 +32,9 @@ from .. import store
 from ..conf import app_settings
 from ..domain import Step, StepKind, Usage
 from ..domain.steps import decimal_text
-from ..live.interrupts import watcher
 from ..models import AgentRun, CancelSource, RunStatus, TerminationReason
-from ..observability import hooks as observe
 from ..store import tree_spend
-from ..store.trees import cancel_tree
+from . import trees
 
 logger = logging.getLogger(__name__)
 
@@ -172,13 +169,9 @@ def stop(
     every run below it, its sub-agents', which inherit that cancel: ``store.trees``). The calls
     in flight below it that this process executes (but ``besides``'s) stop without a signal."""
     reason, detail, text = verdict
-    tree = cancel_tree(run_id, source=CancelSource.SYSTEM, reason=text, termination_reason=reason, detail=detail)
-    for below in tree.cascaded.get(RunStatus.RUNNING, []):
-        if below != besides:
-            transaction.on_commit(functools.partial(watcher.cancelled_here, below))
-    if tree.cascaded:
-        observe.tree_cancelled(run_id, tree.cascaded_total)
-    return tree.transition
+    return trees.cancel(
+        run_id, besides=besides, source=CancelSource.SYSTEM, reason=text, termination_reason=reason, detail=detail
+    ).transition
 
 
 class Enforcer:

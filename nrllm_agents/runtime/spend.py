@@ -27,10 +27,9 @@ from ..conf import app_settings
 from ..domain import Price, Usage
 from ..domain.providers.wire import estimate_usage
 from ..models import AgentRun, Budget, CancelSource, TerminationReason
-from ..observability import hooks as observe
 from ..store import budgets
 from ..store.budgets import Refusal
-from ..store.trees import cancel_tree
+from . import trees
 
 logger = logging.getLogger(__name__)
 
@@ -94,16 +93,13 @@ class Spend:
 
 def stop(run_id: uuid.UUID, refusal: Refusal) -> store.Transition:
     """Cancel a run for a budget: the guarded cancel, by the system, ``budget_exhausted``."""
-    tree = cancel_tree(  # and the runs below it (its sub-agents'), which inherit the cancel
+    return trees.cancel(  # and the runs below it (its sub-agents'), which inherit the cancel
         run_id,
         source=CancelSource.SYSTEM,
         reason=words(refusal),
         termination_reason=TerminationReason.BUDGET_EXHAUSTED,
         detail=refusal.detail(),
-    )
-    if tree.cascaded:
-        observe.tree_cancelled(run_id, tree.cascaded_total)
-    return tree.transition
+    ).transition
 
 
 def stop_drawing(exhausted: Sequence[int], *, besides: uuid.UUID | None = None) -> list[uuid.UUID]:

@@ -12,14 +12,19 @@ run cancels its whole subtree in one fence (``store.trees.cancel_tree``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from django.db import transaction
+
 from ..conf import app_settings
 from ..domain import ToolCall, ToolError
+from ..live.interrupts import watcher
 from ..models import ACTIVE, Agent, AgentRun, RunStatus
+from ..observability import hooks as observe
 from ..presentation.outcomes import ApprovalAmbiguous, RunNotFound
 from ..store import trees as tree_store
 from ..store.results import Transition
@@ -112,6 +117,21 @@ class SubAgentTool:
 
     def execute(self, arguments: dict[str, Any]) -> Any:  # never called: the loop asks ``answer``
         raise ToolError("a sub-agent is answered by its run")
+
+
+def cancel(run_id: uuid.UUID, *, besides: uuid.UUID | None = None, **how: Any) -> tree_store.TreeCancel:
+    """Cancel a run and every active run below it (``store.trees.cancel_tree``: one fence; ``how``
+    is its who, from where and why), then what follows every cancel of a tree, whoever asked (an
+    operator, a limit, a budget): once it commits, the calls in flight below it that this process
+    executes stop without waiting for the signal (but ``besides``'s, a segment stopping at its own
+    boundary), and the cascade is counted."""
+    tree = tree_store.cancel_tree(run_id, **how)
+    for below in tree.cascaded.get(RunStatus.RUNNING, []):
+        if below != besides:
+            transaction.on_commit(functools.partial(watcher.cancelled_here, below))
+    if tree.cascaded:
+        observe.tree_cancelled(run_id, tree.cascaded_total)
+    return tree
 
 
 def approval_target(run_id: uuid.UUID, pick: uuid.UUID | None = None) -> uuid.UUID:
