@@ -26,7 +26,7 @@ from rq.worker import Worker
 from ..executors.rq_queue import OUTAGES
 from ..observability import tracing
 from ..runtime.segment import shutdown_requested
-from . import warm
+from . import heap, warm
 from .maintenance import Maintainer, interval
 from .outages import RidesOutOutages
 
@@ -55,6 +55,7 @@ class GracefulWorker(RidesOutOutages, Worker):
     def bootstrap(self, *args: Any, **kwargs: Any) -> None:
         super().bootstrap(*args, **kwargs)
         if not self._is_horse:
+            heap.freeze()  # each horse inherits it: no full collection pauses its step in flight (heap.py)
             self.maintainer = Maintainer(self.name, interval(), self.log).start()
 
     def teardown(self) -> None:

@@ -33,6 +33,7 @@ from ..conf import env
 from ..executors.pool import SegmentExecutor
 from ..executors.rq_queue import OUTAGES
 from ..runtime.segment import hand_back_all
+from . import heap
 from .maintenance import Maintainer, interval
 from .outages import RidesOutOutages
 
@@ -80,6 +81,7 @@ class ThreadedWorker(RidesOutOutages, BaseWorker):
 
     def bootstrap(self, *args: Any, **kwargs: Any) -> None:
         super().bootstrap(*args, **kwargs)
+        heap.freeze()  # no full collection pauses the steps in flight (heap.py)
         self.maintainer = Maintainer(self.name, interval(), self.log).start()
 
     # RQ keeps one "current execution" per worker; here each thread has its own.
@@ -188,6 +190,7 @@ class ThreadedWorker(RidesOutOutages, BaseWorker):
         if not force and time.monotonic() - self._last_maintained < self.job_monitoring_interval:
             return
         self._last_maintained = time.monotonic()
+        heap.refreeze_if_grown()  # a run imported a provider's SDK: out of the collector's reach too
         with self._in_flight_lock:
             jobs = list(self._in_flight.values())
         try:
