@@ -25,17 +25,20 @@ import sys
 _modules_at_freeze = 0
 
 
-def freeze() -> None:
-    """Collect, then move every object the process tracks out of the collector's reach."""
+def freeze() -> int:
+    """Collect, then move every object the process tracks out of the collector's reach; returns
+    how many objects are frozen now."""
     global _modules_at_freeze
     gc.collect()
     gc.freeze()
     _modules_at_freeze = len(sys.modules)
+    return gc.get_freeze_count()
 
 
 def refreeze_if_grown() -> bool:
-    """``freeze`` again if modules were imported since the last freeze; whether it did."""
-    if len(sys.modules) <= _modules_at_freeze:
+    """``freeze`` again if modules were imported since the last freeze (none: a process that
+    never froze, such as a test calling a worker's method, is left alone); whether it did."""
+    if not _modules_at_freeze or len(sys.modules) <= _modules_at_freeze:
         return False
     freeze()
     return True

@@ -13,6 +13,7 @@ docs/operations/workers.md.
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 import threading
@@ -81,7 +82,8 @@ class ThreadedWorker(RidesOutOutages, BaseWorker):
 
     def bootstrap(self, *args: Any, **kwargs: Any) -> None:
         super().bootstrap(*args, **kwargs)
-        heap.freeze()  # no full collection pauses the steps in flight (heap.py)
+        frozen = heap.freeze()  # no full collection pauses the steps in flight (heap.py)
+        self.log.info("Worker %s: %d objects frozen out of the garbage collector's reach", self.name, frozen)
         self.maintainer = Maintainer(self.name, interval(), self.log).start()
 
     # RQ keeps one "current execution" per worker; here each thread has its own.
@@ -190,7 +192,8 @@ class ThreadedWorker(RidesOutOutages, BaseWorker):
         if not force and time.monotonic() - self._last_maintained < self.job_monitoring_interval:
             return
         self._last_maintained = time.monotonic()
-        heap.refreeze_if_grown()  # a run imported a provider's SDK: out of the collector's reach too
+        if heap.refreeze_if_grown():  # a run imported a provider's SDK: out of the collector's reach too
+            self.log.info("Worker %s: %d objects frozen (new modules)", self.name, gc.get_freeze_count())
         with self._in_flight_lock:
             jobs = list(self._in_flight.values())
         try:

@@ -9,6 +9,7 @@ process it started: SIGTERM (RQ's warm shutdown), then SIGKILL for whatever is l
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,6 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 class WorkerStartError(RuntimeError):
     """A worker process exited or did not register in Redis in time."""
+
+
+# what a worker logs once it froze its startup heap (nrllm_agents/workers/heap.py)
+FROZEN = re.compile(r"Worker \S+: [1-9][0-9]{3,} objects frozen out of the garbage collector's reach")
 
 
 class Workers:

@@ -29,6 +29,9 @@ def test_freeze_takes_what_is_loaded_out_of_full_collections(unfrozen):
 
 
 def test_refreeze_only_after_new_modules(unfrozen, monkeypatch):
+    monkeypatch.setattr(heap, "_modules_at_freeze", 0)
+    assert heap.refreeze_if_grown() is False  # never frozen: a process that is no worker
+    assert gc.get_freeze_count() == 0
     heap.freeze()
     assert heap.refreeze_if_grown() is False
     before = gc.get_freeze_count()

@@ -24,7 +24,7 @@ from nrllm_agents.models import TERMINAL, AgentRun, AgentRunEvent, CancelSource,
 from nrllm_agents.presentation.presenters import stream_finished
 from nrllm_agents.runtime.agent_runtime import ApprovalNotPending, CancelOutcome, Outcome
 from tests.conftest import manage
-from tests.e2e.processes import Canceller, Workers, wait_for
+from tests.e2e.processes import FROZEN, Canceller, Workers, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -129,12 +129,14 @@ def test_a_run_cancelled_while_queued_never_executes(runtime, queue, start_worke
     assert queue.job_ids == [job_id]  # the job waits in Redis: no worker yet
     assert runtime.cancel(run_id, source=CancelSource.CLI).outcome == CancelOutcome.CANCELLED
 
-    start_workers(1)  # the job is delivered after the cancel
+    workers = start_workers(1)  # the job is delivered after the cancel
     assert wait_for(lambda: results_of(queue, job_id), what="the job to be executed") == [None]
     run = AgentRun.objects.get(pk=run_id)
     assert run.status == RunStatus.CANCELLED and run.started_at is None and run.claimed_by == ""
     assert [e.kind for e in events(run_id)] == ["cancelled"]
     assert journal(worker_env, run_id) == []
+    # its horses inherit a frozen heap: no full collection pauses their step (workers/heap.py)
+    assert FROZEN.search(workers.log_text(workers.names[0]))
 
 
 # --- duplicate deliveries and racing workers -------------------------------------------------

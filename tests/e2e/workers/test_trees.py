@@ -10,7 +10,7 @@ import time
 import pytest
 
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, RunStatus
-from tests.e2e.processes import Workers, wait_for
+from tests.e2e.processes import FROZEN, Workers, wait_for
 from tests.integration.runtime.test_trees import agent, calls, runs_of, tree
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_only, pytest.mark.processes]
@@ -36,7 +36,8 @@ def test_a_cancel_of_the_root_interrupts_every_leaf_of_a_tree_run_by_workers(run
     """1 + 3 + 9 runs, the 9 leaves streaming a 30 s answer on two worker processes: one cancel
     of the root ends every call in flight (a generous bound), and nothing starts after."""
     tree(3, [{"delay": 30, "content": "a slow answer " * 40}])
-    with Workers(worker_env, count=2, log_dir=tmp_path, command="agent_worker", extra_args=("--concurrency", "8")):
+    workers = Workers(worker_env, count=2, log_dir=tmp_path, command="agent_worker", extra_args=("--concurrency", "8"))
+    with workers:
         root_id = runtime.enqueue({"agent": "root", "prompt": "plan"})
         wait_for(
             lambda: (
@@ -65,6 +66,8 @@ def test_a_cancel_of_the_root_interrupts_every_leaf_of_a_tree_run_by_workers(run
             llm = AgentRunEvent.objects.get(run=run, kind="llm")
             assert llm.payload["interrupted"] is True
     assert not AgentRunEvent.objects.filter(run__tree_root_id=root_id, kind="tool").exists()
+    for name in workers.names:  # no full collection paused a leaf's stop (workers/heap.py)
+        assert FROZEN.search(workers.log_text(name)), workers.log(name)
 
 
 def test_a_worker_sigkilled_mid_tree_loses_nothing_and_the_tree_completes(runtime, queue, worker_env, tmp_path):
