@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from nrllm_agents.executors.dispatch import EnqueueError
 from nrllm_agents.management import console, terminal
 from nrllm_agents.runtime.agent_runtime import AgentRuntime, ApprovalAmbiguous, ApprovalNotPending, RunNotFound
+from nrllm_agents.store import reason_problem
+
+
+class Decided(NamedTuple):
+    """The decision taken at this shell: approve or deny, who, why."""
+
+    approve: bool
+    by: Any
+    reason: str
 
 
 class Command(BaseCommand):
@@ -35,6 +44,13 @@ class Command(BaseCommand):
         decision = parser.add_mutually_exclusive_group(required=True)
         decision.add_argument("--approve", action="store_true", help="Run the pending calls.")
         decision.add_argument("--deny", action="store_true", help="Refuse the pending calls; the model is told.")
+        parser.add_argument("--reason", default="", help="Why; recorded on the approval step.")
+        parser.add_argument(
+            "--by",
+            metavar="NAME",
+            help="Who decides, recorded on the approval step: a site user's username, or any operator "
+            "name (default: the OS user, $SUDO_USER under sudo).",
+        )
         parser.add_argument("--json", action="store_true", help="Print one JSON object per line.")
         parser.add_argument(
             "--queued", action="store_true", help="Store the decision and let a worker resume the run; exit at once."
@@ -47,9 +63,13 @@ class Command(BaseCommand):
         run_id = console.run_id_arg(options["run_id"])
         if options["follow"] and not options["queued"]:
             raise console.usage_error("--follow goes with --queued (a run resumed here always streams)")
+        reason = options["reason"] or ""
+        problem = reason_problem(reason)
+        if problem is not None:
+            raise console.usage_error(f"--reason: {problem}")
+        decided = Decided(bool(options["approve"]), console.operator(options["by"]), reason)
         runtime = AgentRuntime()
         printer = terminal.StreamPrinter(self.stdout, self.style, as_json=options["json"])
-        decision = bool(options["approve"])
         try:
             target = runtime.approval_target(
                 run_id, pick=console.run_id_arg(options["run"]) if options["run"] else None
@@ -58,9 +78,9 @@ class Command(BaseCommand):
                 self.stdout.write(f"deciding the approval of run {target}, below run {run_id} in its tree")
                 run_id = target
             if options["queued"]:
-                code = self._queued(runtime, run_id, decision, printer, follow=options["follow"])
+                code = self._queued(runtime, run_id, decided, printer, follow=options["follow"])
             else:
-                code = self._here(runtime, run_id, decision, printer)
+                code = self._here(runtime, run_id, decided, printer)
         except RunNotFound as exc:
             raise CommandError(str(exc), returncode=console.EXIT_FAILED) from None
         except (ApprovalNotPending, ApprovalAmbiguous) as exc:
@@ -70,7 +90,7 @@ class Command(BaseCommand):
         if code:
             sys.exit(code)
 
-    def _here(self, runtime: AgentRuntime, run_id: Any, decision: bool, printer: terminal.StreamPrinter) -> int:
+    def _here(self, runtime: AgentRuntime, run_id: Any, decided: Decided, printer: terminal.StreamPrinter) -> int:
         with terminal.CancelOnInterrupt(runtime, self.stderr, run_id=run_id):
             announced = False
 
@@ -78,19 +98,19 @@ class Command(BaseCommand):
                 nonlocal announced
                 if not announced:  # only once the claim won: a refused approve prints no stream
                     announced = True
-                    printer.started(run_id, " resumed" if decision else " resumed (denied)")
+                    printer.started(run_id, " resumed" if decided.approve else " resumed (denied)")
                     terminal.stderr_hint(self.stderr, run_id)
                 printer.step(step)
 
-            runtime.approve(run_id, decision, on_step=on_step)
+            runtime.approve(run_id, decided.approve, by=decided.by, reason=decided.reason, on_step=on_step)
         return printer.summary(runtime.status(run_id))
 
     def _queued(
-        self, runtime: AgentRuntime, run_id: Any, decision: bool, printer: terminal.StreamPrinter, *, follow: bool
+        self, runtime: AgentRuntime, run_id: Any, decided: Decided, printer: terminal.StreamPrinter, *, follow: bool
     ) -> int:
         after = runtime.events(run_id)[-1:]  # the stream so far is not repeated when following
-        handed = runtime.approve(run_id, decision, queued=True)
-        printer.started(run_id, f" {'approved' if decision else 'denied'}; a worker resumes it")
+        handed = runtime.approve(run_id, decided.approve, by=decided.by, reason=decided.reason, queued=True)
+        printer.started(run_id, f" {'approved' if decided.approve else 'denied'}; a worker resumes it")
         terminal.waiting_for_queue(self.stderr, handed)
         if not follow:
             return console.EXIT_OK

@@ -428,6 +428,32 @@ def test_agent_approve_deny_feeds_the_denial_back(runtime):
 
 
 @pytest.mark.django_db
+def test_agent_approve_records_who_decided_and_why(runtime, monkeypatch):
+    run_id = waiting(runtime)
+    ran = run("agent_approve", str(run_id), "--deny", "--by", "carol", "--reason", "not this week")
+    assert ran.code == 0
+    step = AgentRunEvent.objects.get(run_id=run_id, kind="approval").payload
+    assert (step["approved"], step["by"], step["reason"]) == (False, "carol", "not this week")
+    monkeypatch.setenv("SUDO_USER", "dave")  # no --by: the OS user, as agent_cancel records it
+    again = waiting(runtime)
+    assert run("agent_approve", str(again), "--approve", "--queued").code == 0
+    step = AgentRunEvent.objects.filter(run_id=again, kind="approval").first()
+    decided = step.payload if step else AgentRun.objects.get(pk=again).request_payload["resume"]
+    assert decided["by"] == "dave" and "reason" not in decided
+
+
+@pytest.mark.django_db
+def test_agent_approve_refuses_a_reason_it_cannot_record(runtime):
+    run_id = waiting(runtime)
+    before = snapshot()
+    ran = run("agent_approve", str(run_id), "--approve", "--reason", "x" * 5000)
+    assert ran.code == 2 and ran.err.startswith("--reason: the reason is longer than")
+    ran = run("agent_approve", str(run_id), "--approve", "--reason", "a\x00b")
+    assert (ran.code, ran.err) == (2, "--reason: the reason contains a NUL character")
+    assert snapshot() == before and AgentRun.objects.get(pk=run_id).status == "waiting_for_approval"
+
+
+@pytest.mark.django_db
 def test_agent_approve_refusals_change_nothing(runtime):
     done, gone, cancelled = completed(runtime), uuid.uuid4(), waiting(runtime)
     runtime.cancel(cancelled, source="api")
