@@ -223,7 +223,8 @@ def decision_text(payload: dict[str, Any]) -> str:
 
 
 def _approval(p: dict[str, Any]) -> Lines:
-    return [("decision", decision_text(p)), *(("call", call_text(c)) for c in _list(p.get("calls")))]
+    why: Lines = [("reason", _text(p["reason"]))] if p.get("reason") else []
+    return [("decision", decision_text(p)), *why, *(("call", call_text(c)) for c in _list(p.get("calls")))]
 
 
 def _cancelled(p: dict[str, Any]) -> Lines:

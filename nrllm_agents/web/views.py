@@ -287,6 +287,10 @@ def approve_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     run = _visible(request, run_id, policy.Action.APPROVE)
     if not isinstance(run, AgentRun):
         return run
+    reason = request.POST.get("reason") or ""
+    problem = reason_problem(reason)
+    if problem is not None:  # refused, never silently cut
+        return _answer(request, run.pk, 400, messages.ERROR, f"Not decided: {problem}.")
     approved, runtime, user = decision == "approve", AgentRuntime(), request.user
     # On a run waiting for its children: the approval waiting below it (``run_id`` names one of
     # several), decided here as on its own page; the policy is asked for that run too.
@@ -302,13 +306,14 @@ def approve_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     verb = "Approved" if approved else "Denied"
     try:
         if run.request_payload is not None:
-            handed = runtime.approve(run.pk, approved, by=user, queued=True)
+            handed = runtime.approve(run.pk, approved, by=user, queued=True, reason=reason)
             if handed.outcome == Outcome.WAITING_FOR_QUEUE:
                 wording = queued_wording(handed.outcome)
                 return _answer(request, page, 202, messages.WARNING, f"{verb}. {wording.sentence(run.pk)}")
             return _answer(request, page, 202, messages.SUCCESS, f"{verb}; a worker resumes the run.")
         interactive.launch(
-            lambda on_step: runtime.approve(run.pk, approved, by=user, on_step=on_step), user_key=user.pk
+            lambda on_step: runtime.approve(run.pk, approved, by=user, on_step=on_step, reason=reason),
+            user_key=user.pk,
         )
     except (ApprovalNotPending, RunNotFound, EnqueueError) as exc:
         return _refused(request, page, exc)

@@ -126,3 +126,13 @@ def test_a_model_call_shows_its_cost_and_its_error():
     failed = dict(describe.lines("llm", {"error": "ProviderError: 502 from the provider"}))
     assert failed["error"] == "ProviderError: 502 from the provider"
     assert "cost" not in dict(describe.lines("llm", {"content": "free"}))
+
+
+def test_an_approval_says_who_decided_and_why():
+    decided = {"approved": False, "by": "carol", "reason": "not this week", "calls": [CALL]}
+    assert describe.lines("approval", decided) == [
+        ("decision", "denied by carol"),
+        ("reason", "not this week"),
+        ("call", 'calculator({"expression": "6*7", "z": 1})'),
+    ]
+    assert describe.lines("approval", {"approved": True})[0] == ("decision", "approved")

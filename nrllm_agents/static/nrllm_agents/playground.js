@@ -179,6 +179,20 @@
 
   // --- fragments the server renders, re-fetched: the picture while the run runs (its bar in
   // flight grows), the tree while the run or a run below it is active -------------------------
+  // What a user types in a refreshed section (the reason of an approval waiting below) and where
+  // the caret is survive the refresh: each field is matched by its run and its name.
+  function keepTyping(old, fresh, focused) {
+    old.querySelectorAll("[data-run-id] input[type=text]").forEach((input) => {
+      const runId = input.closest("[data-run-id]").dataset.runId;
+      const twin = fresh.querySelector(`[data-run-id="${CSS.escape(runId)}"] input[name="${CSS.escape(input.name)}"]`);
+      if (!twin) return;
+      twin.value = input.value;
+      if (input === focused) {
+        twin.focus();
+        twin.setSelectionRange(input.selectionStart, input.selectionEnd);
+      }
+    });
+  }
   function refresher(url, id, after) {
     let fetching = false, stale = false;
     async function refresh() {
@@ -191,7 +205,12 @@
           holder.innerHTML = await response.text();
           const fresh = holder.querySelector(`#${id}`);
           const old = document.getElementById(id);
-          if (fresh && old) { old.replaceWith(fresh); if (after) after(fresh); }
+          if (fresh && old) {
+            const focused = document.activeElement;
+            old.replaceWith(fresh);
+            keepTyping(old, fresh, focused);
+            if (after) after(fresh);
+          }
         }
       } catch (e) { /* the next step or tick tries again */ }
       fetching = false;

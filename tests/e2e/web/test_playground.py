@@ -131,6 +131,7 @@ def test_a_run_waiting_for_approval_resumes_live_or_ends_with_the_denial(page, l
     screenshot(page, "03-awaiting-approval")
 
     page.evaluate("window.__samePage = true")  # survives only if nothing reloads the page
+    page.fill("#approval-reason", f"{decision}: checked by hand")
     page.click(f"#{decision}-button")
     expect(page.locator("#st-status")).to_have_text("completed")
     assert page.evaluate("window.__samePage") is True
@@ -138,6 +139,7 @@ def test_a_run_waiting_for_approval_resumes_live_or_ends_with_the_denial(page, l
     approval = page.locator("#steps > li[data-kind=approval]")
     verdict = "approved" if decision == "approve" else "denied"
     expect(approval).to_contain_text(f"{verdict} by alice")
+    expect(approval).to_contain_text(f"{decision}: checked by hand")  # the reason typed beside the buttons
     tools_run = page.locator("#steps > li[data-kind=tool]")
     if decision == "approve":
         expect(tools_run).to_have_count(1)

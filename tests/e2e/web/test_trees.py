@@ -81,3 +81,41 @@ def test_the_admin_run_page_follows_the_tree_of_a_parent_waiting_for_its_childre
     assert page.evaluate("window.__samePage") is True  # swapped with the live section, no reload
     screenshot(page, "tree-admin")
     assert waits.wait_local_idle(60)
+
+
+def test_a_reason_typed_for_an_approval_below_survives_the_tree_s_refreshes(
+    page,
+    live_url,
+    alice,
+    runtime,
+    no_redis,  # noqa: F811
+):
+    from tests.integration.api.test_tree_approvals import gated_tree
+
+    root_id, [child_id] = gated_tree(runtime, alice)  # the child waits: the section refreshes every second
+    sign_in(page, live_url)
+    page.goto(f"{live_url}/playground/runs/{root_id}/")
+    waiting = page.locator(f'#run-tree [data-run-id="{child_id}"]')
+    waiting.locator("input[name=reason]").click()
+    page.keyboard.type("checked by ")
+    tree_url = f"/playground/runs/{root_id}/tree/"
+    for _ in range(2):  # two refreshes of the section while the user types
+        with page.expect_response(lambda r: r.url.endswith(tree_url)):
+            pass
+    page.keyboard.type("hand")  # the caret is still in the field
+    field = waiting.locator("input[name=reason]")
+    expect(field).to_have_value("checked by hand")
+    expect(field).to_be_focused()
+    waiting.locator("button[value=deny]").click()
+    page.wait_for_url(f"**/playground/runs/{root_id}/")
+    approval = wait_for(
+        lambda: AgentRun.objects.get(pk=child_id).events.filter(kind="approval").first(),
+        timeout=30,
+        what="the child's approval step",
+    )
+    assert (approval.payload["approved"], approval.payload["by"], approval.payload["reason"]) == (
+        False,
+        "alice",
+        "checked by hand",
+    )
+    assert waits.wait_local_idle(60)

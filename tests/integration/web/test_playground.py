@@ -290,6 +290,26 @@ def test_approve_or_deny_resumes_an_interactive_run_in_the_web_process(runtime, 
     assert run.claimed_by.startswith("resume:")
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_approval_records_the_reason_given_and_refuses_one_it_cannot_record(runtime, alice, web):
+    run = waiting_run(runtime, alice)
+    client, url = signed_in(alice), f"/playground/runs/{run.pk}/approve/"
+    refused = client.post(url, {"decision": "deny", "reason": "x" * 1001}, headers=JSON)
+    assert refused.status_code == 400 and "longer than 1000" in refused.json()["message"]
+    page = client.post(url, {"decision": "deny", "reason": "y" * 1001}, follow=True)  # without JavaScript
+    assert b"Not decided: the reason is longer than 1000 characters (1001)." in page.content
+    assert client.post(url, {"decision": "deny", "reason": "a\x00b"}).status_code == 400  # the edge guard's
+    assert AgentRun.objects.get(pk=run.pk).status == RunStatus.WAITING_FOR_APPROVAL
+    assert client.post(url, {"decision": "deny", "reason": "not this week"}, headers=JSON).status_code == 202
+    assert interactive.wait_idle(30)
+    approval = next(e for e in runtime.events(run.pk) if e.kind == "approval")
+    assert (approval.payload["approved"], approval.payload["by"], approval.payload["reason"]) == (
+        False,
+        "alice",
+        "not this week",
+    )
+
+
 # The worker (in-process executor) resumes it in another thread: data must be committed.
 @pytest.mark.django_db(transaction=True)
 def test_a_queued_run_waiting_for_approval_is_resumed_through_the_queue(runtime, alice, web):
