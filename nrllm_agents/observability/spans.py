@@ -48,6 +48,19 @@ logger = logging.getLogger(__name__)
 PROVIDER_NAMES = {"openai": "openai", "anthropic": "anthropic", "gemini": "gcp.gemini"}
 MAX_CONTENT_CHARS = 64_000  # one captured attribute's text (the messages of a call, a tool's result)
 CANCEL_EVENT = "nrllm.cancel"
+
+
+def approval_attributes(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``nrllm.approval`` event's attributes: the decision, and who took it and why when
+    the approval step says so (as the ``nrllm.cancel`` event says who cancelled and why)."""
+    found: dict[str, Any] = {"nrllm.approval.approved": bool(payload.get("approved"))}
+    if payload.get("by"):
+        found["nrllm.approval.by"] = str(payload["by"])
+    if payload.get("reason"):
+        found["nrllm.approval.reason"] = str(payload["reason"])
+    return found
+
+
 ANSWERED_EVENT = "nrllm.sub_agent.answered"  # a sub-agent call's answer, read when its parent resumed
 SUB_AGENT_RUN = "nrllm.sub_agent.run.id"  # the child run that answers a sub-agent call
 # error.type of a call still in flight when its segment ended without recording it
@@ -240,7 +253,7 @@ class SegmentSpans:
             elif kind == "tool":
                 self._tool_answered(payload, step.duration_ms, sequence)
             elif kind == "approval":
-                self.span.add_event("nrllm.approval", {"nrllm.approval.approved": bool(payload.get("approved"))})
+                self.span.add_event("nrllm.approval", approval_attributes(payload))
         except Exception:
             logger.exception("run %s: step %s could not be traced; ignored", self.run_id, sequence)
 

@@ -25,6 +25,7 @@ from nrllm_agents.models import AgentRun, AgentRunEvent
 from nrllm_agents.observability import spans as segment_spans
 from nrllm_agents.observability import tracing
 from nrllm_agents.runtime.agent_runtime import Outcome
+from nrllm_agents.store.results import Operator
 from nrllm_agents.testing.chat_server import ChatCompletionServer
 from tests import waits
 from tests.integration.executors.test_queue import no_redis  # noqa: F401  (fixture)
@@ -143,8 +144,14 @@ def test_a_queued_run_continues_the_trace_it_was_created_in_across_its_segments(
     ]
     assert runtime.run_queued(run_id).outcome == Outcome.AWAITING_APPROVAL  # write_note is gated
     with request_tracer.start_as_current_span("POST /api/runs/approve/") as approving:
-        assert runtime.approve(run_id, True).outcome == Outcome.COMPLETED
+        assert runtime.approve(run_id, True, by=Operator("carol"), reason="checked").outcome == Outcome.COMPLETED
     segments = sorted(by_name(exported.get_finished_spans())["invoke_agent"], key=lambda s: s.start_time)
+    [decided] = [e for e in segments[-1].events if e.name == "nrllm.approval"]
+    assert dict(decided.attributes) == {
+        "nrllm.approval.approved": True,
+        "nrllm.approval.by": "carol",
+        "nrllm.approval.reason": "checked",
+    }
     assert len(segments) == 2
     assert {s.context.trace_id for s in segments} == {request_span.get_span_context().trace_id}
     assert {s.parent.span_id for s in segments} == {request_span.get_span_context().span_id}
