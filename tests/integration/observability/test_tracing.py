@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from nrllm_agents.catalog import agents as catalog
 from nrllm_agents.catalog import connections
+from nrllm_agents.conf import app_settings
 from nrllm_agents.models import AgentRun, AgentRunEvent
+from nrllm_agents.money import pricing
 from nrllm_agents.observability import spans as segment_spans
 from nrllm_agents.observability import tracing
 from nrllm_agents.runtime.agent_runtime import Outcome
@@ -87,6 +90,27 @@ def test_a_run_is_an_invoke_agent_span_with_a_chat_span_per_call_and_an_execute_
     assert run.start_time <= first.start_time <= first.end_time <= tool.start_time <= tool.end_time <= run.end_time
     # No message content unless asked for.
     assert not any(k.endswith(("messages", "arguments", "result")) for s in chats + [tool] for k in s.attributes)
+
+
+def test_a_saved_agent_s_run_names_its_agent_and_version_and_prices_each_call(runtime, exported):
+    pricing.set_price(
+        model="scripted-demo", provider="scripted", input_per_million=Decimal("2.5"), output_per_million=Decimal(10)
+    )
+    script = [{"content": "hi", "usage": {"prompt_tokens": 1000, "completion_tokens": 100}}]
+    catalog.save("greeter", {"provider": "scripted", "script": script, "tools": []}, description="greets")
+    result = runtime.run({"agent": "greeter", "prompt": "hello"})
+    assert result.outcome == Outcome.COMPLETED
+    found = by_name(exported.get_finished_spans())
+    (run,), (chat,) = found["invoke_agent"], found["chat"]
+    run_row = AgentRun.objects.select_related("agent_version").get(pk=result.run_id)
+    assert run.name == "invoke_agent greeter"
+    assert (run.attributes["gen_ai.agent.name"], run.attributes["gen_ai.agent.version"]) == ("greeter", "1")
+    assert run.attributes["gen_ai.agent.id"] == str(run_row.agent_version.agent_id)
+    # 1000 x 2.5 + 100 x 10 per million = 0.0035: exact decimal text on the call and on the run
+    for span in (run, chat):
+        assert span.attributes["nrllm.cost.amount"] == "0.0035" and "nrllm.cost.estimated" not in span.attributes
+        assert span.attributes["nrllm.cost.currency"] == app_settings.CURRENCY
+    assert run_row.cost == Decimal("0.0035")
 
 
 def test_message_contents_only_when_the_opt_in_variable_asks_and_scrubbed_like_errors(runtime, exported, monkeypatch):
