@@ -43,6 +43,21 @@ class RunContextFilter(logging.Filter):
         return True
 
 
+class OneLineFilter(logging.Filter):
+    """A library's record of what a peer sent (the ``mcp`` SDK's "Failed to parse JSONRPC
+    message"): one line, its exception's class in place of the traceback. The traceback is
+    the library's, not ours, and quotes what the server sent (any size, any bytes); the run
+    already has the tool error that says what went wrong."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            record.msg = f"{record.getMessage()} ({type(record.exc_info[1]).__name__})"
+            record.args = ()
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
 class TextFormatter(logging.Formatter):
     """``time level logger message`` then ``key=value`` for the run fields a record has."""
 
@@ -92,7 +107,10 @@ def logging_config(fmt: str = "text", level: str = "WARNING") -> dict[str, Any]:
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "filters": {"run_context": {"()": "nrllm_agents.observability.logs.RunContextFilter"}},
+        "filters": {
+            "run_context": {"()": "nrllm_agents.observability.logs.RunContextFilter"},
+            "one_line": {"()": "nrllm_agents.observability.logs.OneLineFilter"},
+        },
         "formatters": {
             "text": {"()": "nrllm_agents.observability.logs.TextFormatter"},
             "json": {
@@ -101,12 +119,19 @@ def logging_config(fmt: str = "text", level: str = "WARNING") -> dict[str, Any]:
                 "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
             },
         },
-        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": formatter, "filters": ["run_context"]}},
+        "handlers": {
+            "console": {"class": "logging.StreamHandler", "formatter": formatter, "filters": ["run_context"]},
+            "console_one_line": {
+                "class": "logging.StreamHandler",
+                "formatter": formatter,
+                "filters": ["run_context", "one_line"],
+            },
+        },
         "loggers": {
             "nrllm_agents": handler,
             # The mcp SDK's own warnings (a line that is not JSON-RPC, a broken stream): into the
-            # same log, never to stderr by logging's last-resort handler.
-            "mcp": {"handlers": ["console"], "level": "WARNING", "propagate": False},
+            # same log, one line each, never to stderr by logging's last-resort handler.
+            "mcp": {"handlers": ["console_one_line"], "level": "WARNING", "propagate": False},
             "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
             "django.security": {"handlers": ["console"], "level": "ERROR", "propagate": False},
             # The vendor SDKs and their HTTP stack log each request's URL (a connection's host,

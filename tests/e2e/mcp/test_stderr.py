@@ -16,8 +16,10 @@ import threading
 
 import pytest
 
+from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus
 from nrllm_agents.testing import mcp_servers
 from tests.conftest import manage
+from tests.e2e.processes import Workers, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the children read the committed schema
 
@@ -102,3 +104,48 @@ def test_a_command_writes_no_traceback_and_no_banner_and_logs_the_servers_stderr
     assert any(r["message"] == f"MCP server 'banner': {BANNER}" and r["mcp_server"] == "banner" for r in tagged), err
     if code:  # the broken servers are named, no traceback
         assert "hangs" in err and ("nocmd" in err or args[0] == "agent_run")
+
+
+HOSTILE = json.dumps(
+    [
+        {"tool_calls": [{"name": "banner__garbage", "arguments": {}}]},
+        {"tool_calls": [{"name": "banner__die", "arguments": {}}]},
+        {"tool_calls": [{"name": "banner__echo", "arguments": {"text": "after the crash"}}]},
+        {"content": "done"},
+    ]
+)
+
+
+@pytest.mark.parametrize("command", ["agent_worker", "rqworker"])
+def test_a_worker_logs_a_breaking_servers_stderr_and_no_traceback(env, redis_url, tmp_path, command):
+    """A run in a real worker meets a server that writes garbage on the wire, then one that dies
+    mid-call: each is a tool error for the model, the run completes, and the worker's output
+    holds log records only (the server's banner, twice: it was started again, tagged)."""
+    config = tmp_path / "banner.json"  # that server alone: no other server's timeout to wait out
+    config.write_text(json.dumps({"mcpServers": {"banner": mcp_servers.ours(switches=("--banner", BANNER))}}))
+    worker_env = {**env, "REDIS_URL": redis_url, "NRLLM_MCP_CONFIG": str(config)}
+    with Workers(worker_env, count=1, log_dir=tmp_path / "logs", command=command) as workers:
+        tools = [arg for name in ("garbage", "die", "echo") for arg in ("--tool", f"banner__{name}")]
+        child = manage("agent_run", "p", *tools, "--script", HOSTILE, "--queued", "--json", env=worker_env)
+        out, err = child.communicate(timeout=120)
+        assert child.returncode == 0, (out, err)
+        run_id = json.loads(out.splitlines()[0])["run_id"]
+        run = wait_for(
+            lambda: AgentRun.objects.filter(pk=run_id, stopped_at__isnull=False).first(), timeout=120, what="the run"
+        )
+        log = workers.log_text(workers.names[0])
+    assert run.status == RunStatus.COMPLETED, log
+    garbage, died, echo = [
+        e.payload for e in AgentRunEvent.objects.filter(run_id=run_id, kind="tool").order_by("sequence")
+    ]
+    assert "not valid JSON-RPC" in garbage["error"] and "closed the connection during the call" in died["error"]
+    assert echo["error"] is None and echo["result"]["text"] == "after the crash"
+    assert "never retrieved" not in log and "Traceback" not in log, log
+    for line in log.splitlines():  # the banner only inside a log record
+        assert BANNER not in line or line.startswith("{"), log
+    tagged = [r for r in records(log) if r.get("logger") == "nrllm_agents.mcp.stderr"]
+    assert sum(r["message"] == f"MCP server 'banner': {BANNER}" for r in tagged) == 2, log
+    # the SDK's own error about the garbage line: one line, without its traceback or the bytes
+    [sdk] = [r for r in records(log) if r.get("logger") == "mcp.client.stdio"]
+    assert sdk["message"] == "Failed to parse JSONRPC message from server (ValidationError)", log
+    assert "exc_info" not in sdk and "not json" not in log, log
