@@ -112,3 +112,35 @@ def test_a_worker_sigkilled_mid_tree_loses_nothing_and_the_tree_completes(runtim
         assert kinds == ["request", "request", "llm"]  # killed inside its model call: asked again once
     root_kinds = list(AgentRunEvent.objects.filter(run_id=root_id).order_by("sequence").values_list("kind", flat=True))
     assert root_kinds == ["request", "llm", "tool", "tool", "tool", "request", "llm"]
+
+
+def test_a_tree_on_forking_rqworkers_completes_and_one_cancel_stops_it(runtime, queue, worker_env, tmp_path):
+    """The forking worker (a work horse per run) executes trees too: a lead's two children run
+    at once on two workers while the lead holds none and completes from their answers; then a
+    cancel of another lead interrupts both its children's calls in flight."""
+    agent("helper", [{"delay": 0.5, "content": "helped"}])
+    agent("lead", [calls("helper", 2), {"content": "both helped"}], ("helper",))
+    agent("slow_helper", [{"delay": 30, "content": "a slow answer " * 40}])
+    agent("slow_lead", [calls("slow_helper", 2), {"content": "never"}], ("slow_helper",))
+    with Workers(worker_env, count=2, log_dir=tmp_path, command="rqworker"):
+        done_id = runtime.enqueue({"agent": "lead", "prompt": "go"})
+        wait_for(lambda: AgentRun.objects.get(pk=done_id).status == RunStatus.COMPLETED, timeout=90, what="the lead")
+        assert AgentRun.objects.get(pk=done_id).final_text == "both helped"
+        tools = AgentRunEvent.objects.filter(run_id=done_id, kind="tool").order_by("sequence")
+        assert [e.payload["result"] for e in tools] == ["helped", "helped"]
+
+        root_id = runtime.enqueue({"agent": "slow_lead", "prompt": "go"})
+        streaming = AgentRunEvent.objects.filter(run__tree_parent_id=root_id, kind="request")
+        wait_for(lambda: streaming.count() == 2, timeout=60, what="both children streaming")
+        started = time.monotonic()
+        assert runtime.cancel(root_id, source=CancelSource.API, reason="enough").outcome == "cancelled"
+        wait_for(
+            lambda: not AgentRun.objects.filter(tree_root_id=root_id, stopped_at__isnull=True).exists(),
+            timeout=30,
+            what="the tree stopped",
+        )
+        assert time.monotonic() - started < 15  # generous: the answers take 30 s
+    for child in AgentRun.objects.filter(tree_parent_id=root_id):
+        kinds = list(AgentRunEvent.objects.filter(run=child).order_by("sequence").values_list("kind", flat=True))
+        assert child.status == RunStatus.CANCELLED and kinds == ["request", "llm", "cancelled"]
+        assert AgentRunEvent.objects.get(run=child, kind="llm").payload["interrupted"] is True
