@@ -249,12 +249,14 @@ def cascade(
     which holds the tree's lock), each naming the cancel it inherits; returns them by the status
     each had. Quiescent ones get their ``cancelled`` step here. A limit's cancel (a spent tree)
     gives each its ``termination_reason``, and the limit inside what it inherited."""
-    below = subtree(run_id, root)
-    if not below:
+    active = AgentRun.objects.filter(status__in=[s.value for s in ACTIVE])
+    if run_id == root:  # a root's active descendants: one indexed read
+        found = dict(active.filter(tree_root_id=root).exclude(pk=root).values_list("pk", "status"))
+    else:
+        below = subtree(run_id, root)
+        found = dict(active.filter(pk__in=below).values_list("pk", "status")) if below else {}
+    if not found:
         return {}
-    found = dict(
-        AgentRun.objects.filter(pk__in=below, status__in=[s.value for s in ACTIVE]).values_list("pk", "status")
-    )
     now = timezone.now()  # after the tree's lock: every step of the tree committed before it
     inherited: dict[str, Any] = {"run_id": str(run_id), "by": actor(by)[1], "source": str(source), "reason": reason}
     if limit:
