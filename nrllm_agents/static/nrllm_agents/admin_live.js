@@ -24,15 +24,25 @@
     tick();
   }
 
+  // Once the stream has ended, the page is re-read until it shows the run settled: a refresh
+  // that failed (the network, a refusal, a sign-in page a lost session redirects to) changes
+  // nothing on the page and is tried again a second later, a bounded number of times.
+  let retries = 0;
   async function refresh() {
     if (busy) { due = true; return; }
     busy = true;
+    let settled = false;
     try {
       const response = await fetch(window.location.href, {credentials: "same-origin"});
-      if (response.ok) swap(new DOMParser().parseFromString(await response.text(), "text/html"));
-    } catch (e) { /* the next event tries again */ }
+      const page = response.ok ? new DOMParser().parseFromString(await response.text(), "text/html") : null;
+      const fresh = page && page.getElementById("run-live");
+      if (fresh) {  // this run's page, nothing else: anything else would remove the live section
+        swap(page);
+        settled = fresh.dataset.live !== "true";
+      }
+    } catch (e) { /* tried again below, or at the next event */ }
     busy = false;
-    if (due) { due = false; window.setTimeout(refresh, 1000); }
+    if (due || (done && !settled && retries++ < 60)) { due = false; window.setTimeout(refresh, 1000); }
   }
   const soon = () => { if (!busy) refresh(); else due = true; };
 

@@ -261,3 +261,40 @@ def test_the_admin_run_page_is_live(page, live_url, alice, django_user_model, er
     expect(admin.locator("#run-summary")).to_contain_text("slow answer")
     screenshot(admin, "console-admin-run-live")
     assert errors == []
+
+
+def test_the_admin_run_page_keeps_its_live_section_through_failed_refreshes(
+    page, live_url, alice, django_user_model, errors
+):
+    """A refresh answered by another page (what a lost session's redirect to the sign-in gives)
+    changes nothing; once the stream has ended, the page is re-read until it shows the run
+    settled. Before, such a refresh removed the summary, and the one after the end was the last."""
+    sign_in(page, live_url)
+    # 12 s: the admin's sign-in and first load, on a loaded machine, come well before the answer
+    run_id = start(page, json.dumps([{"delay": 12, "content": "slow answer"}]), [])
+    admin = page.context.new_page()
+    path = f"/admin/nrllm_agents/agentrun/{run_id}/change/"
+    sign_in_admin(admin, live_url, django_user_model, path)
+    expect(admin.locator("#summary-status")).to_have_text("running")
+    served: list[float] = []
+
+    def another_page(route) -> None:
+        served.append(time.monotonic())
+        sign_in_page = "<html><body><form id=login-form></form></body></html>"
+        route.fulfill(status=200, content_type="text/html", body=sign_in_page)
+
+    admin.route(f"{live_url}{path}", another_page)
+
+    def pumping(predicate, what: str) -> None:  # the sync API runs route handlers only while called
+        deadline = time.monotonic() + 30
+        while not predicate():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            admin.wait_for_timeout(100)
+
+    pumping(lambda: AgentRun.objects.get(pk=run_id).status == RunStatus.COMPLETED, "the run")
+    settled = time.monotonic()
+    pumping(lambda: [t for t in served if t > settled + 0.5][1:], "two refreshes after the end")
+    expect(admin.locator("#summary-status")).to_have_text("running")  # kept: nothing was swapped
+    admin.unroute(f"{live_url}{path}")
+    expect(admin.locator("#summary-status")).to_have_text("completed", timeout=20_000)
+    expect(admin.locator("#run-summary")).to_contain_text("slow answer")
