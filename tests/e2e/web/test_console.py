@@ -250,13 +250,15 @@ def test_the_admin_run_list_fits_1280_px_with_its_columns(page, live_url, alice,
 @pytest.mark.sqlite  # the SQLite tier's smoke of this surface
 def test_the_admin_run_page_is_live(page, live_url, alice, django_user_model, errors, screenshot):
     sign_in(page, live_url)
-    run_id = start(page, json.dumps([{"delay": 10, "content": "slow answer"}]), [])
+    # 25 s: the admin's sign-in and first load come well before the answer, even on the SQLite
+    # tier of a loaded CI machine (10 s was not always enough there)
+    run_id = start(page, json.dumps([{"delay": 25, "content": "slow answer"}]), [])
     admin = page.context.new_page()
     sign_in_admin(admin, live_url, django_user_model, f"/admin/nrllm_agents/agentrun/{run_id}/change/")
     expect(admin.locator("#summary-status")).to_have_text("running")
     expect(admin.locator("#gantt-pending")).to_have_count(1)
     admin.evaluate("window.__samePage = true")
-    expect(admin.locator("#summary-status")).to_have_text("completed", timeout=20_000)
+    expect(admin.locator("#summary-status")).to_have_text("completed", timeout=45_000)
     assert admin.evaluate("window.__samePage") is True  # no reload
     expect(admin.locator("#run-summary")).to_contain_text("slow answer")
     screenshot(admin, "console-admin-run-live")
