@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -207,15 +208,24 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
         pass
 
 
-def wait_for(predicate: Any, *, timeout: float = 60.0, interval: float = 0.05, what: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail with ``what`` after ``timeout``."""
+def wait_for(
+    predicate: Any,
+    *,
+    timeout: float = 60.0,
+    interval: float = 0.05,
+    what: str = "condition",
+    explain: Callable[[], str] | None = None,
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail with ``what`` after ``timeout``
+    (and what ``explain`` says of the state then: a worker's log, the runs' statuses)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+            said = f"\n{explain()}" if explain else ""
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}{said}")
         time.sleep(interval)
 
 

@@ -89,7 +89,8 @@ def test_the_admin_run_page_counts_tokens_live_and_settles_without_a_reload(
     sign_in(page, live_url)
     script = [
         {
-            "tool_calls": [{"name": "sleep", "arguments": {"seconds": 6}}],
+            # long enough for the admin's sign-in under a loaded CI (6 s was not)
+            "tool_calls": [{"name": "sleep", "arguments": {"seconds": 12}}],
             "usage": {"prompt_tokens": 900, "completion_tokens": 60},
         },
         {"content": "slept", "usage": {"prompt_tokens": 1000, "completion_tokens": 20}},

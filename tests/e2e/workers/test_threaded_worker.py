@@ -133,6 +133,12 @@ def all_finished(ids: list[str]) -> bool:
     return all(stream_finished(r) for r in AgentRun.objects.filter(pk__in=ids))
 
 
+def state(ids: list[str], workers: Workers) -> str:
+    """What a failed wait reports: how many runs are in each status, and the worker's log."""
+    statuses = Counter(AgentRun.objects.filter(pk__in=ids).values_list("status", flat=True))
+    return f"runs by status: {dict(statuses)}\n{workers.logs()}"
+
+
 def journal(env: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
     path = Path(env["NRLLM_CALL_JOURNAL"])
     by_run: dict[str, list[dict[str, Any]]] = {}
@@ -270,8 +276,14 @@ def test_sigkill_of_the_worker_loses_nothing_the_reaper_requeues_every_run(runti
     proc = manage("agent_reap", "--limit", "1000", env=env)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and out.startswith(f"{stranded} requeued"), (out, err)
-    start_worker(runs, env=env)
-    wait_for(lambda: all_finished(ids), timeout=180, interval=0.5, what="the second worker to finish every run")
+    second = start_worker(runs, env=env)
+    wait_for(
+        lambda: all_finished(ids),
+        timeout=180,
+        interval=0.5,
+        what="the second worker to finish every run",
+        explain=lambda: state(ids, second),
+    )
     for run in AgentRun.objects.filter(pk__in=ids):
         assert run.status == RunStatus.COMPLETED, (run.pk, run.status, run.error_message)
         events = assert_gap_free(str(run.pk))
@@ -307,8 +319,14 @@ def test_sigterm_hands_every_run_in_flight_back_and_they_complete_elsewhere(runt
     assert code == 0, first.logs()
     assert Counter(AgentRun.objects.filter(pk__in=ids).values_list("status", flat=True)) == {RunStatus.QUEUED: runs}
     assert not AgentRunEvent.objects.filter(run_id__in=ids, kind="llm").exists()  # cut short, not recorded
-    start_worker(runs)
-    wait_for(lambda: all_finished(ids), timeout=120, interval=0.5, what="the second worker to finish every run")
+    second = start_worker(runs)
+    wait_for(
+        lambda: all_finished(ids),
+        timeout=120,
+        interval=0.5,
+        what="the second worker to finish every run",
+        explain=lambda: state(ids, second),
+    )
     for run in AgentRun.objects.filter(pk__in=ids):
         assert (run.status, run.attempts) == (RunStatus.COMPLETED, 0), (run.pk, run.status)
         events = assert_gap_free(str(run.pk))
