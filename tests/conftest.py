@@ -136,7 +136,9 @@ def child_env(test_database_url, tmp_path) -> dict[str, str]:
     env.update(
         {
             "DATABASE_URL": test_database_url,
-            "DJANGO_SETTINGS_MODULE": "config.settings",
+            # the site's settings with the suite's password hasher (config/test_settings.py):
+            # a server checks the passwords of the users a test created
+            "DJANGO_SETTINGS_MODULE": "config.test_settings",
             "PYTHONPATH": str(ROOT),
             "PYTHONUNBUFFERED": "1",
             "NRLLM_CALL_JOURNAL": str(tmp_path / "journal.jsonl"),

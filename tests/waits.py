@@ -3,7 +3,11 @@ is connected, or the embedded maintenance thread has stopped. The product never 
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
 
 from nrllm_agents import executors
 from nrllm_agents.live.listener import listener
@@ -32,3 +36,15 @@ def stop_local_maintenance(timeout: float = 10.0) -> None:
         if maintenance._local is not None:
             maintenance._local.stop(timeout)
             maintenance._local = None
+
+
+def models_called(journal: str | Path, run_ids: Iterable[Any]) -> int:
+    """How many of ``run_ids`` have started a model call, by the call journal at ``journal``
+    (``NRLLM_CALL_JOURNAL``). A recorded ``request`` step is not yet a call in flight: the run
+    still passes its gate, where a cancel committed first stops it with no call to interrupt."""
+    path = Path(journal)
+    wanted = {str(r) for r in run_ids}
+    if not path.exists():
+        return 0
+    lines = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return len({line["run_id"] for line in lines if line.get("what") == "model" and line.get("run_id") in wanted})

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, RunStatus
+from tests import waits
 from tests.e2e.processes import FROZEN, Workers, wait_for
 from tests.integration.runtime.test_trees import agent, calls, runs_of, tree
 
@@ -39,10 +40,9 @@ def test_a_cancel_of_the_root_interrupts_every_leaf_of_a_tree_run_by_workers(run
     workers = Workers(worker_env, count=2, log_dir=tmp_path, command="agent_worker", extra_args=("--concurrency", "8"))
     with workers:
         root_id = runtime.enqueue({"agent": "root", "prompt": "plan"})
+        leaves = AgentRun.objects.filter(tree_root_id=root_id, tree_depth=2)
         wait_for(
-            lambda: (
-                AgentRunEvent.objects.filter(run__tree_root_id=root_id, run__tree_depth=2, kind="request").count() == 9
-            ),
+            lambda: waits.models_called(worker_env["NRLLM_CALL_JOURNAL"], leaves.values_list("pk", flat=True)) == 9,
             timeout=90,
             what="nine leaves streaming",
         )

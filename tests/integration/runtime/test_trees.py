@@ -23,7 +23,7 @@ from nrllm_agents.store import trees as tree_store
 from tests import waits
 from tests.conftest import race_rounds
 from tests.e2e.processes import wait_for
-from tests.integration.executors.test_queue import no_redis  # noqa: F401  (fixture)
+from tests.integration.executors.test_queue import journal, no_redis  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -69,14 +69,12 @@ def test_a_tree_of_depth_3_completes_and_each_call_is_answered_by_its_child(runt
     assert {t.payload["result"] for t in mids} == {"leaf answer"}
 
 
-def test_a_cancel_of_the_root_stops_every_call_in_flight_of_the_tree(runtime, no_redis):  # noqa: F811
+def test_a_cancel_of_the_root_stops_every_call_in_flight_of_the_tree(runtime, no_redis, journal):  # noqa: F811
     tree(2, [{"delay": 30, "content": "a slow answer " * 40}])
     root_id = runtime.enqueue({"agent": "root", "prompt": "plan"})
+    leaves = AgentRun.objects.filter(tree_root_id=root_id, tree_depth=2, status=RunStatus.RUNNING)
     wait_for(
-        lambda: (
-            AgentRun.objects.filter(tree_root_id=root_id, tree_depth=2, status=RunStatus.RUNNING).count() == 4
-            and AgentRunEvent.objects.filter(run__tree_root_id=root_id, run__tree_depth=2, kind="request").count() == 4
-        ),
+        lambda: leaves.count() == 4 and waits.models_called(journal, leaves.values_list("pk", flat=True)) == 4,
         timeout=60,
         what="four leaves streaming",
     )
