@@ -163,8 +163,8 @@ class SegmentSpans:
         if agent:
             attributes["gen_ai.agent.name"] = str(agent)
             record = getattr(request, "agent_record", None) or {}
-            if record.get("id") is not None:
-                attributes["gen_ai.agent.id"] = str(record["id"])
+            if record.get("agent_id") is not None:  # the agent's, not its version's ("id")
+                attributes["gen_ai.agent.id"] = str(record["agent_id"])
             if getattr(request, "agent_version", None) is not None:
                 attributes["gen_ai.agent.version"] = str(request.agent_version)
         if row.get("thread_id"):

@@ -257,7 +257,9 @@ class RunRequest:
             "connection": self.connection or "",
             "deadline_at": deadline_at,
             "agent_version_id": self.agent_record["id"] if self.agent_record else None,
-            "agent_snapshot": {k: v for k, v in self.agent_record.items() if k != "id"} if self.agent_record else None,
+            "agent_snapshot": {k: v for k, v in self.agent_record.items() if k not in ("id", "agent_id")}
+            if self.agent_record
+            else None,
         }
 
     @classmethod
@@ -383,7 +385,8 @@ AGENT_FIELDS = (
 
 def _with_agent(data: Mapping[str, Any], errors: dict[str, str]) -> tuple[Mapping[str, Any], dict[str, Any] | None]:
     """The request with its agent's definition under it (the request's own fields win), and the
-    agent version's record (``{"id", "name", "version", "definition"}``); unchanged without an agent.
+    agent version's record (``{"id", "agent_id", "name", "version", "definition"}``: ``id`` is the
+    version's, ``agent_id`` the agent's); unchanged without an agent.
 
     A request that names its own provider or connection takes none of the agent's (nor its
     model, unless it names none either).
@@ -412,7 +415,7 @@ def _with_agent(data: Mapping[str, Any], errors: dict[str, str]) -> tuple[Mappin
         definition.pop("connection", None)
         if "model" not in data:
             definition.pop("model", None)
-    record = {"id": found.pk, **found.snapshot()}
+    record = {"id": found.pk, "agent_id": found.agent_id, **found.snapshot()}
     return {**definition, **data}, record
 
 

@@ -97,14 +97,16 @@ def test_a_saved_agent_s_run_names_its_agent_and_version_and_prices_each_call(ru
         model="scripted-demo", provider="scripted", input_per_million=Decimal("2.5"), output_per_million=Decimal(10)
     )
     script = [{"content": "hi", "usage": {"prompt_tokens": 1000, "completion_tokens": 100}}]
+    catalog.save("greeter", {"provider": "scripted", "script": [{"content": "v1"}], "tools": []}, description="greets")
     catalog.save("greeter", {"provider": "scripted", "script": script, "tools": []}, description="greets")
-    result = runtime.run({"agent": "greeter", "prompt": "hello"})
+    result = runtime.run({"agent": "greeter", "prompt": "hello"})  # version 2: its row's id is not the agent's
     assert result.outcome == Outcome.COMPLETED
     found = by_name(exported.get_finished_spans())
     (run,), (chat,) = found["invoke_agent"], found["chat"]
     run_row = AgentRun.objects.select_related("agent_version").get(pk=result.run_id)
     assert run.name == "invoke_agent greeter"
-    assert (run.attributes["gen_ai.agent.name"], run.attributes["gen_ai.agent.version"]) == ("greeter", "1")
+    assert (run.attributes["gen_ai.agent.name"], run.attributes["gen_ai.agent.version"]) == ("greeter", "2")
+    assert run_row.agent_version.agent_id != run_row.agent_version_id
     assert run.attributes["gen_ai.agent.id"] == str(run_row.agent_version.agent_id)
     # 1000 x 2.5 + 100 x 10 per million = 0.0035: exact decimal text on the call and on the run
     for span in (run, chat):
