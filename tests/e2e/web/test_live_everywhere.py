@@ -23,6 +23,8 @@ from .test_playground import sign_in, start
 pytestmark = pytest.mark.django_db(transaction=True)  # the server is another process
 
 TOOL = "everything__trigger-long-running-operation"
+# An element wider than its box: it scrolls sideways.
+SCROLLS = "s => { const e = document.querySelector(s); return !!e && e.scrollWidth > e.clientWidth; }"
 
 
 @pytest.fixture
@@ -173,7 +175,8 @@ def test_the_new_elements_at_390_px_in_dark_mode(browser_context, live_url, alic
     run_id = start(page, script, ["sleep"])
     expect(page.locator("#live-steps li[data-kind=tool-pending]")).to_be_visible()
     strip = page.locator("#run-picture")
-    assert strip.evaluate("e => e.scrollWidth > e.clientWidth")  # wider than the phone: it scrolls
+    # wider than the phone: it scrolls (waited for: the live page redraws the strip as steps come)
+    page.wait_for_function(SCROLLS, arg="#run-picture")
     expect(strip.locator(".scroll-cue")).to_be_visible()  # and says so
     screenshot(page, "live-390-dark-playground")
     admin = context.new_page()
@@ -185,7 +188,7 @@ def test_the_new_elements_at_390_px_in_dark_mode(browser_context, live_url, alic
     background = card.evaluate("e => getComputedStyle(e).backgroundColor")
     assert background == "rgb(31, 42, 64)", background  # the dark variant
     picture = admin.locator("#run-timeline .run-picture")
-    assert picture.evaluate("e => e.scrollWidth > e.clientWidth")  # the timeline scrolls, visibly
+    admin.wait_for_function(SCROLLS, arg="#run-timeline .run-picture")  # the timeline scrolls, visibly
     expect(picture.locator(".scroll-cue")).to_be_visible()
     screenshot(admin, "live-390-dark-admin")
     context.close()
