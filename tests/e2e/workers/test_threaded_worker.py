@@ -139,6 +139,17 @@ def state(ids: list[str], workers: Workers) -> str:
     return f"runs by status: {dict(statuses)}\n{workers.logs()}"
 
 
+def second_finishes(ids: list[str], second: Workers, timeout: float) -> None:
+    """Wait for the worker that took the runs over to finish every one; a timeout says why."""
+    wait_for(
+        lambda: all_finished(ids),
+        timeout=timeout,
+        interval=0.5,
+        what="the second worker to finish every run",
+        explain=lambda: state(ids, second),
+    )
+
+
 def journal(env: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
     path = Path(env["NRLLM_CALL_JOURNAL"])
     by_run: dict[str, list[dict[str, Any]]] = {}
@@ -276,14 +287,7 @@ def test_sigkill_of_the_worker_loses_nothing_the_reaper_requeues_every_run(runti
     proc = manage("agent_reap", "--limit", "1000", env=env)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0 and out.startswith(f"{stranded} requeued"), (out, err)
-    second = start_worker(runs, env=env)
-    wait_for(
-        lambda: all_finished(ids),
-        timeout=180,
-        interval=0.5,
-        what="the second worker to finish every run",
-        explain=lambda: state(ids, second),
-    )
+    second_finishes(ids, start_worker(runs, env=env), timeout=180)
     for run in AgentRun.objects.filter(pk__in=ids):
         assert run.status == RunStatus.COMPLETED, (run.pk, run.status, run.error_message)
         events = assert_gap_free(str(run.pk))
@@ -319,14 +323,7 @@ def test_sigterm_hands_every_run_in_flight_back_and_they_complete_elsewhere(runt
     assert code == 0, first.logs()
     assert Counter(AgentRun.objects.filter(pk__in=ids).values_list("status", flat=True)) == {RunStatus.QUEUED: runs}
     assert not AgentRunEvent.objects.filter(run_id__in=ids, kind="llm").exists()  # cut short, not recorded
-    second = start_worker(runs)
-    wait_for(
-        lambda: all_finished(ids),
-        timeout=120,
-        interval=0.5,
-        what="the second worker to finish every run",
-        explain=lambda: state(ids, second),
-    )
+    second_finishes(ids, start_worker(runs), timeout=120)
     for run in AgentRun.objects.filter(pk__in=ids):
         assert (run.status, run.attempts) == (RunStatus.COMPLETED, 0), (run.pk, run.status)
         events = assert_gap_free(str(run.pk))
