@@ -123,6 +123,12 @@ RULES: dict[str, Rule] = {
     "INTERACTIVE_MAX_PER_USER": COUNT,
     "SYNC_MAX_PER_USER": COUNT,
     "SYNC_MAX_OPEN": COUNT,
+    "STREAM_MAX_OPEN": (
+        lambda v: v is None or _whole(v),
+        "None (half the server's threads) or a whole number (0: no bound)",
+    ),
+    "SERVER_THREADS": COUNT,
+    "TREE_MAX_RUNS": COUNT,
     "RATE_LIMIT_STORE": (lambda v: v in ("auto", "redis", "database"), "one of 'auto', 'redis', 'database'"),
     "ALLOW_SCRIPTED": (lambda v: v is None or isinstance(v, bool), "None (follow DEBUG), True or False"),
     "MCP_SERVERS": (lambda v: isinstance(v, dict), 'a dict in the mcpServers shape ({"mcpServers": {...}})'),

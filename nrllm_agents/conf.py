@@ -80,6 +80,9 @@ DEFAULTS: dict[str, Any] = {
     # and how many sub-agent calls one model turn may start.
     "MAX_TREE_DEPTH": 3,
     "MAX_FAN_OUT": 16,
+    # the most runs one tree may hold, its root included: past it a sub-agent call starts no run
+    # and is answered with a tool error (0: no bound but the depth and the fan-out)
+    "TREE_MAX_RUNS": Env("NRLLM_TREE_MAX_RUNS", int, 64),
     # Limits per run (nrllm_agents.runtime.limits). A request may set its own up to the *_LIMIT bound;
     # one that sets none gets the default (None: no deadline / no budget).
     # a run that sets no deadline stops after an hour (None: no deadline unless the request sets one)

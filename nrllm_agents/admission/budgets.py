@@ -16,7 +16,7 @@ from ..models import BudgetWindow
 from ..store import budgets
 from ..store.budgets import Refusal
 
-__all__ = ["BudgetRefused", "admit", "words"]
+__all__ = ["BudgetRefused", "admit", "admit_id", "words"]
 
 
 def words(refusal: Refusal) -> str:
@@ -57,7 +57,11 @@ class BudgetRefused(KindedError):
 def admit(owner: Any, agent_version_id: int | None = None) -> None:
     """Count one run of ``owner`` against every budget covering it, or raise ``BudgetRefused``
     (nothing counted then). No budget: one indexed query, nothing written."""
-    owner_id = getattr(owner, "pk", None)
+    admit_id(getattr(owner, "pk", None), agent_version_id)
+
+
+def admit_id(owner_id: Any, agent_version_id: int | None = None) -> None:
+    """``admit`` for the owner of id ``owner_id`` (``None``: a run of no owner)."""
     ids = budgets.covering(owner_id, agent_version_id)
     refusal = budgets.reserve(ids, runs=1)
     if refusal is not None:

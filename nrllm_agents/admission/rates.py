@@ -82,10 +82,20 @@ def identity(request: Any) -> str:
 def take(request: Any, action: Action) -> RateRefused | None:
     """Spend one attempt of ``action`` for the caller of ``request``: ``None`` when it may go on,
     else ``RateRefused`` (nothing was counted)."""
+    return _spend(identity(request), action)
+
+
+def take_for(user_id: Any, action: Action) -> RateRefused | None:
+    """``take`` for the user of id ``user_id`` where no request is at hand (a sub-agent's run,
+    started by its parent's worker on its owner's behalf): the same count as their requests'."""
+    return _spend(f"user:{user_id}", action)
+
+
+def _spend(ident: str, action: Action) -> RateRefused | None:
     rate = rate_for(action)
     if rate is None:
         return None
-    return attempt(f"{action.value}/{rate[1]}", identity(request), *rate)
+    return attempt(f"{action.value}/{rate[1]}", ident, *rate)
 
 
 def attempt(scope: str, ident: str, allowed: int, period: int, now: float | None = None) -> RateRefused | None:

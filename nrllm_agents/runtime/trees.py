@@ -6,8 +6,11 @@ the agent's description). A model turn that calls some of them suspends its run
 same fence (``store.trees.spawn``); the children run on whichever executor runs queued runs,
 concurrently. The child that ends last wakes its parent (``waiting_for_children → queued``),
 which continues from its stream: each call is answered by its child's final answer, or by a
-tool error saying how the child ended (cancelled on its own, failed, a limit). A cancel of a
-run cancels its whole subtree in one fence (``store.trees.cancel_tree``).
+tool error saying how the child ended (cancelled on its own, failed, a limit). A child is
+admitted like any run (its owner's create rate limit, the budgets covering it, and the tree's
+``TREE_MAX_RUNS``); a refused one starts nothing, and its call is answered with the refusal as
+a tool error. A cancel of a run cancels its whole subtree in one fence
+(``store.trees.cancel_tree``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 from django.db import transaction
 
+from ..admission import budgets, rates
 from ..conf import app_settings
 from ..domain import ToolCall, ToolError
 from ..live.interrupts import watcher
@@ -190,7 +194,23 @@ def _child(
         "tree_call_sequence": call_sequence,
         "trace_context": (spawning(call, child_id) if spawning is not None else None) or parent.trace_context,
     }
-    return tree_store.Child(call.id, fields, request.as_dict())
+    return tree_store.Child(call.id, fields, request.as_dict(), call.name, call.arguments)
+
+
+def admit_child(child: tree_store.Child) -> str | None:
+    """Why ``child`` may not start, as any run of its owner and agent may not (``None``: it
+    may, and it is counted): the create rate limit of its owner (a run of no owner has none),
+    then every budget covering it (``admission.budgets.admit``, which counts it)."""
+    owner_id = child.fields.get("owner_id")
+    if owner_id is not None:
+        limited = rates.take_for(owner_id, rates.Action.CREATE)
+        if limited is not None:
+            return f"its user is creating runs too fast; try again in {limited.wait} s"
+    try:
+        budgets.admit_id(owner_id, child.fields.get("agent_version_id"))
+    except budgets.BudgetRefused as exc:
+        return str(exc)
+    return None
 
 
 def suspend_for_children(
@@ -221,7 +241,15 @@ def suspend_for_children(
                 continue
             children.append(child)
     return tree_store.spawn(
-        run_id, owner, state=state.as_dict(), iterations=state.iterations, usage=state.usage, children=children
+        run_id,
+        owner,
+        state=state.as_dict(),
+        iterations=state.iterations,
+        usage=state.usage,
+        children=children,
+        max_runs=int(app_settings.TREE_MAX_RUNS),
+        admit=admit_child,
+        round_=state.round,
     )
 
 

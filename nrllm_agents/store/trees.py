@@ -1,19 +1,19 @@
 """Trees of runs: a parent's suspension with its children's creation, the cancel of a subtree,
 and the wake of a parent whose children have all ended. Every one is a fence.
 
-The tree's root row is the serialisation point. Creating children takes it ``FOR SHARE`` (two
-parents of one tree may spawn at once); a cancel anywhere in the tree takes it ``FOR NO KEY
-UPDATE`` before it cancels the run and its subtree. So a spawn either commits before the
-cancel's subtree is read (its children are cancelled with the rest), or waits for the cancel's
-commit and then finds its own row cancelled (the cascade reached it): no child is created after
-a cancel of any of its ancestors. On SQLite every write transaction is ``IMMEDIATE``: they are
-serialised as a whole.
+The tree's root row is the serialisation point. Creating children and a cancel anywhere in the
+tree both take it ``FOR NO KEY UPDATE``. So a spawn either commits before the cancel's subtree
+is read (its children are cancelled with the rest), or waits for the cancel's commit and then
+finds its own row cancelled (the cascade reached it): no child is created after a cancel of any
+of its ancestors. Two parents of one tree spawn one after the other, so each counts the tree's
+runs with every other spawn's children in it (``TREE_MAX_RUNS`` holds under a burst). On SQLite
+every write transaction is ``IMMEDIATE``: they are serialised as a whole.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,12 +21,12 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from ..domain import Usage
+from ..domain import Step, StepKind, Usage
 from ..models import ACTIVE, QUIESCENT, AgentRun, RunStatus, TerminationReason
 from . import runs, tree_spend
 from .cancels import cancel as cancel_run
 from .cancels import cancel_fields
-from .journal import RECOVER, append_cancelled_to, owned, spend_fields, stop_stamp
+from .journal import RECOVER, append_cancelled_to, append_event, next_sequence, owned, spend_fields, stop_stamp
 from .results import NOT_FOUND, Transition, actor, checked_reason
 
 _RUN = AgentRun._meta.db_table
@@ -40,6 +40,8 @@ class Child:
     call_id: str
     fields: dict[str, Any]
     request_payload: dict[str, Any]
+    name: str = ""  # the sub-agent call's tool name and arguments: its tool step, when refused
+    arguments: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -82,22 +84,38 @@ def subtree(run_id: uuid.UUID, root: uuid.UUID) -> list[uuid.UUID]:
 
 
 def spawn(
-    parent_id: uuid.UUID, owner: str, *, state: dict[str, Any], iterations: int, usage: Usage, children: Sequence[Child]
+    parent_id: uuid.UUID,
+    owner: str,
+    *,
+    state: dict[str, Any],
+    iterations: int,
+    usage: Usage,
+    children: Sequence[Child],
+    max_runs: int = 0,
+    admit: Callable[[Child], str | None] | None = None,
+    round_: int = 0,
 ) -> Transition:
     """``running → waiting_for_children`` (by the owning segment) and the children's creation
     (``— → queued``), in one transaction fenced against every ancestor's cancel. Each child's
     ``max_cost``, ``max_total_tokens`` and deadline are its own, bounded by what remains of the
     parent's and each ancestor's (``tree_spend.remaining``).
 
+    A child is admitted like any run before it is created: the tree holds fewer than
+    ``max_runs`` runs (its root included; 0 or less: no bound), then ``admit`` (the caller's
+    rate limit and budgets, which count it) returns ``None``. A child refused starts no run:
+    its call gets its ``tool`` step (round ``round_``) in the parent's stream, with the refusal
+    as its error, which the parent's model reads when it continues.
+
     Refused (nothing created) when the parent is no longer this segment's running run; a
     cancel of the parent or of any ancestor moved it to ``cancelled`` first. A child that
     exists for a call (a parent that spawns again after a crash) is kept, not created twice.
-    ``data["children"]``: the ids created.
+    ``data["children"]``: the ids created; ``data["refused"]``: call id → why.
     """
     created: list[uuid.UUID] = []
+    refused: dict[str, str] = {}
     with transaction.atomic():
         root = root_of(parent_id) or parent_id
-        _lock(root, "SHARE")
+        _lock(root, "NO KEY UPDATE")
         n = owned(parent_id, owner).update(
             status=RunStatus.WAITING_FOR_CHILDREN,
             suspended_state=state,
@@ -118,16 +136,31 @@ def spawn(
         # ancestors' limits as of now bounds each child's (a child starts with what remains).
         left = tree_spend.remaining(parent_id, root)
         now = timezone.now()
+        size = 1 + AgentRun.objects.filter(tree_root_id=root).count()  # under the lock: every spawn's children
         for child in children:
             if child.call_id in existing:
                 continue
             place = {"tree_parent_id": parent_id, "tree_root_id": root, "tree_depth": depth + 1}
             fields = {**child.fields, **place, "tree_call_id": child.call_id}
+            why = (
+                f"its tree holds {size} runs, at most {max_runs} (TREE_MAX_RUNS)"
+                if 0 < max_runs <= size
+                else (admit(Child(child.call_id, fields, child.request_payload)) if admit is not None else None)
+            )
+            if why is not None:
+                refused[child.call_id] = why = f"the sub-agent run was not started: {why}"
+                payload = {"call_id": child.call_id, "name": child.name, "arguments": dict(child.arguments)}
+                step = Step(StepKind.TOOL, round_, {**payload, "result": None, "error": why}, duration_ms=0.0)
+                append_event(parent_id, next_sequence(parent_id), step, now)
+                continue
             payload = dict(child.request_payload)
             tree_spend.capped(fields, payload, left, now)
             row = runs.create_queued(fields, payload)
             created.append(row.pk)
-    return Transition(True, RunStatus.WAITING_FOR_CHILDREN, RunStatus.RUNNING, {"children": created})
+            size += 1
+    return Transition(
+        True, RunStatus.WAITING_FOR_CHILDREN, RunStatus.RUNNING, {"children": created, "refused": refused}
+    )
 
 
 def wake(parent_id: uuid.UUID) -> bool:
