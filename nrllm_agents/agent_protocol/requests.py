@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..domain import jsonlimits
 from ..runtime.threads import STRATEGIES
 from ..store.results import reason_problem
 from ..validation.run_request import InvalidRequest, RunRequest
@@ -70,6 +71,19 @@ def _mapping(data: Mapping[str, Any], name: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise InvalidRequest({name: "expected an object"})
     return dict(value)
+
+
+def metadata_of(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A body's ``metadata`` (a run's, a thread's; ``{}`` when it has none), within
+    ``jsonlimits.MAX_VALUE_BYTES``: what is kept is returned by every later read."""
+    return checked_metadata(_mapping(data, "metadata"))
+
+
+def checked_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """``metadata`` as it is to be kept (a merge's result too), or ``InvalidRequest`` (422)."""
+    if jsonlimits.value_too_large(metadata):
+        raise InvalidRequest({"metadata": jsonlimits.SIZE_ERROR})
+    return metadata
 
 
 def stream_modes(value: Any) -> tuple[str, ...]:
@@ -159,7 +173,7 @@ def parse(data: Any, *, threaded: bool) -> RunCreate:
     if_not_exists = data.get("if_not_exists") or "reject"
     if if_not_exists not in ("create", "reject"):
         raise InvalidRequest({"if_not_exists": "create or reject"})
-    metadata = _mapping(data, "metadata")
+    metadata = metadata_of(data)
     modes = stream_modes(data.get("stream_mode"))
     command = _mapping(data, "command")
     if command:

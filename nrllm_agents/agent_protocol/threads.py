@@ -17,6 +17,7 @@ from rest_framework.response import Response
 
 from ..access import policy
 from ..api.base import rejectunstorable
+from ..api.throttling import CREATE_SCOPE
 from ..domain.errors import Kind, KindedError
 from ..models import Thread
 from ..runtime import threads
@@ -25,6 +26,7 @@ from . import shapes
 from . import state as st
 from .base import ProtocolView
 from .paging import page_of
+from .requests import checked_metadata
 
 SEARCH_SCAN = 5000  # threads a metadata search looks through at most
 
@@ -59,7 +61,7 @@ def metadata_of(data: dict[str, Any]) -> dict[str, Any] | None:
     value = data.get("metadata")
     if value is not None and not isinstance(value, dict):
         raise InvalidRequest({"metadata": "expected an object"})
-    return value
+    return None if value is None else checked_metadata(value)
 
 
 def create(user: Any, thread_id: Any = None, metadata: dict[str, Any] | None = None) -> Thread:
@@ -74,6 +76,8 @@ def create(user: Any, thread_id: Any = None, metadata: dict[str, Any] | None = N
 
 
 class ThreadListView(ProtocolView):
+    throttle = {"post": CREATE_SCOPE}  # the rate of /api/threads/'s create, spent from the same count
+
     def post(self, request: Request) -> Response:
         data = body(request)
         thread_id, if_exists = data.get("thread_id"), data.get("if_exists") or "raise"
@@ -119,7 +123,10 @@ class ThreadDetailView(ProtocolView):
         thread = self.get_thread(thread_id, policy.Action.POST_MESSAGE)
         metadata = metadata_of(body(request))
         if metadata:
-            Thread.objects.filter(pk=thread.pk).update(metadata={**(thread.metadata or {}), **metadata})
+            with transaction.atomic():  # the merge is checked as it is kept: two PATCHes cannot pass it together
+                kept = Thread.objects.select_for_update().filter(pk=thread.pk).values_list("metadata", flat=True).get()
+                merged = checked_metadata({**(kept or {}), **metadata})
+                Thread.objects.filter(pk=thread.pk).update(metadata=merged)
         return Response(shapes.thread(Thread.objects.get(pk=thread.pk)))
 
     def delete(self, request: Request, thread_id: str) -> Response:

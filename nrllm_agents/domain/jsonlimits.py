@@ -18,6 +18,10 @@ MAX_JSON_DEPTH = 32  # arrays/objects inside each other; a script turn needs abo
 DEPTH_ERROR = f"JSON nested deeper than {MAX_JSON_DEPTH} levels"
 MAX_NUMBER_CHARS = 40  # a number literal longer than this is no count, delay or id of ours
 NUMBER_ERROR = f"a number longer than {MAX_NUMBER_CHARS} characters"
+# the most a JSON value kept for a client may hold, as compact JSON: a run's script, a run's or a
+# thread's metadata (every later read of it returns all of it)
+MAX_VALUE_BYTES = 256 * 1024
+SIZE_ERROR = f"at most {MAX_VALUE_BYTES // 1024} KiB of JSON"
 
 
 class JSONRefused(ValueError):
@@ -86,6 +90,11 @@ def text_too_deep(text: str | bytes, limit: int = MAX_JSON_DEPTH) -> bool:
         else:
             depth -= 1
     return False
+
+
+def value_too_large(value: Any, limit: int = MAX_VALUE_BYTES) -> bool:
+    """True when a parsed JSON-like value takes more than ``limit`` bytes as compact JSON."""
+    return len(json.dumps(value, separators=(",", ":"), default=str).encode()) > limit
 
 
 def value_too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:

@@ -5,25 +5,31 @@
   answered 400 before any view, admin filter or form runs.
 - A cookie whose value holds a NUL (Django decodes octal escapes) is dropped before the session
   and CSRF middleware read it; the request goes on as if the browser had not sent it.
-- Under the API's prefix: a body larger than ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (by its
-  ``Content-Length``) answers a JSON 413; the API's JSON parser enforces the same limit on bodies
-  of unknown length.
+- A body larger than ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (by its ``Content-Length``, on every path)
+  answers 413 before any view reads it, logged as one warning line; a form body that passes
+  Django's own limits only once read (too many fields) is answered the same way, never Django's
+  HTML 400 with an ERROR traceback. The API's JSON parser enforces the size limit on bodies of
+  unknown length.
 - Every request reads the MCP catalog without waiting on a server (``mcp.catalog.without_waiting``).
 
-Answers are JSON ``{"detail": ...}`` for the API and for scripts (``Accept: application/json``),
-a one-line plain-text page otherwise.
+Answers are JSON ``{"detail": ...}`` for the API, the Agent Protocol and for scripts (``Accept:
+application/json``), a one-line plain-text page otherwise.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 from django.urls import NoReverseMatch, reverse
 
 from ..mcp import catalog as mcp_catalog
+
+logger = logging.getLogger(__name__)
 
 NUL_DETAIL = "The request contains a NUL character, which is not accepted anywhere."
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
@@ -37,13 +43,31 @@ def api_prefix() -> str | None:
         return None
 
 
+def protocol_prefix() -> str | None:
+    """The path the Agent Protocol is mounted at (``/lg/``), or None where it is not mounted."""
+    try:
+        return reverse("nrllm_lg:openapi").removesuffix("openapi.json")
+    except NoReverseMatch:
+        return None
+
+
 def _in_api(request: HttpRequest) -> bool:
     prefix = api_prefix()
     return prefix is not None and request.path.startswith(prefix)
 
 
+def _in_protocol(request: HttpRequest) -> bool:
+    prefix = protocol_prefix()
+    return prefix is not None and request.path.startswith(prefix)
+
+
 def _wants_json(request: HttpRequest) -> bool:
-    return _in_api(request) or "application/json" in request.headers.get("Accept", "")
+    return _in_api(request) or _in_protocol(request) or "application/json" in request.headers.get("Accept", "")
+
+
+def _too_large(request: HttpRequest, detail: str) -> HttpResponse:
+    logger.warning("%s %s refused (413): %s", request.method, request.path[:200], detail)
+    return _refuse(request, 413, detail)
 
 
 def _refuse(request: HttpRequest, status: int, detail: str) -> HttpResponse:
@@ -66,18 +90,20 @@ class EdgeGuardMiddleware:
         if any("\x00" in key or "\x00" in value for key, value in request.COOKIES.items()):
             request.COOKIES = {k: v for k, v in request.COOKIES.items() if "\x00" not in k and "\x00" not in v}
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        api = _in_api(request)
-        if api and limit is not None and _content_length(request) > limit:
-            return _refuse(request, 413, f"The request body is larger than {limit} bytes.")
+        if limit is not None and _content_length(request) > limit:
+            return _too_large(request, f"The request body is larger than {limit} bytes.")
         if "\x00" in request.path_info or _has_nul(request.GET.lists()):
             return _refuse(request, 400, NUL_DETAIL)
-        # The API takes JSON only (its parser refuses NUL in what it stores); reading a form body
-        # here would leave nothing for DRF to read.
-        if not api and request.method == "POST" and request.content_type in FORM_TYPES:
+        # The API and the protocol take JSON only (their parser refuses NUL in what it stores);
+        # reading a form body here would leave nothing for DRF to read.
+        json_only = _in_api(request) or _in_protocol(request)
+        if not json_only and request.method == "POST" and request.content_type in FORM_TYPES:
             try:
                 if _has_nul(request.POST.lists()):
                     return _refuse(request, 400, NUL_DETAIL)
-            except MultiPartParserError:
+            except RequestDataTooBig as exc:  # a body of unknown length (ASGI) past the limit
+                return _too_large(request, str(exc))
+            except (MultiPartParserError, TooManyFieldsSent, TooManyFilesSent):
                 return _refuse(request, 400, "The form data could not be read.")
         with mcp_catalog.without_waiting():  # no request waits on an MCP server (mcp/catalog.py)
             return self.get_response(request)

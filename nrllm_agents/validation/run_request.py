@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -16,7 +15,7 @@ from ..access import policy
 from ..conf import app_settings
 from ..domain import ConfigurationError
 from ..domain.errors import Kind, KindedError
-from ..domain.jsonlimits import DEPTH_ERROR, value_too_deep
+from ..domain.jsonlimits import DEPTH_ERROR, MAX_VALUE_BYTES, SIZE_ERROR, value_too_deep, value_too_large
 from ..domain.providers import validate_script
 from ..domain.steps import decimal_text
 from ..mcp import catalog as mcp_catalog
@@ -27,7 +26,7 @@ MAX_PROMPT_CHARS = 20_000
 # The names of the typed tools the installed apps offer (``catalog.app_tools``), handed in by the
 # app's ready(): this floor sits below the catalog, which finds them.
 app_tool_names: Callable[[], Collection[str]] = frozenset
-MAX_SCRIPT_BYTES = 256 * 1024  # the script as compact JSON; at most max_iterations + 1 turns can play
+MAX_SCRIPT_BYTES = MAX_VALUE_BYTES  # the script as compact JSON; at most max_iterations + 1 turns can play
 
 
 UNSTORABLE = "must not contain NUL or lone surrogate characters"
@@ -154,8 +153,8 @@ class RunRequest:
                 errors["script"] = (
                     f"at most {max_iterations + 1} turns (max_iterations + 1): later turns could never play"
                 )
-            elif len(json.dumps(script, separators=(",", ":"), default=str).encode()) > MAX_SCRIPT_BYTES:
-                errors["script"] = f"at most {MAX_SCRIPT_BYTES // 1024} KiB of JSON"
+            elif value_too_large(script):
+                errors["script"] = SIZE_ERROR
             else:
                 try:
                     script = validate_script(script)
