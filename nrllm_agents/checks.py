@@ -14,6 +14,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 
+from .admission import capacity
 from .conf import DEFAULTS, RENAMED, Env, app_settings, renamed_in_use
 from .crypto.vault import problem as vault_problem
 from .executors import RQ
@@ -543,6 +544,27 @@ def check_tool_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
     return found
 
 
+def check_stream_capacity(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``STREAM_MAX_OPEN`` set above the server's threads (when they are known): open streams
+    would hold every thread, and other requests wait unanswered."""
+    try:
+        chosen, threads = app_settings.STREAM_MAX_OPEN, capacity.server_threads()
+    except (ImproperlyConfigured, ValueError):  # an unusable value is check_settings' to name
+        return []
+    if threads is None or chosen is None or not _whole(chosen) or 0 < chosen < threads:
+        return []
+    allowed = "no bound" if chosen <= 0 else str(chosen)
+    return [
+        Warning(
+            f"NRLLM_AGENTS['STREAM_MAX_OPEN'] ({allowed}) is not below the server's {threads} request threads: "
+            "open streams can hold every thread, and other requests wait unanswered",
+            hint="Leave STREAM_MAX_OPEN unset (half the threads), set it below the server's threads, or give the "
+            "server more (gunicorn --threads). See docs/operations/deploy.md.",
+            id="nrllm_agents.W014",
+        )
+    ]
+
+
 def register_all() -> None:
     """Register these checks with Django's registry; the app's ``ready()`` calls it (once is enough:
     the registry keeps a set)."""
@@ -556,3 +578,4 @@ def register_all() -> None:
     register(check_extras, Tags.compatibility)
     register(check_host, Tags.compatibility)
     register(check_tool_names, Tags.compatibility)
+    register(check_stream_capacity, Tags.compatibility)

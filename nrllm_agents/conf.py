@@ -164,9 +164,14 @@ DEFAULTS: dict[str, Any] = {
     "STREAM_MAX_SECONDS": Env("NRLLM_STREAM_MAX_SECONDS", float, 300.0),
     # on PostgreSQL, wake watchers by LISTEN/NOTIFY instead of polling (off: poll as on SQLite)
     "STREAM_PUSH": Env("NRLLM_STREAM_PUSH", bool, True),
-    # open streams allowed per user and per process (0: unlimited); past them a new one gets 429
+    # open streams allowed per user and per process (0: unlimited); past them a new one gets 429.
+    # Each holds a server thread: None (the default) is half the server's threads when they are
+    # known, else 16 (admission/capacity.py); a check warns when a number set exceeds them
     "STREAM_MAX_PER_USER": Env("NRLLM_STREAM_MAX_PER_USER", int, 6),
-    "STREAM_MAX_OPEN": Env("NRLLM_STREAM_MAX_OPEN", int, 1000),
+    "STREAM_MAX_OPEN": Env("NRLLM_STREAM_MAX_OPEN", int, None),
+    # the request threads of one server process (0: read gunicorn's own ``threads`` when the
+    # process is gunicorn, else not known)
+    "SERVER_THREADS": Env("NRLLM_SERVER_THREADS", int, 0),
     # the model's words as they stream: pieces arriving within this window go out together
     "DELTA_COALESCE_SECONDS": Env("NRLLM_DELTA_COALESCE_SECONDS", float, 0.05),
     # the least time between two notifying commits of one process's publisher (deltas.py):

@@ -6,7 +6,9 @@
   counter is atomic across threads and processes: Redis (one Lua script) when ``REDIS_URL`` is
   set, else one ``INSERT … ON CONFLICT DO UPDATE … WHERE`` on the database.
 - ``slots``: per-process caps on what holds a thread for long — open streams, ``mode: sync``
-  runs executing in a request, interactive playground runs — per user and in total.
+  runs executing in a request, interactive playground runs — per user and in total;
+  ``capacity``: what the server process can hold (its threads, read from gunicorn), which the
+  open streams' cap follows by default.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..conf import app_settings
+from . import capacity
 
 
 class Kind(enum.StrEnum):
@@ -98,7 +99,8 @@ class Slot:
 def hold(kind: Kind, user_key: Any) -> Slot | SlotRefused:
     """A slot of ``kind`` for ``user_key`` (a user's pk), or why not."""
     per_user_name, total_name = LIMITS[kind]
-    per_user, total = getattr(app_settings, per_user_name), getattr(app_settings, total_name)
+    per_user = getattr(app_settings, per_user_name)
+    total = capacity.stream_max_open() if kind == Kind.STREAM else getattr(app_settings, total_name)
     mine_words, all_words = _WORDS[kind]
     key = (kind, user_key)
     with _lock:

@@ -60,6 +60,7 @@ def test_no_module_wires_the_process_at_import_only_ready_does():
         "check_host",
         "check_mcp_servers",
         "check_settings",
+        "check_stream_capacity",
         "check_tool_names",
         "check_tracing",
     ]
