@@ -50,7 +50,9 @@ def server_threads(argv: Sequence[str] | None = None, environ: Mapping[str, str]
 def gunicorn_threads(argv: Sequence[str], environ: Mapping[str, str]) -> int | None:
     """gunicorn's ``threads`` for a process started as ``argv`` in ``environ``; ``None`` when it
     is not gunicorn, or its workers hold no thread per request."""
-    is_gunicorn = bool(argv) and Path(argv[0]).name.startswith("gunicorn")
+    started = Path(argv[0]) if argv else Path()
+    # ``gunicorn ...`` or ``python -m gunicorn ...`` (argv[0] is then gunicorn/__main__.py)
+    is_gunicorn = started.name.startswith("gunicorn") or started.parent.name == "gunicorn"
     env_args = shlex.split(environ.get("GUNICORN_CMD_ARGS", ""))
     if not is_gunicorn and not env_args:
         return None

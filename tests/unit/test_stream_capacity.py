@@ -22,6 +22,7 @@ GUNICORN = ["/srv/.venv/bin/gunicorn"]
     [
         ([*GUNICORN, "-k", "gthread", "--threads", "32", "config.wsgi"], {}, 32),
         ([*GUNICORN, "--threads=8", "config.wsgi"], {}, 8),
+        (["/srv/.venv/lib/python3.13/site-packages/gunicorn/__main__.py", "--threads", "6", "config.wsgi"], {}, 6),
         ([*GUNICORN, "config.wsgi"], {"GUNICORN_CMD_ARGS": "--threads 12 -k gthread"}, 12),
         ([*GUNICORN, "--threads", "4", "config.wsgi"], {"GUNICORN_CMD_ARGS": "--threads 12"}, 4),  # the line wins
         (["manage.py", "runserver"], {"GUNICORN_CMD_ARGS": "--threads 6"}, 6),
