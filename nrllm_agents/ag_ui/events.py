@@ -115,7 +115,7 @@ class Translator:
         self.last = self.steps[-1]["sequence"] if self.steps else -1
         self.written: dict[int, int] = dict(written or {})
         self.open: dict[str, Event] = {}  # what a START opened and its END has not closed, by key
-        self.results: set[str] = set()
+        self.held: list[Mapping[str, Any]] = []  # text read before its model call's step
 
     def messages(self) -> list[dict[str, Any]]:
         return snapshot_messages(rebuild_state(self.steps).messages, self.thread)
@@ -175,6 +175,10 @@ class Translator:
                 frames.append((f"{step['sequence']}.{i}", event))
         if skip and skip >= len(events):
             frames += self.reopen()
+        if step["kind"] == "request" and self.held:
+            held, self.held = self.held, []
+            for delta in held:
+                frames += self.delta(delta)
         return frames
 
     def replay(self, steps: Iterable[dict[str, Any]]) -> None:
@@ -234,6 +238,9 @@ class Translator:
         """A piece of text, if it continues what the client has; a piece that starts past it
         (a stream that joined mid-answer) waits for its step, which carries the whole text."""
         round_, text = int(delta.get("round") or 0), str(delta.get("text") or "")
+        if f"STEP_STARTED:{self._model_step(round_)}" not in self.open:
+            self.held.append(delta)  # its model call's step is not read yet: after it
+            return []
         offset = int(delta.get("offset") or 0)
         had = self.written.get(round_, 0)
         if offset > had or offset + len(text) <= had:

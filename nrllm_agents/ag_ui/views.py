@@ -21,8 +21,10 @@ from django.db import transaction
 from django.http import StreamingHttpResponse
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.exceptions import ParseError
+from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.parsers import JSONParser
 from rest_framework.permissions import IsAuthenticated
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -48,6 +50,17 @@ class BearerAuthentication(TokenAuthentication):
     """A DRF token as ``Authorization: Bearer <key>`` (what ``HttpAgent``'s ``headers`` send)."""
 
     keyword = "Bearer"
+
+
+class JSONErrors(BaseContentNegotiation):
+    """Errors in JSON whatever ``Accept`` says (``HttpAgent`` accepts ``text/event-stream``
+    only; the stream itself is not DRF's to render)."""
+
+    def select_parser(self, request: Request, parsers: Any) -> Any:
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request: Request, renderers: Any, format_suffix: str | None = None) -> Any:
+        return renderers[0], renderers[0].media_type
 
 
 class AgentNotFound(KindedError, LookupError):
@@ -123,6 +136,8 @@ class AgUiView(APIView):
     authentication_classes = [TokenAuthentication, BearerAuthentication, SessionAuthentication]
     permission_classes = [IsAuthenticated]
     parser_classes = [JSONParser]
+    renderer_classes = [JSONRenderer]
+    content_negotiation_class = JSONErrors
     schema = None
     runtime = AgentRuntime()
 

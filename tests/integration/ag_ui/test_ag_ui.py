@@ -22,7 +22,7 @@ from rest_framework.test import APIClient
 
 from nrllm_agents import admission
 from nrllm_agents.catalog import agents
-from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, ClientRun, Note, RunStatus
+from nrllm_agents.models import AgentRun, CancelSource, ClientRun, Note, RunStatus
 from tests import waits
 from tests.conftest import race_rounds
 from tests.integration.executors.test_queue import no_redis  # noqa: F401  (fixture)
@@ -97,18 +97,39 @@ def test_a_run_with_a_tool_streams_as_ag_ui_events(alice_client):
     assert str(ours.thread_id) == thread and ours.status == RunStatus.COMPLETED
 
 
+def against_the_steps(events: list[tuple[str | None, dict[str, Any]]], run: AgentRun) -> None:
+    """No loss, no repeat: the text of each message is its stored answer, each call and result
+    comes once, no id twice, and every step that opened closed."""
+    ids = [i for i, _ in events if i is not None]
+    assert len(ids) == len(set(ids))
+    texts: dict[str, str] = {}
+    for _, e in events:
+        if e["type"] == "TEXT_MESSAGE_CONTENT":
+            texts[e["messageId"]] = texts.get(e["messageId"], "") + e["delta"]
+    steps = list(run.events.order_by("sequence"))
+    answers = [s.payload["content"] for s in steps if s.kind == "llm" and s.payload.get("content")]
+    assert list(texts.values()) == answers
+    calls = [c["id"] for s in steps if s.kind == "llm" for c in s.payload.get("tool_calls") or []]
+    assert [e["toolCallId"] for _, e in events if e["type"] == "TOOL_CALL_START"] == calls
+    results = [s.payload["call_id"] for s in steps if s.kind == "tool"]
+    assert [e["toolCallId"] for _, e in events if e["type"] == "TOOL_CALL_RESULT"] == results
+    opened = [e["stepName"] for _, e in events if e["type"] == "STEP_STARTED"]
+    assert sorted(opened) == sorted(e["stepName"] for _, e in events if e["type"] == "STEP_FINISHED")
+
+
 def test_a_reconnect_after_any_event_gets_the_rest_and_nothing_twice(alice_client):
     """Against the stored steps: the events of the whole run, cut after each id in turn."""
     thread, run = str(uuid.uuid4()), "client-run-2"
     whole = stream(alice_client, run_input(thread, run))
-    numbered = [(i, e) for i, e in whole if i is not None]
-    stored = AgentRunEvent.objects.filter(run__client_runs__client_run_id=run).count()
-    assert {int(i.split(".")[0]) for i, _ in numbered} <= set(range(stored))
-    for cut, (event_id, _) in enumerate(numbered):
+    ours = AgentRun.objects.get(client_runs__client_run_id=run)
+    against_the_steps(whole, ours)
+    for cut, (event_id, _) in enumerate(whole):
+        if event_id is None:
+            continue
         again = stream(alice_client, run_input(thread, run), HTTP_LAST_EVENT_ID=event_id)
         assert again[0][1]["type"] == "RUN_STARTED" and again[-1][1]["type"] == "RUN_FINISHED"
-        rest = [(i, e) for i, e in again if i is not None]
-        assert numbered[: cut + 1] + rest == numbered, event_id
+        reopened = [(i, e) for i, e in again[1:] if i is not None or e["type"] == "RUN_FINISHED"]
+        against_the_steps(whole[1 : cut + 1] + reopened, ours)
     # a reattach without a cursor: the snapshots, then the end
     again = stream(alice_client, run_input(thread, run))
     assert [e["type"] for _, e in again] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT", "RUN_FINISHED"]
@@ -119,11 +140,11 @@ def test_a_reconnect_after_any_event_gets_the_rest_and_nothing_twice(alice_clien
 
 def test_a_cut_inside_the_text_reopens_the_message_and_sends_only_the_rest(alice_client):
     thread, run = str(uuid.uuid4()), "client-run-3"
-    whole = stream(alice_client, run_input(thread, run))
-    last_text = max(i for i, e in whole if e["type"] == "TEXT_MESSAGE_CONTENT" and i)
-    sequence = int(last_text.split(".")[0])
+    stream(alice_client, run_input(thread, run))
+    ours = AgentRun.objects.get(client_runs__client_run_id=run)
+    sequence = ours.events.get(kind="request", round=2).sequence
     # the client had 3 characters of round 2's text, written before its step was stored
-    again = stream(alice_client, run_input(thread, run), HTTP_LAST_EVENT_ID=f"{sequence - 1}.t2.3")
+    again = stream(alice_client, run_input(thread, run), HTTP_LAST_EVENT_ID=f"{sequence}.t2.3")
     types = [e["type"] for _, e in again]
     assert types[:3] == ["RUN_STARTED", "STEP_STARTED", "TEXT_MESSAGE_START"]
     assert [e["delta"] for _, e in again if e["type"] == "TEXT_MESSAGE_CONTENT"] == ["is 5."]
