@@ -22,7 +22,7 @@ from nrllm_agents.models import AgentRun, CancelSource, Note, RunStatus
 from tests.e2e.web.servers import ROOT, serve, start_worker, stop
 
 # transaction=True: the server and the worker are other processes.
-pytestmark = [pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_only]
 
 SCRIPT = Path(__file__).with_name("ag_ui_flow.mjs")
 MODULES = Path(os.environ.get("NRLLM_TEST_AG_UI_MODULES", ROOT / ".mcp-servers/node_modules"))

@@ -187,6 +187,7 @@ def test_a_stop_before_the_run_exists_wins_and_a_disconnect_cancels_nothing(alic
     assert AgentRun.objects.get(client_runs__client_run_id="dropped").status == RunStatus.COMPLETED
 
 
+@pytest.mark.postgres_only  # row locks across threads
 def test_a_stop_racing_the_start_wins_every_round(alice_client, alice):
     """Issue 49: a Stop pressed as the run starts cancels it, whichever request is first."""
     thread = str(uuid.uuid4())
@@ -240,6 +241,11 @@ def test_policy_and_limits(alice_client, alice, bob, settings):
     assert bob_client.post("/ag-ui/runs/mine/cancel/").status_code == 202  # his own pending Stop, not hers
     assert bob_client.post(f"/ag-ui/runs/{ours.pk}/cancel/").status_code == 202
     assert AgentRun.objects.get(pk=ours.pk).status == RunStatus.COMPLETED
+    # the session needs its CSRF token, as the REST API's
+    browser = APIClient(enforce_csrf_checks=True)
+    browser.force_login(alice)
+    refused = browser.post("/ag-ui/runs/mine/cancel/")
+    assert refused.status_code == 403 and "CSRF" in refused.json()["detail"]
     # the create rate limit, as every surface
     rest = copy.deepcopy(settings.REST_FRAMEWORK)
     rest["DEFAULT_THROTTLE_RATES"]["run_create"] = "1/day"
