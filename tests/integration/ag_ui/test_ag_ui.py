@@ -23,6 +23,7 @@ from rest_framework.test import APIClient
 from nrllm_agents import admission
 from nrllm_agents.catalog import agents
 from nrllm_agents.models import AgentRun, CancelSource, ClientRun, Note, RunStatus
+from nrllm_agents.testing.ag_ui import parse, problems
 from tests import waits
 from tests.conftest import race_rounds
 from tests.integration.executors.test_queue import no_redis  # noqa: F401  (fixture)
@@ -37,19 +38,6 @@ NOTE = [
     {"tool_calls": [{"name": "write_note", "arguments": {"title": "plan", "body": "ship it"}}]},
     {"content": "Noted."},
 ]
-
-
-def parse(body: str) -> list[tuple[str | None, dict[str, Any]]]:
-    """The ``(id, event)`` pairs of an SSE body (comments skipped)."""
-    out = []
-    for block in body.split("\n\n"):
-        lines = [line for line in block.splitlines() if line and not line.startswith(":")]
-        if not lines:
-            continue
-        ids = [line[4:] for line in lines if line.startswith("id: ")]
-        data = "".join(line[6:] for line in lines if line.startswith("data: "))
-        out.append((ids[0] if ids else None, json.loads(data)))
-    return out
 
 
 def client_of(user: Any) -> APIClient:
@@ -97,39 +85,19 @@ def test_a_run_with_a_tool_streams_as_ag_ui_events(alice_client):
     assert str(ours.thread_id) == thread and ours.status == RunStatus.COMPLETED
 
 
-def against_the_steps(events: list[tuple[str | None, dict[str, Any]]], run: AgentRun) -> None:
-    """No loss, no repeat: the text of each message is its stored answer, each call and result
-    comes once, no id twice, and every step that opened closed."""
-    ids = [i for i, _ in events if i is not None]
-    assert len(ids) == len(set(ids))
-    texts: dict[str, str] = {}
-    for _, e in events:
-        if e["type"] == "TEXT_MESSAGE_CONTENT":
-            texts[e["messageId"]] = texts.get(e["messageId"], "") + e["delta"]
-    steps = list(run.events.order_by("sequence"))
-    answers = [s.payload["content"] for s in steps if s.kind == "llm" and s.payload.get("content")]
-    assert list(texts.values()) == answers
-    calls = [c["id"] for s in steps if s.kind == "llm" for c in s.payload.get("tool_calls") or []]
-    assert [e["toolCallId"] for _, e in events if e["type"] == "TOOL_CALL_START"] == calls
-    results = [s.payload["call_id"] for s in steps if s.kind == "tool"]
-    assert [e["toolCallId"] for _, e in events if e["type"] == "TOOL_CALL_RESULT"] == results
-    opened = [e["stepName"] for _, e in events if e["type"] == "STEP_STARTED"]
-    assert sorted(opened) == sorted(e["stepName"] for _, e in events if e["type"] == "STEP_FINISHED")
-
-
 def test_a_reconnect_after_any_event_gets_the_rest_and_nothing_twice(alice_client):
     """Against the stored steps: the events of the whole run, cut after each id in turn."""
     thread, run = str(uuid.uuid4()), "client-run-2"
     whole = stream(alice_client, run_input(thread, run))
     ours = AgentRun.objects.get(client_runs__client_run_id=run)
-    against_the_steps(whole, ours)
+    assert problems(whole, ours) == []
     for cut, (event_id, _) in enumerate(whole):
         if event_id is None:
             continue
         again = stream(alice_client, run_input(thread, run), HTTP_LAST_EVENT_ID=event_id)
         assert again[0][1]["type"] == "RUN_STARTED" and again[-1][1]["type"] == "RUN_FINISHED"
         reopened = [(i, e) for i, e in again[1:] if i is not None or e["type"] == "RUN_FINISHED"]
-        against_the_steps(whole[1 : cut + 1] + reopened, ours)
+        assert problems(whole[1 : cut + 1] + reopened, ours) == [], event_id
     # a reattach without a cursor: the snapshots, then the end
     again = stream(alice_client, run_input(thread, run))
     assert [e["type"] for _, e in again] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT", "RUN_FINISHED"]
