@@ -68,6 +68,7 @@ class CancelSource(models.TextChoices):
     PLAYGROUND = "playground", "playground"  # the playground's Cancel button
     SYSTEM = "system", "system (a limit)"  # the application itself
     CODE = "code", "code"  # the host's own code, through the Python API (nrllm_agents.cancel)
+    AG_UI = "ag-ui", "AG-UI"  # an AG-UI client's Stop (nrllm_agents.ag_ui)
 
 
 class MultitaskStrategy(models.TextChoices):
@@ -569,3 +570,18 @@ class BudgetHold(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["budget"], name="budgethold_budget")]
+
+
+class ClientRun(models.Model):
+    """A run id an AG-UI client chose (``RunAgentInput.runId``), per user: the run it started
+    or resumed, and a Stop that arrived before it (``ag_ui.claims``). Several client ids may
+    name one run (a resume is a new AG-UI run of the same run of ours)."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    client_run_id = models.CharField(max_length=200)
+    run = models.ForeignKey(AgentRun, null=True, blank=True, on_delete=models.CASCADE, related_name="client_runs")
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)  # a Stop, maybe before the run existed
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["owner", "client_run_id"], name="clientrun_owner_id")]

@@ -129,7 +129,7 @@ FLOORS = [
     ("live", ("live",)),
     ("runtime", ("runtime",)),
     ("workers", ("workers", "jobs")),
-    ("surfaces", ("http", "api", "agent_protocol", "web", "admin", "management")),
+    ("surfaces", ("http", "api", "agent_protocol", "ag_ui", "web", "admin", "management")),
     ("app", ("apps", "checks", "urls")),
 ]
 # the package's own __init__ imports its public names on first use only (PEP 562 __getattr__)
