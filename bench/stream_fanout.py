@@ -113,16 +113,11 @@ def server(url: str, push: bool, workdir: Path, kind: str = "uvicorn") -> Iterat
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
             if proc.poll() is not None or time.monotonic() > deadline:
-                sys.exit(f"uvicorn did not start; see {log.name}")
+                sys.exit(f"{kind} did not start; see {log.name}")
             time.sleep(0.1)
         yield port
     finally:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(10)
-        if proc.poll() is None:
-            proc.kill()
-        log.close()
+        stop(proc, log, 10)
 
 
 class Watcher:
@@ -209,13 +204,20 @@ def worker(url: str, redis_url: str, command: str, workdir: Path) -> Iterator[su
     try:
         yield proc
     finally:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(15)
-        if proc.poll() is None:
+        stop(proc, log, 15)
+
+
+def stop(proc: subprocess.Popen, log: Any, grace: float) -> None:
+    """SIGTERM, then after ``grace`` seconds SIGKILL (to its process group, when it leads one)."""
+    proc.terminate()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(grace)
+    if proc.poll() is None:
+        with contextlib.suppress(OSError):
             os.killpg(proc.pid, 9)
-            proc.wait(5)
-        log.close()
+        proc.kill()
+        proc.wait(5)
+    log.close()
 
 
 def xacts_per_second(dsn: str, name: str, window: float) -> float:
