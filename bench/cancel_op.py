@@ -123,8 +123,8 @@ def main() -> None:
         active = ", ".join(f"'{s.value}'" for s in sorted(ACTIVE))
         floor_sql = (
             f"UPDATE {AgentRun._meta.db_table} SET status = 'cancelled', termination_reason = 'cancelled', "
-            f"cancel_source = 'system', cancel_reason = '', cancel_requested_at = clock_timestamp(), "
-            f"finished_at = clock_timestamp(), stopped_at = clock_timestamp(), request_payload = NULL "
+            f"cancel_source = 'system', cancel_reason = '', cancel_requested_at = statement_timestamp(), "
+            f"finished_at = statement_timestamp(), stopped_at = statement_timestamp(), request_payload = NULL "
             f"WHERE id = %s AND status IN ({active})"
         )
 

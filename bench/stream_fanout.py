@@ -16,6 +16,14 @@ one running run. It measures:
   to its arrival as ``event: delta`` (push) or, polling, to the arrival of the llm step that
   carries the text (there are no deltas without push).
 
+With ``--idle-worker REDIS_URL`` it measures instead what idle costs with a worker (issue 44, item
+17): one worker (``--idle-worker-command``: ``rqworker``, or ``agent_worker``) executes one run
+whose only step in flight is a 60 s model call, and the database's transactions per second are
+counted over a window with no watcher, then with ``--idle-watchers`` (30) idle SSE watchers of
+that run, and with no worker and no watcher (the floor: this script's own counter reads). Nothing
+is written meanwhile (the run renews its lease only at its boundaries), so every transaction
+counted is a periodic one.
+
 Before all that, what being watched costs the step boundary itself: the boundary statement
 (``store.record_step``) timed on a run nobody watches and on a watched one (its step is then
 handed to this process's publisher, which announces it after the commit), alternating blocks.
@@ -47,9 +55,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from step_overhead import throwaway_database  # noqa: E402  (bench/ is this script's directory)
+from step_overhead import production_settings, throwaway_database  # noqa: E402  (bench/ is this script's directory)
 
 SERVER_APP = "nrllm-bench-server"
+WORKER_APP = "nrllm-bench-worker"
 
 
 def pct(values: list[float], q: float) -> float:
@@ -64,8 +73,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def server(url: str, push: bool, workdir: Path) -> Iterator[int]:
-    """uvicorn on ``url`` (its connections named ``SERVER_APP``); yields its port."""
+def server(url: str, push: bool, workdir: Path, kind: str = "uvicorn") -> Iterator[int]:
+    """uvicorn (or gunicorn: 2 processes of 32 threads, as deployed) on ``url`` (its connections
+    named ``SERVER_APP``); yields its port."""
     port = free_port()
     env = {
         **os.environ,
@@ -79,27 +89,18 @@ def server(url: str, push: bool, workdir: Path) -> Iterator[int]:
         "PYTHONPATH": str(ROOT),
     }
     env.pop("REDIS_URL", None)
-    log = open(workdir / f"uvicorn-{'push' if push else 'poll'}.log", "wb")
+    log = open(workdir / f"{kind}-{'push' if push else 'poll'}.log", "wb")
+    uvicorn = [
+        *("-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1", "--port", str(port)),
+        *("--lifespan", "off", "--no-access-log", "--log-level", "warning", "--backlog", "2048"),
+        *("--timeout-graceful-shutdown", "1"),
+    ]
+    gunicorn = [
+        *("-m", "gunicorn", "-k", "gthread", "--workers", "2", "--threads", "32", "--bind", f"127.0.0.1:{port}"),
+        *("--log-level", "warning", "--graceful-timeout", "1", "config.wsgi"),
+    ]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "config.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--lifespan",
-            "off",
-            "--no-access-log",
-            "--log-level",
-            "warning",
-            "--backlog",
-            "2048",
-            "--timeout-graceful-shutdown",
-            "1",
-        ],
+        [sys.executable, *(gunicorn if kind == "gunicorn" else uvicorn)],
         cwd=ROOT,
         env=env,
         stdout=log,
@@ -112,16 +113,11 @@ def server(url: str, push: bool, workdir: Path) -> Iterator[int]:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
             if proc.poll() is not None or time.monotonic() > deadline:
-                sys.exit(f"uvicorn did not start; see {log.name}")
+                sys.exit(f"{kind} did not start; see {log.name}")
             time.sleep(0.1)
         yield port
     finally:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(10)
-        if proc.poll() is None:
-            proc.kill()
-        log.close()
+        stop(proc, log, 10)
 
 
 class Watcher:
@@ -184,6 +180,125 @@ def db_counters(dsn: str, name: str) -> tuple[int, int]:
             [name, [SERVER_APP, "nrllm-cancel-listener"]],
         ).fetchone()[0]
     return xacts, held
+
+
+@contextlib.contextmanager
+def worker(url: str, redis_url: str, command: str, workdir: Path) -> Iterator[subprocess.Popen]:
+    """One ``manage.py <command>`` worker (``rqworker`` or ``agent_worker``) on ``url``."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"{url}?application_name={WORKER_APP}",
+        "REDIS_URL": redis_url,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "PYTHONPATH": str(ROOT),
+    }
+    log = open(workdir / f"{command}.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), command, "default"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        yield proc
+    finally:
+        stop(proc, log, 15)
+
+
+def stop(proc: subprocess.Popen, log: Any, grace: float) -> None:
+    """SIGTERM, then after ``grace`` seconds SIGKILL (to its process group, when it leads one)."""
+    proc.terminate()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(grace)
+    if proc.poll() is None:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, 9)
+        proc.kill()
+        proc.wait(5)
+    log.close()
+
+
+def xacts_per_second(dsn: str, name: str, window: float) -> float:
+    """Transactions per second of database ``name`` over ``window`` seconds (minus the read's own)."""
+    before, _ = db_counters(dsn, name)
+    started = time.monotonic()
+    time.sleep(window)
+    after, _ = db_counters(dsn, name)
+    return max(0, after - before - 1) / (time.monotonic() - started)
+
+
+async def idle_with_worker(
+    port: int, token: str, dsn: str, name: str, run_id: Any, watchers_n: int, window: float, settle: float
+) -> tuple[float, float]:
+    """(tx/s with no watcher, tx/s with ``watchers_n`` idle watchers) while the run's call waits."""
+    await asyncio.sleep(settle)
+    alone = await asyncio.to_thread(xacts_per_second, dsn, name, window)
+    watchers, tasks = await open_watchers(port, run_id, token, watchers_n)
+    await asyncio.sleep(settle)  # the catch-up reads are over, and reported (backends report late)
+    watched = await asyncio.to_thread(xacts_per_second, dsn, name, window)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return alone, watched
+
+
+def idle_worker_main(args: argparse.Namespace) -> None:
+    """``--idle-worker``: what idle costs with a worker executing a run that waits (see the module)."""
+    import tempfile
+
+    import redis
+
+    production_settings()  # debug off, as deployed
+    redis.Redis.from_url(args.idle_worker).flushdb()
+    os.environ["REDIS_URL"] = args.idle_worker  # this process enqueues to the worker
+    with throwaway_database(args.database) as url, tempfile.TemporaryDirectory() as tmp:
+        from django.contrib.auth import get_user_model
+        from rest_framework.authtoken.models import Token
+
+        from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus
+        from nrllm_agents.runtime.agent_runtime import AgentRuntime
+
+        owner = get_user_model().objects.create_user("bench")
+        token = Token.objects.create(user=owner).key
+        admin_dsn = url.rsplit("/", 1)[0] + "/postgres"
+        time.sleep(args.idle_settle)  # the migration's and the setup's counters are reported late
+        floor = xacts_per_second(admin_dsn, args.database, args.idle_seconds)
+        wait = 60  # the longest scripted call; outlasts both windows at the default settle and window
+        script = [{"delay": wait, "tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}}]}]
+        with (
+            server(url, True, Path(tmp), args.idle_server) as port,
+            worker(url, args.idle_worker, args.idle_worker_command, Path(tmp)),
+        ):
+            run_id = AgentRuntime().enqueue({"prompt": "idle", "script": script, "tools": ["calculator"]}, owner=owner)
+            deadline = time.monotonic() + 120
+            while not AgentRunEvent.objects.filter(run_id=run_id, kind="request").exists():
+                if time.monotonic() > deadline:
+                    sys.exit(f"the worker never started the run; see {tmp}/{args.idle_worker_command}.log")
+                time.sleep(0.2)
+            alone, watched = asyncio.run(
+                idle_with_worker(
+                    port,
+                    token,
+                    admin_dsn,
+                    args.database,
+                    run_id,
+                    args.idle_watchers,
+                    args.idle_seconds,
+                    args.idle_settle,
+                )
+            )
+            still = AgentRun.objects.filter(pk=run_id, status=RunStatus.RUNNING).exists()
+        print(
+            f"stream_fanout --idle-worker: PostgreSQL, {args.idle_server} (push, debug off) and one "
+            f"{args.idle_worker_command} executing one "
+            f"run whose model call waits {wait:g} s; windows of {args.idle_seconds:g} s"
+        )
+        print(f"  transactions/s, no worker, no watcher (the counter's floor)   {floor:7.2f}")
+        print(f"  transactions/s, the worker, no watcher                        {alone:7.2f}")
+        print(f"  transactions/s, the worker, {args.idle_watchers} idle watchers                 {watched:7.2f}")
+        print(f"  (the run was still in its call at the end: {still})")
 
 
 def new_running_run(owner: Any) -> Any:
@@ -334,7 +449,15 @@ def main() -> None:
     )
     parser.add_argument("--modes", default="poll,push", help="which of poll,push to run")
     parser.add_argument("--token-runs", type=int, default=10, help="runs timed for the first model token")
+    parser.add_argument("--idle-worker", default="", help="a Redis URL (flushed): measure idle with a worker instead")
+    parser.add_argument("--idle-worker-command", default="rqworker", help="rqworker or agent_worker")
+    parser.add_argument("--idle-watchers", type=int, default=30, help="idle watchers of the worker's run")
+    parser.add_argument("--idle-server", default="gunicorn", help="gunicorn (gthread, as deployed) or uvicorn")
+    parser.add_argument("--idle-settle", type=float, default=12.0, help="seconds before each idle window")
     args = parser.parse_args()
+    if args.idle_worker:
+        idle_worker_main(args)
+        return
     counts = [int(n) for n in args.watchers.split(",")]
     import tempfile
 

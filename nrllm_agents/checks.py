@@ -107,6 +107,7 @@ RULES: dict[str, Rule] = {
         "a whole number of seconds greater than 0, or -1 (no limit)",
     ),
     "LEASE_SECONDS": POSITIVE,
+    "WORKER_DRAIN_SECONDS": NON_NEGATIVE,
     "MAX_ATTEMPTS": COUNT,
     "RETRY_BASE_SECONDS": POSITIVE,
     "RETRY_MAX_SECONDS": POSITIVE,

@@ -137,6 +137,10 @@ DEFAULTS: dict[str, Any] = {
     # how long a segment owns a run without renewing; renewed at every step boundary, so it
     # must exceed the longest single step (a model call's timeout, the longest tool)
     "LEASE_SECONDS": Env("NRLLM_LEASE_SECONDS", float, 300.0),
+    # agent_worker on SIGTERM: how long the steps in flight (a model call, a tool) may run on to
+    # their boundary before they are cut short; then every run goes back to the queue (at most
+    # LEASE_SECONDS: a step running longer has lost its run to the reaper anyway)
+    "WORKER_DRAIN_SECONDS": Env("NRLLM_WORKER_DRAIN_SECONDS", float, 30.0),
     # requeues a run may take (transient provider failures and reaped workers share it)
     "MAX_ATTEMPTS": Env("NRLLM_MAX_ATTEMPTS", int, 3),
     # retry delay: RETRY_BASE_SECONDS * 2**attempt, capped at RETRY_MAX_SECONDS

@@ -145,6 +145,9 @@ def child_env(test_database_url, tmp_path) -> dict[str, str]:
             # Workers reap and sweep by themselves (maintenance.py) at start, then every hour
             # here: a drill reaps when it chooses; a test of that maintenance shortens it.
             "NRLLM_MAINTENANCE_SECONDS": "3600",
+            # An agent_worker's SIGTERM cuts the steps in flight short at once (a stopped test's
+            # worker leaves at once); the drain's own tests set a grace period.
+            "NRLLM_WORKER_DRAIN_SECONDS": "0",
         }
     )
     env.pop("REDIS_URL", None)

@@ -373,7 +373,8 @@ class AgentRuntime:
             transaction.on_commit(lambda: watcher.cancelled_here(run_id))
         elif fence.applied:  # stopped at once: its thread's next message, or its parent, may go
             transaction.on_commit(lambda: self.segments.wake_thread(threads.thread_of(run_id)))
-            transaction.on_commit(lambda: trees.child_ended(run_id, self.segments.dispatch_run))
+            if not tree.lone:  # a run of no tree has no parent waiting for it
+                transaction.on_commit(lambda: trees.child_ended(run_id, self.segments.dispatch_run))
         if not fence.found:
             outcome = CancelOutcome.NOT_FOUND
         elif fence.applied:

@@ -10,6 +10,7 @@ truth (``_close``). ``dispatch`` wakes a worker for a queued run (a hand-back, a
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from ..models import AgentRun, RunStatus, TerminationReason
 from ..money import pricing
 from ..observability import hooks as observe
 from ..presentation.outcomes import Outcome, RunResult
+from ..store.db import connection_lost, reconnecting
 from ..store.retries import RetryPolicy
 from ..validation.run_request import RunRequest
 from . import limits, signals, threads, trees
@@ -215,10 +217,23 @@ class SegmentRunner:
             return self._requeue(run_id, trace, count_attempt=False)
         except ConfigurationError as exc:  # what an operator must fix: no traceback, no retry
             logger.warning("run %s: cannot be built as configured: %s", run_id, _safe_message(exc))
-            return self._fail(run_id, trace, TerminationReason.CONFIGURATION_FAILED, exc)
+            return reconnecting(
+                functools.partial(self._fail, run_id, trace, TerminationReason.CONFIGURATION_FAILED, exc)
+            )
         except Exception as exc:
+            if connection_lost(exc) and trace.interruptible:
+                # The run's connection died (its step boundaries ride that out on fresh ones):
+                # no fault of the run. It goes back to the queue now, on a fresh connection, and
+                # continues from its stream; it does not wait for the reaper.
+                logger.warning("run %s: its database connection was lost (%s); handed back", run_id, type(exc).__name__)
+                return reconnecting(lambda: self._requeue(run_id, trace, count_attempt=False))
             logger.exception("run %s: unexpected error in the runtime", run_id)
-            return self._fail(run_id, trace, TerminationReason.INTERNAL_ERROR, exc)
+            return reconnecting(functools.partial(self._fail, run_id, trace, TerminationReason.INTERNAL_ERROR, exc))
+        return reconnecting(lambda: self._settled(run_id, trace, result, tools))
+
+    def _settled(self, run_id: uuid.UUID, trace: SegmentTrace, result: LoopResult, tools: dict[str, Any]) -> RunResult:
+        """The loop ended: settle, suspend or requeue the run as its outcome says (on a fresh
+        connection if the one it used died: ``db.reconnecting``)."""
         state = result.state
         if result.outcome == LoopOutcome.AWAITING_APPROVAL:
             fence = store.suspend(

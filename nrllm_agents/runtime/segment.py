@@ -16,7 +16,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from django.db import DatabaseError, IntegrityError, connection
 from django.utils import timezone
@@ -37,7 +37,7 @@ from ..models import AgentRunEvent
 from ..observability import hooks as observe
 from ..presentation.presenters import event_dict, step_dict
 from ..store import Lease
-from ..store.db import release_connection
+from ..store.db import drop_connection, reconnect_seconds, reconnecting, release_connection
 from . import limits, signals, spend
 
 logger = logging.getLogger(__name__)
@@ -50,12 +50,21 @@ T = TypeVar("T")
 # A guarded boundary statement that failed on its own (a statement timeout, a lock timeout, a
 # deadlock, a cancelled backend) is tried again after these pauses, in seconds.
 RETRY_PAUSES = (0.002, 0.005, 0.01, 0.02)
+RECONNECT_PAUSE = 0.25  # then, while the connection itself keeps failing (db.reconnect_seconds())
 
 shutdown_requested = threading.Event()
 """Set (by a worker's SIGTERM handler) when this process must hand its runs back to the queue."""
 
 _handing_back_lock = threading.Lock()
 _queued_tokens: weakref.WeakSet[CancelToken] = weakref.WeakSet()  # tokens of this process's queued segments
+
+
+def drain() -> None:
+    """This process shuts down gently: every queued segment hands its run back at its next
+    boundary, once the step in flight (a model call, a tool) has ended and been recorded, so the
+    next worker repeats nothing. ``hand_back_all`` cuts short what is still in flight when the
+    grace period is over. Safe to call from any thread (a signal handler included)."""
+    shutdown_requested.set()
 
 
 def hand_back_all() -> int:
@@ -175,8 +184,11 @@ class SegmentTrace:
                     raise RunLeaseLost()
                 self._recheck = not cancelled
         except IntegrityError:
-            # Someone else wrote this sequence: another segment owns the run now.
-            raise RunLeaseLost() from None
+            # Someone else wrote this sequence: another segment owns the run now. Unless this
+            # segment wrote it itself: a connection that died before the commit's answer came
+            # back, and the write tried again on a fresh one (``_retried``).
+            if not reconnecting(lambda: _recorded_here(self.run_id, sequence, step, created_at)):
+                raise RunLeaseLost() from None
         if step.kind == StepKind.LLM:
             publisher.discard(self.run_id)  # the recorded answer replaces its pending pieces
         if step.payload.get("interrupted"):
@@ -333,25 +345,47 @@ def _timed_record(run_id: uuid.UUID, owner: str, sequence: int, step: Step, crea
         observe.boundary_written(time.perf_counter() - started)
 
 
+def _recorded_here(run_id: uuid.UUID, sequence: int, step: Step, created_at: datetime) -> bool:
+    """Whether the step stored at ``sequence`` is this one (its kind and its own timestamp)."""
+    return AgentRunEvent.objects.filter(
+        run_id=run_id, sequence=sequence, kind=step.kind.value, created_at=created_at
+    ).exists()
+
+
 def _retried(attempt: Callable[[], T], *, on_error: bool = False) -> T:
     """``attempt()``, tried again after ``RETRY_PAUSES`` while it answers ``Lease.UNKNOWN``
     ("the store failed") or, with ``on_error``, raises a ``DatabaseError`` other than an
-    integrity error.
+    integrity error; while the failure is the connection's own (found broken), for up to
+    ``db.reconnect_seconds()``, every ``RECONNECT_PAUSE``: a storm of terminated backends
+    is ridden out on fresh connections, and the run goes on as soon as it is over.
 
     Returns the last answer, or raises the last error. A connection found broken is closed
     first (outside a transaction), so that the next try opens a fresh one.
     """
-    for pause in (*RETRY_PAUSES, None):
+    deadline = 0.0  # set at the first failure: the step path pays nothing for it
+    tries = 0
+    while True:
+        failure: DatabaseError | None = None
+        result = None
         try:
             result = attempt()
-            if result is not Lease.UNKNOWN or pause is None:
+            if result is not Lease.UNKNOWN:
                 return result
         except IntegrityError:
             raise
-        except DatabaseError:
-            if not on_error or pause is None:
+        except DatabaseError as exc:
+            if not on_error:
                 raise
-        if not connection.in_atomic_block and connection.connection is not None and not connection.is_usable():
-            connection.close()
+            failure = exc
+        if not tries:
+            deadline = time.monotonic() + reconnect_seconds()
+        lost = not connection.in_atomic_block and (connection.connection is None or not connection.is_usable())
+        if lost:
+            drop_connection()
+        pause = RETRY_PAUSES[tries] if tries < len(RETRY_PAUSES) else (RECONNECT_PAUSE if lost else None)
+        if pause is None or (tries >= len(RETRY_PAUSES) and time.monotonic() + pause > deadline):
+            if failure is not None:
+                raise failure
+            return cast(T, result)
+        tries += 1
         time.sleep(pause)
-    raise AssertionError("unreachable")

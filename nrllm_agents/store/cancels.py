@@ -33,14 +33,16 @@ _RUN, _EVENT = AgentRun._meta.db_table, AgentRunEvent._meta.db_table
 _ACTIVE = "(" + ", ".join(f"'{s.value}'" for s in sorted(ACTIVE)) + ")"
 
 # Parameters: id, id, reason code, by id, by name, source, reason text, detail (JSON or NULL),
-# the cancelled step's payload (JSON, built by journal.cancel_payload).
-_CANCEL_SQL = f"""
+# the cancelled step's payload (JSON, built by journal.cancel_payload). ``{lone}``: whether the
+# row may be cancelled by this statement alone (see _LONE below).
+_CANCEL_TEMPLATE = f"""
 WITH locked AS (
     -- fresh: the locked row is the version this statement's snapshot saw; only a quiescent
     -- run needs it (the CASE skips the second look-up for a running one)
     SELECT r.id, r.status, r.provider,
            CASE WHEN r.status = 'running' THEN true
-                ELSE r.xmin = (SELECT s.xmin FROM {_RUN} s WHERE s.id = %s) END AS fresh
+                ELSE r.xmin = (SELECT s.xmin FROM {_RUN} s WHERE s.id = %s) END AS fresh,
+           {{lone}} AS lone
     FROM {_RUN} r WHERE r.id = %s FOR UPDATE OF r
 ), stamp AS (
     SELECT clock_timestamp() AS at FROM locked
@@ -55,7 +57,7 @@ WITH locked AS (
                           ELSE GREATEST(t.at, COALESCE(r.started_at, r.created_at)) END,
         lease_expires = CASE WHEN l.status = 'running' THEN r.lease_expires END
     FROM locked l, stamp t
-    WHERE r.id = l.id AND l.status IN {_ACTIVE} AND (l.status = 'running' OR l.fresh)
+    WHERE r.id = l.id AND l.status IN {_ACTIVE} AND (l.status = 'running' OR l.fresh) AND l.lone
     RETURNING r.id, l.status AS previous, t.at, r.cancel_source, r.cancel_reason, r.termination_reason,
               r.cancel_detail
 ), appended AS (
@@ -68,8 +70,16 @@ WITH locked AS (
     FROM changed c CROSS JOIN LATERAL (SELECT MAX(e.sequence) AS mx FROM {_EVENT} e WHERE e.run_id = c.id) m
     WHERE c.previous <> 'running'
 )
-SELECT l.status, l.fresh, (SELECT count(*) FROM changed), l.provider FROM locked l
+SELECT l.status, l.fresh, (SELECT count(*) FROM changed), l.provider, l.lone FROM locked l
 """
+_CANCEL_SQL = _CANCEL_TEMPLATE.format(lone="true")
+# A run of no tree: it belongs to none (no root) and leads none (no run names it as its root; the
+# partial index on tree_root answers). Read in the statement's snapshot, which a run spawning its
+# first children after it was taken cannot fool: the spawn moved the row itself, so a quiescent
+# row is no longer fresh, and a running one has no active run below it (a parent runs again only
+# once all its children ended).
+_LONE = f"(r.tree_root_id IS NULL AND NOT EXISTS (SELECT 1 FROM {_RUN} c WHERE c.tree_root_id = r.id))"
+_LONE_CANCEL_SQL = _CANCEL_TEMPLATE.format(lone=_LONE)
 
 
 def _cancel_statement(
@@ -80,11 +90,14 @@ def _cancel_statement(
     reason: str,
     termination_reason: str,
     detail: dict[str, Any] | None = None,
+    lone: bool = False,
 ) -> Transition | None:
     """The cancel fence as one statement (PostgreSQL).
 
     Returns the ``Transition`` (applied, or why not), or ``None`` when the caller must run
-    the read-check-write fence instead (a quiescent row changed while the lock was awaited).
+    the read-check-write fence instead (a quiescent row changed while the lock was awaited);
+    with ``lone``, also when the run leads or belongs to a tree (nothing written: the caller
+    takes the tree's path).
     """
     user, username = actor(by)
     by_id = user.pk if user is not None else None
@@ -99,7 +112,7 @@ def _cancel_statement(
     for filled_in_by_the_statement in ("requested_at", "boundary_sequence"):
         del step[filled_in_by_the_statement]
     _, rows = prepared.execute(
-        _CANCEL_SQL,
+        _LONE_CANCEL_SQL if lone else _CANCEL_SQL,
         [
             run_id,
             run_id,
@@ -115,12 +128,32 @@ def _cancel_statement(
     )
     if not rows:
         return NOT_FOUND
-    previous, fresh, changed, provider = rows[0]
+    previous, fresh, changed, provider, alone = rows[0]
     if changed:  # the provider: what the cancel metric is labelled with, without another query
         return Transition(True, RunStatus.CANCELLED, previous, {"provider": provider})
-    if previous in QUIESCENT and not fresh:
+    if (previous in QUIESCENT and not fresh) or (not alone and previous in ACTIVE):
         return None
     return Transition(False, previous, previous)
+
+
+def cancel_lone(
+    run_id: uuid.UUID,
+    *,
+    by: Any = None,
+    source: str,
+    reason: str = "",
+    termination_reason: str = TerminationReason.CANCELLED,
+    detail: dict[str, Any] | None = None,
+) -> Transition | None:
+    """``cancel`` of a run of no tree, as it was before trees: one statement that pays nothing
+    for them (PostgreSQL). ``None``, having written nothing, when the run leads or belongs to a
+    tree (or the statement leaves it to the fence, or on SQLite): the caller then cancels it with
+    its subtree (``store.trees.cancel_tree``). ``reason`` is checked by the caller."""
+    if not prepared.enabled():
+        return None
+    return _cancel_statement(
+        run_id, by=by, source=source, reason=reason, termination_reason=termination_reason, detail=detail, lone=True
+    )
 
 
 def cancel(

@@ -12,12 +12,28 @@ Each case and why: docs/internals.md ("Connections held only while used").
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import django
-from django.db import connections
+from django.db import InterfaceError, OperationalError, connections
 
-__all__ = ["check_pooled_connection", "check_pools_before_use", "pool_max_size", "pooled", "release_connection"]
+from ..conf import app_settings
+
+__all__ = [
+    "check_pooled_connection",
+    "check_pools_before_use",
+    "connection_lost",
+    "pool_max_size",
+    "pooled",
+    "reconnecting",
+    "release_connection",
+]
+
+T = TypeVar("T")
+RECONNECT_PAUSES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)  # then every 0.5 s: back within 0.5 s of a storm's end
+RECONNECT_SECONDS = 30.0  # the longest a segment tries to reach the database again (at most half its lease)
 
 
 def pooled(alias: str = "default") -> bool:
@@ -98,3 +114,52 @@ def check_pools_before_use() -> list[str]:
             config["CONN_HEALTH_CHECKS"] = True
         changed.append(alias)
     return changed
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` is the failure of a connection itself (terminated, reset, the server away),
+    as Django reports it: the next try must take a fresh one."""
+    return isinstance(exc, (OperationalError, InterfaceError))
+
+
+def reconnect_seconds() -> float:
+    """How long ``reconnecting`` goes on: ``RECONNECT_SECONDS``, at most half the lease."""
+    return min(RECONNECT_SECONDS, float(app_settings.LEASE_SECONDS) / 2)
+
+
+def reconnecting(attempt: Callable[[], T], *, alias: str = "default", seconds: float | None = None) -> T:
+    """``attempt()``, tried again on a fresh connection while the connection it used dies
+    (``connection_lost``), with pauses growing to 0.5 s, for at most ``seconds``
+    (``reconnect_seconds()``); then the last error is raised. Inside a transaction it is tried
+    once: the caller's ``atomic()`` owns the connection.
+
+    A segment's writes go through it, so a connection that dies under a run (a terminated
+    backend, a failover) is replaced at once and the run goes on, instead of waiting for the
+    reaper (issue 44, item 16)."""
+    deadline = time.monotonic() + (reconnect_seconds() if seconds is None else seconds)
+    tries = 0
+    while True:
+        try:
+            return attempt()
+        except Exception as exc:
+            connection = connections[alias]
+            if not connection_lost(exc) or connection.in_atomic_block:
+                raise
+            pause = RECONNECT_PAUSES[min(tries, len(RECONNECT_PAUSES) - 1)]
+            if time.monotonic() + pause > deadline:
+                raise
+            drop_connection(alias)
+            tries += 1
+            time.sleep(pause)
+
+
+def drop_connection(alias: str = "default") -> None:
+    """Give up this thread's connection (a broken one is discarded by its pool); the next query
+    opens or draws a fresh one. Never inside a transaction, never an error."""
+    connection = connections[alias]
+    if connection.in_atomic_block:
+        return
+    try:
+        connection.close()
+    except Exception:
+        connection.connection = None

@@ -25,7 +25,7 @@ from ..domain import Step, StepKind, Usage
 from ..models import ACTIVE, QUIESCENT, AgentRun, RunStatus, TerminationReason
 from . import runs, tree_spend
 from .cancels import cancel as cancel_run
-from .cancels import cancel_fields
+from .cancels import cancel_fields, cancel_lone
 from .journal import RECOVER, append_cancelled_to, append_event, next_sequence, owned, spend_fields, stop_stamp
 from .results import NOT_FOUND, Transition, actor, checked_reason
 
@@ -51,6 +51,7 @@ class TreeCancel:
 
     transition: Transition
     cascaded: dict[str, list[uuid.UUID]] = field(default_factory=dict)
+    lone: bool = False  # the run was of no tree (``cancels.cancel_lone``): no parent to wake either
 
     @property
     def cascaded_total(self) -> int:
@@ -249,8 +250,16 @@ def cancel_tree(
     names the run whose cancel it inherited (``{"inherited": {"run_id", "by", "source",
     "reason"}}``), as its ``cancelled`` step does. Quiescent descendants get that step here;
     running ones from their segment (the NOTIFY trigger fires for every cancelled row).
+
+    A run of no tree (no root, no run below it) is cancelled as before trees, by one statement
+    (``cancels.cancel_lone``) that takes no tree's lock and reads no tree.
     """
     reason = checked_reason(reason)
+    lone = cancel_lone(
+        run_id, by=by, source=source, reason=reason, termination_reason=termination_reason, detail=detail
+    )
+    if lone is not None:
+        return TreeCancel(lone, lone=True)
     with transaction.atomic():
         root = root_of(run_id)
         if root is None:

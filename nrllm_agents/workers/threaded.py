@@ -4,8 +4,9 @@
 any RQ worker and dequeues only while it has a free slot; each job runs ``jobs.execute_run`` on a
 thread of its own with RQ's bookkeeping intact. What RQ's forking worker does by killing its work
 horse this one does with the run row: the lease replaces per-job timeouts, a cancel replaces
-stop-job commands, SIGTERM hands every run back at its next boundary (a second one exits at once),
-and a Redis outage is ridden out (``outages.py``).
+stop-job commands, SIGTERM drains (the steps in flight run on to their boundary, within
+``WORKER_DRAIN_SECONDS``, then every run goes back to the queue; a second one exits at once), and a
+Redis outage is ridden out (``outages.py``).
 
 How each of those works: docs/internals.md ("The threaded worker"); when to choose it:
 docs/operations/workers.md.
@@ -30,10 +31,10 @@ from rq.timeouts import BaseDeathPenalty
 from rq.utils import now
 from rq.worker import BaseWorker, WorkerStatus
 
-from ..conf import env
+from ..conf import app_settings, env
 from ..executors.pool import SegmentExecutor
 from ..executors.rq_queue import OUTAGES
-from ..runtime.segment import hand_back_all
+from ..runtime.segment import drain, hand_back_all
 from . import heap
 from .maintenance import Maintainer, interval
 from .outages import RidesOutOutages
@@ -54,6 +55,12 @@ class NoDeathPenalty(BaseDeathPenalty):
 
     def cancel_death_penalty(self) -> None:
         pass
+
+
+def drain_seconds() -> float:
+    """How long a warm shutdown lets the steps in flight run on: ``WORKER_DRAIN_SECONDS``, at most
+    ``LEASE_SECONDS`` (a step running longer than its lease has lost its run to the reaper)."""
+    return max(0.0, min(float(app_settings.WORKER_DRAIN_SECONDS), float(app_settings.LEASE_SECONDS)))
 
 
 def default_concurrency() -> int:
@@ -220,7 +227,9 @@ class ThreadedWorker(RidesOutOutages, BaseWorker):
 
     # --- shutdown ---------------------------------------------------------------------------
     def request_stop(self, signum: int, frame: FrameType | None) -> None:
-        """Warm shutdown: stop dequeuing and hand every run in flight back at its next boundary.
+        """Warm shutdown: stop dequeuing, let the steps in flight reach their boundary (within
+        ``drain_seconds()``), and hand every run back there; then cut short what is still in
+        flight and hand it back too. A second signal exits at once (``request_force_stop``).
 
         Nothing here touches Redis or the database (a handler interrupts the main thread
         anywhere, possibly holding a connection pool's lock); a thread does the work.
@@ -229,10 +238,21 @@ class ThreadedWorker(RidesOutOutages, BaseWorker):
         signal.signal(signal.SIGINT, self.request_force_stop)
         signal.signal(signal.SIGTERM, self.request_force_stop)
         self._stop_requested = True
+        drain()  # each run goes back at its next boundary: no step in flight is repeated
         threading.Thread(target=self._hand_back, name="nrllm-hand-back", daemon=True).start()
 
     def _hand_back(self) -> None:
-        cut = hand_back_all()
+        grace = drain_seconds()
+        in_flight = self.executor.in_flight
+        if in_flight and grace > 0:
+            self.log.info(
+                "Worker %s: warm shutdown: %d runs hand back at their next boundary (within %g s)",
+                self.name,
+                in_flight,
+                grace,
+            )
+        drained = self.executor.wait_idle(grace)
+        cut = 0 if drained else hand_back_all()  # the grace is over: cut short what still runs
         self._handed_back.set()
         self.log.info(
             "Worker %s: warm shutdown: handing %d runs back (%d steps cut short)",

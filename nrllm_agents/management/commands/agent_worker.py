@@ -17,7 +17,8 @@ class Command(BaseCommand):
         "Execute queued runs from the django-rq queues, up to --concurrency at once in this process "
         "(one thread per run, a bounded pool of database connections). Runs beside rqworker "
         "processes, on any number of machines. SIGTERM hands every run in flight back to the queue "
-        "at its next step boundary; a second SIGTERM exits at once and the reaper recovers the runs. "
+        "at its next step boundary, once its step in flight ended (within NRLLM_WORKER_DRAIN_SECONDS); "
+        "a second SIGTERM exits at once and the reaper recovers the runs. "
         "RQ job timeouts and stop-job commands do not apply: the run lease and cancel replace them."
     )
 

@@ -224,6 +224,87 @@ def test_a_cancel_of_the_root_racing_a_spawn_below_it_leaves_no_child_running():
     print(f"{spawned_first} of {rounds} spawns committed before the cancel")  # both orders are legal
 
 
+@pytest.mark.postgres_only
+@pytest.mark.postgres
+def test_a_cancel_of_a_root_racing_its_first_spawn_leaves_no_child_running():
+    """A root with no children yet is cancelled by the one statement of a run of no tree (issue 44,
+    item 18) while it spawns its first children: the statement's snapshot cannot see them, so it
+    must leave the run to the tree's path, which cancels them. Never a child active under a
+    cancelled root."""
+    rounds = race_rounds(100)
+    escaped, spawned_first = 0, 0
+    for _ in range(rounds):
+        root = _running("r")
+        children = [
+            tree_store.Child(f"call_{i}", {"prompt": "leaf", "provider": "scripted"}, {"prompt": "leaf"})
+            for i in range(2)
+        ]
+        barrier = threading.Barrier(2)
+        outcome: dict[str, object] = {}
+
+        def spawn() -> None:
+            try:
+                barrier.wait()
+                outcome["spawn"] = tree_store.spawn(
+                    root.pk, "r", state={}, iterations=0, usage=Usage(), children=children
+                )
+            finally:
+                connections.close_all()
+
+        def cancel() -> None:
+            try:
+                barrier.wait()
+                outcome["cancel"] = tree_store.cancel_tree(root.pk, source=CancelSource.API, reason="race")
+            finally:
+                connections.close_all()
+
+        threads = [threading.Thread(target=spawn), threading.Thread(target=cancel)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert outcome["cancel"].transition.applied  # type: ignore[union-attr]
+        spawn_won = outcome["spawn"].applied  # type: ignore[union-attr]
+        spawned_first += spawn_won
+        below = AgentRun.objects.filter(tree_root_id=root.pk)
+        assert below.count() == (2 if spawn_won else 0)
+        escaped += below.filter(status__in=[s.value for s in ACTIVE]).count()
+        assert AgentRun.objects.get(pk=root.pk).status == RunStatus.CANCELLED
+    assert escaped == 0
+    print(f"{spawned_first} of {rounds} spawns committed before the cancel")  # both orders are legal
+
+
+@pytest.mark.postgres_only
+@pytest.mark.postgres
+def test_the_cancel_of_a_run_of_no_tree_is_one_statement(runtime):
+    """A lone running run pays nothing for trees (issue 44, item 18): ``AgentRuntime.cancel`` sends
+    one statement, no transaction around it, no tree read; a root's cancel still covers its tree."""
+    from django.db import connection
+
+    lone = _running("lone")
+    sent: list[str] = []
+
+    def count(execute, sql, params, many, context):
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(count):
+        result = runtime.cancel(lone.pk, source=CancelSource.API, reason="alone")
+    assert result.outcome == "cancelled" and result.previous_status == RunStatus.RUNNING
+    assert len(sent) == 1, sent
+    assert AgentRun.objects.get(pk=lone.pk).status == RunStatus.CANCELLED
+
+    root = _running("r")
+    AgentRun.objects.filter(pk=root.pk).update(status=RunStatus.WAITING_FOR_CHILDREN, claimed_by="")
+    child = run_store.begin(
+        {"prompt": "c", "provider": "scripted", "tree_parent": root, "tree_root": root, "tree_depth": 1},
+        claimed_by="c",
+    )
+    result = runtime.cancel(root.pk, source=CancelSource.API, reason="tree")
+    assert result.outcome == "cancelled"
+    assert AgentRun.objects.get(pk=child.pk).cancel_detail["inherited"]["run_id"] == str(root.pk)
+
+
 def test_a_spawn_after_the_cancel_committed_creates_nothing():
     root = _running("r")
     AgentRun.objects.filter(pk=root.pk).update(status=RunStatus.WAITING_FOR_CHILDREN, claimed_by="")
