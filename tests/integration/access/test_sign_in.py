@@ -10,6 +10,7 @@ import pytest
 
 from nrllm_agents import admission
 from nrllm_agents.conf import DEFAULTS
+from nrllm_agents.models import RateCounter
 
 pytestmark = pytest.mark.django_db
 
@@ -23,11 +24,21 @@ def counts():
     admission.reset()
 
 
+@pytest.fixture(params=["database", "redis"])
+def store(request, settings):
+    """Where the failures are counted: the limiter's two stores, which every process shares."""
+    settings.NRLLM_AGENTS = {**getattr(settings, "NRLLM_AGENTS", {}), "RATE_LIMIT_STORE": request.param}
+    settings.REDIS_URL = request.getfixturevalue("redis_url") if request.param == "redis" else None
+    admission.reset()
+    yield request.param
+    admission.reset()
+
+
 @pytest.mark.parametrize("page", ["/accounts/login/", "/admin/login/"])
 def test_after_too_many_failures_the_right_password_is_refused_until_the_window_passes(
-    client, django_user_model, settings, monkeypatch, counts, page
+    client, django_user_model, settings, monkeypatch, store, page
 ):
-    settings.NRLLM_AGENTS = {**getattr(settings, "NRLLM_AGENTS", {}), "SIGN_IN_FAILURES": "3/15min"}
+    settings.NRLLM_AGENTS = {**settings.NRLLM_AGENTS, "SIGN_IN_FAILURES": "3/15min"}
     django_user_model.objects.create_user("carol", password=PASSWORD, is_staff=True)
     for _ in range(3):
         wrong = client.post(page, {"username": "carol", "password": "wrong"})
@@ -36,6 +47,7 @@ def test_after_too_many_failures_the_right_password_is_refused_until_the_window_
     assert refused.status_code == 200 and "_auth_user_id" not in client.session
     assert "Too many failed sign-ins for this username from your address; try again in" in refused.content.decode()
     assert client.post(page, {"username": "CAROL", "password": PASSWORD}).status_code == 200  # case-folded
+    assert RateCounter.objects.exists() == (store == "database")
 
     elsewhere = client.post(page, {"username": "carol", "password": PASSWORD}, REMOTE_ADDR="10.1.2.3")
     assert elsewhere.status_code == 302 and "_auth_user_id" in client.session  # per username and address
