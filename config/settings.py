@@ -200,6 +200,10 @@ def _database(url: str) -> dict:
 DATABASES = {"default": _database(os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Failed sign-ins are throttled (nrllm_agents.access.signin, NRLLM_SIGN_IN_FAILURES): Django's
+# ModelBackend that refuses a username and address past the rate (first, if there are others).
+AUTHENTICATION_BACKENDS = ["nrllm_agents.access.signin.ThrottledModelBackend"]
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},

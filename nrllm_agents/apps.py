@@ -12,9 +12,11 @@ class NrllmAgentsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.contrib.auth.signals import user_login_failed
         from django.core.signals import request_started
 
         from . import checks, executors, live
+        from .access import signin
         from .catalog import app_tools
         from .observability import tracing
         from .store import db
@@ -41,3 +43,5 @@ class NrllmAgentsConfig(AppConfig):
         # A web process on the in-process executor reaps and sweeps by itself (started at its
         # first request, so management commands start no thread).
         request_started.connect(maintenance.start_local, dispatch_uid="nrllm-maintenance")
+        # Failed sign-ins are counted (access.signin.ThrottledModelBackend refuses past the rate).
+        user_login_failed.connect(signin.count_failure, dispatch_uid="nrllm-sign-in-failures")

@@ -66,6 +66,18 @@ def _names_an_executor(value: Any) -> bool:
     return True
 
 
+def _rate_or_off(value: Any) -> bool:
+    if value is None or value == "":
+        return True
+    from .admission.rates import parse_rate
+
+    try:
+        parsed = parse_rate(value) if isinstance(value, str) else None
+    except (ValueError, KeyError):
+        return False
+    return parsed is not None and parsed[0] > 0
+
+
 RULES: dict[str, Rule] = {
     "CURRENCY": NAME,
     "DEFAULT_MAX_COST": (lambda v: v is None or _amount(v), "None or " + AMOUNT[1]),
@@ -132,6 +144,7 @@ RULES: dict[str, Rule] = {
     "SERVER_THREADS": COUNT,
     "TREE_MAX_RUNS": COUNT,
     "RATE_LIMIT_STORE": (lambda v: v in ("auto", "redis", "database"), "one of 'auto', 'redis', 'database'"),
+    "SIGN_IN_FAILURES": (_rate_or_off, "None, '' (off) or a rate such as '10/15min'"),
     "ALLOW_SCRIPTED": (lambda v: v is None or isinstance(v, bool), "None (follow DEBUG), True or False"),
     "MCP_SERVERS": (lambda v: isinstance(v, dict), 'a dict in the mcpServers shape ({"mcpServers": {...}})'),
     "MCP_CALL_TIMEOUT": POSITIVE,

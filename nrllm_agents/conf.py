@@ -129,6 +129,9 @@ DEFAULTS: dict[str, Any] = {
     # where the rate limits count (admission.rates): "redis", "database", or "auto" (Redis when
     # REDIS_URL is set, else the database)
     "RATE_LIMIT_STORE": Env("NRLLM_RATE_LIMIT_STORE", str, "auto"),
+    # failed sign-ins of one username from one address before its sign-in is refused for the
+    # rest of the window, even with the right password (access.signin); None or "": off
+    "SIGN_IN_FAILURES": Env("NRLLM_SIGN_IN_FAILURES", str, "10/15min"),
     # the scripted provider (a test double) for API and playground users: None follows DEBUG
     # (on in development, off in production); the commands may always use it
     "ALLOW_SCRIPTED": Env("NRLLM_ALLOW_SCRIPTED", bool, None),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -373,13 +374,16 @@ class Connection(Named):
 
     The key is stored encrypted (``nrllm_agents.crypto.vault``) and is write-only: ``set_key`` takes
     it, ``api_key()`` decrypts it for the provider about to call the server, and nothing
-    else (``str``, ``repr``, forms, the API, the commands) ever shows it.
+    else (``str``, ``repr``, forms, the API, the commands) ever shows it. The URL's credentials
+    (``user:password@``) are kept the same way: ``set_url`` stores the URL without them in
+    ``base_url`` and them encrypted, ``url()`` puts them back for the provider.
     """
 
     kind = models.CharField(max_length=16, choices=ConnectionKind.choices)
-    base_url = models.URLField(max_length=500)  # where the key goes: never taken from the environment
+    base_url = models.URLField(max_length=500)  # where the key goes (no user:password@): never from the environment
     default_model = models.CharField(max_length=200, blank=True)
     encrypted_key = models.TextField(blank=True, editable=False)  # a Fernet token; blank: no key
+    encrypted_userinfo = models.TextField(blank=True, editable=False)  # base_url's user:password, a Fernet token
 
     def __repr__(self) -> str:
         return f"<Connection {self.name} ({self.kind})>"
@@ -403,6 +407,45 @@ class Connection(Named):
         from .crypto.vault import decrypt
 
         return decrypt(self.encrypted_key) if self.encrypted_key else None
+
+    @property
+    def has_userinfo(self) -> bool:
+        return bool(self.encrypted_userinfo)
+
+    def set_url(self, url: str) -> None:
+        """Keep ``url``: without its credentials (``user:password@``) in ``base_url``, and them
+        encrypted. Call ``save()`` afterwards."""
+        from .crypto.vault import encrypt
+
+        bare, userinfo = split_userinfo(url)
+        self.base_url, self.encrypted_userinfo = bare, encrypt(userinfo) if userinfo else ""
+
+    def url(self) -> str:
+        """The whole URL, credentials included, for the provider about to call the server;
+        raises ``vault.VaultError`` when they cannot be opened."""
+        from .crypto.vault import decrypt
+
+        if not self.encrypted_userinfo:
+            return self.base_url
+        return with_userinfo(self.base_url, decrypt(self.encrypted_userinfo))
+
+
+def split_userinfo(url: str) -> tuple[str, str]:
+    """``url`` without its ``user:password@``, and that userinfo (``""`` when there is none)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url, ""
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return url, ""
+    return urlunsplit(parts._replace(netloc=host)), userinfo
+
+
+def with_userinfo(url: str, userinfo: str) -> str:
+    """``url`` with ``userinfo`` (``user:password``) put back before its host."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=f"{userinfo}@{parts.netloc}"))
 
 
 class Price(models.Model):

@@ -182,7 +182,7 @@ def offered_providers(names: list[str]) -> list[str]:
 
 
 class Setup(enum.StrEnum):
-    """What a caller wants to do with the run setup: connections, prices, agents."""
+    """What a caller wants to do with the run setup: connections, prices, agents, budgets."""
 
     VIEW = "view"
     ADD = "add"
@@ -190,18 +190,24 @@ class Setup(enum.StrEnum):
     DELETE = "delete"
 
 
-SETUP_MODELS = ("connection", "price", "agent")
+SETUP_MODELS = ("connection", "price", "agent", "budget")
 
 
 def may_configure(user: Any, action: Setup, model: str) -> bool:
-    """Connections, prices and agents (admin and API): staff holding the model's permission
+    """Connections, prices, agents and budgets (admin and API): staff holding the model's permission
     (``nrllm_agents.<action>_<model>``; viewing is also granted by the change permission).
-    Anyone signed in may name one in a run request; a connection's key is never shown to anybody."""
+    Anyone signed in may name one in a run request; a connection's key is never shown to anybody.
+    Every signed-in user reads the budgets covering their own runs (``may_see_all_budgets`` is the rest)."""
     if model not in SETUP_MODELS or not sees_all(user):
         return False
     if action == Setup.VIEW and user.has_perm(f"nrllm_agents.change_{model}"):
         return True
     return bool(user.has_perm(f"nrllm_agents.{action.value}_{model}"))
+
+
+def may_see_all_budgets(user: Any) -> bool:
+    """Every budget, not only those covering one's own runs: staff who may view budgets."""
+    return may_configure(user, Setup.VIEW, "budget")
 
 
 def may_see_agents(user: Any) -> bool:

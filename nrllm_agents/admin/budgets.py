@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
@@ -12,6 +13,23 @@ from ..catalog import budgets
 from ..models import Budget
 from ..money.fields import AmountField
 from .bases import AnyModelAdmin
+
+
+class CeilingField(forms.Field):
+    """A whole-number ceiling (tokens, runs), read by the parser the API and ``agent_budgets``
+    use (``budgets.parse_ceiling``): ASCII digits only, nothing stripped or coerced first."""
+
+    def __init__(self, *, what: str, **kwargs: Any) -> None:
+        kwargs.setdefault("widget", forms.TextInput(attrs={"inputmode": "numeric", "maxlength": "20"}))
+        super().__init__(**kwargs)
+        self.what = what
+
+    def to_python(self, value: Any) -> int | None:
+        try:
+            ceiling = budgets.parse_ceiling(value, what=self.what, integer=True)
+        except budgets.BudgetProblem as exc:
+            raise forms.ValidationError(str(exc), code="invalid") from None
+        return None if ceiling is None else int(ceiling)
 
 
 @admin.register(Budget)
@@ -40,6 +58,14 @@ class BudgetAdmin(AnyModelAdmin):
                 required=False,
                 label="Max cost",
                 help_text="The ceiling on cost, in NRLLM_AGENTS['CURRENCY']. Empty: no ceiling on cost.",
+            )
+        if db_field.name in ("max_tokens", "max_runs"):
+            what = db_field.name.removeprefix("max_")
+            return CeilingField(
+                what=what,
+                required=False,
+                label=db_field.verbose_name.capitalize(),
+                help_text=f"The ceiling on {what}, a whole number. Empty: no ceiling on {what}.",
             )
         return super().formfield_for_dbfield(db_field, request, **kwargs)
 

@@ -2,7 +2,10 @@
 
 Who may view, add, change and delete them is ``policy.may_configure``'s decision. A
 connection's key is a password field that never renders its value: leaving it empty keeps
-the stored key, "clear the key" removes it; no page, list or message shows it.
+the stored key, "clear the key" removes it; no page, list or message shows it. Its URL's
+credentials show as ``***``. Staff who may only view a connection see neither field: the
+read-only page names only what may be shown (the admin would otherwise read each name off
+the model, and ``Connection.api_key()`` decrypts).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from django.http import HttpRequest
 
 from ..access import policy
 from ..catalog import agents, connections
+from ..crypto.vault import VaultError
 from ..models import Agent, AgentVersion, Connection, Price
 from ..money import parsing
 from ..money.fields import AmountField
@@ -66,15 +70,17 @@ class ConnectionForm(ConnectionModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.instance.pk:
-            self.initial["base_url"] = connections.shown_url(self.instance.base_url)
+            self.initial["base_url"] = connections.shown_url(self.instance)
 
     def clean_base_url(self) -> str:
-        url: str = self.cleaned_data["base_url"]
-        stored = self.instance.base_url if self.instance.pk else ""
-        return stored if stored and url == connections.shown_url(stored) else url
+        try:  # runs before the form writes into the instance: it still holds the stored URL
+            return connections.given_url(self.instance if self.instance.pk else None, self.cleaned_data["base_url"])
+        except VaultError as exc:
+            raise forms.ValidationError(str(exc)) from None
 
     def save(self, commit: bool = True) -> Connection:
         row: Connection = super().save(commit=False)
+        row.set_url(self.cleaned_data["base_url"])
         if self.cleaned_data.get("clear_key"):
             row.set_key(None)
         elif self.cleaned_data.get("api_key"):
@@ -92,9 +98,14 @@ class ConnectionAdmin(_Configured):
     fields = ("name", "kind", "base_url", "default_model", "key_state", "api_key", "clear_key")
     readonly_fields = ("key_state",)
 
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is not None and not self.has_change_permission(request, obj):
+            return ("name", "kind", "address", "default_model", "key_state")  # no secret's name to look up
+        return super().get_fields(request, obj)
+
     @admin.display(description="base URL", ordering="base_url")
     def address(self, row: Connection) -> str:
-        return connections.shown_url(row.base_url)
+        return connections.shown_url(row)
 
     @admin.display(description="key")
     def key_state(self, row: Connection) -> str:

@@ -52,14 +52,18 @@ class RateRefused:
 
 
 def parse_rate(rate: str | None) -> tuple[int, int] | None:
-    """``"120/min"`` as ``(120, 60)``; ``None`` for no limit. Raises ``ValueError`` on bad text."""
+    """``"120/min"`` as ``(120, 60)``, ``"10/15min"`` as ``(10, 900)``; ``None`` for no limit.
+    Raises ``ValueError`` on bad text."""
     if rate is None:
         return None
     count, _, period = str(rate).partition("/")
-    number, unit = int(count), _PERIODS[period.strip()[:1]]
-    if number < 0:
+    period = period.strip()
+    digits = len(period) - len(period.lstrip("0123456789"))
+    times = int(period[:digits]) if digits else 1
+    number, unit = int(count), _PERIODS[period[digits : digits + 1]]
+    if number < 0 or times < 1:
         raise ValueError(rate)
-    return number, unit
+    return number, unit * times
 
 
 def rate_for(action: Action) -> tuple[int, int] | None:
@@ -115,6 +119,25 @@ def attempt(scope: str, ident: str, allowed: int, period: int, now: float | None
     return None if passed else _refusal(allowed, period, into, current, previous)
 
 
+def check(scope: str, ident: str, allowed: int, period: int, now: float | None = None) -> RateRefused | None:
+    """Whether one more ``attempt`` of ``ident`` would pass now, counting nothing (a read; a
+    count in flight may pass it)."""
+    now = time.time() if now is None else now
+    window = int(now // period)
+    into = (now - window * period) / period
+    counts: tuple[int, int] | None = None
+    if _store() == "redis" and time.monotonic() >= _redis_down_until[0]:
+        try:
+            counts = _redis_counts(scope, ident, window)
+        except _redis_errors() as exc:
+            _redis_down_until[0] = time.monotonic() + REDIS_RETRY_SECONDS
+            _warn_once(exc)
+    current, previous = counts if counts is not None else _database_counts(scope, ident, window)
+    if current + math.floor(previous * (1.0 - into)) < allowed:
+        return None
+    return _refusal(allowed, period, into, current, previous)
+
+
 def _refusal(allowed: int, period: int, into: float, current: int, previous: int) -> RateRefused:
     """How long until the weighted count falls below ``allowed``."""
     left = period * (1.0 - into)
@@ -140,14 +163,19 @@ _UPSERT = (
 )
 
 
-def _database_attempt(scope: str, ident: str, window: int, allowed: int, weight: float) -> tuple[bool, int, int]:
-    table = connection.ops.quote_name(RateCounter._meta.db_table)
+def _database_counts(scope: str, ident: str, window: int) -> tuple[int, int]:
+    """The counts of the current and the previous window."""
     counts = dict(
         RateCounter.objects.filter(scope=scope, ident=ident, period__in=(window - 1, window)).values_list(
             "period", "count"
         )
     )
-    previous, current = counts.get(window - 1, 0), counts.get(window, 0)
+    return counts.get(window, 0), counts.get(window - 1, 0)
+
+
+def _database_attempt(scope: str, ident: str, window: int, allowed: int, weight: float) -> tuple[bool, int, int]:
+    table = connection.ops.quote_name(RateCounter._meta.db_table)
+    current, previous = _database_counts(scope, ident, window)
     room = allowed - math.floor(previous * weight)  # what the current window may hold
     if room <= 0:
         return False, current, previous
@@ -212,6 +240,13 @@ def _redis_attempt(
     )
     _warned.clear()
     return bool(passed), int(current), int(previous)
+
+
+def _redis_counts(scope: str, ident: str, window: int) -> tuple[int, int]:
+    client, _ = _client()
+    base = f"{KEY_PREFIX}{scope}:{ident}:"
+    current, previous = client.mget([f"{base}{window}", f"{base}{window - 1}"])
+    return int(current or 0), int(previous or 0)
 
 
 def _warn_once(exc: BaseException) -> None:

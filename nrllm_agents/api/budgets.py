@@ -1,7 +1,8 @@
 """``/api/budgets/``: the shared budgets with their use now (spent, reserved, left, reset time).
 
 Everyone reads the budgets covering their own runs (theirs, their groups', everyone's); staff
-read every budget and set or delete them (``catalog.budgets``).
+holding the budget permissions read every budget (``view_``), add, change and delete them
+(``policy.may_configure``, as for connections; ``catalog.budgets``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from ..access import policy
 from ..catalog import budgets
 from ..models import Budget, BudgetScope, BudgetWindow
 from .base import RunAPIView, checked_body
@@ -25,7 +27,7 @@ from .schema import AUTH_ERRORS, BAD_REQUEST, extend_schema
 ID = OpenApiParameter(
     "id", OpenApiTypes.STR, OpenApiParameter.PATH, description="The budget's id.", pattern=r"^[0-9]{1,18}$"
 )
-FORBIDDEN = "Only staff may set or delete budgets."
+FORBIDDEN = "You may not do this to budgets: it takes staff with the budget permission."
 NOT_FOUND: dict[int, Any] = {404: OpenApiResponse(ErrorSerializer, "No budget with this id.")}
 
 
@@ -60,8 +62,9 @@ class BudgetSerializer(serializers.Serializer[Any]):
     resets_at = serializers.DateTimeField(allow_null=True)
 
 
-def _staff(request: Request) -> None:
-    if not getattr(request.user, "is_staff", False):
+def _allow(request: Request, *actions: policy.Setup) -> None:
+    """Refuse unless the caller may do one of ``actions`` to budgets."""
+    if not any(policy.may_configure(request.user, action, "budget") for action in actions):
         raise PermissionDenied(FORBIDDEN)
 
 
@@ -76,16 +79,19 @@ class BudgetListView(RunAPIView):
 
     @extend_schema(
         operation_id="budgets_set",
-        summary="Create or change the budget of a subject for a window (staff)",
+        summary="Create or change the budget of a subject for a window (staff: add or change permission)",
         request=BudgetWriteSerializer,
         responses={200: BudgetSerializer, 201: BudgetSerializer, **BAD_REQUEST, **AUTH_ERRORS},
     )
     def post(self, request: Request) -> Response:
-        _staff(request)
+        _allow(request, policy.Setup.ADD, policy.Setup.CHANGE)  # before any subject is looked up
         body = checked_body(request, BudgetWriteSerializer)
+        subject = body.get("subject") or None
+        found = budgets.existing(body["scope"], subject, body["window"])
+        _allow(request, policy.Setup.ADD if found is None else policy.Setup.CHANGE)
         budget, created = budgets.set_budget(
             body["scope"],
-            body.get("subject") or None,
+            subject,
             body["window"],
             max_cost=body.get("max_cost"),
             max_tokens=body.get("max_tokens"),
@@ -113,12 +119,12 @@ class BudgetDetailView(RunAPIView):
 
     @extend_schema(
         operation_id="budgets_destroy",
-        summary="Delete a budget (staff)",
+        summary="Delete a budget (staff: delete permission)",
         parameters=[ID],
         responses={204: None, **AUTH_ERRORS, **NOT_FOUND},
     )
     def delete(self, request: Request, id: str) -> Response:
         row = self._row(id)
-        _staff(request)
+        _allow(request, policy.Setup.DELETE)
         row.delete()
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Max
 
+from ..access import policy
 from ..conf import app_settings
 from ..models import Agent, AgentVersion
 from ..validation.run_request import AGENT_FIELDS, InvalidRequest, RunRequest
@@ -32,7 +33,8 @@ class InvalidAgent(ValueError):
 
 def validated(definition: Any) -> dict[str, Any]:
     """The definition as it will be stored: only the fields it sets, each checked like a run
-    request's (an unknown connection, tool or provider, a limit out of bounds are refused)."""
+    request's (an unknown connection, tool or provider, a limit out of bounds are refused), and
+    no test double that production refuses to run (``policy.provider_refusal``)."""
     if not isinstance(definition, Mapping):
         raise InvalidAgent({"definition": "an object of run request fields"})
     unknown = sorted(set(map(str, definition)) - set(AGENT_FIELDS))
@@ -44,6 +46,9 @@ def validated(definition: Any) -> dict[str, Any]:
         request = RunRequest.from_mapping({"prompt": "(agent definition)", **definition})
     except InvalidRequest as exc:
         raise InvalidAgent({f"definition.{k}": v for k, v in exc.errors.items()}) from None
+    refusal = policy.provider_refusal(request.provider) if "provider" in definition else None
+    if refusal is not None:
+        raise InvalidAgent({"definition.provider": refusal})
     stored = request.as_dict()
     return {k: stored.get(k) for k in AGENT_FIELDS if k in definition}
 
@@ -54,10 +59,12 @@ def save(
     """Add a version of agent ``name`` (creating the agent when ``create`` allows; ``None``:
     either). Raises ``InvalidAgent``; a definition equal to the latest adds no version."""
     clean = validated(definition)
-    _check_tree(name, clean)
     if description is not None and (not isinstance(description, str) or len(description) > MAX_DESCRIPTION_CHARS):
         raise InvalidAgent({"description": f"a string of at most {MAX_DESCRIPTION_CHARS} characters"})
     with transaction.atomic():
+        if clean.get("agents"):  # only a save naming sub-agents can close a cycle
+            _serialize_tree_checks()
+        _check_tree(name, clean)
         agent = Agent.objects.select_for_update().filter(name=name).first()
         if agent is None and create is False:
             raise InvalidAgent({"name": f"no agent named {name!r}"})
@@ -83,23 +90,38 @@ def save(
         return AgentVersion.objects.create(agent=agent, version=number, definition=clean, created_by=owner)
 
 
+TREE_LOCK = 0x6E726C6C6D747265  # "nrllmtre": the advisory lock of the sub-agent graph
+
+
+def _serialize_tree_checks() -> None:
+    """Hold the lock of the sub-agent graph to the end of the transaction, so that two saves
+    whose checks each pass alone (A calls B, B calls A) run one after the other and the second
+    sees the first. PostgreSQL: a transaction-level advisory lock; SQLite's ``IMMEDIATE``
+    transaction already holds the database's write lock from its start."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", [TREE_LOCK])
+
+
 def _check_tree(name: str, definition: Mapping[str, Any]) -> None:
     """Refuse a definition whose sub-agents (``agents``, followed through their latest versions)
-    call back into it, or reach deeper than ``MAX_TREE_DEPTH`` below it."""
+    call back into it, or reach deeper than ``MAX_TREE_DEPTH`` below it (the error names the
+    real depth). Each agent is read once, however many paths reach it."""
     limit = int(app_settings.MAX_TREE_DEPTH)
+    depths: dict[str, int] = {}
 
     def below(agent: str, seen: tuple[str, ...]) -> int:
         """How many levels of sub-agents ``agent`` has under it."""
         if agent in seen:
             raise InvalidAgent({"definition.agents": f"calls itself again: {' -> '.join((*seen, agent))}"})
-        if len(seen) > limit:
-            return len(seen)
-        if agent == name:
-            subs = list(definition.get("agents") or [])
-        else:
-            version = AgentVersion.objects.filter(agent__name=agent).order_by("-version").first()
-            subs = list((version.definition if version else {}).get("agents") or [])
-        return max((1 + below(sub, (*seen, agent)) for sub in subs), default=0)
+        if agent not in depths:
+            if agent == name:
+                subs = list(definition.get("agents") or [])
+            else:
+                version = AgentVersion.objects.filter(agent__name=agent).order_by("-version").first()
+                subs = list((version.definition if version else {}).get("agents") or [])
+            depths[agent] = max((1 + below(sub, (*seen, agent)) for sub in subs), default=0)
+        return depths[agent]
 
     depth = below(name, ())
     if depth > limit:

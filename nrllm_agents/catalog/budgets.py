@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db.models import Q, QuerySet
 
+from ..access import policy
 from ..conf import app_settings
 from ..domain.errors import Kind, KindedError
 from ..models import Agent, Budget, BudgetScope, BudgetWindow
@@ -21,6 +22,7 @@ __all__ = [
     "as_dict",
     "covering_user",
     "delete",
+    "existing",
     "parse_ceiling",
     "set_budget",
     "subject_of",
@@ -93,9 +95,16 @@ def set_budget(
     }
     if all(v is None for v in ceilings.values()):
         raise BudgetProblem("give at least one ceiling: cost, tokens or runs")
-    subject = subject_of(scope, name)
-    key = {"scope": scope, "window": window, "user": None, "group": None, "agent": None, **subject}
-    return Budget.objects.update_or_create(**key, defaults=ceilings)
+    return Budget.objects.update_or_create(**_key(scope, name, window), defaults=ceilings)
+
+
+def existing(scope: str, name: str | None, window: str) -> Budget | None:
+    """The budget ``set_budget`` would change, or ``None`` when it would create one."""
+    return Budget.objects.filter(**_key(scope, name, window)).first()
+
+
+def _key(scope: str, name: str | None, window: str) -> dict[str, Any]:
+    return {"scope": scope, "window": window, "user": None, "group": None, "agent": None, **subject_of(scope, name)}
 
 
 def delete(scope: str, name: str | None, window: str | None = None) -> int:
@@ -108,9 +117,9 @@ def delete(scope: str, name: str | None, window: str | None = None) -> int:
 
 
 def visible_to(user: Any) -> QuerySet[Budget]:
-    """Every budget for staff; else the budgets covering the user's runs (theirs, their groups',
-    everyone's) and none of anyone else's."""
-    if getattr(user, "is_staff", False):
+    """Every budget for staff who may view budgets; else the budgets covering the user's runs
+    (theirs, their groups', everyone's) and none of anyone else's."""
+    if policy.may_see_all_budgets(user):
         return Budget.objects.select_related("user", "group", "agent")
     return covering_user(user)
 

@@ -209,7 +209,7 @@ def connection_provider(request: RunRequest, run_id: Any = None) -> Provider:
     if cls is None:
         raise ConfigurationError(f"connection {row.name!r}: no provider for kind {row.kind!r} is installed")
     try:
-        api_key = row.api_key()
+        api_key, base_url = row.api_key(), row.url()
     except VaultError as exc:
         raise ConfigurationError(f"connection {row.name!r}: {exc}; {ROTATE_HINT}") from None
     if api_key is None:
@@ -219,7 +219,7 @@ def connection_provider(request: RunRequest, run_id: Any = None) -> Provider:
     provider: Provider = cls(
         request.model or row.default_model,
         api_key=api_key,
-        base_url=row.base_url,
+        base_url=base_url,
         timeout=app_settings.PROVIDER_TIMEOUT,
         stream=bool(app_settings.PROVIDER_STREAM),
         connection=row.name,

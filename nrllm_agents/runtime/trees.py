@@ -23,6 +23,7 @@ from typing import Any
 
 from django.db import transaction
 
+from ..access import policy
 from ..admission import budgets, rates
 from ..conf import app_settings
 from ..domain import ToolCall, ToolError
@@ -62,9 +63,12 @@ class Family:
         if call.id not in self._requests:
             try:
                 prompt = call.arguments.get("prompt")
-                self._requests[call.id] = RunRequest.from_mapping({"agent": call.name, "prompt": prompt})
+                request = RunRequest.from_mapping({"agent": call.name, "prompt": prompt})
             except InvalidRequest as exc:
                 self._requests[call.id] = f"the sub-agent cannot start: {exc}"
+            else:  # a child is started like a run of the API: no test double in production
+                refusal = policy.provider_refusal(request.provider)
+                self._requests[call.id] = f"the sub-agent cannot start: {refusal}" if refusal else request
         return self._requests[call.id]
 
     def refusal(self, call: ToolCall, turn: Sequence[ToolCall]) -> str | None:

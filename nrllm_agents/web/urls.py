@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
+from ..access import signin
 from . import threads, tree, views
 
 app_name = "nrllm_web"
@@ -31,6 +32,7 @@ urlpatterns = [
         "accounts/login/",
         auth_views.LoginView.as_view(
             template_name="nrllm_agents/login.html",
+            authentication_form=signin.SignInForm,  # says so when sign-in is throttled
             redirect_authenticated_user=True,
             next_page=reverse_lazy("nrllm_web:playground"),
         ),

@@ -70,7 +70,7 @@ class Command(BaseCommand):
                 continue
             key = "key set" if row.has_key else "no key"
             model = row.default_model or "(no default model)"
-            self.stdout.write(f"{row.name}\t{row.kind}\t{connections.shown_url(row.base_url)}\t{model}\t{key}")
+            self.stdout.write(f"{row.name}\t{row.kind}\t{connections.shown_url(row)}\t{model}\t{key}")
 
     def _remove(self, options: dict[str, Any]) -> None:
         if not connections.remove(options["name"]):

@@ -5,13 +5,20 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, Permission
 
 from nrllm_agents.models import AgentRun, Budget
 
 from .conftest import token_client
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def staff(staff):
+    """Staff holding every budget permission (budgets ask for them, as connections do)."""
+    staff.user_permissions.add(*Permission.objects.filter(codename__endswith="_budget"))
+    return staff
 
 
 def test_staff_set_budgets_and_everyone_reads_only_the_ones_covering_them(alice, bob, staff):
@@ -71,3 +78,28 @@ def test_a_run_refused_by_a_budget_is_a_429_naming_it(api, alice):
     assert "budget of user alice per day is exhausted: 0 runs left of 1" in body["detail"]
     assert body["budget"]["ceiling"] == "runs" and body["budget"]["resets_at"]
     assert AgentRun.objects.count() == 1
+
+
+def test_budgets_ask_for_the_budget_permissions_as_connections_do(make_user, alice):
+    """Staff holding no budget permission: 403 with a JSON detail for every write, and only the
+    budgets covering their own runs to read, as any user; each permission opens its own action."""
+    clerk = make_user("clerk", staff=True)
+    Budget.objects.create(scope="user", user=alice, window="day", max_runs=5)
+    everyone = {"scope": "everyone", "window": "day", "max_runs": 1}
+    refused = token_client(clerk).post("/api/budgets/", everyone, format="json")
+    assert refused.status_code == 403 and "budget permission" in refused.json()["detail"]
+    alices = Budget.objects.get().pk
+    assert token_client(clerk).get("/api/budgets/").json() == []  # alice's budget covers no run of theirs
+    assert token_client(clerk).delete(f"/api/budgets/{alices}/").status_code == 404
+    clerk.user_permissions.add(Permission.objects.get(codename="view_budget"))
+    clerk = type(clerk).objects.get(pk=clerk.pk)  # permissions are cached on the instance
+    assert [b["id"] for b in token_client(clerk).get("/api/budgets/").json()] == [alices]
+    denied = token_client(clerk).delete(f"/api/budgets/{alices}/")
+    assert denied.status_code == 403 and denied.json()["detail"]
+    change = {"scope": "user", "subject": "alice", "window": "day", "max_runs": 1}
+    assert token_client(clerk).post("/api/budgets/", change, format="json").status_code == 403
+    clerk.user_permissions.add(Permission.objects.get(codename="add_budget"))
+    clerk = type(clerk).objects.get(pk=clerk.pk)
+    assert token_client(clerk).post("/api/budgets/", everyone, format="json").status_code == 201
+    assert token_client(clerk).post("/api/budgets/", change, format="json").status_code == 403  # a change
+    assert Budget.objects.get(user=alice).max_runs == 5

@@ -182,3 +182,19 @@ def _inline(count: int = 0) -> dict[str, str]:
         f"{prefix}-MIN_NUM_FORMS": "0",
         f"{prefix}-MAX_NUM_FORMS": "1000",
     }
+
+
+def test_an_agent_on_the_scripted_provider_is_refused_in_production(editor, admin_client, settings):
+    """The scripted provider is a test double: production refuses to run it, so it refuses to
+    save an agent on it too (the API with a 400 naming the field, the admin with a form error)."""
+    settings.NRLLM_AGENTS = {**getattr(settings, "NRLLM_AGENTS", {}), "ALLOW_SCRIPTED": False}
+    refused = api(editor).post("/api/agents/", {"name": "fake", "definition": V1}, format="json")
+    assert refused.status_code == 400
+    assert "test double" in refused.json()["definition.provider"][0]
+    page = admin_client.post(
+        "/admin/nrllm_agents/agent/add/", {"name": "fake", "description": "", "definition": json.dumps(V1), **_inline()}
+    )
+    assert page.status_code == 200 and "scripted provider is a test double" in page.content.decode()
+    assert not Agent.objects.exists()
+    settings.NRLLM_AGENTS = {**settings.NRLLM_AGENTS, "ALLOW_SCRIPTED": True}  # an operator opened it
+    assert api(editor).post("/api/agents/", {"name": "fake", "definition": V1}, format="json").status_code == 201

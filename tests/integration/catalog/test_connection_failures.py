@@ -99,11 +99,12 @@ def test_saving_the_admin_page_with_the_mask_keeps_the_userinfo(admin_client):
     form = {"name": "edge", "kind": "openai", "base_url": "http://***@127.0.0.1:9/v1", "default_model": "m2"}
     assert admin_client.post(f"/admin/nrllm_agents/connection/{row.pk}/change/", form).status_code == 302
     row.refresh_from_db()
-    assert row.base_url == url and row.default_model == "m2" and row.api_key() == KEY
+    assert row.url() == url and row.default_model == "m2" and row.api_key() == KEY
+    assert PASSWORD not in row.base_url + row.encrypted_userinfo  # encrypted at rest
     form["base_url"] = "http://other:pw@127.0.0.1:9/v1"
     assert admin_client.post(f"/admin/nrllm_agents/connection/{row.pk}/change/", form).status_code == 302
     row.refresh_from_db()
-    assert row.base_url == "http://other:pw@127.0.0.1:9/v1"
+    assert row.url() == "http://other:pw@127.0.0.1:9/v1" and row.base_url == "http://127.0.0.1:9/v1"
 
 
 def _saved_under(old: str, kind: str = "openai", name: str = "edge") -> None:

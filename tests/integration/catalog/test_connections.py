@@ -7,6 +7,7 @@ the real ``openai`` SDK to the shipped chat-completions server, which records th
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import shutil
@@ -14,10 +15,11 @@ import subprocess
 
 import pytest
 from cryptography.fernet import Fernet
+from django.apps import apps as django_apps
 from django.core.management import call_command
 from django.test import override_settings
 
-from nrllm_agents.catalog import connections
+from nrllm_agents.catalog import connections, registry
 from nrllm_agents.checks import check_settings
 from nrllm_agents.crypto import vault
 from nrllm_agents.models import AgentRun, AgentRunEvent, Connection
@@ -28,6 +30,7 @@ from nrllm_agents.validation.run_request import InvalidRequest, RunRequest
 from tests.conftest import ROOT, is_postgres, manage
 
 KEY = "sk-conn-7f3a9c1e5b2d4f6a8c0e1a3b5d7f9e2c"
+URL_PASSWORD = "pw-url-4d8e2a6c0b9f"
 
 
 def add(child_env, name: str, key: str, *extra: str) -> subprocess.CompletedProcess:
@@ -92,11 +95,69 @@ def test_a_pg_dump_of_the_database_holds_no_key_in_clear_text(test_database_url,
         Connection.objects.filter(pk=row.pk).update(base_url=server.base_url)
         result = _run_through("dumped", "m")
         assert result.outcome == Outcome.COMPLETED
+    with_password, _ = connections.save("proxied", kind="openai", base_url=f"http://dbuser:{URL_PASSWORD}@10.0.0.9/v1")
     dump = subprocess.run([pg_dump, "--data-only", test_database_url], capture_output=True, timeout=120)
     assert dump.returncode == 0, dump.stderr.decode()
     assert b"dumped" in dump.stdout and row.encrypted_key.encode() in dump.stdout  # the dump can fail
+    assert with_password.encrypted_userinfo.encode() in dump.stdout and b"http://10.0.0.9/v1" in dump.stdout
     assert KEY.encode() not in dump.stdout
     assert KEY[3:15].encode() not in dump.stdout  # nor a recognisable part of it
+    assert URL_PASSWORD.encode() not in dump.stdout and b"dbuser" not in dump.stdout  # the URL's credentials
+
+
+@pytest.mark.django_db
+def test_a_url_s_credentials_are_encrypted_at_rest_and_the_provider_gets_the_whole_url():
+    url = f"http://dbuser:{URL_PASSWORD}@10.0.0.9:8080/v1"
+    row, _ = connections.save("proxied", kind="openai", base_url=url, api_key=KEY)
+    stored = Connection.objects.filter(pk=row.pk).values("base_url", "encrypted_userinfo").get()
+    assert stored["base_url"] == "http://10.0.0.9:8080/v1" and URL_PASSWORD not in stored["encrypted_userinfo"]
+    assert connections.public_dict(row)["base_url"] == "http://***@10.0.0.9:8080/v1"  # the API masks it
+    provider = registry.connection_provider(
+        RunRequest.from_mapping({"prompt": "p", "connection": "proxied", "model": "m"})
+    )
+    assert provider.base_url == url  # type: ignore[attr-defined]
+    again, _ = connections.save("proxied", kind="openai", base_url="http://***@10.0.0.9:8080/v1", replace=True)
+    assert again.url() == url  # given back masked: kept
+
+
+@pytest.mark.django_db
+def test_the_data_migration_encrypts_the_credentials_of_existing_urls():
+    migration = importlib.import_module("nrllm_agents.migrations.0025_connection_encrypted_userinfo")
+    url = f"http://dbuser:{URL_PASSWORD}@10.0.0.9/v1"
+    row, _ = connections.save("old", kind="openai", base_url="http://10.0.0.9/v1")
+    Connection.objects.filter(pk=row.pk).update(base_url=url)  # as a row stored before it
+    migration.encrypt_userinfo(django_apps, None)
+    row.refresh_from_db()
+    assert row.base_url == "http://10.0.0.9/v1" and row.has_userinfo and row.url() == url
+    migration.decrypt_userinfo(django_apps, None)  # and back
+    assert Connection.objects.get(pk=row.pk).base_url == url
+
+
+@pytest.mark.django_db
+def test_staff_who_may_only_view_a_connection_see_neither_its_key_nor_its_url_s_password(
+    django_user_model, client, monkeypatch
+):
+    from django.contrib.auth.models import Permission
+
+    row, _ = connections.save(
+        "viewed", kind="openai", base_url=f"http://dbuser:{URL_PASSWORD}@10.0.0.9/v1", api_key=KEY
+    )
+    viewer = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_connection"))
+    client.force_login(viewer)
+
+    def never(self):
+        raise AssertionError("the admin decrypted a key for a page")
+
+    for decrypting in ("api_key", "url"):
+        monkeypatch.setattr(Connection, decrypting, never)
+    for url in ("/admin/nrllm_agents/connection/", f"/admin/nrllm_agents/connection/{row.pk}/change/"):
+        page = client.get(url)
+        html = page.content.decode()
+        assert page.status_code == 200 and "viewed" in html
+        assert KEY not in html and KEY[3:15] not in html and URL_PASSWORD not in html and "dbuser" not in html
+    change = client.get(f"/admin/nrllm_agents/connection/{row.pk}/change/").content.decode()
+    assert "http://***@10.0.0.9/v1" in change and "set (write-only)" in change
 
 
 def _run_through(name: str, model: str = "", **extra):

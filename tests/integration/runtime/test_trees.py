@@ -155,10 +155,59 @@ def test_a_definition_that_recurses_or_nests_too_deep_is_refused_when_saved(sett
     agent("a", [{"content": "a"}])
     agent("b", [{"content": "b"}], ("a",))
     agent("c", [{"content": "c"}], ("b",))
-    with pytest.raises(catalog.InvalidAgent, match="levels deep"):
+    with pytest.raises(catalog.InvalidAgent, match="sub-agents 3 levels deep; at most 2"):  # d -> c -> b -> a
         agent("d", [{"content": "d"}], ("c",))
+    settings.NRLLM_AGENTS = {"MAX_TREE_DEPTH": 1}
+    with pytest.raises(catalog.InvalidAgent, match="sub-agents 3 levels deep; at most 1"):
+        agent("e", [{"content": "e"}], ("c", "a"))
     with pytest.raises(catalog.InvalidAgent, match="calls itself"):
         agent("a", [{"content": "a"}], ("c",))
+
+
+@pytest.mark.postgres_only
+@pytest.mark.postgres
+def test_two_saves_that_together_close_a_cycle_cannot_both_pass():
+    """A calls B and B calls A: each save alone passes its check, so the checks of two saves at
+    once must be serialized (the graph's lock) for the second to see the first and refuse."""
+    rounds = race_rounds(30)
+    for i in range(rounds):
+        first, second = f"a{i}", f"b{i}"
+        agent(first, [{"content": "a"}])
+        agent(second, [{"content": "b"}])
+        barrier = threading.Barrier(2)
+        saved: dict[str, bool] = {}
+
+        def save(name: str, sub: str) -> None:
+            try:
+                barrier.wait()
+                agent(name, [{"content": name}], (sub,))
+                saved[name] = True
+            except catalog.InvalidAgent:
+                saved[name] = False
+            finally:
+                connections.close_all()
+
+        threads = [threading.Thread(target=save, args=pair) for pair in ((first, second), (second, first))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert sorted(saved.values()) == [False, True], f"round {i}: {saved}"
+
+
+def test_a_sub_agent_on_the_scripted_provider_is_refused_in_production(runtime, no_redis, settings):  # noqa: F811
+    """The scripted provider (a test double) is refused wherever a run is started for a user,
+    a sub-agent's child run included: its call is answered with a tool error, no child starts."""
+    agent("leaf", [{"content": "leaf answer"}])
+    agent("boss", [calls("leaf", 1), {"content": "boss done"}], ("leaf",))
+    settings.NRLLM_AGENTS = {**getattr(settings, "NRLLM_AGENTS", {}), "ALLOW_SCRIPTED": False}
+    root_id = runtime.enqueue({"agent": "boss", "prompt": "plan"})  # an operator's run: not asked
+    assert waits.wait_local_idle(60)
+    root = AgentRun.objects.get(pk=root_id)
+    assert (root.status, root.final_text) == (RunStatus.COMPLETED, "boss done")
+    assert not AgentRun.objects.filter(tree_root_id=root_id).exists()
+    tool = AgentRunEvent.objects.get(run_id=root_id, kind="tool").payload
+    assert tool["result"] is None and "scripted provider is a test double" in tool["error"]
 
 
 def _running(owner: str, **fields) -> AgentRun:
