@@ -122,7 +122,7 @@ def test_a_url_s_credentials_are_encrypted_at_rest_and_the_provider_gets_the_who
 
 @pytest.mark.django_db
 def test_the_data_migration_encrypts_the_credentials_of_existing_urls():
-    migration = importlib.import_module("nrllm_agents.migrations.0025_connection_encrypted_userinfo")
+    migration = importlib.import_module("nrllm_agents.migrations.0026_connection_encrypted_userinfo")
     url = f"http://dbuser:{URL_PASSWORD}@10.0.0.9/v1"
     row, _ = connections.save("old", kind="openai", base_url="http://10.0.0.9/v1")
     Connection.objects.filter(pk=row.pk).update(base_url=url)  # as a row stored before it

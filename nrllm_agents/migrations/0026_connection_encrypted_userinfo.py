@@ -28,7 +28,7 @@ def decrypt_userinfo(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("nrllm_agents", "0024_trees"),
+        ("nrllm_agents", "0025_ag_ui"),
     ]
 
     operations = [
