@@ -274,8 +274,33 @@ _LINES: dict[str, Callable[[dict[str, Any]], Lines]] = {
 }
 
 
+PURGED = "content purged by the retention policy"
+
+
+def is_purged(kind: str, payload: Any) -> bool:
+    """A step whose content the retention policy purged (its ``cancelled`` step reads as ever)."""
+    return kind != "cancelled" and isinstance(payload, dict) and payload.get("purged") is True
+
+
+def _purged(p: dict[str, Any]) -> Lines:
+    """What is left of a purged step: the tool's name, the spend, whether a cancel cut it short."""
+    rows: Lines = [("purged", PURGED)]
+    if p.get("name"):
+        rows.append(("tool", _text(p["name"])))
+    if "usage" in p:
+        rows.append(("usage", usage_text(p)))
+        cost = cost_text(p)
+        if cost:
+            rows.append(("cost", cost))
+    if p.get("interrupted"):
+        rows.append(("interrupted", "cut short by the cancel"))
+    return rows
+
+
 def lines(kind: str, payload: Any, *, limit: int = PAGE_CHARS) -> Lines:
     """``(label, text)`` lines describing one step, each value clipped to ``limit`` characters."""
+    if is_purged(kind, payload):
+        return [(label, clip(text, limit)) for label, text in _purged(payload)]
     describer = _LINES.get(kind)
     if describer is None or not isinstance(payload, dict):
         return [("payload", clip(to_json(payload), limit))]
@@ -302,6 +327,9 @@ def _tokens(p: dict[str, Any]) -> str:
 
 
 def _headline_text(kind: str, p: dict[str, Any]) -> str:
+    if is_purged(kind, p):
+        interrupted = " INTERRUPTED" if p.get("interrupted") else ""
+        return f"({PURGED}){interrupted}{_tokens(p)}"
     if kind == "request":
         count = p.get("message_count")
         return f"to {p.get('provider')}/{p.get('model')} ({count} message{'' if count == 1 else 's'})"
