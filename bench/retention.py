@@ -68,18 +68,18 @@ def fill(runs: int, steps: int) -> None:
                 CASE WHEN s.status = 'cancelled' THEN 'runaway' ELSE '' END,
                 CASE WHEN s.status = 'cancelled' THEN t + interval '1 s' END, 0, '', '', false, '{{}}', false
             FROM generate_series(1, %s) i,
-                LATERAL (SELECT CASE WHEN i % 10 = 0 THEN 'cancelled' ELSE 'completed' END AS status,
-                                now() - interval '100 days' - (i % 100000) * interval '1 minute' AS t) s
+                LATERAL (SELECT CASE WHEN i %% 10 = 0 THEN 'cancelled' ELSE 'completed' END AS status,
+                                now() - interval '100 days' - (i %% 100000) * interval '1 minute' AS t) s
             """,
             [runs],
         )
         cursor.execute(
             f"""
             INSERT INTO {step_table} (run_id, sequence, kind, round, duration_ms, payload, created_at)
-            SELECT r.id, n, CASE WHEN n % 3 = 0 THEN 'request' WHEN n % 3 = 1 THEN 'llm' ELSE 'tool' END, n / 3, 12.5,
-                CASE WHEN n % 3 = 0 THEN jsonb_build_object('provider', 'scripted', 'model', 'm', 'message_count', n,
+            SELECT r.id, n, CASE WHEN n %% 3 = 0 THEN 'request' WHEN n %% 3 = 1 THEN 'llm' ELSE 'tool' END, n / 3, 12.5,
+                CASE WHEN n %% 3 = 0 THEN jsonb_build_object('provider', 'scripted', 'model', 'm', 'message_count', n,
                         'messages', jsonb_build_array(jsonb_build_object('role', 'user', 'content', r.prompt)))
-                     WHEN n % 3 = 1 THEN jsonb_build_object('content', r.final_text, 'tool_calls', '[]'::jsonb,
+                     WHEN n %% 3 = 1 THEN jsonb_build_object('content', r.final_text, 'tool_calls', '[]'::jsonb,
                         'finish_reason', 'stop', 'usage', '{{"prompt_tokens": 60, "completion_tokens": 20,
                         "total_tokens": 80, "cost": "0.0006"}}'::jsonb)
                      ELSE jsonb_build_object('call_id', 'c' || n, 'name', 'calculator',
@@ -110,7 +110,8 @@ def skeleton() -> tuple:
         runs = cursor.fetchone()
         cursor.execute(
             f"SELECT count(*), sum(duration_ms), count(*) FILTER (WHERE payload ? 'usage') "
-            f"FROM {AgentRunEvent._meta.db_table}"
+            f"FROM {AgentRunEvent._meta.db_table} WHERE run_id IN "
+            f"(SELECT id FROM {AgentRun._meta.db_table} WHERE claimed_by = '')"
         )
         return runs, cursor.fetchone()
 
@@ -165,7 +166,7 @@ def bench(args: argparse.Namespace) -> None:
 
     thread = threading.Thread(target=purge)
     thread.start()
-    beside = boundaries(runner.pk, len(quiet), args.boundaries, until=done)
+    beside = boundaries(runner.pk, len(quiet), 100, until=done)  # for as long as the pass goes
     thread.join()
     result, seconds = report
     print(f"boundaries, beside the pass  : {quantiles(beside)}  (load {load()})")

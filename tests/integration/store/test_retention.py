@@ -344,3 +344,47 @@ def test_a_pass_racing_a_cancel_and_a_settle_leaves_each_run_whole():
         retention.apply(policy, now=now)
         assert runs.row(cancelled).purged_at and runs.row(settled).purged_at
         assert runs.kinds(cancelled) == ["request", "request", "cancelled"] and whole(cancelled)
+
+
+def test_the_thread_pages_and_the_cli_show_a_purged_turn_as_purged(runtime, client, staff):
+    thread = threads.create(owner=staff)
+    first = post_and_run(runtime, thread, SECRET, staff)
+    purge_all()
+    post_and_run(runtime, thread, "again", staff)
+    client.force_login(staff)
+    day = f"{runs.row(first).purged_at:%Y-%m-%d}"
+
+    for page in (
+        client.get(reverse("admin:nrllm_agents_thread_change", args=[thread.pk])),
+        client.get(reverse("nrllm_web:thread", args=[thread.pk])),
+    ):
+        html = page.content.decode()
+        assert page.status_code == 200 and f"content purged on {day}" in html and SECRET not in html
+        assert "again" in html
+    out = io.StringIO()
+    call_command("agent_threads", "show", str(thread.pk), stdout=out)
+    assert f"#0 {first} completed: (content purged on {day})" in out.getvalue()
+    assert "transcript (2 messages):" in out.getvalue()
+
+
+@pytest.mark.django_db(transaction=True)  # the pass runs on a thread of its own, as a worker's does
+def test_every_workers_maintenance_pass_applies_the_policy(runtime, settings, caplog):
+    import threading
+
+    from nrllm_agents.workers import maintenance
+
+    old, young = finished_run(runtime), finished_run(runtime)
+    past = timezone.now() - timedelta(days=3)
+    AgentRun.objects.filter(pk=old).update(created_at=past, started_at=past, stopped_at=past, finished_at=past)
+    thread = threading.Thread(target=maintenance.maintain, args=("retention-test",))
+    thread.start()
+    thread.join(60)
+    assert runs.row(old).purged_at is None  # no policy: nothing
+
+    settings.NRLLM_AGENTS = {"RETENTION": {"content_days": 1, "runs_days": None}}
+    caplog.set_level("INFO", logger=maintenance.logger.name)
+    thread = threading.Thread(target=maintenance.maintain, args=("retention-test",))
+    thread.start()
+    thread.join(60)
+    assert runs.row(old).purged_at is not None and runs.row(young).purged_at is None
+    assert any("retention: purged the content of 1 runs" in r.getMessage() for r in caplog.records)
