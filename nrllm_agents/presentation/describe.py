@@ -259,6 +259,11 @@ def _thread(p: dict[str, Any]) -> Lines:
         ("thread", f"{p.get('thread_id')} message #{p.get('position')}"),
         ("continues", f"run {p.get('after_run')}" if p.get("after_run") else "nothing (the first turn)"),
         ("copied", f"{p.get('copied_messages', 0)} messages"),
+        *(
+            [("purged", f"{p['purged_turns']} earlier turns' content purged: starts from what is left")]
+            if p.get("purged_turns")
+            else []
+        ),
         ("message", _text(last.get("content"))),
     ]
 
@@ -360,7 +365,8 @@ def _headline_text(kind: str, p: dict[str, Any]) -> str:
     if kind == "thread":
         after = f"continues run {p.get('after_run')}" if p.get("after_run") else "first turn"
         copied = p.get("copied_messages", 0)
-        return f"message #{p.get('position')} of thread {p.get('thread_id')} ({after}, {copied} messages)"
+        purged = f", {p['purged_turns']} earlier turns purged" if p.get("purged_turns") else ""
+        return f"message #{p.get('position')} of thread {p.get('thread_id')} ({after}, {copied} messages{purged})"
     return short(p)
 
 

@@ -291,6 +291,9 @@ def test_a_thread_whose_turns_were_purged_starts_from_what_is_left_and_says_so(r
     assert opening["purged_turns"] == 2 and opening["after_run"] == str(second)
     assert opening["messages"] == [{"role": "user", "content": "where were we?"}]
     assert SECRET not in json.dumps(opening)
+    out = io.StringIO()
+    call_command("agent_events", str(third), stdout=out)
+    assert "0 messages, 2 earlier turns purged" in out.getvalue()
 
     api = APIClient()
     api.force_authenticate(alice)
