@@ -124,6 +124,15 @@ RULES: dict[str, Rule] = {
     "RETRY_BASE_SECONDS": POSITIVE,
     "RETRY_MAX_SECONDS": POSITIVE,
     "MAINTENANCE_SECONDS": POSITIVE,
+    "RETENTION": (
+        lambda v: (
+            isinstance(v, dict)
+            and set(v) <= {"content_days", "runs_days"}
+            and all(OPTIONAL_POSITIVE_INT[0](d) for d in v.values())
+        ),
+        'a dict {"content_days": None or days, "runs_days": None or days}',
+    ),
+    "RETENTION_BATCH": POSITIVE_INT,
     "QUEUED_STALE_SECONDS": NON_NEGATIVE,
     "QUEUED_SWEEP_SECONDS": NON_NEGATIVE,
     "PREPARED_STATEMENTS": FLAG,

@@ -151,6 +151,13 @@ DEFAULTS: dict[str, Any] = {
     "RETRY_MAX_SECONDS": Env("NRLLM_RETRY_MAX_SECONDS", float, 300.0),
     # how often every worker runs the reaper and the queued sweep by itself (maintenance.py)
     "MAINTENANCE_SECONDS": Env("NRLLM_MAINTENANCE_SECONDS", float, 60.0),
+    # Retention (store.retention), applied by every worker's maintenance pass and by
+    # ``agent_retention``: past ``content_days`` a stopped run's content (prompt, messages, model
+    # text, tool arguments and results, notes, approval comments, request payload) is purged and
+    # its skeleton kept; past ``runs_days`` it is deleted whole, with its tree. None: never.
+    "RETENTION": {"content_days": None, "runs_days": None},
+    # runs one retention batch touches: each batch is one short transaction
+    "RETENTION_BATCH": Env("NRLLM_RETENTION_BATCH", int, 200),
     # queued runs older than this with no job anywhere in RQ are dispatched again (recovery.py); a
     # grace for the instant between a commit and its enqueue, not a guard: the look is atomic
     "QUEUED_STALE_SECONDS": Env("NRLLM_QUEUED_STALE_SECONDS", float, 30.0),

@@ -217,6 +217,9 @@ class AgentRun(models.Model):
     # deleted the run there (404 through the protocol; it stays in the API, the admin and the audit).
     metadata = models.JSONField(default=dict, blank=True)
     hidden_from_protocol = models.BooleanField(default=False)
+    # Retention (nrllm_agents.store.retention): when the run's content was purged past
+    # ``RETENTION["content_days"]``; the skeleton (status, times, who, spend, links) stays.
+    purged_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["-created_at"]
@@ -228,6 +231,14 @@ class AgentRun(models.Model):
             models.Index(fields=["status"], name="agentrun_unstopped", condition=models.Q(stopped_at__isnull=True)),
             models.Index(fields=["status", "deadline_at"], name="agentrun_status_deadline"),
             models.Index(fields=["tree_root"], name="agentrun_tree_root", condition=models.Q(tree_root__isnull=False)),
+            # Retention (store.retention): the oldest runs still holding content, and the oldest
+            # runs at all; a purged run leaves the first, so no batch walks over purged rows.
+            models.Index(
+                fields=["finished_at"],
+                name="agentrun_unpurged_finished",
+                condition=models.Q(purged_at__isnull=True, finished_at__isnull=False),
+            ),
+            models.Index(fields=["finished_at"], name="agentrun_finished"),
         ]
         constraints = [
             models.UniqueConstraint(fields=["thread", "thread_position"], name="agentrun_thread_position"),
@@ -268,6 +279,7 @@ class AgentRunEvent(models.Model):
     duration_ms = models.FloatField(null=True, blank=True)
     payload = models.JSONField(default=dict)
     created_at = models.DateTimeField(default=timezone.now)  # set by the recorder, shared with observers
+    purged_at = models.DateTimeField(null=True, blank=True)  # its content purged (store.retention)
 
     class Meta:
         ordering = ["run", "sequence"]

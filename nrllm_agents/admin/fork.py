@@ -21,7 +21,7 @@ from .. import admission
 from ..executors.dispatch import EnqueueError
 from ..models import AgentRun
 from ..runtime.agent_runtime import AgentRuntime, RunNotFound
-from ..runtime.forks import ParentStillActive
+from ..runtime.forks import NotForkable
 from ..validation.run_request import InvalidRequest
 
 FORK_MAX_RUNS = 20  # forks start paid work: a bigger selection is refused, not silently cut
@@ -45,7 +45,7 @@ def fork_selected(modeladmin: ModelAdmin[Any], request: HttpRequest, queryset: Q
             break
         try:
             forked.append(AgentRuntime().fork(parent, owner=request.user).run_id)
-        except (ParentStillActive, InvalidRequest, RunNotFound, EnqueueError) as exc:
+        except (NotForkable, InvalidRequest, RunNotFound, EnqueueError) as exc:
             refused.append(f"{parent}: {exc}")
     if forked:
         links = format_html_join(

@@ -310,7 +310,7 @@ class AgentRunAdmin(TreeFields, RunCancelAdmin):
                     "running": picture.in_flight if live and obj.status == RunStatus.RUNNING else None,
                     "timeline_total": getattr(obj, "step_count", len(events)),
                     "can_cancel": not obj.is_terminal and self.has_cancel_permission(request, obj),
-                    "can_fork": obj.is_terminal and self.has_fork_permission(request, obj),
+                    "can_fork": obj.is_terminal and obj.purged_at is None and self.has_fork_permission(request, obj),
                     "cancel_url": self._url("cancel", obj.pk),
                 }
             )

@@ -77,7 +77,7 @@ class ThreadAdmin(ThreadModelAdmin):
     @admin.display(description="runs, in message order")
     def run_links(self, thread: Thread) -> str:
         runs = thread.runs.order_by("thread_position").values_list(
-            "pk", "thread_position", "status", "rolled_back", "multitask_strategy", "prompt"
+            "pk", "thread_position", "status", "rolled_back", "multitask_strategy", "prompt", "purged_at"
         )
         return (
             format_html_join(
@@ -91,9 +91,9 @@ class ThreadAdmin(ThreadModelAdmin):
                         status,
                         " rolled back" if rolled else "",
                         strategy or "-",
-                        prompt[:80],
+                        f"(content purged on {purged:%Y-%m-%d})" if purged else prompt[:80],
                     )
-                    for pk, pos, status, rolled, strategy, prompt in runs
+                    for pk, pos, status, rolled, strategy, prompt, purged in runs
                 ),
             )  # fmt: skip
             or "-"

@@ -38,7 +38,9 @@ def steps_of(run: AgentRun) -> list[dict[str, Any]]:
 
 def run_messages(run: AgentRun, steps: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Our messages of a run's stream: what it has written so far, or, once stopped, the
-    transcript it leaves its thread."""
+    transcript it leaves its thread. A purged run (retention) has none left."""
+    if run.purged_at is not None:
+        return []
     if run.stopped_at is not None and run.thread_id is not None and run.status != RunStatus.WAITING_FOR_APPROVAL:
         return transcript_after(steps if steps is not None else steps_of(run), status=run.status)
     return rebuild_state(steps if steps is not None else steps_of(run)).messages
@@ -101,7 +103,12 @@ def state(thread: Thread, run: AgentRun | None = None, *, parent: AgentRun | Non
         "next": [TOOLS_NODE] if pending else [],
         "tasks": tasks,
         "checkpoint": checkpoint(thread.pk, run, len(steps)),
-        "metadata": {"run_id": str(run.pk) if run else None, "status": run.status if run else None},
+        "metadata": {
+            "run_id": str(run.pk) if run else None,
+            "status": run.status if run else None,
+            # the run's content was purged (retention): its messages are gone, its skeleton stays
+            "purged_at": run.purged_at.isoformat() if run is not None and run.purged_at else None,
+        },
         "created_at": when.isoformat(),
         "parent_checkpoint": checkpoint(thread.pk, parent, 0) if parent is not None else None,
         "interrupts": pending,

@@ -196,6 +196,11 @@ class RunSerializer(serializers.Serializer[Any]):
     created_at = serializers.DateTimeField()
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
+    purged_at = serializers.DateTimeField(
+        allow_null=True,
+        help_text="When the retention policy purged its content (prompt, texts, each step's content: "
+        'a purged step\'s payload is its skeleton with `"purged": true`); null: not purged.',
+    )
     cancel = CancelRecordSerializer(allow_null=True)
     limits = LimitsSerializer()
     parent = ParentSerializer(allow_null=True, help_text="Set on a fork.")
@@ -289,6 +294,7 @@ class ThreadRunSerializer(serializers.Serializer[Any]):
     multitask_strategy = serializers.CharField(allow_null=True)
     rolled_back = serializers.BooleanField()
     final_text = serializers.CharField(allow_null=True)
+    purged_at = serializers.DateTimeField(allow_null=True, help_text="Its content was purged (retention).")
 
 
 class ThreadSerializer(serializers.Serializer[Any]):
@@ -310,6 +316,9 @@ class ThreadDetailSerializer(ThreadSerializer):
         child=serializers.DictField(), help_text="The transcript the thread's next run starts from."
     )
     messages_from = serializers.UUIDField(allow_null=True, help_text="The run whose stream the messages come from.")
+    purged_turns = serializers.IntegerField(
+        help_text="Turns whose content the retention policy purged; when the latest was, `messages` is what is left."
+    )
 
 
 class ThreadBusySerializer(serializers.Serializer[Any]):

@@ -54,11 +54,13 @@ def thread_representation(thread: Thread, *, detail: bool = False) -> dict[str, 
                 "multitask_strategy": r.multitask_strategy or None,
                 "rolled_back": r.rolled_back,
                 "final_text": r.final_text or None,
+                "purged_at": r.purged_at.isoformat() if r.purged_at else None,
             }
             for r in runs
         ]
         body["messages"] = messages
         body["messages_from"] = str(source) if source else None
+        body["purged_turns"] = sum(1 for r in runs if r.purged_at is not None)
     return body
 
 

@@ -259,6 +259,11 @@ def _thread(p: dict[str, Any]) -> Lines:
         ("thread", f"{p.get('thread_id')} message #{p.get('position')}"),
         ("continues", f"run {p.get('after_run')}" if p.get("after_run") else "nothing (the first turn)"),
         ("copied", f"{p.get('copied_messages', 0)} messages"),
+        *(
+            [("purged", f"{p['purged_turns']} earlier turns' content purged: starts from what is left")]
+            if p.get("purged_turns")
+            else []
+        ),
         ("message", _text(last.get("content"))),
     ]
 
@@ -274,8 +279,33 @@ _LINES: dict[str, Callable[[dict[str, Any]], Lines]] = {
 }
 
 
+PURGED = "content purged by the retention policy"
+
+
+def is_purged(kind: str, payload: Any) -> bool:
+    """A step whose content the retention policy purged (its ``cancelled`` step reads as ever)."""
+    return kind != "cancelled" and isinstance(payload, dict) and payload.get("purged") is True
+
+
+def _purged(p: dict[str, Any]) -> Lines:
+    """What is left of a purged step: the tool's name, the spend, whether a cancel cut it short."""
+    rows: Lines = [("purged", PURGED)]
+    if p.get("name"):
+        rows.append(("tool", _text(p["name"])))
+    if "usage" in p:
+        rows.append(("usage", usage_text(p)))
+        cost = cost_text(p)
+        if cost:
+            rows.append(("cost", cost))
+    if p.get("interrupted"):
+        rows.append(("interrupted", "cut short by the cancel"))
+    return rows
+
+
 def lines(kind: str, payload: Any, *, limit: int = PAGE_CHARS) -> Lines:
     """``(label, text)`` lines describing one step, each value clipped to ``limit`` characters."""
+    if is_purged(kind, payload):
+        return [(label, clip(text, limit)) for label, text in _purged(payload)]
     describer = _LINES.get(kind)
     if describer is None or not isinstance(payload, dict):
         return [("payload", clip(to_json(payload), limit))]
@@ -302,6 +332,9 @@ def _tokens(p: dict[str, Any]) -> str:
 
 
 def _headline_text(kind: str, p: dict[str, Any]) -> str:
+    if is_purged(kind, p):
+        interrupted = " INTERRUPTED" if p.get("interrupted") else ""
+        return f"({PURGED}){interrupted}{_tokens(p)}"
     if kind == "request":
         count = p.get("message_count")
         return f"to {p.get('provider')}/{p.get('model')} ({count} message{'' if count == 1 else 's'})"
@@ -332,7 +365,8 @@ def _headline_text(kind: str, p: dict[str, Any]) -> str:
     if kind == "thread":
         after = f"continues run {p.get('after_run')}" if p.get("after_run") else "first turn"
         copied = p.get("copied_messages", 0)
-        return f"message #{p.get('position')} of thread {p.get('thread_id')} ({after}, {copied} messages)"
+        purged = f", {p['purged_turns']} earlier turns purged" if p.get("purged_turns") else ""
+        return f"message #{p.get('position')} of thread {p.get('thread_id')} ({after}, {copied} messages{purged})"
     return short(p)
 
 

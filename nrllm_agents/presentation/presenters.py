@@ -83,6 +83,8 @@ def run_status_dict(run: AgentRun) -> dict[str, Any]:
         "created_at": _iso(run.created_at),
         "started_at": _iso(run.started_at),
         "finished_at": _iso(run.finished_at),
+        # the retention policy purged its content: prompt, texts and steps' content are gone
+        "purged_at": _iso(run.purged_at),
         "cancel": {
             "requested_at": _iso(run.cancel_requested_at),
             "by": run.cancelled_by_name or None,

@@ -43,7 +43,7 @@ from ..presentation.outcomes import (
     parse_run_id,
 )
 from ..presentation.presenters import event_dict
-from ..store import budgets
+from ..store import budgets, retention
 from ..validation.run_request import InvalidRequest, RunRequest
 from . import forks, limits, threads, trees
 from .runner import SegmentRunner, run_result
@@ -419,6 +419,12 @@ class AgentRuntime:
                 logger.error("run %s: reaped but could not be enqueued; settled failed", run_id)
             # A queue outage leaves the requeued run queued: the queued sweep dispatches it.
         return report
+
+    def retain(self, *, dry_run: bool = False, max_batches: int | None = None) -> retention.RetentionReport:
+        """Apply ``NRLLM_AGENTS["RETENTION"]``: delete stopped trees past ``runs_days``, purge
+        stopped runs' content past ``content_days`` (``store.retention``), in short batches.
+        Runs still moving are never touched. ``dry_run``: count what is due, change nothing."""
+        return retention.apply(dry_run=dry_run, max_batches=max_batches)
 
     def events(self, run_id: uuid.UUID | str, after: int = -1, limit: int | None = None) -> list[AgentRunEvent]:
         """The recorded steps after sequence ``after``, in order."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from ..conf import app_settings
@@ -38,10 +39,14 @@ OVERRIDABLE = (
 )
 
 
-class ParentStillActive(KindedError, RuntimeError):
-    """The run is still queued, running or waiting: fork it once it has stopped."""
+class NotForkable(KindedError, RuntimeError):
+    """The run cannot be forked as it is (``ParentStillActive``, ``ParentPurged``)."""
 
     kind = Kind.CONFLICT
+
+
+class ParentStillActive(NotForkable):
+    """The run is still queued, running or waiting: fork it once it has stopped."""
 
     def subject(self) -> dict[str, Any]:
         return {"run_id": str(self.run_id), "status": self.status}
@@ -56,6 +61,27 @@ class ParentStillActive(KindedError, RuntimeError):
         super().__init__(f"run {run_id} is {status}; only a stopped run (cancelled, failed, completed) can be forked")
         self.run_id = run_id
         self.status = status
+
+
+class ParentPurged(NotForkable):
+    """The run's content was purged by the retention policy: nothing is left to continue from."""
+
+    def subject(self) -> dict[str, Any]:
+        return {"run_id": str(self.run_id), "purged_at": self.purged_at.isoformat()}
+
+    def detail(self) -> str:
+        return f"The run's content was purged on {self.purged_at:%Y-%m-%d}; it cannot be forked."
+
+    def sentence(self) -> str:
+        return f"Its content was purged on {self.purged_at:%Y-%m-%d} (retention); start a new run."
+
+    def __init__(self, run_id: Any, purged_at: datetime) -> None:
+        super().__init__(
+            f"run {run_id}'s content was purged on {purged_at:%Y-%m-%d} (retention): "
+            "there is no transcript left to fork; start a new run"
+        )
+        self.run_id = run_id
+        self.purged_at = purged_at
 
 
 @dataclass(frozen=True)
@@ -160,6 +186,7 @@ def plan(parent_id: uuid.UUID, from_sequence: Any = None, overrides: Mapping[str
     """Plan a fork of a stopped run from step ``from_sequence`` (default: the last before the stop).
 
     Raises ``RunNotFound``; ``ParentStillActive`` for a run that has not stopped;
+    ``ParentPurged`` for a run whose content the retention policy purged;
     ``InvalidRequest`` for a malformed or out-of-stream ``from_sequence`` (field
     ``from_sequence``) or a bad override. Reads the parent only.
     """
@@ -168,6 +195,8 @@ def plan(parent_id: uuid.UUID, from_sequence: Any = None, overrides: Mapping[str
         raise RunNotFound(parent_id)
     if parent.status not in TERMINAL:
         raise ParentStillActive(parent.pk, parent.status)
+    if parent.purged_at is not None:
+        raise ParentPurged(parent.pk, parent.purged_at)
     events = list(parent.events.order_by("sequence"))
     sequence = _sequence(from_sequence, [(e.sequence, e.kind) for e in events])
     payload, round_ = fork_payload(

@@ -219,18 +219,30 @@ def transcript(thread_id: uuid.UUID, *, before: int | None = None) -> tuple[list
     That run's stream opens with the transcript before it (its ``thread`` step, built the same
     way when it started), so a run without a turn carries that transcript through, whole.
     """
-    runs = AgentRun.objects.filter(thread_id=thread_id, rolled_back=False).filter(took_a_turn())
-    if before is not None:
-        runs = runs.filter(thread_position__lt=before)
-    base = runs.order_by("-thread_position").values_list("pk", "status").first()
+    runs = _turns(thread_id, before)
+    base = runs.order_by("-thread_position").values_list("pk", "status", "purged_at").first()
     if base is None:
         return [], None
+    if base[2] is not None:  # its content was purged (retention): nothing is left of the turns before
+        return [], base[0]
     steps = [event_dict(e) for e in AgentRunEvent.objects.filter(run_id=base[0]).order_by("sequence")]
     return transcript_after(steps, status=base[1]), base[0]
 
 
+def _turns(thread_id: uuid.UUID, before: int | None) -> QuerySet[AgentRun]:
+    runs = AgentRun.objects.filter(thread_id=thread_id, rolled_back=False).filter(took_a_turn())
+    return runs if before is None else runs.filter(thread_position__lt=before)
+
+
+def purged_turns(thread_id: uuid.UUID, *, before: int | None = None) -> int:
+    """How many of the turns a run at position ``before`` (default: the next one) would follow
+    had their content purged by the retention policy: the transcript it starts from lacks them."""
+    return _turns(thread_id, before).filter(purged_at__isnull=False).count()
+
+
 def opening(where: Place, request: RunRequest) -> Step:
-    """The first step of a thread's run: the transcript it starts from, then its message."""
+    """The first step of a thread's run: the transcript it starts from, then its message. When
+    the turn it follows was purged (retention), it starts from what is left and says so."""
     messages, after = transcript(where.thread_id, before=where.position)
     payload = opening_payload(
         messages,
@@ -240,6 +252,9 @@ def opening(where: Place, request: RunRequest) -> Step:
         position=where.position,
         after_run=str(after) if after else None,
     )
+    purged = purged_turns(where.thread_id, before=where.position) if after is not None else 0
+    if purged and not messages:
+        payload["purged_turns"] = purged  # the earlier turns' content is gone: the model sees none of it
     return Step(StepKind.THREAD, 0, payload)
 
 

@@ -31,7 +31,7 @@ from ..presentation.describe import call_text, cancel_text, who_cancelled
 from ..presentation.outcomes import ApprovalAmbiguous, InvalidRunId, Outcome, cancel_wording, queued_wording
 from ..presentation.presenters import event_dict, run_status_dict, stream_finished
 from ..runtime.agent_runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, CancelResult, RunNotFound
-from ..runtime.forks import ParentStillActive, provider_of
+from ..runtime.forks import NotForkable, ParentPurged, provider_of
 from ..store import reason_problem
 from ..validation.run_request import InvalidRequest
 from . import interactive, tree
@@ -115,7 +115,7 @@ def _page(
                 "last_sequence": steps[-1]["sequence"] if steps else -1,
                 "live": not stream_finished(run),
                 "can_cancel": run.status in ACTIVE,
-                "can_fork": run.status in TERMINAL,
+                "can_fork": run.status in TERMINAL and run.purged_at is None,
                 "fork_url": reverse("nrllm_web:fork", args=[run.pk]),
                 "children": policy.visible_runs(request.user).filter(parent=run).order_by("created_at"),  # forks
                 "tree": tree.context(run, request.user),  # sub-agent runs, approvals waiting below
@@ -331,6 +331,8 @@ def fork_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
     run = _visible(request, run_id, policy.Action.SEE)
     if not isinstance(run, AgentRun):
         return run
+    if run.purged_at is not None:  # said here, before a thread is started for it
+        return _refused(request, run.pk, ParentPurged(run.pk, run.purged_at))
     raw = request.POST.get("from_sequence", "").strip()
     # ASCII digits only ("²" and "①" are digits to str.isdigit, not to int) and few of them.
     if raw and not (raw.isascii() and raw.isdigit() and len(raw) <= 10):
@@ -361,7 +363,7 @@ def fork_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         )
     except InvalidRequest as exc:
         return _refused(request, run.pk, exc, prefix="Cannot continue from there: ")
-    except (ParentStillActive, RunNotFound) as exc:
+    except (NotForkable, RunNotFound) as exc:
         return _refused(request, run.pk, exc)
     except (interactive.LaunchTimeout, interactive.AtCapacity) as exc:
         answer = _capacity(exc)

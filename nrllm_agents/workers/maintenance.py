@@ -3,7 +3,10 @@
 - the reaper (``AgentRuntime.reap``): overdue runs nothing executes are cancelled
   (``deadline_exceeded``), runs whose segment died are requeued or dead-lettered once their lease
   lapsed, and cancels that a dead segment never acknowledged are acknowledged;
-- the queued sweep (``recovery.sweep_queued``): queued runs whose job is gone are dispatched again.
+- the queued sweep (``recovery.sweep_queued``): queued runs whose job is gone are dispatched again;
+- retention (``AgentRuntime.retain``), when ``RETENTION`` sets a policy: stopped runs past it are
+  purged or deleted, ``RETENTION_BATCH`` runs per short transaction, ``PASS_BATCHES``
+  batches of each per pass at most, so a pass never holds a lock a running run waits on for long.
 
 So a fleet of workers needs no scheduled ``agent_reap``. Every write of both is a guarded
 statement, so any number of workers may run them at once and each run is recovered exactly once.
@@ -24,8 +27,12 @@ from .. import executors
 from ..conf import app_settings
 from ..executors.recovery import sweep_queued
 from ..runtime.agent_runtime import AgentRuntime
+from ..store import retention
 
 logger = logging.getLogger(__name__)
+
+
+PASS_BATCHES = 50  # retention batches of each kind one pass takes at most; the next pass goes on
 
 
 def interval() -> int:
@@ -47,6 +54,13 @@ def maintain(worker_name: str, log: Any = logger) -> None:
             log.warning("Worker %s: %s", worker_name, swept.summary())
     except Exception as exc:
         log.warning("Worker %s: queued sweep failed (%s)", worker_name, type(exc).__name__)
+    try:
+        if retention.policy().active:
+            kept = AgentRuntime().retain(max_batches=PASS_BATCHES)
+            if kept.purged_runs or kept.deleted_runs:
+                log.info("Worker %s: %s", worker_name, kept.summary())
+    except Exception as exc:
+        log.warning("Worker %s: retention failed (%s)", worker_name, type(exc).__name__)
     finally:
         connections.close_all()  # never hand an open connection to a forked work horse
 

@@ -42,6 +42,10 @@ def test_the_defaults_pass():
         ("TOOLS", ["calculator"]),
         ("EXECUTOR", "threads"),
         ("EXECUTOR", None),
+        ("RETENTION", {"content_days": 0, "runs_days": None}),
+        ("RETENTION", {"content_days": 90, "run_days": 400}),
+        ("RETENTION", 90),
+        ("RETENTION_BATCH", 0),
     ],
 )
 def test_a_bad_value_is_named(name, value):

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from nrllm_agents.executors.dispatch import EnqueueError
 from nrllm_agents.management import console, terminal
 from nrllm_agents.runtime.agent_runtime import AgentRuntime, RunNotFound
-from nrllm_agents.runtime.forks import ParentStillActive
+from nrllm_agents.runtime.forks import NotForkable
 from nrllm_agents.validation.run_request import InvalidRequest
 
 
@@ -73,7 +73,7 @@ class Command(BaseCommand):
                 code = self._here(runtime, parent, options["from_sequence"], overrides, printer, owner)
         except InvalidRequest as exc:
             raise console.request_error(exc) from None
-        except (RunNotFound, ParentStillActive) as exc:
+        except (RunNotFound, NotForkable) as exc:
             raise CommandError(str(exc), returncode=console.EXIT_FAILED) from None
         except EnqueueError as exc:
             raise console.enqueue_failed(exc) from None

@@ -79,7 +79,8 @@ class Command(BaseCommand):
         self.stdout.write(console.terminal_safe(f"thread {thread.pk} {thread.title}".rstrip()))
         for run in thread.runs.order_by("thread_position"):
             mark = " (rolled back)" if run.rolled_back else ""
-            line = f"  #{run.thread_position} {run.pk} {run.status}{mark}: {run.prompt[:80]}"
+            prompt = f"(content purged on {run.purged_at:%Y-%m-%d})" if run.purged_at else run.prompt[:80]
+            line = f"  #{run.thread_position} {run.pk} {run.status}{mark}: {prompt}"
             self.stdout.write(console.terminal_safe(" ".join(line.split())))
         messages, _ = threads.transcript(thread.pk)
         self.stdout.write(f"transcript ({len(messages)} messages):")
