@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('nrllm_agents', '0024_trees'),
+        ('nrllm_agents', '0026_connection_encrypted_userinfo'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
