@@ -18,8 +18,19 @@
    step's record (by the second run's), p50 and p99 over ``--rounds``, and in how many rounds the
    two runs were in different processes.
 
+4. ``provider`` (issue 44): ``--provider-runs`` runs at once share an everyone budget of
+   ``--ceiling``, through an OpenAI-kind connection to the loopback chat-completions server
+   (``nrllm_agents.testing.chat_server``, in this process), executed by the same workers. Each run
+   makes four model calls, each answering 20,000 tokens; an honest server stops at the request's
+   ``max_tokens`` (the bound the call reserved), a dishonest one (``--dishonest``) reports 9M
+   tokens whatever it was sent; ``--stagger`` starts each run that many seconds after the call of
+   the one before it started (the calls in flight then end apart). Prints the ceiling,
+   what the budget spent, the overshoot, one call's reservation and the largest excess of one
+   call over it, the bound each request carried, and how the runs ended.
+
 PostgreSQL (``DATABASE_URL`` names the server; the benchmark creates, migrates and drops its own
-database, ``nrllm_bench_budgets``) and Redis (``--redis-url``, flushed: use a db of its own)::
+database, ``nrllm_bench_budgets``) and Redis (``--redis-url``, flushed: use a db of its own).
+``--only provider`` (or ``step``, ``overshoot``, ``inflight``, comma-separated) runs some::
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres .venv/bin/python bench/budgets.py \
         --redis-url redis://127.0.0.1:6379/12
@@ -28,6 +39,7 @@ database, ``nrllm_bench_budgets``) and Redis (``--redis-url``, flushed: use a db
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -235,6 +247,93 @@ def inflight(rounds: int, journal: Path) -> dict[str, Any]:
     }
 
 
+PROVIDER_PRICE = Decimal(1050)  # per million tokens, in and out: 20,000 answer tokens cost 21
+
+
+def provider_overshoot(
+    runs: int, ceiling: Decimal, dishonest: bool, call_delay: float, stagger: float = 0.0
+) -> dict[str, Any]:
+    """``runs`` runs under an everyone budget of ``ceiling``, through a connection to a loopback
+    server answering 20,000 tokens (9M when ``dishonest``) to each of four calls: all at once, or
+    one every ``stagger`` seconds."""
+    from django.contrib.auth.models import User
+    from django.db import connections, transaction
+
+    import nrllm_agents
+    from nrllm_agents.admission.budgets import BudgetRefused
+    from nrllm_agents.models import AgentRun, AgentRunEvent, Budget, BudgetHold, Connection
+    from nrllm_agents.money import pricing
+    from nrllm_agents.runtime.spend import worst_case
+    from nrllm_agents.testing.chat_server import ChatCompletionServer
+    from tests.e2e.processes import wait_for
+
+    answer = 9_000_000 if dishonest else 20_000
+    turn = {"delay": call_delay, "usage": {"prompt_tokens": 30, "completion_tokens": answer}}
+    script = [{**turn, "tool_calls": [CALC]}] * 3 + [{**turn, "content": "done"}]
+    server = ChatCompletionServer(script, by_turn=True, **({"honours_max_tokens": False} if dishonest else {}))
+    with server:
+        Budget.objects.all().delete()
+        name = "bench-dishonest" if dishonest else "bench-honest"
+        connection = Connection.objects.create(name=name, kind="openai", base_url=server.base_url, default_model="m")
+        pricing.set_price(
+            connection=connection, model="m", input_per_million=PROVIDER_PRICE, output_per_million=PROVIDER_PRICE
+        )
+        budget = Budget.objects.create(scope="everyone", window="total", max_cost=ceiling)
+        user = User.objects.create_user(f"bench-{name}")
+        refused = 0
+        ids = []
+        at_once = transaction.atomic() if not stagger else contextlib.nullcontext()  # dispatched at the commit
+        with at_once:
+            for _ in range(runs):
+                try:
+                    ids.append(nrllm_agents.enqueue("p", owner=user, tools=["calculator"], connection=name, model="m"))
+                except BudgetRefused:
+                    refused += 1
+                    continue
+                if stagger:  # this run's call has started (it holds a reservation) or it stopped
+                    started = AgentRun.objects.filter(pk=ids[-1])
+                    wait_for(
+                        lambda: BudgetHold.objects.filter(run_id=ids[-1]).exists() or not unsettled(started).exists(),
+                        timeout=60,
+                        interval=0.02,
+                        what="the run's first call",
+                    )
+                    time.sleep(stagger)
+        rows = AgentRun.objects.filter(pk__in=ids)
+        wait_for(lambda: not unsettled(rows).exists(), timeout=600, interval=0.1, what="every run")
+        wait_for(lambda: not BudgetHold.objects.exists(), timeout=60, what="every reservation")
+        connections.close_all()
+    budget.refresh_from_db()
+    price = pricing.resolve("openai", "m", name)
+    reservation, _ = worst_case([{"role": "user", "content": "p"}], int(os.environ["NRLLM_BUDGET_MAX_TOKENS"]), price)
+    steps = list(AgentRunEvent.objects.filter(run__in=rows, kind="llm"))
+    costs = [Decimal(e.payload["usage"]["cost"]) for e in steps if (e.payload.get("usage") or {}).get("cost")]
+    bounds = {body.get("max_tokens") for body in server.requests if isinstance(body, dict)}
+    spent = Decimal(budget.spent_cost)
+    over = max(spent - ceiling, Decimal(0))
+    excess = max((c - reservation for c in costs), default=Decimal(0)).max(Decimal(0))
+    cents = Decimal("0.01")
+    return {
+        "dishonest": dishonest,
+        "runs": runs,
+        "stagger_s": stagger,
+        "answer_tokens": answer,
+        "bounds_sent": sorted(b for b in bounds if b is not None) or None,
+        "ceiling": str(ceiling),
+        "spent": str(spent.quantize(cents)),
+        "overshoot": str(over.quantize(cents)),
+        "calls_made": len(server.requests),
+        "calls_charged": len(costs),
+        "calls_interrupted": sum(1 for e in steps if e.payload.get("interrupted")),
+        "one_reservation": str(reservation.quantize(cents)),
+        "largest_excess_of_one_call": str(excess.quantize(cents)),
+        "overshoot_in_excesses_of_one_call": round(float(over / excess), 2) if excess else None,
+        "recorded_equals_spent": sum(costs) == spent,
+        "refused_at_admission": refused,
+        "endings": sorted({f"{r.status}/{r.termination_reason}" for r in rows}),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--blocks", type=int, default=6)
@@ -246,6 +345,12 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=0, help="slots per worker (0: runs / workers)")
     parser.add_argument("--pool-max", type=int, default=20, help="NRLLM_DB_POOL_MAX of each worker process")
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--provider-runs", type=int, default=12, help="runs sharing the budget (provider)")
+    parser.add_argument("--ceiling", default="50", help="the everyone budget's cost ceiling (provider)")
+    parser.add_argument("--dishonest", action="store_true", help="the server reports 9M tokens (provider)")
+    parser.add_argument("--provider-delay", type=float, default=0.5, help="seconds each answer takes (provider)")
+    parser.add_argument("--stagger", type=float, default=0.0, help="seconds between two runs' starts (provider)")
+    parser.add_argument("--only", default="step,overshoot,inflight,provider", help="the measures to run")
     parser.add_argument("--database", default="nrllm_bench_budgets")
     parser.add_argument("--redis-url", default=os.environ.get("NRLLM_BENCH_REDIS_URL", "redis://127.0.0.1:6379/12"))
     args = parser.parse_args()
@@ -267,7 +372,9 @@ def main() -> None:
         pricing.set_price(
             model="scripted-demo", provider="scripted", input_per_million=Decimal(0), output_per_million=Decimal(1000)
         )
-        print(json.dumps({"step": step_cost(args.blocks, args.steps)}), flush=True)
+        measures = set(args.only.split(","))
+        if "step" in measures:
+            print(json.dumps({"step": step_cost(args.blocks, args.steps)}), flush=True)
         journal = Path(workdir) / "journal.jsonl"
         env = dict(os.environ)
         env.update(
@@ -279,17 +386,31 @@ def main() -> None:
                 "NRLLM_DB_POOL_MAX": str(args.pool_max),
             }
         )
-        concurrency = args.concurrency or -(-args.runs // args.workers)
-        slots = ("--concurrency", str(concurrency))
-        workers = Workers(env, count=args.workers, log_dir=workdir, command="agent_worker", extra_args=slots)
-        try:
-            result = overshoot(args.runs, args.enqueuers, args.call_delay, workers.start)
-            print(
-                json.dumps({"overshoot": {"workers": args.workers, "concurrency": concurrency, **result}}), flush=True
-            )
-            print(json.dumps({"inflight": inflight(args.rounds, journal)}), flush=True)
-        finally:
-            workers.stop()
+        if measures & {"overshoot", "inflight"}:
+            concurrency = args.concurrency or -(-args.runs // args.workers)
+            slots = ("--concurrency", str(concurrency))
+            workers = Workers(env, count=args.workers, log_dir=workdir, command="agent_worker", extra_args=slots)
+            try:
+                result = overshoot(args.runs, args.enqueuers, args.call_delay, workers.start)
+                print(
+                    json.dumps({"overshoot": {"workers": args.workers, "concurrency": concurrency, **result}}),
+                    flush=True,
+                )
+                if "inflight" in measures:
+                    print(json.dumps({"inflight": inflight(args.rounds, journal)}), flush=True)
+            finally:
+                workers.stop()
+        if "provider" in measures:
+            # a call's bound as deployed (the default): what each request carries and each call reserves
+            os.environ["NRLLM_BUDGET_MAX_TOKENS"] = env["NRLLM_BUDGET_MAX_TOKENS"] = "4096"
+            slots = ("--concurrency", str(-(-args.provider_runs // args.workers)))
+            workers = Workers(env, count=args.workers, log_dir=workdir, command="agent_worker", extra_args=slots)
+            with workers.start():
+                ceiling = Decimal(args.ceiling)
+                result = provider_overshoot(
+                    args.provider_runs, ceiling, args.dishonest, args.provider_delay, args.stagger
+                )
+                print(json.dumps({"provider": result}), flush=True)
 
 
 if __name__ == "__main__":

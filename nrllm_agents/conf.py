@@ -95,8 +95,8 @@ DEFAULTS: dict[str, Any] = {
     "CURRENCY": Env("NRLLM_CURRENCY", str, "USD"),
     "DEFAULT_MAX_COST": None,
     "MAX_COST_LIMIT": "1000000",
-    # Shared budgets (nrllm_agents.store.budgets): the completion tokens a model call is taken to
-    # produce at worst when its provider states no max_tokens (what a call reserves beyond its prompt)
+    # The most answer tokens a model call may produce: sent with every openai and gemini request
+    # (anthropic: ANTHROPIC_MAX_TOKENS), and what a call reserves beyond its prompt (store.budgets)
     "BUDGET_MAX_TOKENS": Env("NRLLM_BUDGET_MAX_TOKENS", int, 4096),
     # Keys that encrypt connections' API keys at rest (nrllm_agents.crypto.vault): Fernet keys, a list
     # or a comma-separated string; the first encrypts, every one decrypts (rotation). Empty: in

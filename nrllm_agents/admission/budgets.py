@@ -1,13 +1,17 @@
 """Admission under the shared budgets: a run that cannot start under one is refused.
 
-A run is admitted when every budget covering it has something left (cost and tokens) and room
-for one more run; the run is counted (``runs``) in the same all-or-nothing statement
-(``store.budgets.reserve``). The refusal names the budget, what is left and when it resets;
-every surface says it: REST 429, the playground's message, the CLI (exit 2).
+A run is admitted when every budget covering it has room for the worst case of its first model
+call (its prompt's estimate and its provider's ``max_tokens``, at the price in force: a
+remainder smaller than that is nothing left) and for one more run; the run is counted
+(``runs``) in the same all-or-nothing statement (``store.budgets.reserve``), which reserves
+nothing for the call. The refusal names the budget, what is left and when it resets; every
+surface says it: REST 429, the playground's message, the CLI (exit 2).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 from ..conf import app_settings
@@ -54,15 +58,28 @@ class BudgetRefused(KindedError):
         return {"budget": self.refusal.detail()}
 
 
-def admit(owner: Any, agent_version_id: int | None = None) -> None:
+def admit(
+    owner: Any,
+    agent_version_id: int | None = None,
+    worst_case: Callable[[], tuple[Decimal, int]] | None = None,
+) -> None:
     """Count one run of ``owner`` against every budget covering it, or raise ``BudgetRefused``
-    (nothing counted then). No budget: one indexed query, nothing written."""
-    admit_id(getattr(owner, "pk", None), agent_version_id)
+    (nothing counted then). ``worst_case``: what the run's first call may cost at most,
+    ``(cost, tokens)``, which every budget must have left; asked only when a budget covers the
+    run. No budget: one indexed query, nothing written."""
+    admit_id(getattr(owner, "pk", None), agent_version_id, worst_case)
 
 
-def admit_id(owner_id: Any, agent_version_id: int | None = None) -> None:
+def admit_id(
+    owner_id: Any,
+    agent_version_id: int | None = None,
+    worst_case: Callable[[], tuple[Decimal, int]] | None = None,
+) -> None:
     """``admit`` for the owner of id ``owner_id`` (``None``: a run of no owner)."""
     ids = budgets.covering(owner_id, agent_version_id)
-    refusal = budgets.reserve(ids, runs=1)
+    if not ids:
+        return
+    cost, tokens = worst_case() if worst_case is not None else (Decimal(0), 0)
+    refusal = budgets.reserve(ids, runs=1, fit_cost=cost, fit_tokens=tokens)
     if refusal is not None:
         raise BudgetRefused(refusal)

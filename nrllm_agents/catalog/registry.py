@@ -158,6 +158,25 @@ def scripted_provider(request: RunRequest, run_id: Any = None) -> Provider:
     return ScriptedProvider(request.script, model=request.model or "scripted-demo")
 
 
+def max_tokens_of(kind: str) -> int:
+    """The most answer tokens a call of a provider of ``kind`` (a connection's kind or a provider's
+    name) may produce: what its request says, and what a call reserves against the shared budgets.
+    ``ANTHROPIC_MAX_TOKENS`` for anthropic, ``BUDGET_MAX_TOKENS`` for every other."""
+    setting = app_settings.ANTHROPIC_MAX_TOKENS if kind == "anthropic" else app_settings.BUDGET_MAX_TOKENS
+    return int(setting)
+
+
+def request_max_tokens(request: RunRequest) -> int:
+    """``max_tokens_of`` the provider a run of ``request`` is built with (its connection's kind,
+    read here, or its provider's name), without building it."""
+    if request.connection:
+        from ..models import Connection
+
+        kind = Connection.objects.filter(name=request.connection).values_list("kind", flat=True).first()
+        return max_tokens_of(kind or "")
+    return max_tokens_of(request.provider)
+
+
 def openai_provider(request: RunRequest, run_id: Any = None) -> Provider:
     extras.require(extras.PROVIDERS["openai"], "the openai provider")
     from ..domain.providers.openai_compat import OpenAIProvider
@@ -166,6 +185,7 @@ def openai_provider(request: RunRequest, run_id: Any = None) -> Provider:
         request.model,
         timeout=app_settings.PROVIDER_TIMEOUT,
         stream=bool(app_settings.PROVIDER_STREAM),
+        max_tokens=max_tokens_of("openai"),
     )
 
 
@@ -177,7 +197,7 @@ def anthropic_provider(request: RunRequest, run_id: Any = None) -> Provider:
         request.model or app_settings.ANTHROPIC_MODEL,
         timeout=app_settings.PROVIDER_TIMEOUT,
         stream=bool(app_settings.PROVIDER_STREAM),
-        max_tokens=int(app_settings.ANTHROPIC_MAX_TOKENS),
+        max_tokens=max_tokens_of("anthropic"),
     )
 
 
@@ -189,6 +209,7 @@ def gemini_provider(request: RunRequest, run_id: Any = None) -> Provider:
         request.model or app_settings.GEMINI_MODEL,
         timeout=app_settings.PROVIDER_TIMEOUT,
         stream=bool(app_settings.PROVIDER_STREAM),
+        max_tokens=max_tokens_of("gemini"),
     )
 
 
@@ -223,6 +244,7 @@ def connection_provider(request: RunRequest, run_id: Any = None) -> Provider:
         timeout=app_settings.PROVIDER_TIMEOUT,
         stream=bool(app_settings.PROVIDER_STREAM),
         connection=row.name,
+        max_tokens=max_tokens_of(row.kind),
     )
     return provider
 

@@ -37,6 +37,7 @@ from ..models import AgentRunEvent
 from ..observability import hooks as observe
 from ..presentation.presenters import event_dict, step_dict
 from ..store import Lease
+from ..store.budgets import Charge
 from ..store.db import drop_connection, reconnect_seconds, reconnecting, release_connection
 from . import limits, signals, spend
 
@@ -150,12 +151,13 @@ class SegmentTrace:
             # Cut short by a shutdown, not a cancel: record nothing; the next worker repeats it.
             raise SegmentInterrupted()
         sequence, created_at = self.next_sequence, timezone.now()
+        charge = None
         if step.kind == StepKind.LLM:
             spent = Usage() if step.payload.get("failed") else Usage.from_dict(step.payload.get("usage"))
             if not step.payload.get("failed"):  # a failed call is no iteration
                 self.usage = self.usage + spent
                 self.iterations += 1
-            self.spend.settle(spent)  # the call's actual cost replaces its reservation
+            charge = self.spend.charge(spent)  # settled with the step, in its fence: both or neither
         self.round = step.round
         if self.on_step is not None:  # building the dict is work the hot path skips when nobody watches
             self._notify(step_dict(**store.step_columns(self.run_id, sequence, step, created_at)))
@@ -169,7 +171,7 @@ class SegmentTrace:
             recorded = (
                 Lease.NOT_HELD
                 if known_cancelled
-                else _retried(lambda: _timed_record(self.run_id, self.owner, sequence, step, created_at))
+                else _retried(lambda: _timed_record(self.run_id, self.owner, sequence, step, created_at, charge))
             )
             if recorded is not Lease.HELD:
                 # Not renewed: cancelled while ours (the step in flight is still recorded), lost
@@ -177,7 +179,8 @@ class SegmentTrace:
                 # the row is read again before anything else starts).
                 cancelled = known_cancelled or self._cancelled_while_ours(recorded)
                 appended = _retried(
-                    lambda: store.append_owned(self.run_id, self.owner, sequence, step, created_at), on_error=True
+                    lambda: store.append_owned(self.run_id, self.owner, sequence, step, created_at, charge),
+                    on_error=True,
                 )
                 if appended is not Lease.HELD:
                     self._cancelled_while_ours(Lease.NOT_HELD)  # taken away in between: raises RunLeaseLost
@@ -186,9 +189,12 @@ class SegmentTrace:
         except IntegrityError:
             # Someone else wrote this sequence: another segment owns the run now. Unless this
             # segment wrote it itself: a connection that died before the commit's answer came
-            # back, and the write tried again on a fresh one (``_retried``).
+            # back, and the write tried again on a fresh one (``_retried``); its charge was
+            # settled in that same committed statement.
             if not reconnecting(lambda: _recorded_here(self.run_id, sequence, step, created_at)):
                 raise RunLeaseLost() from None
+        if charge is not None:
+            self.spend.charged(charge)
         if step.kind == StepKind.LLM:
             publisher.discard(self.run_id)  # the recorded answer replaces its pending pieces
         if step.payload.get("interrupted"):
@@ -335,12 +341,14 @@ class SegmentTrace:
         return event
 
 
-def _timed_record(run_id: uuid.UUID, owner: str, sequence: int, step: Step, created_at: datetime) -> Lease:
+def _timed_record(
+    run_id: uuid.UUID, owner: str, sequence: int, step: Step, created_at: datetime, charge: Charge | None
+) -> Lease:
     """``store.record_step``, its duration (raised or not) to ``nrllm_boundary_write_seconds``:
     one ``perf_counter`` pair, the boundary pays nothing more."""
     started = time.perf_counter()
     try:
-        return store.record_step(run_id, owner, sequence, step, created_at)
+        return store.record_step(run_id, owner, sequence, step, created_at, charge)
     finally:
         observe.boundary_written(time.perf_counter() - started)
 

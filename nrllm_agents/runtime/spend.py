@@ -5,12 +5,15 @@ and stop the calls in flight of the other runs when a budget runs out.
   the provider's ``max_tokens``, or ``BUDGET_MAX_TOKENS``, at the price in force) is reserved
   against every budget covering the run; a reservation that does not fit stops the run through
   the cancel path (``system``, ``budget_exhausted``) before the call starts.
-- When the call ends (``settle``, at its step boundary, interrupted calls included): its actual
-  cost replaces the reservation. A budget that this spend exhausted cancels every other run
+- When the call ends (``charge``, at its step boundary, interrupted calls included): its actual
+  cost replaces the reservation, in the fence that records the step (``store.record_step``):
+  a segment that lost its run records nothing and charges nothing; its reservation is given
+  back when it ends (``release``). A budget that this spend exhausted cancels every other run
   whose call in flight draws on it, by the same guarded cancel: its NOTIFY trips their tokens
   (``live.interrupts``), which abort the calls; each interrupted step is recorded with its
   partial spend.
 - A run no budget covers costs one query per segment, and nothing per call.
+- At admission (``first_call``): the worst case of the run's first call must fit its budgets.
 """
 
 from __future__ import annotations
@@ -23,12 +26,15 @@ from typing import Any
 
 from .. import store
 from ..admission.budgets import words
+from ..catalog import registry
 from ..conf import app_settings
 from ..domain import Price, Usage
 from ..domain.providers.wire import estimate_usage
 from ..models import AgentRun, Budget, CancelSource, TerminationReason
+from ..money import pricing
 from ..store import budgets
 from ..store.budgets import Refusal
+from ..validation.run_request import RunRequest
 from . import trees
 
 logger = logging.getLogger(__name__)
@@ -60,10 +66,7 @@ class Spend:
 
     def worst_case(self, messages: Sequence[Mapping[str, Any]]) -> tuple[Decimal, int]:
         """What the next call may cost at most: ``(cost, tokens)``."""
-        prompt = estimate_usage(list(messages), 0).prompt_tokens  # type: ignore[arg-type]
-        usage = Usage(prompt, self.max_tokens)
-        cost = self.price.cost(usage) if self.price is not None else Decimal(0)
-        return cost, usage.total_tokens
+        return worst_case(messages, self.max_tokens, self.price)
 
     def reserve(self, messages: Sequence[Mapping[str, Any]]) -> Refusal | None:
         """Reserve the next call's worst case; the ``Refusal`` when a budget has no room for it."""
@@ -74,21 +77,41 @@ class Spend:
         self._held = refused is None
         return refused
 
-    def settle(self, usage: Usage) -> None:
-        """The call ended, spending ``usage``; stop the others' calls in flight on a budget it exhausted."""
+    def charge(self, usage: Usage) -> budgets.Charge | None:
+        """What the call that ended, spending ``usage``, charges with its step (``None``: no budget
+        covers the run); the step's fence settles it (``store.record_step``)."""
         if not self.ids:
-            return
+            return None
+        return budgets.Charge(self.ids, usage.cost or Decimal(0), usage.total_tokens)
+
+    def charged(self, charge: budgets.Charge) -> None:
+        """The step's fence settled ``charge``: stop the others' calls in flight on a budget it exhausted."""
         self._held = False
-        exhausted = budgets.settle(
-            self.ids, run_id=self.run_id, cost=usage.cost or Decimal(0), tokens=usage.total_tokens
-        )
-        if exhausted:
-            stop_drawing(exhausted, besides=self.run_id)
+        if charge.exhausted:
+            stop_drawing(charge.exhausted, besides=self.run_id)
 
     def release(self) -> None:
-        """The segment ends while it still holds a reservation (its call never ran): give it back."""
+        """The segment ends while it still holds a reservation (its call never ran, or its step
+        was not recorded): give it back, charging nothing."""
         if self._held:
-            self.settle(Usage())
+            self._held = False
+            budgets.release(self.run_id, self.owner)
+
+
+def worst_case(messages: Sequence[Mapping[str, Any]], max_tokens: int, price: Price | None) -> tuple[Decimal, int]:
+    """What a call may cost at most, ``(cost, tokens)``: the estimate of ``messages`` and
+    ``max_tokens`` answer tokens, at ``price``."""
+    prompt = estimate_usage(list(messages), 0).prompt_tokens  # type: ignore[arg-type]
+    usage = Usage(prompt, max_tokens)
+    return (price.cost(usage) if price is not None else Decimal(0)), usage.total_tokens
+
+
+def first_call(request: RunRequest) -> tuple[Decimal, int]:
+    """The worst case of a run's first model call, for its admission: its prompt (and system
+    prompt) as the loop sends them, and the ``max_tokens`` of its provider, at the price in force."""
+    messages = [{"role": "system", "content": request.system}] if request.system else []
+    messages.append({"role": "user", "content": request.prompt})
+    return worst_case(messages, registry.request_max_tokens(request), pricing.for_request(request))
 
 
 def stop(run_id: uuid.UUID, refusal: Refusal) -> store.Transition:

@@ -198,20 +198,25 @@ def _child(
         "tree_call_sequence": call_sequence,
         "trace_context": (spawning(call, child_id) if spawning is not None else None) or parent.trace_context,
     }
-    return tree_store.Child(call.id, fields, request.as_dict(), call.name, call.arguments)
+    from . import spend  # spend stops runs through this module
+
+    return tree_store.Child(
+        call.id, fields, request.as_dict(), call.name, call.arguments, lambda: spend.first_call(request)
+    )
 
 
 def admit_child(child: tree_store.Child) -> str | None:
     """Why ``child`` may not start, as any run of its owner and agent may not (``None``: it
     may, and it is counted): the create rate limit of its owner (a run of no owner has none),
-    then every budget covering it (``admission.budgets.admit``, which counts it)."""
+    then every budget covering it, with room for its first call (``admission.budgets.admit``,
+    which counts it)."""
     owner_id = child.fields.get("owner_id")
     if owner_id is not None:
         limited = rates.take_for(owner_id, rates.Action.CREATE)
         if limited is not None:
             return f"its user is creating runs too fast; try again in {limited.wait} s"
     try:
-        budgets.admit_id(owner_id, child.fields.get("agent_version_id"))
+        budgets.admit_id(owner_id, child.fields.get("agent_version_id"), child.worst_case)
     except budgets.BudgetRefused as exc:
         return str(exc)
     return None

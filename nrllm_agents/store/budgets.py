@@ -9,14 +9,18 @@ to the current window, in the same statement. Nothing sweeps the windows.
 whose CTE locks the budgets in id order (so two reservations never deadlock), checks every
 ceiling on the locked rows, and adds the reservation (and its holds) only when all fit; on
 SQLite the same in one ``IMMEDIATE`` transaction (serialized by the database) with the ORM.
+
+A model call's spend is charged (``Charge``) in the fence that records its step
+(``leases.record_step``, ``leases.append_owned``): a segment that lost its run charges nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -28,7 +32,34 @@ from django.utils import timezone
 from ..models import AgentRun, Budget, BudgetHold, BudgetScope, BudgetWindow, RunStatus
 
 ZERO = Decimal(0)
-_sqlite_lock = threading.Lock()  # one process's threads queue here rather than on SQLite's busy timeout
+# One process's threads queue here rather than on SQLite's busy timeout; reentrant, since a
+# step's fence takes it before its transaction and the settlement inside it takes it again.
+_sqlite_lock = threading.RLock()
+
+
+@contextlib.contextmanager
+def serialized() -> Iterator[None]:
+    """Around a transaction that will write budgets: on SQLite, this process's budget writers
+    one at a time, taken before the transaction (the order every budget writer follows); on
+    PostgreSQL nothing (the rows' locks do it)."""
+    if not _orm():
+        yield
+        return
+    with _sqlite_lock:
+        yield
+
+
+@dataclass
+class Charge:
+    """A model call's actual spend, charged to ``budget_ids`` (every budget covering its run) by
+    the fence that records the call's step, and only if it records it. That fence fills in
+    ``charged`` and ``exhausted`` (the budgets this spend brought to a ceiling)."""
+
+    budget_ids: list[int]
+    cost: Decimal = ZERO
+    tokens: int = 0
+    charged: bool = False
+    exhausted: list[int] = field(default_factory=list)
 
 
 def window_starts(now: datetime | None = None) -> tuple[datetime, datetime]:
@@ -166,6 +197,7 @@ def _fits(u: Use, cost: Decimal, tokens: int, runs: int) -> str | None:
 
 # The window a row counts now, and its ceilings' verdicts, on the locked row (FOR UPDATE re-reads
 # the newest version after a wait, so these see every committed reservation before this one).
+# ``{gate}``: a condition more (a settlement inside a step's fence locks nothing when the fence failed).
 _LOCKED = """
     SELECT b.id, w.start,
            CASE WHEN b.period_start < w.start THEN 0 ELSE b.spent_cost END AS cost,
@@ -176,19 +208,19 @@ _LOCKED = """
     CROSS JOIN LATERAL (SELECT CASE b.time_window WHEN 'day' THEN %(day)s::timestamptz
                                                   WHEN 'month' THEN %(month)s::timestamptz
                                                   ELSE b.period_start END AS start) w
-    WHERE b.id = ANY(%(ids)s)
+    WHERE b.id = ANY(%(ids)s){gate}
     ORDER BY b.id
     FOR UPDATE OF b
 """
 
 _RESERVE_SQL = f"""
-WITH locked AS ({_LOCKED}),
+WITH locked AS ({_LOCKED.format(gate="")}),
 verdict AS (
     SELECT l.*,
         CASE
-          WHEN l.max_cost IS NOT NULL AND (l.cost + l.reserved_cost + %(cost)s > l.max_cost
+          WHEN l.max_cost IS NOT NULL AND (l.cost + l.reserved_cost + %(need_cost)s > l.max_cost
                                            OR l.cost + l.reserved_cost >= l.max_cost) THEN 'cost'
-          WHEN l.max_tokens IS NOT NULL AND (l.tokens + l.reserved_tokens + %(tokens)s > l.max_tokens
+          WHEN l.max_tokens IS NOT NULL AND (l.tokens + l.reserved_tokens + %(need_tokens)s > l.max_tokens
                                              OR l.tokens + l.reserved_tokens >= l.max_tokens) THEN 'tokens'
           WHEN l.max_runs IS NOT NULL AND l.runs + %(runs)s > l.max_runs THEN 'runs'
         END AS refused
@@ -210,12 +242,19 @@ held AS (
 SELECT v.id, v.refused, (SELECT count(*) FROM held) FROM verdict v WHERE v.refused IS NOT NULL ORDER BY v.id LIMIT 1
 """
 
-_SETTLE_SQL = f"""
-WITH gone AS (
-    DELETE FROM nrllm_agents_budgethold WHERE run_id = %(run)s RETURNING budget_id, cost, tokens
+
+def settlement(gate: str = "") -> str:
+    """The settlement's CTEs (``gone``, ``held``, ``locked``, ``upd``: the run's holds go, the
+    spend ``%(cost)s``/``%(tokens)s`` counts on the budgets ``%(ids)s``; ``upd`` returns each
+    budget's id and whether it is now exhausted), to follow ``WITH`` or another CTE. With
+    ``gate`` (a CTE's name), nothing is written unless that CTE returned a row."""
+    guard = f" AND EXISTS (SELECT 1 FROM {gate})" if gate else ""
+    return f"""
+gone AS (
+    DELETE FROM nrllm_agents_budgethold WHERE run_id = %(run)s{guard} RETURNING budget_id, cost, tokens
 ),
 held AS (SELECT budget_id, sum(cost) AS cost, sum(tokens) AS tokens FROM gone GROUP BY budget_id),
-locked AS ({_LOCKED}),
+locked AS ({_LOCKED.format(gate=guard)}),
 upd AS (
     UPDATE nrllm_agents_budget b
     SET reserved_cost = GREATEST(b.reserved_cost - COALESCE(h.cost, 0), 0),
@@ -226,14 +265,22 @@ upd AS (
     WHERE b.id = l.id
     RETURNING b.id, (b.max_cost IS NOT NULL AND b.spent_cost >= b.max_cost)
                  OR (b.max_tokens IS NOT NULL AND b.spent_tokens >= b.max_tokens) AS exhausted
-)
-SELECT id FROM upd WHERE exhausted ORDER BY id
-"""
+)"""
+
+
+_SETTLE_SQL = f"WITH {settlement()} SELECT id FROM upd WHERE exhausted ORDER BY id"
 
 
 def _params(ids: Sequence[int], now: datetime | None) -> dict[str, Any]:
     day, month = window_starts(now)
     return {"ids": list(ids), "day": day, "month": month}
+
+
+def settlement_params(
+    budget_ids: Sequence[int], run_id: uuid.UUID, cost: Decimal, tokens: int, now: datetime | None = None
+) -> dict[str, Any]:
+    """The parameters of ``settlement``: the run's spend on ``budget_ids`` in their windows of now."""
+    return {**_params(budget_ids, now), "run": run_id, "cost": cost, "tokens": tokens}
 
 
 def _orm() -> bool:
@@ -248,12 +295,15 @@ def reserve(
     cost: Decimal = ZERO,
     tokens: int = 0,
     runs: int = 0,
+    fit_cost: Decimal = ZERO,
+    fit_tokens: int = 0,
     now: datetime | None = None,
     sql: bool | None = None,
 ) -> Refusal | None:
     """Reserve ``cost`` and ``tokens`` (and count ``runs``) against every budget in ``budget_ids``,
     all or nothing; with ``run_id``, the reservation is held for that run's segment ``owner``
-    until ``settle`` (or the reaper) ends it.
+    until ``settle`` (or the reaper) ends it. ``fit_cost`` and ``fit_tokens`` must fit besides,
+    but are not reserved (an admission: the worst case of the run's first call).
 
     Returns ``None`` when it was taken, else the ``Refusal`` of the first budget (by id) it did
     not fit: nothing was written then. ``sql`` forces the PostgreSQL statement (``True``) or
@@ -266,6 +316,8 @@ def reserve(
             **_params(budget_ids, now),
             "cost": cost,
             "tokens": tokens,
+            "need_cost": cost + fit_cost,
+            "need_tokens": tokens + fit_tokens,
             "runs": runs,
             "run": run_id,
             "owner": owner,
@@ -281,7 +333,7 @@ def reserve(
         rows = list(Budget.objects.select_for_update().filter(pk__in=budget_ids).order_by("pk"))
         uses = [use(b, now) for b in rows]
         for u in uses:
-            ceiling = _fits(u, cost, tokens, runs)
+            ceiling = _fits(u, cost + fit_cost, tokens + fit_tokens, runs)
             if ceiling is not None:
                 return Refusal(
                     use(Budget.objects.select_related("user", "group", "agent").get(pk=u.budget.pk), now), ceiling
@@ -321,7 +373,7 @@ def settle(
         return []
     if sql if sql is not None else not _orm():
         with connection.cursor() as cursor:
-            cursor.execute(_SETTLE_SQL, {**_params(budget_ids, now), "run": run_id, "cost": cost, "tokens": tokens})
+            cursor.execute(_SETTLE_SQL, settlement_params(budget_ids, run_id, cost, tokens, now))
             return [row[0] for row in cursor.fetchall()]
     exhausted = []
     with _sqlite_lock, transaction.atomic():
@@ -359,16 +411,31 @@ def release_dead(now: datetime | None = None) -> int:
     alive = AgentRun.objects.filter(status=RunStatus.RUNNING, lease_expires__gte=now).values_list("id", "claimed_by")
     live = set(alive.filter(id__in=BudgetHold.objects.values("run_id")))
     dead = [h for h in BudgetHold.objects.all() if (h.run_id, h.owner) not in live]
-    if not dead:
-        return 0
-    with transaction.atomic():
+    if dead:
+        _give_back(dead)
+    return len(dead)
+
+
+def release(run_id: uuid.UUID, owner: str) -> int:
+    """Give back what the segment ``owner`` of ``run_id`` still holds (its call never ran, or
+    its step was not recorded): nothing is charged, and another segment's holds stay. Returns
+    the holds released."""
+    holds = list(BudgetHold.objects.filter(run_id=run_id, owner=owner))
+    if holds:
+        _give_back(holds)
+    return len(holds)
+
+
+def _give_back(holds: Sequence[BudgetHold]) -> None:
+    """Delete ``holds`` and take what they held off their budgets' reservations (a hold that a
+    settlement took meanwhile is not taken off twice)."""
+    with serialized(), transaction.atomic():
         gone: dict[int, tuple[Decimal, int]] = {}
-        for hold in dead:
-            if BudgetHold.objects.filter(pk=hold.pk).delete()[0]:  # a settle may have taken it meanwhile
+        for hold in holds:
+            if BudgetHold.objects.filter(pk=hold.pk).delete()[0]:
                 c, t = gone.get(hold.budget_id, (ZERO, 0))
                 gone[hold.budget_id] = (c + hold.cost, t + hold.tokens)
         for b in Budget.objects.select_for_update().filter(pk__in=list(gone)).order_by("pk"):
             c, t = gone[b.pk]
             b.reserved_cost, b.reserved_tokens = max(b.reserved_cost - c, ZERO), max(b.reserved_tokens - t, 0)
             b.save(update_fields=["reserved_cost", "reserved_tokens"])
-    return len(dead)

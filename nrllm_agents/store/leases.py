@@ -7,6 +7,7 @@ between the reaper's scan and its write wins.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import uuid
@@ -21,7 +22,8 @@ from django.utils import timezone
 from ..conf import app_settings
 from ..domain import Step, Usage
 from ..models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
-from . import prepared
+from . import budgets, prepared
+from .budgets import Charge
 from .journal import append_cancelled, append_event, ended_fields, owned, requeued_fields, spend_fields, stop_stamp
 from .results import NOT_FOUND, Lease, Transition
 from .retries import RetryPolicy
@@ -82,6 +84,7 @@ def record_step(
     sequence: int,
     step: Step,
     created_at: datetime,
+    charge: Charge | None = None,
 ) -> Lease:
     """Renew this segment's lease and, only if that matched, append the step: one commit.
 
@@ -92,6 +95,10 @@ def record_step(
     elsewhere both statements run in one transaction. A duplicate sequence
     (another segment wrote it) raises ``IntegrityError``.
 
+    With ``charge`` (a model call's step under shared budgets), the call's spend is settled on
+    its budgets in the same commit, and only when the step is appended (``budgets.settlement``
+    joins the statement, gated on the renewal); the fence fills the charge in.
+
     It also returns how many processes watch the run (``watchers``, read under the renewal's row
     lock, so a watcher that registers meanwhile is either seen here or reads this step itself) and
     hands it to ``on_boundary`` (the process's publisher, ``deltas.py``), which announces the step
@@ -101,36 +108,58 @@ def record_step(
     db = connections[DEFAULT_DB_ALIAS]  # looked up once: this is the step path
     try:
         if prepared.enabled():  # not db.vendor: the portable path is forced through it in tests
-            params = [
-                until,
-                run_id,
-                _RUNNING,
-                owner,
-                sequence,
-                step.kind.value,
-                step.round,
-                step.duration_ms,
-                _payload_json(step.payload),
-                created_at,
-            ]
-            _, rows = _isolated(lambda: prepared.execute(_RECORD_SQL, params, fetch=True), db)
+            sql, params = (
+                (_RECORD_SQL, _record_params(until, run_id, owner, sequence, step, created_at))
+                if charge is None
+                else (_RECORD_CHARGED_SQL, _charged_params(until, run_id, owner, sequence, step, created_at, charge))
+            )
+            _, rows = _isolated(lambda: prepared.execute(sql, params, fetch=True), db)
             hook = on_boundary
             if rows and hook is not None:
                 if rows[0][0] > 0:
                     transaction.on_commit(lambda: hook(run_id, sequence, True))  # at once in autocommit
                 else:
                     hook(run_id, sequence, False)
+            if rows and charge is not None:
+                charge.charged, charge.exhausted = True, list(rows[0][1])
             return _held(len(rows) == 1)
-        with transaction.atomic():
+        with budgets.serialized() if charge is not None else contextlib.nullcontext(), transaction.atomic():
             if not owned(run_id, owner).update(lease_expires=until):
                 return Lease.NOT_HELD
             append_event(run_id, sequence, step, created_at)
+            if charge is not None:
+                _settle(run_id, charge)
             return Lease.HELD
     except IntegrityError:
         raise
     except DatabaseError as exc:
         logger.warning("boundary write for run %s failed (%s); going on", run_id, type(exc).__name__)
         return Lease.UNKNOWN
+
+
+def _record_params(
+    until: datetime, run_id: uuid.UUID, owner: str, sequence: int, step: Step, created_at: datetime
+) -> list[Any]:
+    """The parameters of ``_RECORD_SQL``, in order."""
+    kind, payload = step.kind.value, _payload_json(step.payload)
+    return [until, run_id, _RUNNING, owner, sequence, kind, step.round, step.duration_ms, payload, created_at]
+
+
+def _charged_params(
+    until: datetime, run_id: uuid.UUID, owner: str, sequence: int, step: Step, created_at: datetime, charge: Charge
+) -> dict[str, Any]:
+    """The parameters of ``_RECORD_CHARGED_SQL``, by name."""
+    names = ("until", "run", "running", "owner", "sequence", "kind", "round", "duration_ms", "payload", "created_at")
+    return {
+        **budgets.settlement_params(charge.budget_ids, run_id, charge.cost, charge.tokens),
+        **dict(zip(names, _record_params(until, run_id, owner, sequence, step, created_at), strict=True)),
+    }
+
+
+def _settle(run_id: uuid.UUID, charge: Charge) -> None:
+    """Inside a step's fence that appended the step: settle its ``charge``."""
+    charge.exhausted = budgets.settle(charge.budget_ids, run_id=run_id, cost=charge.cost, tokens=charge.tokens)
+    charge.charged = True
 
 
 _RUNNING = RunStatus.RUNNING.value
@@ -141,6 +170,16 @@ _RECORD_SQL = (
     f"(run_id, sequence, kind, round, duration_ms, payload, created_at) "
     f"SELECT id, %s, %s, %s, %s, %s::jsonb, %s FROM renewed) "
     f"SELECT watchers FROM renewed"
+)
+# The same boundary with a model call's settlement (named parameters, for the settlement's).
+_RECORD_CHARGED_SQL = (
+    f"WITH renewed AS (UPDATE {AgentRun._meta.db_table} SET lease_expires = %(until)s "
+    f"WHERE id = %(run)s AND status = %(running)s AND claimed_by = %(owner)s RETURNING id, watchers), "
+    f"appended AS (INSERT INTO {AgentRunEvent._meta.db_table} "
+    f"(run_id, sequence, kind, round, duration_ms, payload, created_at) "
+    f"SELECT id, %(sequence)s, %(kind)s, %(round)s, %(duration_ms)s, %(payload)s::jsonb, %(created_at)s "
+    f"FROM renewed), {budgets.settlement(gate='renewed')} "
+    f"SELECT watchers, ARRAY(SELECT id FROM upd WHERE exhausted ORDER BY id) FROM renewed"
 )
 
 
@@ -305,13 +344,15 @@ def _acknowledge_orphaned_cancels(now: datetime, limit: int, dry_run: bool) -> i
     return done
 
 
-def append_owned(run_id: uuid.UUID, owner: str, sequence: int, step: Step, created_at: datetime) -> Lease:
+def append_owned(
+    run_id: uuid.UUID, owner: str, sequence: int, step: Step, created_at: datetime, charge: Charge | None = None
+) -> Lease:
     """Append a step without renewing the lease, only while this segment still holds the run.
 
     The fallback of a boundary whose fused write failed: the row must be claimed by
     ``owner`` and running, or cancelled and not yet acknowledged (the step in flight of a
     cancelled run is still recorded): ``HELD``. ``NOT_HELD``: not ours any more, nothing was
-    written.
+    written. ``charge``: settled in the same transaction, only when the step is appended.
     Raises ``DatabaseError`` when the store cannot be reached, ``IntegrityError`` when the
     sequence is taken.
     """
@@ -334,9 +375,13 @@ def append_owned(run_id: uuid.UUID, owner: str, sequence: int, step: Step, creat
         RunStatus.RUNNING.value,
         RunStatus.CANCELLED.value,
     ]
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return _held(cursor.rowcount == 1)
+    with budgets.serialized() if charge is not None else contextlib.nullcontext(), transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            appended = cursor.rowcount == 1
+        if appended and charge is not None:
+            _settle(run_id, charge)
+        return _held(appended)
 
 
 def _field(model: Any, name: str) -> Any:

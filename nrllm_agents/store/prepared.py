@@ -15,7 +15,7 @@ Not for SQLite: callers keep their ORM path there. Behind a transaction-mode PgB
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
@@ -30,7 +30,9 @@ def enabled() -> bool:
     return connection.vendor == "postgresql"
 
 
-def execute(sql: str, params: Sequence[Any], *, fetch: bool = False) -> tuple[int, list[tuple[Any, ...]]]:
+def execute(
+    sql: str, params: Sequence[Any] | Mapping[str, Any], *, fetch: bool = False
+) -> tuple[int, list[tuple[Any, ...]]]:
     """Run one statement prepared on the current connection.
 
     Returns ``(rowcount, rows)``; ``rows`` is filled only with ``fetch=True``. Raises the
@@ -56,7 +58,7 @@ def execute(sql: str, params: Sequence[Any], *, fetch: bool = False) -> tuple[in
         wrappers = db.execute_wrappers
         if wrappers:
 
-            def run(sql: str, params: Sequence[Any], many: bool, context: dict[str, Any]) -> None:
+            def run(sql: str, params: Sequence[Any] | Mapping[str, Any], many: bool, context: dict[str, Any]) -> None:
                 cursor.execute(sql, params, prepare=prepare)
 
             executor = run

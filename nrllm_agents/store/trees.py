@@ -15,6 +15,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from django.db import connection, transaction
@@ -42,6 +43,8 @@ class Child:
     request_payload: dict[str, Any]
     name: str = ""  # the sub-agent call's tool name and arguments: its tool step, when refused
     arguments: Mapping[str, Any] = field(default_factory=dict)
+    # what its first model call may cost at most, ``(cost, tokens)``, asked by its admission
+    worst_case: Callable[[], tuple[Decimal, int]] | None = None
 
 
 @dataclass(frozen=True)

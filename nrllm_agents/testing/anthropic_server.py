@@ -93,6 +93,9 @@ class AnthropicServer(ChatCompletionServer):
         kind = _ERROR_TYPES.get(status, "api_error")
         return {"type": "error", "error": {"type": kind, "message": message}}
 
+    def bound(self, body: dict[str, Any]) -> Any:
+        return body.get("max_tokens")
+
     def problem(self, body: dict[str, Any]) -> str | None:
         if not isinstance(body.get("max_tokens"), int):
             return "max_tokens: Field required"
@@ -115,19 +118,17 @@ class AnthropicServer(ChatCompletionServer):
                     "input": arguments,
                 }
             )
-        usage = entry.get("usage") or {}
+        prompt, completion, cut = self.usage(entry, body)
+        stop = "tool_use" if entry.get("tool_calls") else ("max_tokens" if cut else "end_turn")
         return {
             "id": f"msg_{n}",
             "type": "message",
             "role": "assistant",
             "model": str(body.get("model") or "scripted"),
             "content": content,
-            "stop_reason": "tool_use" if entry.get("tool_calls") else "end_turn",
+            "stop_reason": stop,
             "stop_sequence": None,
-            "usage": {
-                "input_tokens": int(usage.get("prompt_tokens", 0)),
-                "output_tokens": int(usage.get("completion_tokens", 0)),
-            },
+            "usage": {"input_tokens": prompt, "output_tokens": completion},
         }
 
     def frames(self, entry: dict[str, Any], body: dict[str, Any]) -> list[tuple[bytes, str]]:

@@ -5,7 +5,10 @@ A test double shipped with the product: point ``OpenAIProvider`` (or any OpenAI 
 ``{"content": ...}``, ``{"tool_calls": [...]}``, ``{"status": 500, "error": ...}`` or
 ``{"raw": ...}``, with optional ``usage``, ``delay`` and ``chunk_delay``; ``by_turn=True`` picks the
 entry by the request's assistant turns. Streamed answers are logged in ``streams`` (and whether
-the client went away); a transcript OpenAI would refuse gets HTTP 400.
+the client went away); a transcript OpenAI would refuse gets HTTP 400. An answer's reported
+``completion_tokens`` are held to the request's bound (``max_completion_tokens`` or ``max_tokens``),
+as a real server stops there (finish reason ``length``); ``honours_max_tokens=False`` makes a server
+that reports whatever its script says.
 
 The script format in full: docs/internals.md ("The OpenAI-compatible server"). For manual demos:
 ``python -m nrllm_agents.testing.chat_server --port 8765 --script turns.json``.
@@ -118,6 +121,7 @@ class ChatCompletionServer:
     (``None`` when undecodable), including ones rejected for a bad key; ``request_headers``
     holds their headers, same order, names lower-cased. With ``api_key`` set, a request
     without ``Authorization: Bearer <api_key>`` is answered 401 and consumes no entry.
+    ``honours_max_tokens``: the usage reported stops at the request's bound (``bound``).
     """
 
     def __init__(
@@ -129,8 +133,10 @@ class ChatCompletionServer:
         host: str = "127.0.0.1",
         port: int = 0,
         verbose: bool = False,
+        honours_max_tokens: bool = True,
     ) -> None:
         self.api_key = api_key
+        self.honours_max_tokens = honours_max_tokens
         self.by_turn = by_turn
         self.verbose = verbose
         self.requests: list[Any] = []
@@ -238,6 +244,20 @@ class ChatCompletionServer:
         messages = body.get("messages") if isinstance(body, dict) else None
         return sum(1 for m in messages or () if isinstance(m, dict) and m.get("role") == "assistant")
 
+    def bound(self, body: dict[str, Any]) -> Any:
+        """The most answer tokens the request allows (``None``: no bound)."""
+        return body.get("max_completion_tokens", body.get("max_tokens"))
+
+    def usage(self, entry: dict[str, Any], body: dict[str, Any]) -> tuple[int, int, bool]:
+        """``(prompt, completion, cut)``: the entry's usage, its completion held to the request's
+        bound when the server honours it (``cut``: the answer stopped there)."""
+        usage = entry.get("usage") or {}
+        prompt, completion = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+        bound = self.bound(body)
+        if self.honours_max_tokens and isinstance(bound, int) and not isinstance(bound, bool) and completion > bound:
+            return prompt, max(bound, 0), True
+        return prompt, completion, False
+
     def answer(self, entry: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
         """The whole (non-streamed) answer body."""
         return self._completion(entry, body)
@@ -277,8 +297,9 @@ class ChatCompletionServer:
             "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
         }
         if "usage" in entry:
-            prompt = int(entry["usage"].get("prompt_tokens", 0))
-            completion_tokens = int(entry["usage"].get("completion_tokens", 0))
+            prompt, completion_tokens, cut = self.usage(entry, body)
+            if cut and not entry.get("tool_calls"):
+                completion["choices"][0]["finish_reason"] = "length"
             completion["usage"] = {
                 "prompt_tokens": prompt,
                 "completion_tokens": completion_tokens,

@@ -98,7 +98,11 @@ class GeminiServer(ChatCompletionServer):
             response["usageMetadata"] = usage
         return response
 
-    def _pieces(self, entry: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    def bound(self, body: dict[str, Any]) -> Any:
+        config = body.get("generationConfig")
+        return config.get("maxOutputTokens") if isinstance(config, dict) else None
+
+    def _pieces(self, entry: dict[str, Any], body: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, int], bool]:
         n = self._next_id()
         parts: list[dict[str, Any]] = []
         if entry.get("content"):
@@ -112,20 +116,16 @@ class GeminiServer(ChatCompletionServer):
             if i == 0:  # Gemini 3 signs a turn's first call, and wants the signature back with it
                 part["thoughtSignature"] = base64.b64encode(f"signed {call_id}".encode()).decode()
             parts.append(part)
-        usage = entry.get("usage") or {}
-        prompt, completion = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
-        return parts, {
-            "promptTokenCount": prompt,
-            "candidatesTokenCount": completion,
-            "totalTokenCount": prompt + completion,
-        }
+        prompt, completion, cut = self.usage(entry, body)
+        usage = {"promptTokenCount": prompt, "candidatesTokenCount": completion, "totalTokenCount": prompt + completion}
+        return parts, usage, cut and not entry.get("tool_calls")  # cut: the finish reason says so
 
     def answer(self, entry: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
-        parts, usage = self._pieces(entry)
-        return self._response(parts, "STOP", usage)
+        parts, usage, cut = self._pieces(entry, body)
+        return self._response(parts, "MAX_TOKENS" if cut else "STOP", usage)
 
     def frames(self, entry: dict[str, Any], body: dict[str, Any]) -> list[tuple[bytes, str]]:
-        parts, usage = self._pieces(entry)
+        parts, usage, cut = self._pieces(entry, body)
 
         def event(response: dict[str, Any], text: str = "") -> tuple[bytes, str]:
             return f"data: {json.dumps(response)}\r\n\r\n".encode(), text
@@ -141,7 +141,7 @@ class GeminiServer(ChatCompletionServer):
             else:
                 out.append(event(self._response([part], None, None)))
         # The last event: the finish reason and the usage (with an empty text part, as Gemini sends).
-        return [*out, event(self._response([{"text": ""}], "STOP", usage))]
+        return [*out, event(self._response([{"text": ""}], "MAX_TOKENS" if cut else "STOP", usage))]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -150,6 +150,8 @@ class GeminiProvider:
     timeout: seconds per request. The SDK never retries; retrying is the runtime's decision.
     stream: stream the answer (the default); a cancel then keeps what had arrived.
     connection: the connection's name, when it is built from one: its failures name it, never its URL.
+    max_tokens: the most answer tokens a call may produce (``generation_config.max_output_tokens``,
+        what a call reserves against the shared budgets); ``None`` sends no bound.
     """
 
     name = "gemini"
@@ -163,6 +165,7 @@ class GeminiProvider:
         timeout: float = 60.0,
         stream: bool = True,
         connection: str | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         if not model or not isinstance(model, str) or not model.strip():
             raise ConfigurationError("the gemini provider needs a model name")
@@ -172,6 +175,7 @@ class GeminiProvider:
         self.timeout = timeout
         self.stream = stream
         self.connection = connection  # the connection's name: failures name it, never its URL
+        self.max_tokens = max_tokens
         self._signatures: dict[str, bytes] = {}
         self._http = AbortableHttp(httpx2.Client, timeout=timeout)
         options = types.HttpOptions(base_url=self.base_url, timeout=int(timeout * 1000), httpx_client=self._http.client)
@@ -199,6 +203,7 @@ class GeminiProvider:
             system_instruction=system,
             tools=to_gemini_tools(tools) or None,
             automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+            max_output_tokens=self.max_tokens,
         )
         kwargs: dict[str, Any] = {"model": self.model, "contents": contents, "config": config}
         received = _Received(messages, self._signatures)

@@ -16,6 +16,7 @@ import json
 import os
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import openai
 
@@ -26,6 +27,11 @@ from .abortable import AbortableHttp
 from .failures import bounded_tokens, guarded_call, sdk_failure
 from .wire import PLACEHOLDER_API_KEY, estimate_usage, parse_arguments
 from .wire import field as _get
+
+# The field that bounds an answer's tokens. OpenAI's own API deprecated ``max_tokens`` (its
+# reasoning models refuse it) for ``max_completion_tokens``; the servers that speak its wire
+# (vLLM, Ollama, llama.cpp, LM Studio...) all take ``max_tokens``, and some ignore the other.
+BOUND_FIELDS = ("max_tokens", "max_completion_tokens")
 
 __all__ = ["OpenAIProvider", "parse_arguments", "parse_completion", "to_wire_messages", "translate_error"]
 
@@ -99,6 +105,24 @@ def parse_completion(completion: Any) -> ModelResponse:
     )
 
 
+def _is_openai(base_url: str | None) -> bool:
+    """Whether ``base_url`` is OpenAI's own API (the SDK's default when unset), Azure's included."""
+    if not base_url:
+        return True
+    host = (urlsplit(base_url).hostname or "").lower()
+    return host == "api.openai.com" or host.endswith((".openai.com", ".openai.azure.com"))
+
+
+def _refuses_field(description: str, sent: str, other: str) -> bool:
+    """Whether a 400 says the server does not take the field ``sent`` (OpenAI: "Unsupported
+    parameter: 'max_tokens' ... Use 'max_completion_tokens' instead"; others: "Unrecognized
+    request argument supplied: max_completion_tokens", "Extra inputs are not permitted")."""
+    text = description.lower()
+    if sent not in text:
+        return False
+    return other in text or any(word in text for word in ("unsupported", "not supported", "unrecognized", "extra"))
+
+
 def _model(value: Any) -> str | None:
     """The answering model's name as the server gave it, when it gave a string."""
     return value if isinstance(value, str) and value else None
@@ -147,6 +171,10 @@ class OpenAIProvider:
     timeout: seconds per request. The SDK never retries; retrying is the runtime's decision.
     stream: stream the answer (the default); a cancel then keeps what had arrived.
     connection: the connection's name, when it is built from one: its failures name it, never its URL.
+    max_tokens: the most answer tokens a call may produce, sent with every request (what a call
+        reserves against the shared budgets); ``None`` sends no bound. ``max_completion_tokens``
+        to OpenAI's own API, ``max_tokens`` to any other server; a server that refuses the one
+        sent (HTTP 400 naming it) gets the other from then on.
     """
 
     name = "openai"
@@ -160,6 +188,7 @@ class OpenAIProvider:
         timeout: float = 60.0,
         stream: bool = True,
         connection: str | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         if not model or not isinstance(model, str) or not model.strip():
             raise ConfigurationError("the openai provider needs a model name")
@@ -170,6 +199,8 @@ class OpenAIProvider:
         self.stream = stream
         self.connection = connection  # the connection's name: failures name it, never its URL
         self._stream_usage = True  # dropped once for a server that refuses stream_options
+        self.max_tokens = max_tokens
+        self.bound_field = BOUND_FIELDS[1] if _is_openai(self.base_url) else BOUND_FIELDS[0]
         self._http = AbortableHttp(openai.DefaultHttpxClient, timeout=timeout)
         self._client = openai.OpenAI(
             base_url=self.base_url, api_key=self._api_key, timeout=timeout, max_retries=0, http_client=self._http.client
@@ -195,7 +226,7 @@ class OpenAIProvider:
         def call() -> ModelResponse:
             if self.stream:
                 return self._streamed(kwargs, received, context)
-            return parse_completion(self._client.chat.completions.create(**kwargs))
+            return parse_completion(self._create(kwargs))
 
         return guarded_call(
             call,
@@ -207,17 +238,31 @@ class OpenAIProvider:
             secret=self._api_key,
         )
 
+    def _create(self, kwargs: dict[str, Any], **streaming: Any) -> Any:
+        """``chat.completions.create`` with the answer's bound; a server that refuses the bound's
+        field (a 400 naming it) is asked again, once, with the other field, kept from then on."""
+        completions: Any = self._client.chat.completions  # kwargs built at run time: no overload applies
+        if self.max_tokens is None:
+            return completions.create(**kwargs, **streaming)
+        try:
+            return completions.create(**kwargs, **streaming, **{self.bound_field: self.max_tokens})
+        except openai.BadRequestError as exc:
+            other = BOUND_FIELDS[1 - BOUND_FIELDS.index(self.bound_field)]
+            if not _refuses_field(_description(exc), self.bound_field, other):
+                raise
+            self.bound_field = other
+            return completions.create(**kwargs, **streaming, **{self.bound_field: self.max_tokens})
+
     def _streamed(self, kwargs: dict[str, Any], received: _Received, context: CallContext) -> ModelResponse:
         try:
-            completions: Any = self._client.chat.completions  # kwargs built at run time: no overload applies
-            chunks = completions.create(
-                **kwargs, stream=True, **({"stream_options": {"include_usage": True}} if self._stream_usage else {})
+            chunks = self._create(
+                kwargs, stream=True, **({"stream_options": {"include_usage": True}} if self._stream_usage else {})
             )
         except openai.BadRequestError as exc:
             if not self._stream_usage or "stream_options" not in _description(exc):
                 raise
             self._stream_usage = False  # this server does not take it: count usage ourselves
-            chunks = completions.create(**kwargs, stream=True)
+            chunks = self._create(kwargs, stream=True)
         try:
             for chunk in chunks:
                 received.add(chunk, context)

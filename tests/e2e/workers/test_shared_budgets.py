@@ -28,7 +28,10 @@ from tests.e2e.workers.test_liveness import (  # noqa: F401 (fixtures)
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_a_sigkilled_worker_s_reservation_is_released_by_the_reaper(runtime, queue, start_workers, worker_env):
+def test_a_sigkilled_worker_s_reservation_is_released_by_the_reaper(
+    runtime, queue, start_workers, worker_env, settings
+):
+    settings.NRLLM_AGENTS = {**settings.NRLLM_AGENTS, "BUDGET_MAX_TOKENS": 500}  # as the workers: admission
     pricing.set_price(
         model="scripted-demo", provider="scripted", input_per_million=Decimal(1000), output_per_million=Decimal(1000)
     )
@@ -53,10 +56,11 @@ CALC = {"name": "calculator", "arguments": {"expression": "1+1"}}
 @pytest.mark.postgres_only
 @pytest.mark.processes
 def test_runs_racing_for_one_budget_on_two_agent_workers_spend_at_most_it_and_one_reservation(
-    runtime, queue, worker_env, alice, tmp_path
+    runtime, queue, worker_env, alice, tmp_path, settings
 ):
     """40 runs of one user, released at one commit to two agent_workers with a slot for each:
     calls of 0.01-0.05 (0.05 reserved) against 0.50, which stops most of them."""
+    settings.NRLLM_AGENTS = {**settings.NRLLM_AGENTS, "BUDGET_MAX_TOKENS": 50}  # as the workers: admission
     pricing.set_price(
         model="scripted-demo", provider="scripted", input_per_million=Decimal(0), output_per_million=Decimal(1000)
     )

@@ -8,6 +8,7 @@ import pytest
 from django.contrib.auth.models import Group, Permission
 
 from nrllm_agents.models import AgentRun, Budget
+from nrllm_agents.money import pricing
 
 from .conftest import token_client
 
@@ -103,3 +104,23 @@ def test_budgets_ask_for_the_budget_permissions_as_connections_do(make_user, ali
     assert token_client(clerk).post("/api/budgets/", everyone, format="json").status_code == 201
     assert token_client(clerk).post("/api/budgets/", change, format="json").status_code == 403  # a change
     assert Budget.objects.get(user=alice).max_runs == 5
+
+
+def test_a_run_whose_first_call_does_not_fit_what_is_left_is_a_429_naming_the_budget(api, alice, settings):
+    """Issue 44: the worst case of the first call (prompt and 1,000 tokens at 50 per million,
+    about 0.05) against 0.02 left of 0.10: refused as an exhausted budget is, nothing counted."""
+    settings.NRLLM_AGENTS = {**getattr(settings, "NRLLM_AGENTS", {}), "BUDGET_MAX_TOKENS": 1000}
+    pricing.set_price(
+        model="scripted-demo", provider="scripted", input_per_million=Decimal(50), output_per_million=Decimal(50)
+    )
+    budget = Budget.objects.create(
+        scope="user", user=alice, window="day", max_cost=Decimal("0.10"), spent_cost=Decimal("0.08")
+    )
+    refused = api.post("/api/runs/", {"prompt": "p"}, format="json")
+    assert refused.status_code == 429
+    body = refused.json()
+    assert "budget of user alice per day is exhausted: 0.02 USD left of 0.1" in body["detail"]
+    assert body["budget"] == {**body["budget"], "budget": budget.pk, "ceiling": "cost"}
+    assert not AgentRun.objects.exists() and Budget.objects.get().runs == 0
+    Budget.objects.update(spent_cost=Decimal("0.04"))  # 0.06 left: room for the worst case
+    assert api.post("/api/runs/", {"prompt": "p"}, format="json").status_code in (201, 202)

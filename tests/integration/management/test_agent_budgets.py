@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth.models import Group
 
 from nrllm_agents.models import AgentRun, Budget
+from nrllm_agents.money import pricing
 from nrllm_agents.web.display import absolute
 
 from .test_commands import run
@@ -61,4 +62,17 @@ def test_agent_run_refused_by_a_budget_exits_2_with_the_same_words(alice):
     Budget.objects.create(scope="user", user=alice, window="day", max_cost=Decimal("1"), spent_cost=Decimal("1"))
     ran = run("agent_run", "hello", "--owner", "alice")
     assert ran.code == 2 and "budget of user alice per day is exhausted: 0 USD left of 1" in ran.err
+    assert not AgentRun.objects.exists()
+
+
+def test_agent_run_refused_when_what_is_left_cannot_pay_for_its_first_call(alice, settings):
+    """Issue 44: 0.02 left of 0.10, a first call's worst case above that (1,000 tokens at 50 per
+    million): exit 2 with the words of an exhausted budget, and no run."""
+    settings.NRLLM_AGENTS = {**getattr(settings, "NRLLM_AGENTS", {}), "BUDGET_MAX_TOKENS": 1000}
+    pricing.set_price(
+        model="scripted-demo", provider="scripted", input_per_million=Decimal(50), output_per_million=Decimal(50)
+    )
+    Budget.objects.create(scope="user", user=alice, window="day", max_cost=Decimal("0.10"), spent_cost=Decimal("0.08"))
+    ran = run("agent_run", "hello", "--owner", "alice")
+    assert ran.code == 2 and "budget of user alice per day is exhausted: 0.02 USD left of 0.1" in ran.err
     assert not AgentRun.objects.exists()

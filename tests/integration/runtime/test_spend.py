@@ -14,7 +14,7 @@ from django.db import connections
 from django.utils import timezone
 
 from nrllm_agents.admission.budgets import BudgetRefused
-from nrllm_agents.models import AgentRunEvent, Budget, BudgetHold
+from nrllm_agents.models import AgentRun, AgentRunEvent, Budget, BudgetHold
 from nrllm_agents.money import pricing
 from nrllm_agents.runtime.agent_runtime import Outcome
 
@@ -124,3 +124,39 @@ def test_the_reaper_makes_a_budget_whole_again(runtime, alice, priced):
     assert report.holds_released == 1
     budget.refresh_from_db()
     assert budget.reserved_cost == 0 and budget.spent_cost == 0
+
+
+def test_a_segment_whose_lease_was_taken_before_its_step_charges_nothing_and_records_nothing(runtime, alice, priced):
+    """Issue 44: the call's spend and its step are one fence. Here the lease goes to another
+    segment while the call's step is on its way to the store (the step observer runs first)."""
+    budget = Budget.objects.create(scope="everyone", window="total", max_cost=Decimal("5"))
+
+    def take_the_lease(step: dict) -> None:
+        if step["kind"] == "llm":
+            AgentRun.objects.filter(pk=step["run_id"]).update(claimed_by="worker:elsewhere:1:0001")
+
+    result = runtime.run({"prompt": "p", "script": [turn(50, content="x")]}, owner=alice, on_step=take_the_lease)
+    assert result.outcome == Outcome.LEASE_LOST
+    assert [e.kind for e in runtime.events(result.run_id)] == ["request"]  # no step recorded
+    budget.refresh_from_db()
+    assert (budget.spent_cost, budget.spent_tokens) == (0, 0)  # and nothing charged
+    assert budget.reserved_cost == 0 and not BudgetHold.objects.exists()  # its reservation given back
+
+
+def test_a_run_is_refused_at_admission_when_what_is_left_cannot_pay_for_its_first_call(runtime, alice, priced):
+    """Issue 44: 0.02 left, a first call's worst case about 0.1 (its prompt and 100 tokens at a
+    thousandth each): refused, nothing counted, naming the budget as an exhausted one does."""
+    budget = Budget.objects.create(
+        scope="user", user=alice, window="day", max_cost=Decimal("0.10"), spent_cost=Decimal("0.08")
+    )
+    with pytest.raises(BudgetRefused) as caught:
+        runtime.enqueue({"prompt": "p", "script": [turn(1, content="x")]}, owner=alice)
+    assert "budget of user alice per day is exhausted: 0.02 USD left of 0.1" in str(caught.value)
+    assert caught.value.subject()["budget"]["ceiling"] == "cost"
+    budget.refresh_from_db()
+    assert budget.runs == 0 and not AgentRun.objects.exists()
+    budget.max_cost = Decimal("0.20")  # room for one call's worst case: admitted
+    budget.save()
+    runtime.enqueue({"prompt": "p", "script": [turn(1, content="x")]}, owner=alice)
+    budget.refresh_from_db()
+    assert budget.runs == 1 and budget.reserved_cost == 0

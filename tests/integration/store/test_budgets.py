@@ -1,5 +1,6 @@
-"""The shared budgets' statements: all-or-nothing reservations, settlements, windows on calendar
-boundaries in TIME_ZONE, and the reaper's release (PostgreSQL and SQLite)."""
+"""The shared budgets' statements: all-or-nothing reservations, settlements (alone, and in a step's
+fence), windows on calendar boundaries in TIME_ZONE, and the reaper's release (PostgreSQL and
+SQLite)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.contrib.auth.models import Group
 from django.db import connection, connections
+from django.utils import timezone
 
 from nrllm_agents import store
-from nrllm_agents.models import AgentRun, Budget, BudgetHold, RunStatus
+from nrllm_agents.domain import Step, StepKind
+from nrllm_agents.models import AgentRun, AgentRunEvent, Budget, BudgetHold, RunStatus
 from nrllm_agents.store import budgets
 from tests.conftest import race_rounds
+from tests.integration.runs import failing
 
 pytestmark = pytest.mark.django_db
 
@@ -193,3 +197,68 @@ def test_no_budget_means_no_statement(alice, django_assert_num_queries):
         assert budgets.reserve([], run_id=uuid.uuid4(), owner="w", cost=Decimal(1)) is None
         assert budgets.settle([], run_id=uuid.uuid4(), cost=Decimal(1)) == []
     assert RunStatus.RUNNING  # (the module's statuses import cleanly)
+
+
+# --- a model call's spend charged in its step's fence (issue 44, item 14) --------------------
+def llm_step() -> Step:
+    return Step(StepKind.LLM, 0, {"usage": {"prompt_tokens": 10, "completion_tokens": 20}})
+
+
+def test_a_step_s_fence_charges_its_spend_with_it_and_only_with_it(store_path, alice):
+    b = everyone(max_cost=Decimal("1"), max_tokens=1000)
+    run = a_run(alice, claimed_by="w:1")
+    assert budgets.reserve([b.pk], run_id=run.pk, owner="w:1", cost=Decimal("0.4"), tokens=400) is None
+    # another segment's boundary: nothing is appended, nothing charged, the hold stays
+    theirs = budgets.Charge([b.pk], Decimal("0.3"), 30)
+    assert store.record_step(run.pk, "w:2", 0, llm_step(), timezone.now(), theirs) is store.Lease.NOT_HELD
+    assert store.append_owned(run.pk, "w:2", 0, llm_step(), timezone.now(), theirs) is store.Lease.NOT_HELD
+    assert not theirs.charged and not AgentRunEvent.objects.filter(run_id=run.pk).exists()
+    assert counters(b) == (0, 0, 0, Decimal("0.4"), 400) and BudgetHold.objects.count() == 1
+    # the owner's: appended and charged in one commit; the spend exhausts the token ceiling
+    ours = budgets.Charge([b.pk], Decimal("0.3"), 1000)
+    assert store.record_step(run.pk, "w:1", 0, llm_step(), timezone.now(), ours) is store.Lease.HELD
+    assert (ours.charged, ours.exhausted) == (True, [b.pk])
+    assert counters(b) == (Decimal("0.3"), 1000, 0, 0, 0) and not BudgetHold.objects.exists()
+    assert AgentRunEvent.objects.filter(run_id=run.pk, kind="llm").count() == 1
+
+
+def test_the_step_in_flight_of_a_run_cancelled_while_ours_is_charged_with_it(store_path, alice):
+    b = everyone(max_cost=Decimal("1"))
+    run = a_run(alice, claimed_by="w:1")
+    assert budgets.reserve([b.pk], run_id=run.pk, owner="w:1", cost=Decimal("0.4")) is None
+    store.cancel(run.pk, source="api")
+    charge = budgets.Charge([b.pk], Decimal("0.1"), 5)
+    assert store.record_step(run.pk, "w:1", 0, llm_step(), timezone.now(), charge) is store.Lease.NOT_HELD
+    assert not charge.charged and counters(b)[0] == 0
+    assert store.append_owned(run.pk, "w:1", 0, llm_step(), timezone.now(), charge) is store.Lease.HELD
+    assert charge.charged and counters(b) == (Decimal("0.1"), 5, 0, 0, 0)
+
+
+def test_a_step_s_fence_that_fails_charges_nothing(store_path, alice):
+    b = everyone(max_cost=Decimal("1"))
+    run = a_run(alice, claimed_by="w:1")
+    charge = budgets.Charge([b.pk], Decimal("0.1"), 5)
+    with failing("WITH", "UPDATE", "INSERT"):
+        assert store.record_step(run.pk, "w:1", 0, llm_step(), timezone.now(), charge) is store.Lease.UNKNOWN
+    assert not charge.charged and counters(b)[0] == 0 and not AgentRunEvent.objects.filter(run_id=run.pk).exists()
+
+
+def test_a_segment_gives_back_only_its_own_reservation(alice):
+    b = everyone(max_cost=Decimal("1"))
+    run = a_run(alice, claimed_by="w:new")
+    assert budgets.reserve([b.pk], run_id=run.pk, owner="w:old", cost=Decimal("0.2")) is None
+    assert budgets.reserve([b.pk], run_id=run.pk, owner="w:new", cost=Decimal("0.3")) is None
+    assert budgets.release(run.pk, "w:old") == 1
+    assert counters(b) == (0, 0, 0, Decimal("0.3"), 0)
+    assert list(BudgetHold.objects.values_list("owner", flat=True)) == ["w:new"]
+
+
+@pytest.mark.parametrize("sql", [pytest.param(True, marks=pytest.mark.postgres_only), False])
+def test_admission_needs_room_for_what_must_fit_and_reserves_none_of_it(sql, alice):
+    b = everyone(max_cost=Decimal("0.10"), max_tokens=1000)
+    refused = budgets.reserve([b.pk], runs=1, fit_cost=Decimal("0.11"), sql=sql)
+    assert refused is not None and refused.ceiling == "cost" and refused.left == Decimal("0.10")
+    refused = budgets.reserve([b.pk], runs=1, fit_tokens=1001, sql=sql)
+    assert refused is not None and refused.ceiling == "tokens"
+    assert budgets.reserve([b.pk], runs=1, fit_cost=Decimal("0.10"), fit_tokens=1000, sql=sql) is None
+    assert counters(b) == (0, 0, 1, 0, 0)  # counted one run, reserved nothing
