@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -149,7 +149,7 @@ def spawn(
             why = (
                 f"its tree holds {size} runs, at most {max_runs} (TREE_MAX_RUNS)"
                 if 0 < max_runs <= size
-                else (admit(Child(child.call_id, fields, child.request_payload)) if admit is not None else None)
+                else (admit(replace(child, fields=fields)) if admit is not None else None)
             )
             if why is not None:
                 refused[child.call_id] = why = f"the sub-agent run was not started: {why}"
