@@ -8,7 +8,8 @@ history (the newest runs stay the same, so each page shows the same rows), ``VAC
 times them again. Prints each surface's median at both sizes and the ratio, the step table's
 bytes per step, and the load average. Each surface is timed through the user's path: the
 Django test client for the admin, the API, the playground, the Agent Protocol and
-``/metrics``; ``call_command`` for the commands; the store and ``AgentRuntime`` for the step
+``/metrics`` (``agent_metrics`` serves the same collectors, forever); ``call_command`` for the
+commands; the store and ``AgentRuntime`` for the step
 boundary and the cancel.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres .venv/bin/python bench/volume.py --runs 1000000
@@ -26,7 +27,6 @@ import io
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -143,7 +143,6 @@ SURFACES: list[tuple[str, Callable[[Bench], None]]] = [
     ("POST /lg/threads/search", lg_thread_search),
     ("GET /metrics", api("/metrics")),
     ("agent_budgets list", command("agent_budgets", "list")),
-    ("agent_metrics", command("agent_metrics")),
     ("agent_reap --dry-run", command("agent_reap", "--dry-run")),
 ]
 
@@ -198,7 +197,10 @@ def hot_path(samples: int) -> dict[str, float]:
 
 
 def measure_all(bench: Bench, repeat: int, samples: int) -> dict[str, float]:
-    out = {name: timed(lambda m=measure: m(bench), repeat) for name, measure in SURFACES}  # type: ignore[misc]
+    out = {}
+    for name, measure in SURFACES:
+        out[name] = timed(lambda m=measure: m(bench), repeat)  # type: ignore[misc]
+        print(f"  {name}: {out[name]:.1f} ms", flush=True)
     out.update(hot_path(samples))
     return out
 
@@ -232,7 +234,6 @@ def main() -> None:
     if args.runs <= SMALL:
         sys.exit(f"--runs must be more than {SMALL}")
     production_settings()
-    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="volume-metrics-"))  # agent_metrics's
     with throwaway_database(args.database):
         run(args)
 
