@@ -239,6 +239,17 @@ class AgentRun(models.Model):
                 condition=models.Q(purged_at__isnull=True, finished_at__isnull=False),
             ),
             models.Index(fields=["finished_at"], name="agentrun_finished"),
+            # The lists' orderings at any size (issue 45): newest first with the id as tiebreak, the
+            # admin's and the API's (keyset) order, alone and under the filters an index can lead.
+            # None names a column a step boundary writes, so renewals stay HOT updates.
+            models.Index(fields=["-created_at", "-id"], name="agentrun_created"),
+            models.Index(fields=["provider", "-created_at"], name="agentrun_provider_created"),
+            models.Index(fields=["termination_reason", "-created_at"], name="agentrun_reason_created"),
+            models.Index(
+                fields=["cancel_source", "-created_at"],
+                name="agentrun_cancel_source_created",
+                condition=~models.Q(cancel_source=""),
+            ),
         ]
         constraints = [
             models.UniqueConstraint(fields=["thread", "thread_position"], name="agentrun_thread_position"),

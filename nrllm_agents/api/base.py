@@ -9,15 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Prefetch, Q, QuerySet
 from drf_spectacular.openapi import AutoSchema
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
-from rest_framework.exceptions import Throttled, ValidationError
-from rest_framework.pagination import PageNumberPagination
+from rest_framework.exceptions import NotFound, Throttled, ValidationError
+from rest_framework.pagination import BasePagination
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
+from rest_framework.response import Response
 from rest_framework.schemas.inspectors import ViewInspector
 from rest_framework.throttling import BaseThrottle
+from rest_framework.utils.urls import remove_query_param, replace_query_param
 from rest_framework.views import APIView
 
 from .. import admission
@@ -26,6 +28,7 @@ from ..http import answers
 from ..models import AgentRun
 from ..runtime.agent_runtime import AgentRuntime, parse_run_id
 from ..validation.run_request import UNSTORABLE, unstorable
+from . import keyset
 from . import responses as r
 from .errors import exception_handler
 from .fields import positive_int
@@ -135,26 +138,98 @@ class RunAPIView(APIView):
         )
 
 
-class RunPagination(PageNumberPagination):
-    """Page numbers; a malformed ``page`` or ``page_size`` is a 400, not silently the default."""
+class RunPagination(BasePagination):
+    """Keyset pages of a list ordered newest first (``-<time>``, then ``-pk``).
+
+    ``next`` and ``previous`` are ``?cursor=`` links: each page reads ``page_size`` rows from
+    where the last one stopped, through the ordering's index, at any depth and any table size,
+    and a run created meanwhile does not shift the pages. ``?page=N`` (the links of the
+    numbered pages this API gave before) still answers, by offset; past the end it is a 404. No
+    page counts the whole list: the body has ``next``, ``previous`` and ``results``.
+    A malformed ``page``, ``page_size`` or ``cursor`` is a 400, not silently the default.
+    """
 
     page_size = 50  # not the host's PAGE_SIZE, which is None (no paging) unless it sets one
+    page_query_param = "page"
     page_size_query_param = "page_size"
+    cursor_query_param = "cursor"
     max_page_size = 200
     max_page = 10**9
-    last_page_strings = ()
 
-    def get_page_number(self, request: Request, paginator: Any) -> int:
+    def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> list[Any]:  # a QuerySet
+        self.request = request
+        size = self.get_page_size(request)
+        field = str(queryset.query.order_by[0]).lstrip("-")  # the view orders by ("-<time>", "-pk")
+        raw = request.query_params.get(self.cursor_query_param)
+        if raw is not None:
+            value, pk, backwards = keyset.decode(raw, name=self.cursor_query_param)
+            if backwards:  # the page before: ascending from the position, then turned around
+                after = Q(**{f"{field}__gte": value}) & (Q(**{f"{field}__gt": value}) | Q(pk__gt=pk))
+                rows = list(queryset.filter(after).reverse()[: size + 1])
+                self.has_previous, self.has_next = len(rows) > size, True
+                rows = rows[:size][::-1]
+            else:  # ``field <= value`` alone is what the index range scan reads from
+                before = Q(**{f"{field}__lte": value}) & (Q(**{f"{field}__lt": value}) | Q(pk__lt=pk))
+                rows = list(queryset.filter(before)[: size + 1])
+                self.has_previous, self.has_next = True, len(rows) > size
+                rows = rows[:size]
+        else:
+            page = self.get_page_number(request)
+            rows = list(queryset[(page - 1) * size : page * size + 1])
+            if not rows and page > 1:
+                raise NotFound("Invalid page.")
+            self.has_previous, self.has_next = page > 1, len(rows) > size
+            rows = rows[:size]
+        self.field, self.rows = field, rows
+        return rows
+
+    def get_page_number(self, request: Request) -> int:
         raw = request.query_params.get(self.page_query_param)
         return positive_int(raw, name=self.page_query_param, maximum=self.max_page) or 1
 
-    def get_page_size(self, request: Request) -> int | None:
+    def get_page_size(self, request: Request) -> int:
         raw = request.query_params.get(self.page_size_query_param)
         return positive_int(raw, name=self.page_size_query_param, maximum=self.max_page_size) or self.page_size
 
+    def _link(self, row: Any, backwards: bool) -> str:
+        url = remove_query_param(self.request.build_absolute_uri(), self.page_query_param)
+        cursor = keyset.encode(getattr(row, self.field), row.pk, backwards=backwards)
+        return replace_query_param(url, self.cursor_query_param, cursor)
+
+    def get_paginated_response(self, data: Any) -> Response:
+        rows = self.rows
+        return Response(
+            {
+                "next": self._link(rows[-1], backwards=False) if rows and self.has_next else None,
+                "previous": self._link(rows[0], backwards=True) if rows and self.has_previous else None,
+                "results": data,
+            }
+        )
+
+    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        link = {"type": "string", "nullable": True, "format": "uri"}
+        return {
+            "type": "object",
+            "required": ["results"],
+            "properties": {"next": link, "previous": link, "results": schema},
+        }
+
     def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
-        parameters = super().get_schema_operation_parameters(view)
-        bounds = {self.page_query_param: self.max_page, self.page_size_query_param: self.max_page_size}
-        for parameter in parameters:
-            parameter["schema"].update(minimum=1, maximum=bounds[parameter["name"]])
-        return parameters
+        def parameter(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+            return {"name": name, "required": False, "in": "query", "description": description, "schema": schema}
+
+        return [
+            parameter(
+                self.cursor_query_param, "The position of a page: from a `next` or `previous` link.", {"type": "string"}
+            ),
+            parameter(
+                self.page_query_param,
+                "A page number (by offset; the cursor links are faster deep in a long list).",
+                {"type": "integer", "minimum": 1, "maximum": self.max_page},
+            ),
+            parameter(
+                self.page_size_query_param,
+                "Number of results to return per page.",
+                {"type": "integer", "minimum": 1, "maximum": self.max_page_size},
+            ),
+        ]
