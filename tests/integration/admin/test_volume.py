@@ -55,10 +55,16 @@ def test_the_admin_list_its_search_and_filters_answer_quickly_at_a_million_runs(
         {"status__exact": "completed", "provider": "openai", "q": "order #99"},
         {"p": "50"},
     ):
-        started = time.perf_counter()
-        response = client.get(CHANGELIST, params)
-        elapsed = time.perf_counter() - started
-        assert response.status_code == 200, params
+        # The best of up to three answers: a CI runner's other slots can stall one request for a
+        # second; a list that scans the table is slow every time (5-10 s before issue 45).
+        elapsed = BOUND
+        for _ in range(3):
+            started = time.perf_counter()
+            response = client.get(CHANGELIST, params)
+            elapsed = min(elapsed, time.perf_counter() - started)
+            assert response.status_code == 200, params
+            if elapsed < BOUND:
+                break
         if elapsed >= BOUND:
             slow[str(params)] = round(elapsed, 2)
         shown = response.context["cl"].result_list
