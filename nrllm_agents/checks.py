@@ -588,17 +588,22 @@ def check_stream_capacity(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     ]
 
 
+# Every check of this app also carries this tag: `check --tag nrllm_agents`, and a command that
+# serves no URL can ask for this app's checks without the web's (``management/console``).
+TAG = "nrllm_agents"
+
+
 def register_all() -> None:
     """Register these checks with Django's registry; the app's ``ready()`` calls it (once is enough:
     the registry keeps a set)."""
-    register(check_settings, Tags.compatibility)
+    register(check_settings, Tags.compatibility, TAG)
     # Not tagged "database": Django runs those only with `check --database`, and a deploy check
     # that needs `--database` to speak would stay as silent as before.
-    register(check_deploy_database, "deploy", deploy=True)
-    register(check_mcp_servers, Tags.compatibility)
-    register(check_connection_keys, Tags.security)
-    register(check_tracing, Tags.compatibility)
-    register(check_extras, Tags.compatibility)
-    register(check_host, Tags.compatibility)
-    register(check_tool_names, Tags.compatibility)
-    register(check_stream_capacity, Tags.compatibility)
+    register(check_deploy_database, "deploy", TAG, deploy=True)
+    register(check_mcp_servers, Tags.compatibility, TAG)
+    register(check_connection_keys, Tags.security, TAG)
+    register(check_tracing, Tags.compatibility, TAG)
+    register(check_extras, Tags.compatibility, TAG)
+    register(check_host, Tags.compatibility, TAG)
+    register(check_tool_names, Tags.compatibility, TAG)
+    register(check_stream_capacity, Tags.compatibility, TAG)

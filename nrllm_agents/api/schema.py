@@ -107,7 +107,7 @@ STREAM_DESCRIPTION = (
     '`{"run_id", "round", "text", "offset"}`; once the run is done (or waits for approval) a final '
     "`done` / `cancelled` / `awaiting_approval` / `failed` event carries the run's status and the "
     "stream closes. A reconnect resumes after `Last-Event-ID` (or `?after=`): no step twice, none "
-    "skipped. `: keepalive` comments keep an idle connection open. Served by `web/stream.py`, a plain "
+    "skipped. `: keepalive` comments keep an idle connection open. Served by `api/stream.py`, a plain "
     "Django view, so it is added to this document by a hook."
 )
 

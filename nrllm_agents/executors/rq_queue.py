@@ -20,7 +20,7 @@ from .base import CLAIM_RETRY_DELAYS, QueueUnavailable
 
 # The job's name on the queue. It is the old path of ``workers.jobs.execute_run`` and stays so:
 # jobs already queued name it, and during a rolling deploy workers of the previous release run
-# the jobs this one enqueues (``nrllm_agents.MOVED`` answers it with the module at its new path).
+# the jobs this one enqueues (``nrllm_agents/jobs.py`` re-exports the job from its new module).
 JOB_FUNCTION = "nrllm_agents.jobs.execute_run"
 
 # What Redis raises while it is away (down, restarting, loading its data, a failover in

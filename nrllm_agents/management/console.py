@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.core import checks
 from django.core.management.base import CommandError
 from django.utils import timezone
 
+from .. import checks as app_checks
 from ..domain import jsonlimits
 from ..models import AgentRun, RunStatus
 from ..runtime.agent_runtime import InvalidRunId, parse_run_id
@@ -121,6 +123,19 @@ def request_options(options: dict[str, Any]) -> dict[str, Any]:
 def exit_code(status: str) -> int:
     """The exit code for a run's status: 0 completed, 3 cancelled, 4 waiting, 1 otherwise."""
     return _EXIT_BY_STATUS.get(status, EXIT_FAILED)
+
+
+def checks_without_web() -> list[str]:
+    """The system-check tags for a command that serves no web request: this app's, and Django's
+    but ``urls``, ``templates``, ``admin``, ``compatibility`` and ``database`` (left out by
+    default, as Django does).
+
+    Each web check imports what a short command does not use, and most of its start (issue 46):
+    the URLconf check imports the REST API and its schema views, the template and admin checks
+    every template-tag library (DRF's imports its renderers), and DRF's one ``compatibility`` check its
+    paginator; all three bring in the REST serializers."""
+    web = {checks.Tags.urls, checks.Tags.templates, checks.Tags.admin, checks.Tags.compatibility, checks.Tags.database}
+    return sorted(checks.registry.registry.tags_available() - web | {app_checks.TAG})
 
 
 def usage_error(message: str) -> CommandError:

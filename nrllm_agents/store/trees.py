@@ -246,7 +246,7 @@ def cancel_tree(
     termination_reason: str = TerminationReason.CANCELLED,
     detail: dict[str, Any] | None = None,
 ) -> TreeCancel:
-    """Cancel a run (``runs.cancel``, the same fence) and every active run below it, in one
+    """Cancel a run (``cancels.cancel``, the same fence) and every active run below it, in one
     transaction under the tree's lock; a repeated cancel changes nothing.
 
     Each descendant is cancelled by the same who, from where and why, and its ``cancel_detail``

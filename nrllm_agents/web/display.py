@@ -1,6 +1,6 @@
 """What the run page shows around a step; the step's words come from ``describe``.
 
-The browser stream sends the same ``details`` with each live step (``web/stream.py``), so a
+The browser stream sends the same ``details`` with each live step (``api/stream.py``), so a
 step reads the same whether the server rendered the page or the stream added it.
 """
 

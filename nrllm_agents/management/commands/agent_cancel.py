@@ -24,6 +24,10 @@ class Command(BaseCommand):
         "or failed, 2 for a malformed id or no selection."
     )
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.requires_system_checks = console.checks_without_web()  # a cancel serves no web request
+        super().__init__(*args, **kwargs)
+
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("run_ids", nargs="*", metavar="RUN_ID", help="Ids (UUIDs) of the runs to cancel.")
         parser.add_argument("--reason", default="", help="Why; stored on the run and in its cancelled step.")

@@ -85,7 +85,7 @@ def test_the_schema_is_valid_openapi_3_and_describes_every_endpoint(api):
         ("/api/threads/", "post"),
         ("/api/threads/{id}/", "get"),
         ("/api/threads/{id}/messages/", "post"),
-        ("/api/runs/{id}/stream/", "get"),  # the SSE view (web/stream.py), added by a schema hook
+        ("/api/runs/{id}/stream/", "get"),  # the SSE view (api/stream.py), added by a schema hook
     }
     stream = schema["paths"]["/api/runs/{id}/stream/"]["get"]
     assert "text/event-stream" in stream["responses"]["200"]["content"]
