@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # Production sets DJANGO_SECRET_KEY and leaves DJANGO_DEBUG unset (README, "Security").
 export DJANGO_DEBUG ?= 1
 
-.PHONY: lint docs run worker demo test test-fast test-postgres test-postgres-e2e test-postgres-e2e-a test-postgres-e2e-b test-sqlite-then-e2e-b test-postgres-rest test-sqlite test-django52 coverage-modules venv lock migrate bench clean
+.PHONY: lint docs dist run worker demo test test-fast test-postgres test-postgres-e2e test-postgres-e2e-a test-postgres-e2e-b test-sqlite-then-e2e-b test-postgres-rest test-sqlite test-django52 coverage-modules venv lock migrate bench clean
 
 # The virtualenv, installed from the lock of its stack (locks/): the same versions everywhere.
 venv:
@@ -29,6 +29,15 @@ lock:
 	@command -v $(UV) >/dev/null || { echo "make lock: needs uv (pipx install uv, or pip install uv in a venv of its own and pass UV=/path/to/uv)" >&2; exit 2; }
 	$(UV) pip compile $(LOCK) --python-version 3.13 locks/py313-django6.in -o locks/py313-django6.txt
 	$(UV) pip compile $(LOCK) --python-version 3.11 locks/py311-django52.in -o locks/py311-django52.txt
+
+# The distribution, as a host project installs it before it is published: the sdist and the wheel
+# in dist/ (`pip install dist/nrllm_agents-*.whl`), built with the project's backend from the
+# venv (no isolation: the locked hatchling, no download), then checked as PyPI would (twine).
+DIST ?= dist
+dist: venv
+	@rm -rf $(DIST)
+	$(PY) -m build --sdist --wheel --no-isolation --outdir $(DIST) .
+	$(PY) -m twine check --strict $(DIST)/*
 
 migrate: venv
 	@$(PY) manage.py migrate --noinput -v0

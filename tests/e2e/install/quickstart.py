@@ -7,7 +7,13 @@ from pathlib import Path
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "quickstart.md"
 
-# shell commands, after `pip install nrllm-agents` (the test installs the wheel it built)
+# the install: from a checkout (test_host_workers.py installs it so), or what `make dist` builds
+# (conftest.py runs it; the quickstart's virtualenv installs the sdist, test_wheel.py reads the wheel)
+INSTALL_CHECKOUT = "pip install path/to/checkout"
+MAKE_DIST = "make dist"
+INSTALL_WHEEL = "pip install dist/nrllm_agents-*.whl"
+
+# shell commands, after the install
 STARTPROJECT = "python -m django startproject mysite ."
 MIGRATE = "python manage.py migrate"
 CREATESUPERUSER = "python manage.py createsuperuser"
@@ -71,3 +77,5 @@ if REDIS_URL:
 """
 WORKERS_DOC = DOC.parent / "operations" / "workers.md"
 RQWORKER = "python manage.py rqworker default"
+INSTALL_CHECKOUT_POSTGRES = 'pip install "path/to/checkout[postgres]"'
+
