@@ -14,8 +14,11 @@ export DJANGO_DEBUG ?= 1
 .PHONY: lint docs dist run worker demo test test-fast test-postgres test-postgres-e2e test-postgres-e2e-a test-postgres-e2e-b test-sqlite-then-e2e-b test-postgres-rest test-sqlite test-django52 coverage-modules venv lock migrate bench clean
 
 # The virtualenv, installed from the lock of its stack (locks/): the same versions everywhere.
+# Also .env (ignored by git), which manage.py reads when no DJANGO_SECRET_KEY is set: development
+# mode for `.venv/bin/python manage.py ...` typed by hand, as the docs write it.
 venv:
 	@bash scripts/venv.sh $(VENV)
+	@test -f .env || printf '# written by make venv; manage.py reads it when DJANGO_SECRET_KEY is unset (a deploy sets one)\nDJANGO_DEBUG=1\n' >.env
 
 # The locks CI installs, one per supported stack, compiled from requirements-dev.txt (the project's
 # dependencies with every extra, and the tools; the project itself is installed apart, editable,
