@@ -65,7 +65,7 @@ def site(host_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         f.write("\n" + qs.URLS)
     _run(host_python, qs.STARTAPP, root)
     with open(root / "mysite" / "settings.py", "a") as f:
-        f.write("\n" + qs.HOST_APP)
+        f.write("\n" + qs.HOST_APP + "\n" + qs.CORS)
     (root / "notes" / "agent_tools.py").write_text(qs.AGENT_TOOLS)
 
     _run(host_python, qs.MIGRATE, root)
@@ -190,6 +190,7 @@ def test_the_quickstart_page_says_what_the_test_does() -> None:
     ):
         assert text in page, text
     assert qs.HOST_APP in page and qs.AGENT_TOOLS in page
+    assert qs.CORS in qs.CORS_DOC.read_text()
     readme = (qs.DOC.parents[1] / "README.md").read_text()
     assert qs.INSTALL_CHECKOUT in readme and "make dist" in readme
 
@@ -209,6 +210,19 @@ def test_the_pages_work_under_the_prefix(site: Site, browser: Client) -> None:
     assert "/agents/api/runs/" in paths and "/agents/api/runs/{id}/stream/" in paths, sorted(paths)
     assert browser.get("/admin/nrllm_agents/agentrun/").status_code == 200
     assert browser.get("/agents/queues/").status_code == 200
+
+
+def test_a_chat_ui_on_the_configured_origin_gets_its_preflight_and_info(site: Site) -> None:
+    """docs/agent-protocol.md's CORS settings in the host project: a preflight under the prefix is
+    answered without credentials for the UI's origin only, and ``lg/info`` needs none."""
+    preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "x-api-key"}
+    url = site.base + "/agents/lg/threads"
+    allowed = requests.options(url, headers={"Origin": "http://localhost:5173", **preflight}, timeout=30)
+    assert allowed.status_code == 200 and allowed.headers["Access-Control-Allow-Origin"] == "http://localhost:5173"
+    other = requests.options(url, headers={"Origin": "http://elsewhere.example", **preflight}, timeout=30)
+    assert "Access-Control-Allow-Origin" not in other.headers
+    info = requests.get(site.base + "/agents/lg/info", timeout=30)
+    assert info.status_code == 200 and info.json()["flags"]["assistants"] is True
 
 
 def test_a_run_calls_the_host_tool_and_a_second_is_cancelled_in_flight(site: Site, api: Client) -> None:
