@@ -12,6 +12,7 @@ from django.utils.translation import ngettext
 
 from ..domain import Usage
 from ..domain.errors import Kind, KindedError
+from ..executors import LOCAL, chosen
 from ..models import RunStatus
 
 
@@ -179,10 +180,17 @@ _QUEUED = {
 }
 
 
+# the in-process executor (no REDIS_URL): no worker exists, a thread of this process runs it
+IN_PROCESS = "queued; this process starts it now (the in-process executor: no worker needed)."
+
+
 def queued_wording(outcome: Outcome) -> Wording:
     """What every surface says about a run it handed to the workers (``AgentRuntime.submit``,
     ``approve(queued=True)``, a queued ``fork``): a success (202) whether the queue took the job
-    at once or was unreachable (the run is stored either way and starts once the queue is back)."""
+    at once or was unreachable (the run is stored either way and starts once the queue is back).
+    With the in-process executor, it says that this process runs it, not a worker."""
+    if outcome == Outcome.QUEUED and chosen() is LOCAL:
+        return Wording(IN_PROCESS, 202)
     return Wording(_QUEUED.get(outcome, _QUEUED[Outcome.QUEUED]), 202)
 
 
