@@ -11,11 +11,14 @@ PYTEST_ARGS ?=
 # Production sets DJANGO_SECRET_KEY and leaves DJANGO_DEBUG unset (README, "Security").
 export DJANGO_DEBUG ?= 1
 
-.PHONY: lint docs run worker demo test test-fast test-postgres test-postgres-e2e test-postgres-e2e-a test-postgres-e2e-b test-sqlite-then-e2e-b test-postgres-rest test-sqlite test-django52 coverage-modules venv lock migrate bench clean
+.PHONY: lint docs dist run worker demo test test-fast test-postgres test-postgres-e2e test-postgres-e2e-a test-postgres-e2e-b test-sqlite-then-e2e-b test-postgres-rest test-sqlite test-django52 coverage-modules venv lock migrate bench clean
 
 # The virtualenv, installed from the lock of its stack (locks/): the same versions everywhere.
+# Also .env (ignored by git), which manage.py reads when no DJANGO_SECRET_KEY is set: development
+# mode for `.venv/bin/python manage.py ...` typed by hand, as the docs write it.
 venv:
 	@bash scripts/venv.sh $(VENV)
+	@test -f .env || printf '# written by make venv; manage.py reads it when DJANGO_SECRET_KEY is unset (a deploy sets one)\nDJANGO_DEBUG=1\n' >.env
 
 # The locks CI installs, one per supported stack, compiled from requirements-dev.txt (the project's
 # dependencies with every extra, and the tools; the project itself is installed apart, editable,
@@ -29,6 +32,15 @@ lock:
 	@command -v $(UV) >/dev/null || { echo "make lock: needs uv (pipx install uv, or pip install uv in a venv of its own and pass UV=/path/to/uv)" >&2; exit 2; }
 	$(UV) pip compile $(LOCK) --python-version 3.13 locks/py313-django6.in -o locks/py313-django6.txt
 	$(UV) pip compile $(LOCK) --python-version 3.11 locks/py311-django52.in -o locks/py311-django52.txt
+
+# The distribution, as a host project installs it before it is published: the sdist and the wheel
+# in dist/ (`pip install dist/nrllm_agents-*.whl`), built with the project's backend from the
+# venv (no isolation: the locked hatchling, no download), then checked as PyPI would (twine).
+DIST ?= dist
+dist: venv
+	@rm -rf $(DIST)
+	$(PY) -m build --sdist --wheel --no-isolation --outdir $(DIST) .
+	$(PY) -m twine check --strict $(DIST)/*
 
 migrate: venv
 	@$(PY) manage.py migrate --noinput -v0
@@ -48,10 +60,11 @@ worker: migrate
 	@test -n "$$REDIS_URL" || { echo "make worker: set REDIS_URL (e.g. redis://127.0.0.1:6379/0)" >&2; exit 2; }
 	@bash scripts/worker.sh $(WORKER) default
 
-# A demo run streamed live in this terminal; the command that cancels it is printed first.
+# A demo run streamed live in this terminal; the command that cancels it is printed first. A
+# cancelled demo (agent_run's exit 3, Ctrl-C or that command) is a demo that worked: exit 0.
 demo: migrate
 	@$(PY) manage.py agent_run "Work out (17 + 25) * 3, tell me the time, then wait a little." \
-		--tool calculator --tool current_time --tool sleep
+		--tool calculator --tool current_time --tool sleep || [ $$? -eq 3 ]
 
 # The test matrix (tests/conftest.py says what each tier holds): the whole suite once, on
 # PostgreSQL; beside it, the SQLite tier (what behaves differently by database, and one

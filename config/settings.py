@@ -13,6 +13,8 @@
   ``DJANGO_SECURE_HSTS_SECONDS``, ``DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS``, ``DJANGO_SECURE_HSTS_PRELOAD``,
   ``DJANGO_SECURE_COOKIES`` (session and CSRF cookies over HTTPS only), ``DJANGO_SECURE_PROXY_SSL_HEADER``
   (``1`` trusts ``X-Forwarded-Proto: https`` from the reverse proxy).
+- ``DJANGO_CORS_ALLOWED_ORIGINS``: origins (``https://chat.example.com``, comma-separated) whose
+  pages may call ``/lg/`` and ``/api/`` (LangGraph's chat UI); none by default.
 - ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``: for the ``openai`` provider.
 """
 
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import dj_database_url
 import django
+from corsheaders.defaults import default_headers as cors_default_headers
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.utils import get_random_secret_key
 
@@ -73,6 +76,13 @@ if not SECRET_KEY:
     SECRET_KEY = _dev_secret_key(BASE_DIR / ".dev-secret-key")
 ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+# django-cors-headers: the pages of these origins may call the Agent Protocol and the API with a
+# token (x-api-key, Authorization), never with this site's cookies; the SDKs read where a new
+# run streams from (Content-Location, Location).
+CORS_ALLOWED_ORIGINS = [o for o in os.environ.get("DJANGO_CORS_ALLOWED_ORIGINS", "").split(",") if o]
+CORS_URLS_REGEX = r"^/(lg|api)/"
+CORS_ALLOW_HEADERS = (*cors_default_headers, "x-api-key")
+CORS_EXPOSE_HEADERS = ["Content-Location", "Location"]
 
 # HTTPS hardening, off by default so that plain-HTTP development and tests work; production
 # sets them (README, "Security"). ``check --deploy`` is clean with all of them on.
@@ -96,11 +106,15 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_rq",
+    "corsheaders",
     "nrllm_agents",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # CORS for the origins DJANGO_CORS_ALLOWED_ORIGINS names (none by default: off), on /lg/ and
+    # /api/ only; a preflight is answered here, before any credential is asked for.
+    "corsheaders.middleware.CorsMiddleware",
     # NUL characters refused with 400 everywhere; too-large API bodies answered with a JSON 413.
     "nrllm_agents.http.edge.EdgeGuardMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -8,7 +8,13 @@
   of the turn (and its tool calls) once it is recorded, then each tool message;
 - ``messages``: ``messages/metadata``, ``messages/partial`` and ``messages/complete``;
 - ``events``: ``on_chat_model_stream`` / ``on_chat_model_end`` / ``on_tool_end`` /
-  ``on_chain_end``.
+  ``on_chain_end``;
+- ``tasks``: a task result per node update (``agent``: the model's turn, ``tools``: a tool's
+  answer), ``[["messages", [message]]]`` its result;
+- ``checkpoints``: the thread's state after each step that adds a message (its checkpoint id is
+  the one ``threads.get_state`` names: the run and its step count);
+- ``debug``: both, as LangGraph wraps them (``{"type": "task_result" | "checkpoint", ...}``);
+- ``custom``, ``tools``, ``lifecycle``: nothing (no custom writes, tool events or subgraphs here).
 
 No Django here beyond the rows handed in: plain step dicts (``presenters.step_dict``) in,
 ``(event, data)`` pairs out.
@@ -97,6 +103,52 @@ class Translator:
                 parts += self._tool(message, round_)
         if added and "values" in self.modes:
             parts.append(("values", {"messages": messages}))
+        if added:
+            parts += self._checkpoint(messages, step)
+        return parts
+
+    def _debug(self, kind: str, payload: dict[str, Any], step: dict[str, Any]) -> Part:
+        when: Any = step.get("created_at")
+        stamp = when.isoformat() if hasattr(when, "isoformat") else when
+        return "debug", {"type": kind, "timestamp": stamp, "step": int(step.get("round") or 0), "payload": payload}
+
+    def _checkpoint(self, messages: list[dict[str, Any]], step: dict[str, Any]) -> list[Part]:
+        """The thread's state after ``step``, for ``checkpoints`` and ``debug``."""
+        if "checkpoints" not in self.modes and "debug" not in self.modes:
+            return []
+        config = {"thread_id": self.thread_id, "checkpoint_ns": "", "checkpoint_id": f"{self.run_id}.{len(self.steps)}"}
+        checkpoint: dict[str, Any] = {
+            "config": {"configurable": config},
+            "parent_config": None,
+            "values": {"messages": messages},
+            "metadata": {"source": "loop", "step": int(step.get("round") or 0), "run_id": self.run_id},
+            "next": [],
+            "tasks": [],
+        }
+        parts: list[Part] = []
+        if "checkpoints" in self.modes:
+            parts.append(("checkpoints", checkpoint))
+        if "debug" in self.modes:
+            parts.append(self._debug("checkpoint", checkpoint, step))
+        return parts
+
+    def _task(self, node: str, message: dict[str, Any]) -> list[Part]:
+        """A node's update as a finished task, for ``tasks`` and ``debug``."""
+        if "tasks" not in self.modes and "debug" not in self.modes:
+            return []
+        step = self.steps[-1] if self.steps else {}
+        result = {
+            "id": f"{self.run_id}.{len(self.steps)}.{node}",
+            "name": node,
+            "error": None,
+            "result": [["messages", [message]]],
+            "interrupts": [],
+        }
+        parts: list[Part] = []
+        if "tasks" in self.modes:
+            parts.append(("tasks", result))
+        if "debug" in self.modes:
+            parts.append(self._debug("task_result", result, step))
         return parts
 
     def _answer(self, payload: dict[str, Any], round_: int, added: list[dict[str, Any]]) -> list[Part]:
@@ -117,6 +169,7 @@ class Translator:
             parts.append(("messages/complete", [message]))
         if "updates" in self.modes:
             parts.append(("updates", {NODE: {"messages": [message]}}))
+        parts += self._task(NODE, message)
         if "events" in self.modes:
             if tail is not None:
                 parts.append(self._event("on_chat_model_stream", {"chunk": tail}, round_))
@@ -131,6 +184,7 @@ class Translator:
             parts.append(("messages/complete", [message]))
         if "updates" in self.modes:
             parts.append(("updates", {TOOLS_NODE: {"messages": [message]}}))
+        parts += self._task(TOOLS_NODE, message)
         if "events" in self.modes:
             parts.append(self._event("on_tool_end", {"output": message}, round_, TOOLS_NODE))
         return parts

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from .. import __version__
+from . import requests
 from .base import ProtocolView
 
 JSON = "application/json"
@@ -18,7 +21,7 @@ NULLABLE_STRING = {"type": ["string", "null"]}
 ANY_OBJECT = {"type": "object"}
 RUN_STATUSES = ["pending", "running", "error", "success", "timeout", "interrupted"]
 STRATEGIES = ["reject", "enqueue", "interrupt", "rollback"]
-STREAM_MODES = ["values", "updates", "messages", "messages-tuple", "events"]
+STREAM_MODES = list(requests.STREAM_MODES)
 
 
 def ref(name: str) -> dict[str, str]:
@@ -105,6 +108,13 @@ SCHEMAS: dict[str, Any] = {
         if_exists={"enum": ["raise", "do_nothing"]},
     ),
     "ThreadPatch": obj([], metadata=ANY_OBJECT),
+    "Info": obj(
+        ["version", "flags"],
+        version={"type": "string"},
+        langgraph_py_version=NULLABLE_STRING,
+        flags={"type": "object", "additionalProperties": {"type": "boolean"}},
+        host={"type": ["object", "null"]},
+    ),
     "Search": obj(
         [],
         limit={"type": "integer", "minimum": 1, "maximum": 1000},
@@ -153,6 +163,7 @@ def many(name: str) -> dict[str, Any]:
 
 T, R = "/threads/{thread_id}", "/threads/{thread_id}/runs/{run_id}"
 PATHS: dict[str, Any] = {
+    "/info": {"get": {**op("The server's version and features", ref("Info")), "security": []}},
     "/assistants/search": {"post": op("Search assistants", many("Assistant"), "Search")},
     "/assistants/{assistant_id}": {"get": op("Get an assistant", ref("Assistant"))},
     "/assistants/{assistant_id}/schemas": {"get": op("An assistant's schemas", ANY_OBJECT)},
@@ -194,6 +205,27 @@ def document(server: str = "/lg") -> dict[str, Any]:
         },
         "security": [{"apiKey": []}],
     }
+
+
+def info() -> dict[str, Any]:
+    """What langgraph-api's ``/info`` answers, for this server: its version and the features a
+    client may use (assistants yes; crons, LangSmith and strict resumes no)."""
+    return {
+        "version": __version__,
+        "langgraph_py_version": None,
+        "flags": {"assistants": True, "crons": False, "langsmith": False, "strict_resume": False},
+        "host": None,
+    }
+
+
+class InfoView(ProtocolView):
+    """``GET /info``, without credentials as langgraph-api answers it (a chat UI asks it first,
+    before its user gave a key): a version and flags, nothing of any user's."""
+
+    permission_classes = [AllowAny]
+
+    def get(self, request: Request) -> Response:
+        return Response(info())
 
 
 class OpenAPIView(ProtocolView):

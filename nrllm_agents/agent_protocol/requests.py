@@ -19,7 +19,22 @@ from ..store.results import reason_problem
 from ..validation.run_request import InvalidRequest, RunRequest
 from .messages import prompt_of
 
-STREAM_MODES = ("values", "updates", "messages", "messages-tuple", "events")
+# Every mode the SDKs send: ``Translator`` maps each to what a run has (``tasks``,
+# ``checkpoints`` and ``debug`` from its steps); ``custom``, ``tools`` and ``lifecycle`` stream
+# nothing here (no custom writes, tool events or subgraphs), but are never refused.
+STREAM_MODES = (
+    "values",
+    "updates",
+    "messages",
+    "messages-tuple",
+    "events",
+    "tasks",
+    "checkpoints",
+    "debug",
+    "custom",
+    "tools",
+    "lifecycle",
+)
 IGNORED = {
     "stream_subgraphs",
     "stream_resumable",

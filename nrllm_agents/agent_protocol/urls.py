@@ -12,6 +12,7 @@ RUN = "threads/<str:thread_id>/runs/<str:run_id>"
 
 urlpatterns = [
     path("openapi.json", openapi.OpenAPIView.as_view(), name="openapi"),
+    path("info", openapi.InfoView.as_view(), name="info"),
     path("assistants/search", assistants.AssistantSearchView.as_view(), name="assistant-search"),
     path("assistants/<str:assistant_id>", assistants.AssistantDetailView.as_view(), name="assistant-detail"),
     path("assistants/<str:assistant_id>/schemas", assistants.AssistantSchemasView.as_view(), name="assistant-schemas"),

@@ -45,18 +45,15 @@ _EXIT_BY_STATUS: dict[str, int] = {  # keyed by RunStatus, asked with a run's st
 
 
 def command_line(*args: str) -> str:
-    """A ``manage.py`` command line the user can paste into another terminal as it is: this
-    interpreter (``.venv/bin/python`` under ``make``), this ``manage.py``, and the development
-    switch when this process runs in development mode without a key of its own."""
-    here = Path.cwd()
-    parts = []
-    for path in (Path(sys.executable), Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None):
-        if path is None:
-            continue
-        try:
-            parts.append(str(path.absolute().relative_to(here)))
-        except ValueError:
-            parts.append(str(path.absolute()))
+    """A ``manage.py`` command line the user can paste into another terminal as it is, from any
+    folder: this interpreter and this ``manage.py`` by absolute path (``/…/.venv/bin/python``
+    under ``make``), and the development switch when this process runs in development mode
+    without a key of its own."""
+    parts = [
+        str(path.absolute())
+        for path in (Path(sys.executable), Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None)
+        if path is not None
+    ]
     if len(parts) < 2 or not parts[1].endswith("manage.py"):
         parts = [parts[0], "manage.py"]
     env = "DJANGO_DEBUG=1 " if os.environ.get("DJANGO_DEBUG") == "1" and not os.environ.get("DJANGO_SECRET_KEY") else ""

@@ -8,8 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from django.conf import settings
 from django.utils.translation import ngettext
 
+from ..conf import app_settings
 from ..domain import Usage
 from ..domain.errors import Kind, KindedError
 from ..models import RunStatus
@@ -179,10 +181,29 @@ _QUEUED = {
 }
 
 
+# the in-process executor (no REDIS_URL): no worker exists, a thread of this process runs it
+LOCAL_EXECUTOR = ("local", "nrllm_agents.executors.local.LocalExecutor")
+
+
+def _in_process() -> bool:
+    """Whether queued runs execute in this process, read as ``executors.chosen()`` reads it
+    (``auto`` without ``REDIS_URL``, or the local executor named): words sit below executors."""
+    value = str(app_settings.EXECUTOR)
+    if value == "auto":
+        return not getattr(settings, "REDIS_URL", None)
+    return value in LOCAL_EXECUTOR
+
+
+IN_PROCESS = "queued; this process starts it now (the in-process executor: no worker needed)."
+
+
 def queued_wording(outcome: Outcome) -> Wording:
     """What every surface says about a run it handed to the workers (``AgentRuntime.submit``,
     ``approve(queued=True)``, a queued ``fork``): a success (202) whether the queue took the job
-    at once or was unreachable (the run is stored either way and starts once the queue is back)."""
+    at once or was unreachable (the run is stored either way and starts once the queue is back).
+    With the in-process executor, it says that this process runs it, not a worker."""
+    if outcome == Outcome.QUEUED and _in_process():
+        return Wording(IN_PROCESS, 202)
     return Wording(_QUEUED.get(outcome, _QUEUED[Outcome.QUEUED]), 202)
 
 

@@ -164,17 +164,28 @@ class ForkForm(forms.Form):
         return changes
 
 
+# the project's own tools (an app's ``agent_tools``, or named in NRLLM_AGENTS["TOOLS"]) come
+# first, then the built-in ones, then each MCP server's
+PROJECT, BUILT_IN = "project", "built-in"
+_FIRST = {PROJECT: 0, BUILT_IN: 1}
+
+
 def tool_groups() -> list[dict[str, Any]]:
-    """The tools a run can be offered, grouped by where they come from (built-in, then each MCP
-    server), each with its description and whether it needs approval: the form lists them so."""
+    """The tools a run can be offered, grouped by where they come from (the project's own, the
+    built-in ones, then each MCP server), each with its description and whether it needs
+    approval: the form lists them so, the first two groups open."""
     entries, _ = registry.offered_tools()
     groups: dict[str, dict[str, Any]] = {}
     for entry in entries:
         server = entry["server"]
-        key = f"mcp:{server}" if server else "built-in"
-        label = f"MCP server {server}" if server else "Built-in"
-        group = groups.setdefault(key, {"key": key, "label": label, "tools": []})
+        if server:
+            key, label = f"mcp:{server}", f"MCP server {server}"
+        elif entry["source"] in ("app", "settings"):
+            key, label = PROJECT, "Your project's tools"
+        else:
+            key, label = BUILT_IN, "Built-in"
+        group = groups.setdefault(key, {"key": key, "label": label, "open": key in _FIRST, "tools": []})
         group["tools"].append(
             {**entry, "short": entry["name"].removeprefix(f"{server}__") if server else entry["name"]}
         )
-    return sorted(groups.values(), key=lambda g: (g["key"] != "built-in", g["label"]))
+    return sorted(groups.values(), key=lambda g: (_FIRST.get(g["key"], 2), g["label"]))

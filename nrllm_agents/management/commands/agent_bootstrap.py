@@ -10,6 +10,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 from django.urls import reverse
 
+from ..console import command_line
+
 
 class Command(BaseCommand):
     help = (
@@ -46,5 +48,9 @@ class Command(BaseCommand):
             self.stdout.write(self.style.SUCCESS(f"Created superuser {username!r}."))
             # Shown once, here only: it is stored hashed and never logged.
             self.stdout.write(f"  password: {password}   (shown once; change it in the admin)")
+        # every start says how to set a new one: the password above is shown only the first time
+        first = User.objects.filter(is_superuser=True).order_by("pk").first()
+        name = first.get_username() if first is not None else username
+        self.stdout.write(f"Lost the password of {name!r}? {command_line('changepassword', name)} sets a new one.")
         self.stdout.write(self.style.SUCCESS(f"Playground: {base}{reverse('nrllm_web:playground')}"))
         self.stdout.write(f"Admin:      {base}{reverse('admin:index')}")

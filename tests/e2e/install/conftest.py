@@ -1,10 +1,11 @@
-"""The distribution as a host project gets it: the wheel built from this checkout, and a virtualenv
-of its own with the wheel installed as `pip install nrllm-agents` would (once per session).
+"""The distribution as a host project gets it before it is published: the sdist and the wheel that
+``make dist`` builds from this checkout, or the checkout itself, each in a virtualenv of its own
+(once per session).
 
-The virtualenv is fresh and plain: pip installs the wheel with the dependencies its metadata
-declares and nothing else, so a dependency missing from ``[project].dependencies`` fails here,
-and the quickstart runs on the lean install it documents (no extra). The versions come from the
-lock of the running stack (``locks/``), so a new release elsewhere cannot change the test.
+The virtualenv is fresh and plain: pip installs the distribution with the dependencies its
+metadata declares and nothing else, so a dependency missing from ``[project].dependencies`` fails
+here, and the quickstart runs on the lean install it documents (no extra). The versions come from
+the lock of the running stack (``locks/``), so a new release elsewhere cannot change the test.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import venv
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,23 +23,39 @@ ROOT = Path(__file__).resolve().parents[3]
 LOCKS = {(3, 13): "py313-django6.txt", (3, 11): "py311-django52.txt"}
 
 
+@dataclass(frozen=True)
+class Dist:
+    sdist: Path
+    wheel: Path
+
+
 @pytest.fixture(scope="session")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel ``python -m build`` makes from this checkout (with the project's own backend)."""
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Dist:
+    """The sdist and the wheel ``make dist`` builds from this checkout (README, docs/quickstart.md),
+    with the running virtualenv; the target fails unless ``twine check --strict`` passes both."""
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(ROOT)],
-        check=True,
+    made = subprocess.run(
+        ["make", "--no-print-directory", "dist", f"DIST={out}", f"VENV={sys.prefix}"],
+        cwd=ROOT,
         capture_output=True,
-        cwd=out,
+        text=True,
     )
-    (built,) = out.glob("nrllm_agents-*.whl")
-    return built
+    assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-2000:]
+    assert made.stdout.count("PASSED") == 2, made.stdout[-2000:]
+    (sdist,) = out.glob("nrllm_agents-*.tar.gz")
+    (wheel,) = out.glob("nrllm_agents-*.whl")
+    return Dist(sdist, wheel)
+
+
+@pytest.fixture(scope="session")
+def wheel(dist: Dist) -> Path:
+    return dist.wheel
 
 
 def _fresh_virtualenv(tmp_path_factory: pytest.TempPathFactory, name: str, requirement: str) -> Path:
-    """The python of a new virtualenv where pip installed ``requirement`` (the wheel, with or
-    without extras) and what its metadata declares, at the versions of the stack's lock."""
+    """The python of a new virtualenv where pip installed ``requirement`` (the sdist, or the
+    checkout, with or without extras) and what its metadata declares, at the versions of the
+    stack's lock."""
     env_dir = tmp_path_factory.mktemp(name)
     venv.create(env_dir, with_pip=True, symlinks=True)
     python = env_dir / "bin" / "python"
@@ -53,9 +71,10 @@ def _fresh_virtualenv(tmp_path_factory: pytest.TempPathFactory, name: str, requi
 
 
 @pytest.fixture(scope="session")
-def host_python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The python of a fresh virtualenv holding the wheel of nrllm_agents and its dependencies."""
-    python = _fresh_virtualenv(tmp_path_factory, "host-venv", str(wheel))
+def host_python(dist: Dist, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The python of a fresh virtualenv holding nrllm_agents, installed from its sdist (pip builds
+    the wheel from it: what the sdist holds is enough), and its dependencies."""
+    python = _fresh_virtualenv(tmp_path_factory, "host-venv", str(dist.sdist))
     purelib = Path(
         subprocess.check_output(
             [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
@@ -69,6 +88,7 @@ def host_python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def host_python_postgres(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The python of another fresh virtualenv, with ``nrllm-agents[postgres]`` from the wheel."""
-    return _fresh_virtualenv(tmp_path_factory, "host-venv-postgres", f"{wheel}[postgres]")
+def host_python_postgres(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The python of another fresh virtualenv, with ``nrllm-agents[postgres]`` installed from this
+    checkout as the docs write it (``pip install "path/to/checkout[postgres]"``)."""
+    return _fresh_virtualenv(tmp_path_factory, "host-venv-postgres", f"{ROOT}[postgres]")

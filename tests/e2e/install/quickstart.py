@@ -7,7 +7,13 @@ from pathlib import Path
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "quickstart.md"
 
-# shell commands, after `pip install nrllm-agents` (the test installs the wheel it built)
+# the install: from a checkout (test_host_workers.py installs it so), or what `make dist` builds
+# (conftest.py runs it; the quickstart's virtualenv installs the sdist, test_wheel.py reads the wheel)
+INSTALL_CHECKOUT = "pip install path/to/checkout"
+MAKE_DIST = "make dist"
+INSTALL_WHEEL = "pip install dist/nrllm_agents-*.whl"
+
+# shell commands, after the install
 STARTPROJECT = "python -m django startproject mysite ."
 MIGRATE = "python manage.py migrate"
 CREATESUPERUSER = "python manage.py createsuperuser"
@@ -71,3 +77,18 @@ if REDIS_URL:
 """
 WORKERS_DOC = DOC.parent / "operations" / "workers.md"
 RQWORKER = "python manage.py rqworker default"
+INSTALL_CHECKOUT_POSTGRES = 'pip install "path/to/checkout[postgres]"'
+
+# docs/agent-protocol.md, "A chat UI on another origin": CORS for the UI's origin (the quickstart's
+# project adds it; the test sends a preflight under agents/lg/)
+CORS_DOC = DOC.parent / "agent-protocol.md"
+CORS = """\
+from corsheaders.defaults import default_headers
+
+INSTALLED_APPS += ["corsheaders"]
+MIDDLEWARE.insert(0, "corsheaders.middleware.CorsMiddleware")
+CORS_ALLOWED_ORIGINS = ["http://localhost:5173"]  # the UI's origin, exactly
+CORS_URLS_REGEX = r"^/agents/lg/"  # the protocol only (under the prefix of nrllm_agents.urls)
+CORS_ALLOW_HEADERS = (*default_headers, "x-api-key")  # the SDKs' api_key
+CORS_EXPOSE_HEADERS = ["Content-Location", "Location"]  # where a new run streams from
+"""

@@ -40,7 +40,7 @@ def host_database() -> Iterator[str]:
 
 def test_the_docs_say_what_the_test_does() -> None:
     page = qs.WORKERS_DOC.read_text()
-    assert qs.WORKERS in page and qs.RQWORKER in page and "nrllm-agents[postgres]" in page
+    assert qs.WORKERS in page and qs.RQWORKER in page and qs.INSTALL_CHECKOUT_POSTGRES in page
 
 
 def test_on_postgresql_and_redis_runs_execute_on_an_rq_worker(

@@ -1,4 +1,4 @@
-"""Acceptance: a host project follows docs/quickstart.md with the wheel, and everything works under
+"""Acceptance: a host project follows docs/quickstart.md with the sdist, and everything works under
 its prefix with nothing else set (SQLite, the in-process executor, no Redis).
 
 A fresh ``startproject`` in a fresh virtualenv; the app added to ``INSTALLED_APPS`` and mounted at
@@ -65,7 +65,7 @@ def site(host_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         f.write("\n" + qs.URLS)
     _run(host_python, qs.STARTAPP, root)
     with open(root / "mysite" / "settings.py", "a") as f:
-        f.write("\n" + qs.HOST_APP)
+        f.write("\n" + qs.HOST_APP + "\n" + qs.CORS)
     (root / "notes" / "agent_tools.py").write_text(qs.AGENT_TOOLS)
 
     _run(host_python, qs.MIGRATE, root)
@@ -82,6 +82,16 @@ def site(host_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     )
     checked = _run(host_python, "python manage.py check", root)
     assert "nrllm_agents." not in checked, checked  # no error or warning of ours
+    # check --deploy generates the host's schema with the host's REST settings (none here): the
+    # app's own views carry their inspector, so no error comes from the app or the libraries it
+    # brings in (drf_spectacular.E001 did); the only error left is Django's own note on
+    # startproject's console mailer (6.1), beside its warnings on DEBUG, the key and HTTPS
+    deploy = subprocess.run(
+        [str(host_python), "manage.py", "check", "--deploy"], cwd=root, env=_env(root), capture_output=True, text=True
+    )
+    issues = re.findall(r"\((\w+(?:\.\w+)*\.[EW]\d+)\)", deploy.stdout + deploy.stderr)
+    assert "security.W018" in issues, deploy.stderr  # it ran the deploy checks
+    assert [i for i in issues if ".E" in i and i != "mail.E001"] == [], deploy.stderr
     token = re.search(r"token (\w+) for", _run(host_python, "python manage.py drf_create_token admin", root))
     assert token, "drf_create_token printed no token"
     with serving(host_python, root, qs.RUNSERVER) as (base, log, _):
@@ -166,9 +176,23 @@ def api(site: Site) -> Iterator[Client]:
 
 def test_the_quickstart_page_says_what_the_test_does() -> None:
     page = qs.DOC.read_text()
-    for text in (qs.STARTPROJECT, qs.MIGRATE, qs.CREATESUPERUSER, qs.RUNSERVER, qs.SETTINGS, qs.URLS, qs.STARTAPP):
+    for text in (
+        qs.INSTALL_CHECKOUT,
+        qs.MAKE_DIST,
+        qs.INSTALL_WHEEL,
+        qs.STARTPROJECT,
+        qs.MIGRATE,
+        qs.CREATESUPERUSER,
+        qs.RUNSERVER,
+        qs.SETTINGS,
+        qs.URLS,
+        qs.STARTAPP,
+    ):
         assert text in page, text
     assert qs.HOST_APP in page and qs.AGENT_TOOLS in page
+    assert qs.CORS in qs.CORS_DOC.read_text()
+    readme = (qs.DOC.parents[1] / "README.md").read_text()
+    assert qs.INSTALL_CHECKOUT in readme and "make dist" in readme
 
 
 def test_the_pages_work_under_the_prefix(site: Site, browser: Client) -> None:
@@ -186,6 +210,19 @@ def test_the_pages_work_under_the_prefix(site: Site, browser: Client) -> None:
     assert "/agents/api/runs/" in paths and "/agents/api/runs/{id}/stream/" in paths, sorted(paths)
     assert browser.get("/admin/nrllm_agents/agentrun/").status_code == 200
     assert browser.get("/agents/queues/").status_code == 200
+
+
+def test_a_chat_ui_on_the_configured_origin_gets_its_preflight_and_info(site: Site) -> None:
+    """docs/agent-protocol.md's CORS settings in the host project: a preflight under the prefix is
+    answered without credentials for the UI's origin only, and ``lg/info`` needs none."""
+    preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "x-api-key"}
+    url = site.base + "/agents/lg/threads"
+    allowed = requests.options(url, headers={"Origin": "http://localhost:5173", **preflight}, timeout=30)
+    assert allowed.status_code == 200 and allowed.headers["Access-Control-Allow-Origin"] == "http://localhost:5173"
+    other = requests.options(url, headers={"Origin": "http://elsewhere.example", **preflight}, timeout=30)
+    assert "Access-Control-Allow-Origin" not in other.headers
+    info = requests.get(site.base + "/agents/lg/info", timeout=30)
+    assert info.status_code == 200 and info.json()["flags"]["assistants"] is True
 
 
 def test_a_run_calls_the_host_tool_and_a_second_is_cancelled_in_flight(site: Site, api: Client) -> None:
@@ -237,15 +274,16 @@ def cancel_in_flight(api: Client, run_id: str, *, once_recorded: str) -> list[di
     return api.get(f"runs/{run_id}/events/", params={"limit": 1000}).json()["results"]
 
 
-def test_the_quickstart_s_curl_starts_a_run_as_written(site: Site, api: Client) -> None:
-    """Step 7's ``curl``, taken from docs/quickstart.md as written, with the token it printed and
-    this server's address for ``127.0.0.1:8000``."""
+def test_the_quickstart_s_curl_starts_a_run_as_written(host_python: Path, site: Site, api: Client) -> None:
+    """Step 7's block, taken from docs/quickstart.md as written (it sets ``$TOKEN`` itself), in
+    the project with its virtualenv first on ``PATH``, and this server's address for
+    ``127.0.0.1:8000``."""
     page = qs.DOC.read_text()
     block = page[page.index("## 7.") :].split("```bash\n", 1)[1].split("```", 1)[0]
-    command = block[block.index("curl ") :].replace("http://127.0.0.1:8000", site.base)
-    done = subprocess.run(
-        ["bash", "-c", command], env={**_env(site.root), "TOKEN": site.token}, capture_output=True, text=True
-    )
+    assert block.startswith("TOKEN=$(python manage.py drf_create_token admin"), block
+    command = "set -eo pipefail\n" + block.replace("http://127.0.0.1:8000", site.base)
+    env = {**_env(site.root), "PATH": f"{host_python.parent}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "-c", command], cwd=site.root, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     run_id = json.loads(done.stdout)["run_id"]
     run = wait_for(

@@ -23,7 +23,7 @@ import pytest
 
 from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus
 from nrllm_agents.presentation import presenters
-from tests.conftest import ROOT, manage
+from tests.conftest import manage
 
 WAIT = 60  # seconds: a safety net against a hung child, never a measured bound
 
@@ -318,10 +318,12 @@ def test_the_printed_cancel_hint_works_as_pasted_into_another_shell(child_env, c
     runner.wait_stderr("to cancel it: ")
     hint = next(line for line in runner.stderr if line.startswith("to cancel it: ")).removeprefix("to cancel it: ")
     assert hint.endswith(f"manage.py agent_cancel {run_id}")
-    # Another shell: no virtualenv on PATH, no development switch, no key of its own.
+    # issue 48: by absolute paths (a relative venv/bin/python failed in another folder)
+    assert all(word.startswith("/") for word in hint.split() if word.endswith(("python", "manage.py"))), hint
+    # Another shell, in another folder: no virtualenv on PATH, no development switch, no key of its own.
     shell = {k: v for k, v in child_env.items() if k not in ("DJANGO_DEBUG", "DJANGO_SECRET_KEY", "VIRTUAL_ENV")}
     shell["PATH"] = "/usr/bin:/bin"
-    pasted = subprocess.run(["bash", "-c", hint], cwd=ROOT, env=shell, capture_output=True, text=True, timeout=WAIT)
+    pasted = subprocess.run(["bash", "-c", hint], cwd="/", env=shell, capture_output=True, text=True, timeout=WAIT)
     assert pasted.returncode == 0, pasted.stderr
     code, lines = runner.finish()
     assert code == 3 and lines[-1]["status"] == "cancelled"

@@ -175,6 +175,32 @@ def test_a_queued_run_executed_by_a_real_worker_streams_into_the_page(page, queu
     screenshot(page, "07-queued-completed")
 
 
+def contrast(foreground: str, background: str) -> float:
+    """WCAG's contrast ratio of two ``rgb(r, g, b)`` colours."""
+
+    def luminance(colour: str) -> float:
+        channels = [int(c) / 255 for c in colour[colour.index("(") + 1 : colour.index(")")].split(",")[:3]]
+        r, g, b = (c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+    light, dark = sorted((luminance(foreground), luminance(background)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def test_in_dark_mode_the_queued_banner_is_readable_and_says_who_runs_it(browser_context, live_url, alice, screenshot):
+    """Issue 48: the success banner drew light text on its light background (1.1:1), and said
+    a worker starts the run where the in-process executor does."""
+    # without JavaScript: the form posts, and the run's page shows the banner (Django's messages)
+    page = browser_context(color_scheme="dark", java_script_enabled=False).new_page()
+    sign_in(page, live_url)
+    start(page, sleeps(1, 0.1), ["sleep"], mode="queued")
+    banner = page.locator(".message.success")
+    expect(banner).to_contain_text("this process starts it now")
+    colours = banner.evaluate("e => [getComputedStyle(e).color, getComputedStyle(e).backgroundColor]")
+    assert contrast(*colours) >= 4.5, colours
+    screenshot(page, "queued-banner-dark")
+
+
 def test_reload_mid_run_resumes_without_duplicated_or_missing_steps(page, live_url, alice, screenshot):
     sign_in(page, live_url)
     run_id = start(page, sleeps(30, 0.2), ["sleep"])

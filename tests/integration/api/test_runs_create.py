@@ -17,11 +17,14 @@ LIST = "/api/runs/"
 
 
 @pytest.mark.django_db
+@override_settings(REDIS_URL=None)  # the in-process executor
 def test_queued_mode_is_the_default_and_answers_202_with_the_run(alice, api):
     response = api.post(LIST, {"prompt": "add", "script": ANSWER, "tools": ["calculator"]}, format="json")
     assert response.status_code == 202, response.json()
     body = response.json()
     assert body["status"] == "queued"
+    # issue 48: no worker exists here, and the answer does not say one starts it
+    assert "this process starts it now" in body["detail"] and "a worker starts it" not in body["detail"]
     assert body["owner"] == "alice"
     assert body["request"]["tools"] == ["calculator"]
     assert response["Location"] == f"/api/runs/{body['run_id']}/"

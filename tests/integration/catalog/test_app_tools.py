@@ -58,6 +58,17 @@ def test_a_run_calls_an_apps_tool_and_a_bad_argument_is_a_tool_error(installed) 
     assert "HEY!" in str(tools[1])
 
 
+def test_the_playground_lists_the_project_s_tools_first_as_its_own(installed) -> None:
+    """Issue 48: an app's tools were labelled "Built-in", and came last (out of view)."""
+    from nrllm_agents.web.forms import tool_groups
+
+    installed(ALPHA)
+    groups = tool_groups()
+    assert [(g["label"], g["open"]) for g in groups[:2]] == [("Your project's tools", True), ("Built-in", True)]
+    assert "shout" in [t["name"] for t in groups[0]["tools"]]
+    assert "shout" not in [t["name"] for t in groups[1]["tools"]]
+
+
 def test_a_name_offered_twice_is_a_check_error_naming_both(installed) -> None:
     assert checks.check_tool_names() == []
     installed(ALPHA, BETA)

@@ -197,6 +197,10 @@ def test_unreachable_redis_at_enqueue_leaves_the_run_queued_and_says_so(runtime,
     assert "once the queue is back" in queued_wording(submitted.outcome).sentence(submitted.run_id)
 
 
+def test_a_run_queued_for_rq_workers_says_a_worker_starts_it(rq_queue):
+    assert queued_wording(Outcome.QUEUED).sentence("r") == "Run r queued; a worker starts it."
+
+
 # Real commits: inside atomic() the dispatch hooks run at COMMIT.
 @pytest.mark.django_db(transaction=True)
 def test_unreachable_redis_inside_atomic_leaves_every_run_of_the_commit_queued(runtime, unreachable_redis, caplog):

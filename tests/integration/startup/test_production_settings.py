@@ -8,6 +8,7 @@ not flag). Each case starts a fresh process with exactly the environment under t
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -36,11 +37,41 @@ def run(args: list[str], **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=base, capture_output=True, text=True, timeout=120)
 
 
-def test_without_a_secret_key_and_without_debug_the_process_refuses_to_start():
-    done = run(["manage.py", "check"])
+def checkout_manage_py(tmp_path, env_file: str | None) -> str:
+    """This repository's manage.py in a folder of its own (``.env`` beside it: ``env_file``)."""
+    shutil.copy(ROOT / "manage.py", tmp_path / "manage.py")
+    if env_file is not None:
+        (tmp_path / ".env").write_text(env_file)
+    return str(tmp_path / "manage.py")
+
+
+def makefile_env_file(tmp_path) -> str:
+    """The ``.env`` that ``make venv`` writes, by its own line of the Makefile."""
+    (line,) = [x for x in (ROOT / "Makefile").read_text().splitlines() if ">.env" in x]
+    subprocess.run(["bash", "-c", line.strip().lstrip("@")], cwd=tmp_path, check=True)
+    return (tmp_path / ".env").read_text()
+
+
+def test_without_a_secret_key_and_without_debug_the_process_refuses_to_start(tmp_path):
+    """A deploy: no ``.env`` beside manage.py, no key in the environment."""
+    done = run([checkout_manage_py(tmp_path, None), "check"], PYTHONPATH=str(ROOT))
     assert done.returncode != 0
     assert done.stderr.startswith("manage.py: DJANGO_SECRET_KEY is not set.")
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr  # one line, no traceback
+
+
+def test_manage_py_runs_in_development_mode_by_the_env_file_make_writes(tmp_path):
+    """Issue 48 item 4: ``.venv/bin/python manage.py ...`` outside ``make`` (as the docs write it)
+    reads the ``.env`` that ``make venv`` wrote; the environment still wins, and a key in it
+    (a deploy) leaves the file unread."""
+    manage = checkout_manage_py(tmp_path, makefile_env_file(tmp_path))
+    probe = ["shell", "-c", "from django.conf import settings; print(settings.DEBUG)"]
+    done = run([manage, *probe], PYTHONPATH=str(ROOT))
+    assert (done.returncode, done.stdout.split()[-1]) == (0, "True"), done.stderr
+    refused = run([manage, "check"], PYTHONPATH=str(ROOT), DJANGO_DEBUG="0")
+    assert refused.returncode != 0 and refused.stderr.startswith("manage.py: DJANGO_SECRET_KEY is not set.")
+    deployed = run([manage, *probe], PYTHONPATH=str(ROOT), DJANGO_SECRET_KEY=KEY)
+    assert (deployed.returncode, deployed.stdout.split()[-1]) == (0, "False"), deployed.stderr
 
 
 def test_a_variable_that_is_not_a_boolean_is_named_not_read_as_false():
