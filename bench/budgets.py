@@ -263,7 +263,7 @@ def provider_overshoot(
     from nrllm_agents.admission.budgets import BudgetRefused
     from nrllm_agents.models import AgentRun, AgentRunEvent, Budget, BudgetHold, Connection
     from nrllm_agents.money import pricing
-    from nrllm_agents.runtime.spend import worst_case
+    from nrllm_agents.runtime.worst_case import worst_case
     from nrllm_agents.testing.chat_server import ChatCompletionServer
     from tests.e2e.processes import wait_for
 

@@ -45,7 +45,7 @@ from ..presentation.outcomes import (
 from ..presentation.presenters import event_dict
 from ..store import budgets, retention
 from ..validation.run_request import InvalidRequest, RunRequest
-from . import forks, limits, spend, threads, trees
+from . import forks, limits, threads, trees, worst_case
 from .runner import SegmentRunner, run_result
 from .segment import DeltaObserver, SegmentTrace, StepObserver, identity
 
@@ -442,5 +442,5 @@ class AgentRuntime:
 
 def _admit(owner: Any, request: RunRequest) -> None:
     """Count the new run against the shared budgets covering it, which must have room for its
-    first call's worst case (``spend.first_call``); raises ``BudgetRefused``."""
-    admit(owner, request.agent_record["id"] if request.agent_record else None, lambda: spend.first_call(request))
+    first call's worst case (``worst_case.first_call``); raises ``BudgetRefused``."""
+    admit(owner, request.agent_record["id"] if request.agent_record else None, lambda: worst_case.first_call(request))

@@ -26,16 +26,13 @@ from typing import Any
 
 from .. import store
 from ..admission.budgets import words
-from ..catalog import registry
 from ..conf import app_settings
 from ..domain import Price, Usage
-from ..domain.providers.wire import estimate_usage
 from ..models import AgentRun, Budget, CancelSource, TerminationReason
-from ..money import pricing
 from ..store import budgets
 from ..store.budgets import Refusal
-from ..validation.run_request import RunRequest
 from . import trees
+from .worst_case import worst_case
 
 logger = logging.getLogger(__name__)
 
@@ -96,22 +93,6 @@ class Spend:
         if self._held:
             self._held = False
             budgets.release(self.run_id, self.owner)
-
-
-def worst_case(messages: Sequence[Mapping[str, Any]], max_tokens: int, price: Price | None) -> tuple[Decimal, int]:
-    """What a call may cost at most, ``(cost, tokens)``: the estimate of ``messages`` and
-    ``max_tokens`` answer tokens, at ``price``."""
-    prompt = estimate_usage(list(messages), 0).prompt_tokens  # type: ignore[arg-type]
-    usage = Usage(prompt, max_tokens)
-    return (price.cost(usage) if price is not None else Decimal(0)), usage.total_tokens
-
-
-def first_call(request: RunRequest) -> tuple[Decimal, int]:
-    """The worst case of a run's first model call, for its admission: its prompt (and system
-    prompt) as the loop sends them, and the ``max_tokens`` of its provider, at the price in force."""
-    messages = [{"role": "system", "content": request.system}] if request.system else []
-    messages.append({"role": "user", "content": request.prompt})
-    return worst_case(messages, registry.request_max_tokens(request), pricing.for_request(request))
 
 
 def stop(run_id: uuid.UUID, refusal: Refusal) -> store.Transition:

@@ -34,6 +34,7 @@ from ..presentation.outcomes import ApprovalAmbiguous, RunNotFound
 from ..store import trees as tree_store
 from ..store.results import Transition
 from ..validation.run_request import InvalidRequest, RunRequest
+from .worst_case import first_call
 
 logger = logging.getLogger(__name__)
 
@@ -198,11 +199,7 @@ def _child(
         "tree_call_sequence": call_sequence,
         "trace_context": (spawning(call, child_id) if spawning is not None else None) or parent.trace_context,
     }
-    from . import spend  # spend stops runs through this module
-
-    return tree_store.Child(
-        call.id, fields, request.as_dict(), call.name, call.arguments, lambda: spend.first_call(request)
-    )
+    return tree_store.Child(call.id, fields, request.as_dict(), call.name, call.arguments, lambda: first_call(request))
 
 
 def admit_child(child: tree_store.Child) -> str | None:
