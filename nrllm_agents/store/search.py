@@ -26,10 +26,10 @@ SORTED_MATCHES = (Coalesce("created_at", "created_at").desc(), OrderBy(F("pk"), 
 NEWEST_FIRST = ("-created_at", "-pk")
 
 
-def search(queryset: QuerySet[AgentRun], term: str) -> QuerySet[AgentRun]:
+def search(queryset: QuerySet[AgentRun], term: str, *, sort_cap: int = SORT_CAP) -> QuerySet[AgentRun]:
     """Runs whose prompt holds ``term`` as written (case aside), as the playground's search, or
     whose id starts with ``term`` (hex digits, dashes optional); newest first as the list is,
-    sorted after the search when it matches few runs (``SORTED_MATCHES``).
+    sorted after the search when it matches at most ``sort_cap`` runs (``SORTED_MATCHES``).
 
     The phrase whole rather than each word apart: its inner spaces give the trigram index
     word-edge trigrams, so ``order #42`` narrows to the prompts with a word starting ``42``,
@@ -41,15 +41,15 @@ def search(queryset: QuerySet[AgentRun], term: str) -> QuerySet[AgentRun]:
     if span is not None:
         matches |= Q(pk__range=span)
     found = queryset.filter(matches)
-    if tuple(found.query.order_by) == NEWEST_FIRST and few(found):
+    if tuple(found.query.order_by) == NEWEST_FIRST and few(found, sort_cap):
         return found.order_by(*SORTED_MATCHES)
     return found
 
 
-def few(queryset: QuerySet[AgentRun]) -> bool:
-    """Whether ``queryset`` matches at most ``SORT_CAP`` runs (read without an order: a search
-    reads them from its trigram index)."""
-    return int(queryset.order_by().values("pk")[: SORT_CAP + 1].count()) <= SORT_CAP
+def few(queryset: QuerySet[AgentRun], cap: int = SORT_CAP) -> bool:
+    """Whether ``queryset`` matches at most ``cap`` runs (read without an order: a search reads
+    them from its trigram index)."""
+    return int(queryset.order_by().values("pk")[: cap + 1].count()) <= cap
 
 
 def id_prefix_range(term: str) -> tuple[uuid.UUID, uuid.UUID] | None:

@@ -18,6 +18,9 @@ from ..store.search import NEWEST_FIRST, search
 
 PER_PAGE = 15
 MAX_QUERY = 200
+# One user's matches sorted at most (read through the trigram index); more matches than that are
+# met along the owner's newest-first index instead, a page reading until it has its runs.
+SORT_CAP = 2000
 MAX_PAGE = 1000  # a page number past this (or not a number) reads the first page: OFFSET stays bounded
 
 
@@ -74,7 +77,7 @@ def recent_runs(request: HttpRequest) -> dict[str, Any]:
     else:
         status = ""
     if query:
-        runs = search(runs, query)
+        runs = search(runs, query, sort_cap=SORT_CAP)
     number = page_number(request.GET.get("page"))
     rows = list(runs[(number - 1) * PER_PAGE : number * PER_PAGE + 1])
     if not rows and number > 1:  # past the last page
