@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from nrllm_agents import store
 from nrllm_agents.executors import dispatch
-from nrllm_agents.models import ACTIVE, TERMINAL, AgentRun, CancelSource
+from nrllm_agents.models import ACTIVE, TERMINAL, AgentRun, CancelSource, RunStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -130,7 +130,7 @@ def test_the_status_counts_read_the_active_runs_and_a_day_of_ended_ones_not_the_
     # Each bounded by an index that holds few runs at any size: the active statuses, the runs not
     # stopped (the partial index agentrun_unstopped), a day of created_at, or a LIMIT.
     for sql, params in run_table:
-        statuses = {p for p in params if isinstance(p, str)}
+        statuses = {p for p in params if p in RunStatus.values}  # (SQLite passes times as strings)
         window = '"created_at" >=' in sql or '"stopped_at" IS NULL' in sql
         assert " WHERE " in sql and ((statuses and statuses <= ACTIVE) or window or " LIMIT " in sql), (sql, params)
         assert not statuses & TERMINAL or window, (sql, params)
