@@ -14,6 +14,8 @@ boundary and the cancel.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres .venv/bin/python bench/volume.py --runs 1000000
 
+``--only operations --only playground`` times just the surfaces so named (no hot path).
+
 Each measurement is one function of ``SURFACES`` (or ``hot_path``), so a later one (a retention
 pass, say) is one more entry. The fill is ``nrllm_agents.testing.volume``'s, which the test of
 the admin at a million runs uses too.
@@ -140,6 +142,8 @@ SURFACES: list[tuple[str, Callable[[Bench], None]]] = [
     ("GET /api/budgets/", api("/api/budgets/")),
     ("playground", api("/playground/", "user")),
     ("playground search", api("/playground/", "user", {"q": "order #42"})),
+    ("playground search an id prefix", api("/playground/", "user", {"q": "3fa8"})),
+    ("playground search, page 3", api("/playground/", "user", {"q": "order", "page": "3"})),
     ("POST /lg/threads/search", lg_thread_search),
     ("GET /metrics", api("/metrics")),
     ("agent_budgets list", command("agent_budgets", "list")),
@@ -196,12 +200,17 @@ def hot_path(samples: int) -> dict[str, float]:
     }
 
 
-def measure_all(bench: Bench, repeat: int, samples: int) -> dict[str, float]:
+def measure_all(bench: Bench, repeat: int, samples: int, only: list[str] | None = None) -> dict[str, float]:
+    """Every surface, then the hot path; with ``only``, the surfaces whose name holds one of
+    those words, and no hot path."""
     out = {}
     for name, measure in SURFACES:
+        if only and not any(word in name for word in only):
+            continue
         out[name] = timed(lambda m=measure: m(bench), repeat)  # type: ignore[misc]
         print(f"  {name}: {out[name]:.1f} ms", flush=True)
-    out.update(hot_path(samples))
+    if not only:
+        out.update(hot_path(samples))
     return out
 
 
@@ -230,6 +239,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="requests per surface, after one warm-up (default 5)")
     parser.add_argument("--samples", type=int, default=200, help="step boundaries and cancels timed (default 200)")
     parser.add_argument("--database", default="nrllm_bench_volume", help="the throwaway database's name")
+    parser.add_argument(
+        "--only", action="append", help="time only the surfaces whose name holds this (repeatable; no hot path)"
+    )
     args = parser.parse_args()
     if args.runs <= SMALL:
         sys.exit(f"--runs must be more than {SMALL}")
@@ -262,7 +274,7 @@ def run(args: argparse.Namespace) -> None:
 
     bench.newest = AgentRun.objects.order_by("-created_at").values_list("pk", flat=True).first()
     load_small = os.getloadavg()
-    at_small = measure_all(bench, args.repeat, args.samples)
+    at_small = measure_all(bench, args.repeat, args.samples, args.only)
     per_step_small = bytes_per_step()
     with stopwatch(f"fill the other {n - small:,} runs"):
         with volume.indexes_set_aside("nrllm_agents_agentrun", "nrllm_agents_agentrunevent"):
@@ -271,7 +283,7 @@ def run(args: argparse.Namespace) -> None:
                 volume.fill(lo, min(lo + step - 1, n - small), top=n, steps=args.steps, users=pks, base=base)
         volume.vacuum()
     load_big = os.getloadavg()
-    at_big = measure_all(bench, args.repeat, args.samples)
+    at_big = measure_all(bench, args.repeat, args.samples, args.only)
     per_step_big = bytes_per_step()
     print(f"\nload average: {load_small[0]:.1f} ({small:,}) / {load_big[0]:.1f} ({n:,}) over the last minute")
     print(f"step table: {per_step_small:.0f} bytes per step ({small:,} runs), {per_step_big:.0f} ({n:,})\n")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.db import connection
 from django.urls import reverse
 
 from nrllm_agents.models import AgentRun, CancelSource, RunStatus
@@ -38,7 +39,7 @@ def test_the_runs_list_is_searched_filtered_and_paged(web, runtime, alice, bob):
     first, second = client.get(url).content.decode(), client.get(url, {"page": "2"}).content.decode()
     assert len(listed(first)) == PER_PAGE and len(listed(second)) == 3
     assert set(listed(first)) | set(listed(second)) == {str(r.run_id) for r in ids}  # alice's runs only
-    assert 'id="older-runs"' in first and "page 2 of 2" in second
+    assert 'id="older-runs"' in first and "page 2<" in second and 'id="older-runs"' not in second
     apples = client.get(url, {"q": "APPLES"}).content.decode()
     assert len(listed(apples)) == (PER_PAGE + 3) // 2 and "apples of bob" not in apples
     by_id = client.get(url, {"q": str(ids[0].run_id)[:8]}).content.decode()
@@ -50,6 +51,30 @@ def test_the_runs_list_is_searched_filtered_and_paged(web, runtime, alice, bob):
         assert client.get(url, odd).status_code == 200  # never a 500
     nothing = client.get(url, {"q": "no such words"}).content.decode()
     assert 'id="no-match"' in nothing
+
+
+def test_the_runs_list_reads_a_page_of_rows_not_every_run_of_the_user(web, alice):
+    """Issue 45: 0.9 s for a search at 100,000 runs of one user. Each query on the run table is
+    bounded (a LIMIT), none counts the user's runs whole, none compares ids as text (no index
+    serves that), and as many queries answer at 1,000 runs as at 20."""
+    fields = {"provider": "scripted", "status": RunStatus.COMPLETED, "owner": alice}
+
+    def reads(params: dict[str, str]) -> list[str]:
+        sqls: list[str] = []
+        with connection.execute_wrapper(lambda execute, sql, *args: sqls.append(sql) or execute(sql, *args)):
+            html = signed_in(alice).get(reverse("nrllm_web:playground"), params).content.decode()
+        assert len(listed(html)) == PER_PAGE
+        return [sql for sql in sqls if 'FROM "nrllm_agents_agentrun"' in sql]
+
+    AgentRun.objects.bulk_create(AgentRun(prompt=f"order #{i}", **fields) for i in range(20))
+    small = {key: reads(params) for key, params in (("list", {}), ("search", {"q": "order"}))}
+    AgentRun.objects.bulk_create(AgentRun(prompt=f"order #{i}", **fields) for i in range(20, 1000))
+    for key, params in (("list", {}), ("search", {"q": "order"}), ("page", {"q": "order", "page": "3"})):
+        sqls = reads(params)
+        assert key == "page" or len(sqls) == len(small[key])
+        for sql in sqls:
+            assert " LIMIT " in sql, sql
+            assert '"id"::text' not in sql, sql
 
 
 def test_the_picture_fragment_is_the_run_page_picture_for_those_who_may_see_the_run(web, runtime, alice, bob):
