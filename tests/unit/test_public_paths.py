@@ -100,3 +100,16 @@ def test_the_python_api_page_lists_every_public_module_and_name() -> None:
         if f"`{name}`" not in page or f"`{export}`" not in page
     ]
     assert missing == []
+
+
+def test_rq_and_django_find_the_workers_and_factories_by_their_public_paths() -> None:
+    """RQ's ``WORKER_CLASS`` and Django's ``import_string`` reach names a package re-exports on
+    first use (PEP 562), as they reach names a module defines."""
+    from django.utils.module_loading import import_string
+    from rq.utils import import_attribute
+
+    from nrllm_agents.catalog.registry import scripted_provider
+    from nrllm_agents.workers.rq_worker import GracefulWorker
+
+    assert import_attribute("nrllm_agents.workers.GracefulWorker") is GracefulWorker
+    assert import_string("nrllm_agents.catalog.scripted_provider") is scripted_provider
