@@ -15,9 +15,10 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from tests.waits import wait_for as wait_for  # the shared wait, for the tests and benches that import it from here
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -206,27 +207,6 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
         os.killpg(proc.pid, sig)  # the group this test started (start_new_session=True)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def wait_for(
-    predicate: Any,
-    *,
-    timeout: float = 60.0,
-    interval: float = 0.05,
-    what: str = "condition",
-    explain: Callable[[], str] | None = None,
-) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail with ``what`` after ``timeout``
-    (and what ``explain`` says of the state then: a worker's log, the runs' statuses)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            said = f"\n{explain()}" if explain else ""
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}{said}")
-        time.sleep(interval)
 
 
 # A process that has already paid Django's start-up and runs the ``agent_cancel`` command

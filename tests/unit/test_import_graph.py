@@ -131,6 +131,8 @@ FLOORS = [
     ("workers", ("workers", "jobs")),
     ("surfaces", ("http", "api", "agent_protocol", "ag_ui", "web", "admin", "management")),
     ("app", ("apps", "checks", "urls")),
+    # the public modules a host or an extender writes: re-exports only, imported by no floor below
+    ("public", ("providers", "middleware")),
 ]
 # the package's own __init__ imports its public names on first use only (PEP 562 __getattr__)
 UNCHECKED = {"nrllm_agents", "nrllm_agents.conf"}
@@ -154,8 +156,19 @@ def test_every_module_sits_on_a_floor():
 def test_the_root_holds_only_djangos_roots():
     """At most ten modules at the package root: Django's own roots, the settings, the package."""
     root = sorted(path.name for path in PACKAGE.glob("*.py"))
-    # jobs: the job's name on the queue (a contract); urls: what a host includes
-    assert root == ["__init__.py", "apps.py", "checks.py", "conf.py", "jobs.py", "models.py", "urls.py"]
+    # jobs: the job's name on the queue (a contract); urls: what a host includes; middleware and
+    # providers: public modules in front of private ones (docs/reference/python-api.md)
+    assert root == [
+        "__init__.py",
+        "apps.py",
+        "checks.py",
+        "conf.py",
+        "jobs.py",
+        "middleware.py",
+        "models.py",
+        "providers.py",
+        "urls.py",
+    ]
     assert len(root) <= 10
 
 

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
-
-import pytest
 
 ANSWER = "The answer comes in pieces, one word after another, as a model writes it."
 
@@ -31,16 +27,6 @@ NOTE = [
     {"tool_calls": [{"name": "write_note", "arguments": {"title": "plan", "body": "ship it"}}]},
     {"content": "Noted."},
 ]
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def writing(run_id: str) -> bool:

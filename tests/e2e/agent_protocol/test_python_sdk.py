@@ -15,8 +15,9 @@ from langgraph_sdk.errors import ConflictError, NotFoundError, UnprocessableEnti
 from langgraph_sdk.schema import Command
 
 from nrllm_agents.models import AgentRun, Note
+from tests.waits import wait_for
 
-from .helpers import ANSWER, NOTE, PIECE_SECONDS, answer, said, slow, wait_for, writing
+from .helpers import ANSWER, NOTE, PIECE_SECONDS, answer, said, slow, writing
 
 # transaction=True: the server and the worker are other processes. The SQLite tier runs these too
 # (issue 38's acceptance): runserver with the in-process executor.
@@ -86,7 +87,7 @@ def test_wait_join_and_a_threadless_run(sdk):
 def test_reject_raises_the_sdks_conflict_error_and_interrupt_keeps_the_partial_turn(sdk):
     thread = sdk.threads.create()["thread_id"]
     first = sdk.runs.create(thread, "helper", input=said("take long"), context={"script": slow()})
-    wait_for("the first run's model call to be in flight", lambda: writing(first["run_id"]))
+    wait_for(lambda: writing(first["run_id"]), what="the first run's model call to be in flight")
     time.sleep(2.5 * PIECE_SECONDS)  # it writes a few words
     with pytest.raises(ConflictError):
         sdk.runs.create(thread, "helper", input=said("refused"), multitask_strategy="reject")
@@ -117,7 +118,7 @@ def test_enqueue_waits_its_turn_and_rollback_removes_the_turn(sdk, site):
         ("ai", "second"),
     ]
     third = sdk.runs.create(thread, "helper", input=said("three"), context={"script": slow()})
-    wait_for("the third run's model call", lambda: writing(third["run_id"]))
+    wait_for(lambda: writing(third["run_id"]), what="the third run's model call")
     sdk.runs.cancel(thread, third["run_id"], wait=True, action="rollback")
     with pytest.raises(NotFoundError):
         sdk.runs.get(thread, third["run_id"])
@@ -134,7 +135,7 @@ def test_enqueue_waits_its_turn_and_rollback_removes_the_turn(sdk, site):
 def test_cancel_wait_returns_once_the_call_in_flight_stopped(sdk):
     thread = sdk.threads.create()["thread_id"]
     run = sdk.runs.create(thread, "helper", input=said("write forever"), context={"script": slow()})
-    wait_for("the model call to be in flight", lambda: writing(run["run_id"]))
+    wait_for(lambda: writing(run["run_id"]), what="the model call to be in flight")
     time.sleep(2.5 * PIECE_SECONDS)
     started = time.monotonic()
     sdk.runs.cancel(thread, run["run_id"], wait=True, action="interrupt")

@@ -16,8 +16,9 @@ import pytest
 from langgraph_sdk.errors import ConflictError, NotFoundError, RateLimitError
 
 from nrllm_agents.models import AgentRun, Thread
+from tests.waits import wait_for
 
-from .helpers import ANSWER, answer, said, slow, wait_for, writing
+from .helpers import ANSWER, answer, said, slow, writing
 
 # transaction=True: the server and the worker are other processes. Both tiers, as test_python_sdk.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
@@ -94,7 +95,7 @@ def test_runs_delete_and_threads_delete_hide_but_keep(sdk, site):
     assert contents(done["messages"])[-1] == ("ai", "first")
     (first,) = sdk.runs.list(thread)
     moving = sdk.runs.create(thread, "helper", input=said("two"), context={"script": slow()})
-    wait_for("the second run's model call", lambda: writing(moving["run_id"]))
+    wait_for(lambda: writing(moving["run_id"]), what="the second run's model call")
     with pytest.raises(ConflictError):
         sdk.runs.delete(thread, moving["run_id"])
     with pytest.raises(ConflictError):
@@ -122,7 +123,7 @@ def test_runs_delete_and_threads_delete_hide_but_keep(sdk, site):
 def test_multitask_rollback_makes_the_run_404_and_keeps_it_in_the_api(sdk, site):
     thread = sdk.threads.create()["thread_id"]
     first = sdk.runs.create(thread, "helper", input=said("take long"), context={"script": slow()})
-    wait_for("the first run's model call", lambda: writing(first["run_id"]))
+    wait_for(lambda: writing(first["run_id"]), what="the first run's model call")
     second = sdk.runs.create(
         thread, "helper", input=said("instead"), multitask_strategy="rollback", context={"script": answer("second", 0)}
     )
@@ -140,13 +141,15 @@ def test_multitask_rollback_makes_the_run_404_and_keeps_it_in_the_api(sdk, site)
 def test_cancel_without_wait_answers_once_the_cancel_commits(sdk, contract):
     thread = sdk.threads.create()["thread_id"]
     run = sdk.runs.create(thread, "helper", input=said("write forever"), context={"script": slow()})
-    wait_for("the model call to be in flight", lambda: writing(run["run_id"]))
+    wait_for(lambda: writing(run["run_id"]), what="the model call to be in flight")
     sdk.runs.cancel(thread, run["run_id"], action="interrupt")
     cancels = [ex for ex in contract.seen if ex.path.endswith("/cancel")]
     assert [(ex.status, ex.answer["status"]) for ex in cancels] == [(202, "interrupted")], "answered without waiting"
     assert AgentRun.objects.get(pk=run["run_id"]).status == "cancelled", "the cancel had committed"
     row = wait_for(
-        "the run to stop", lambda: AgentRun.objects.filter(pk=run["run_id"], stopped_at__isnull=False).first(), 20
+        lambda: AgentRun.objects.filter(pk=run["run_id"], stopped_at__isnull=False).first(),
+        timeout=20,
+        what="the run to stop",
     )
     assert row.events.order_by("sequence").last().kind == "cancelled"
     assert row.events.get(kind="llm").payload["interrupted"] is True, "the 24 s call was cut short"

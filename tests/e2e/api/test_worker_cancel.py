@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,22 +21,12 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from tests.conftest import manage
+from tests.waits import wait_for
 
 # Thirty rounds of "sleep 0.3 s": long enough that only a cancel ends it early.
 ROUNDS = 30
 SCRIPT = [{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.3}}]} for _ in range(ROUNDS)]
 SCRIPT.append({"content": "done"})
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60.0) -> Any:
-    """Poll ``probe`` until it returns something truthy; fail naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 @pytest.fixture
@@ -78,7 +67,7 @@ def test_cancel_through_the_api_stops_a_worker_executing_the_run_within_one_step
         page = api.get(run_url + "events/").json()
         return page["status"] == "running" and any(e["kind"] == "tool" for e in page["results"])
 
-    wait_for("the worker to execute the run and record a tool step", executing_with_steps)
+    wait_for(executing_with_steps, what="the worker to execute the run and record a tool step")
     cancel = api.post(run_url + "cancel/", {"reason": "enough"}, format="json")
     cancelled_by = time.time()  # the cancel is committed by now
     assert cancel.status_code == 202, cancel.json()
@@ -92,7 +81,7 @@ def test_cancel_through_the_api_stops_a_worker_executing_the_run_within_one_step
         body = api.get(run_url).json()
         return body if body["cancel"] and body["cancel"]["stopped_at"] else None
 
-    run = wait_for("the worker to acknowledge the cancel (cancel.stopped_at)", stopped)
+    run = wait_for(stopped, what="the worker to acknowledge the cancel (cancel.stopped_at)")
     assert (run["status"], run["termination_reason"]) == ("cancelled", "cancelled")
     assert (run["cancel"]["source"], run["cancel"]["by"], run["cancel"]["reason"]) == ("api", "alice", "enough")
     assert run["final_text"] is None

@@ -29,7 +29,7 @@ INSTALLED_APPS += [
     "nrllm_agents",
 ]
 # NUL characters refused everywhere, oversized API bodies answered 413 (right after SecurityMiddleware)
-MIDDLEWARE.insert(1, "nrllm_agents.http.edge.EdgeGuardMiddleware")
+MIDDLEWARE.insert(1, "nrllm_agents.middleware.EdgeGuardMiddleware")
 """
 
 URLS = """\
@@ -73,7 +73,7 @@ REDIS_URL = os.environ.get("REDIS_URL")
 if REDIS_URL:
     RQ_QUEUES = {"default": {"URL": REDIS_URL, "DEFAULT_TIMEOUT": 360}}
     # on SIGTERM a worker hands its run back to the queue at the next step boundary
-    RQ = {"WORKER_CLASS": "nrllm_agents.workers.rq_worker.GracefulWorker"}
+    RQ = {"WORKER_CLASS": "nrllm_agents.workers.GracefulWorker"}
 """
 WORKERS_DOC = DOC.parent / "operations" / "workers.md"
 RQWORKER = "python manage.py rqworker default"

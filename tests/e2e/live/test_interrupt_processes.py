@@ -18,8 +18,8 @@ from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, RunStatus
 from nrllm_agents.runtime.agent_runtime import AgentRuntime
 from nrllm_agents.testing.chat_server import ChatCompletionServer
 from tests.conftest import manage
-from tests.e2e.api.test_worker_cancel import wait_for
 from tests.e2e.processes import Workers
+from tests.waits import wait_for
 
 # transaction=True everywhere: the executing processes only see committed rows, and we theirs.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -109,14 +109,14 @@ def test_queued_runs_cancelled_at_random_moments_stop_within_milliseconds(child_
     with Workers(env, count=2, log_dir=tmp_path / "logs").start():
         run_ids = [runtime.enqueue({"prompt": "p", "tools": ["sleep"], "script": long_script()}) for _ in range(6)]
         for run_id in run_ids:
-            wait_for("the run to start a long step", lambda: AgentRunEvent.objects.filter(run_id=run_id).exists())
+            wait_for(lambda: AgentRunEvent.objects.filter(run_id=run_id).exists(), what="the run to start a long step")
             time.sleep(rng.uniform(0.1, 4.0))  # a random moment inside a 5 s step
             runtime.cancel(run_id, source=CancelSource.SYSTEM, reason="random moment")
         for run_id in run_ids:
             wait_for(
-                "the run to stop",
                 lambda: AgentRun.objects.filter(pk=run_id, stopped_at__isnull=False).exists(),
                 timeout=30,
+                what="the run to stop",
             )
     entries = journal(Path(child_env["NRLLM_CALL_JOURNAL"]))
     for run_id in run_ids:

@@ -13,7 +13,6 @@ import queue
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -24,6 +23,7 @@ import pytest
 from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus
 from nrllm_agents.presentation import presenters
 from tests.conftest import manage
+from tests.waits import wait_for
 
 WAIT = 60  # seconds: a safety net against a hung child, never a measured bound
 
@@ -115,13 +115,6 @@ def journal(env: dict[str, str], pid: int) -> list[dict[str, Any]]:
     path = Path(env["NRLLM_CALL_JOURNAL"])
     entries = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
     return [e for e in entries if e["pid"] == pid]
-
-
-def wait_for(condition: Callable[[], Any]) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met"
-        time.sleep(0.02)
 
 
 def assert_stopped_at_boundary(child: Child, lines: list[dict[str, Any]], env: dict[str, str]) -> dict[str, Any]:
@@ -233,7 +226,7 @@ def test_second_ctrl_c_exits_at_once_without_waiting_for_the_step_in_flight(chil
     )
     run_id = runner.read_until(lambda o: o["event"] == "step" and o["step"]["kind"] == "request")["step"]["run_id"]
     # A step is printed before it is stored: wait until the model call (after the store) began.
-    wait_for(lambda: journal(child_env, runner.proc.pid))
+    wait_for(lambda: journal(child_env, runner.proc.pid), timeout=WAIT, interval=0.02, what="the child's journal")
     runner.proc.send_signal(signal.SIGINT)
     runner.wait_stderr("interrupted: cancelling")
     runner.proc.send_signal(signal.SIGINT)

@@ -22,6 +22,7 @@ from nrllm_agents.domain.fork import NOT_EXECUTED
 from nrllm_agents.models import AgentRun, AgentRunEvent
 from tests import waits
 from tests.e2e.processes import wait_for
+from tests.integration.runs import kinds
 
 SLEEPY = [{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 30}}]}, {"content": "never"}]
 
@@ -57,10 +58,6 @@ def post(api: APIClient, thread_id: str, prompt: str, script: list[dict[str, Any
 
 def run_of(run_id: str) -> AgentRun:
     return AgentRun.objects.get(pk=run_id)
-
-
-def kinds(run_id: str) -> list[str]:
-    return list(AgentRunEvent.objects.filter(run_id=run_id).order_by("sequence").values_list("kind", flat=True))
 
 
 def opening(run_id: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from nrllm_agents.validation.run_request import RunRequest
 from nrllm_agents.workers import jobs
 from tests import waits
 from tests.conftest import is_postgres, manage
+from tests.integration.runs import kinds
 
 SCRIPT = [
     {"tool_calls": [{"name": "calculator", "arguments": {"expression": "6 * 7"}}]},
@@ -78,10 +79,6 @@ def journal_of(path: Path, run_id: Any) -> list[dict[str, Any]]:
 
 def shape(run_id: Any) -> list[tuple[str, int]]:
     return list(AgentRunEvent.objects.filter(run_id=run_id).order_by("sequence").values_list("kind", "round"))
-
-
-def kinds(run_id: Any) -> list[str]:
-    return [kind for kind, _ in shape(run_id)]
 
 
 def queued_row(data: dict[str, Any]) -> AgentRun:

@@ -22,6 +22,7 @@ from nrllm_agents.live.watch import Watch, merge_deltas
 from nrllm_agents.models import AgentRun, CancelSource
 from tests.conftest import is_postgres
 from tests.integration.api.test_stream import frames_of, lines_of, stream_url
+from tests.waits import wait_for
 
 ANSWER = " ".join(f"word{i}" for i in range(40))
 WRITING = [{"delay": 1.5, "content": ANSWER, "usage": {"prompt_tokens": 9, "completion_tokens": 40}}]
@@ -61,16 +62,9 @@ def text_of(deltas: list[dict[str, Any]]) -> str:
     return text
 
 
-def wait_for(condition, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def wait_listening() -> None:
     if is_postgres():
-        wait_for(hub.listening.is_set)
+        wait_for(hub.listening.is_set, timeout=10, interval=0.01)
 
 
 # --- deltas --------------------------------------------------------------------------------
@@ -165,7 +159,7 @@ def test_idle_watchers_read_nothing_hold_no_connection_and_wake_on_a_commit(runt
 
     threads = [in_thread(lambda i=i, w=w: follow(i, w)) for i, w in enumerate(watchers)]
     try:
-        wait_for(lambda: all(w.reads >= 1 for w in watchers))
+        wait_for(lambda: all(w.reads >= 1 for w in watchers), timeout=10, interval=0.01)
         reads, refreshes = sum(w.reads for w in watchers), hub.counts["refreshes"]
         time.sleep(1.0)  # idle: nothing may be read meanwhile
         assert sum(w.reads for w in watchers) == reads and hub.counts["refreshes"] == refreshes
@@ -184,7 +178,7 @@ def test_idle_watchers_read_nothing_hold_no_connection_and_wake_on_a_commit(runt
         assert (
             store.record_step(run.pk, "me", 0, Step(StepKind.REQUEST, 0, {"x": 1}), run.created_at) is store.Lease.HELD
         )
-        wait_for(lambda: all(got[i] == [0] for i in got), timeout=5)
+        wait_for(lambda: all(got[i] == [0] for i in got), timeout=5, interval=0.01)
         assert sum(w.reads for w in watchers) == reads  # they took it from the one shared read
         assert hub.counts["refreshes"] == refreshes + 1
     finally:
@@ -211,16 +205,22 @@ def test_a_lost_listener_falls_back_to_polling_then_reconnects(runtime, alice, l
         connects = hub.counts["connects"]
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_terminate_backend(%s)", [hub.listener_pid])
-        wait_for(lambda: not hub.listening.is_set() or hub.counts["connects"] > connects)
+        wait_for(lambda: not hub.listening.is_set() or hub.counts["connects"] > connects, timeout=10, interval=0.01)
         from nrllm_agents.domain import Step, StepKind
 
         assert store.record_step(run.pk, "me", 0, Step(StepKind.REQUEST, 0, {}), run.created_at) is store.Lease.HELD
         seen: list[int] = []
-        wait_for(lambda: seen.extend(s["sequence"] for s in watch.update().steps) or seen == [0])
-        wait_for(lambda: hub.listening.is_set() and hub.counts["connects"] > connects)
+        wait_for(
+            lambda: seen.extend(s["sequence"] for s in watch.update().steps) or seen == [0], timeout=10, interval=0.01
+        )
+        wait_for(lambda: hub.listening.is_set() and hub.counts["connects"] > connects, timeout=10, interval=0.01)
         assert store.record_step(run.pk, "me", 1, Step(StepKind.REQUEST, 0, {}), run.created_at) is store.Lease.HELD
         assert watch.wait(5)
-        wait_for(lambda: seen.extend(s["sequence"] for s in watch.update().steps) or seen == [0, 1])
+        wait_for(
+            lambda: seen.extend(s["sequence"] for s in watch.update().steps) or seen == [0, 1],
+            timeout=10,
+            interval=0.01,
+        )
     finally:
         watch.close()
         runtime.cancel(run.pk, source=CancelSource.SYSTEM)

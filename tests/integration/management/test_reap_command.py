@@ -22,6 +22,7 @@ from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus
 from nrllm_agents.runtime.segment import SegmentTrace, identity
 from nrllm_agents.validation.run_request import RunRequest
 from tests import waits
+from tests.integration.runs import kinds
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -91,10 +92,6 @@ def llm_step(round_: int, **payload: Any) -> Step:
 
 def sequences(run_id: Any) -> list[int]:
     return list(AgentRunEvent.objects.filter(run_id=run_id).order_by("sequence").values_list("sequence", flat=True))
-
-
-def kinds(run_id: Any) -> list[str]:
-    return list(AgentRunEvent.objects.filter(run_id=run_id).order_by("sequence").values_list("kind", flat=True))
 
 
 def snapshot(*runs: AgentRun) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from nrllm_agents.runtime.agent_runtime import (
     parse_run_id,
 )
 from nrllm_agents.validation.run_request import InvalidRequest
+from tests.integration.runs import kinds
 
 TWO_TOOLS = [
     {
@@ -44,10 +45,6 @@ GATED = [
 
 def request(script, tools=("calculator",), **extra):
     return {"prompt": "test", "tools": list(tools), "script": script, **extra}
-
-
-def kinds(runtime, run_id):
-    return [e.kind for e in runtime.events(run_id)]
 
 
 def journal(path: Path) -> list[dict]:
@@ -77,7 +74,7 @@ def test_run_completes_and_records_the_stream(runtime):
     result = runtime.run(request(TWO_TOOLS))
     assert result.outcome == Outcome.COMPLETED and result.status == RunStatus.COMPLETED
     assert result.final_text == "4" and result.steps == 6
-    assert kinds(runtime, result.run_id) == ["request", "llm", "tool", "tool", "request", "llm"]
+    assert kinds(result.run_id) == ["request", "llm", "tool", "tool", "request", "llm"]
     assert [e.sequence for e in runtime.events(result.run_id)] == list(range(6))
     run = runtime.status(result.run_id)
     assert (run.iterations, run.prompt_tokens, run.completion_tokens) == (2, 30, 7)
@@ -129,7 +126,7 @@ def test_failing_probe_never_fabricates_a_cancellation(runtime):
     # the row again before the next start: at least one failure per boundary.
     assert len(failures) >= 6, "every boundary's probe should have been exercised"
     assert result.outcome == Outcome.COMPLETED and runtime.status(result.run_id).status == RunStatus.COMPLETED
-    assert "cancelled" not in kinds(runtime, result.run_id)
+    assert "cancelled" not in kinds(result.run_id)
 
 
 def test_cancel_that_wins_against_settle_reports_cancelled(runtime, monkeypatch):
@@ -143,7 +140,7 @@ def test_cancel_that_wins_against_settle_reports_cancelled(runtime, monkeypatch)
     monkeypatch.setattr(store, "settle", cancel_first)
     result = runtime.run(request([{"content": "answer"}]))
     assert result.outcome == Outcome.CANCELLED and result.status == RunStatus.CANCELLED
-    assert kinds(runtime, result.run_id) == ["request", "llm", "cancelled"]
+    assert kinds(result.run_id) == ["request", "llm", "cancelled"]
     assert runtime.status(result.run_id).final_text == ""
 
 
@@ -158,7 +155,7 @@ def test_cancel_that_wins_against_suspend_reports_cancelled(runtime, monkeypatch
     result = runtime.run(request(GATED, tools=("calculator", "write_note")))
     assert result.outcome == Outcome.CANCELLED
     assert runtime.status(result.run_id).status == RunStatus.CANCELLED
-    assert kinds(runtime, result.run_id)[-1] == "cancelled"
+    assert kinds(result.run_id)[-1] == "cancelled"
 
 
 def test_approve_shares_the_hook(runtime):
@@ -169,7 +166,7 @@ def test_approve_shares_the_hook(runtime):
     observer = CancelAt(runtime, 1)  # 0 = approval step, 1 = first tool
     result = runtime.approve(first.run_id, True, on_step=observer)
     assert result.outcome == Outcome.CANCELLED
-    assert kinds(runtime, first.run_id) == ["request", "llm", "approval", "tool", "cancelled"]
+    assert kinds(first.run_id) == ["request", "llm", "approval", "tool", "cancelled"]
     from nrllm_agents.models import Note
 
     assert not Note.objects.filter(run_id=first.run_id).exists()
@@ -211,7 +208,7 @@ def test_queued_run_cancelled_before_claim_never_executes(runtime, tmp_path, mon
     assert runtime.status(run_id).status == RunStatus.QUEUED
     assert runtime.cancel(run_id, source=CancelSource.API).outcome == CancelOutcome.CANCELLED
     assert runtime.run_queued(run_id) is None
-    assert kinds(runtime, run_id) == ["cancelled"]
+    assert kinds(run_id) == ["cancelled"]
     assert journal(tmp_path / "j.jsonl") == []
     assert runtime.status(run_id).request_payload is None
 
@@ -220,7 +217,7 @@ def test_run_queued_shares_the_hook(runtime):
     run_id = runtime.enqueue(request(TWO_TOOLS))
     result = runtime.run_queued(run_id, on_step=CancelAt(runtime, 2))
     assert result.outcome == Outcome.CANCELLED
-    assert kinds(runtime, run_id) == ["request", "llm", "tool", "cancelled"]
+    assert kinds(run_id) == ["request", "llm", "tool", "cancelled"]
     assert runtime.run_queued(run_id) is None  # a second delivery loses the claim
 
 

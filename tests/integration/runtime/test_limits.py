@@ -15,6 +15,7 @@ from nrllm_agents.models import AgentRun, AgentRunEvent, RunStatus, TerminationR
 from nrllm_agents.runtime import limits
 from nrllm_agents.runtime.agent_runtime import Outcome
 from nrllm_agents.validation.run_request import InvalidRequest, RunRequest
+from tests.integration.runs import kinds
 
 pytestmark = pytest.mark.django_db
 
@@ -30,10 +31,6 @@ def long_script(turns: int = 9, delay: float = 0.5, tokens: int = 0) -> list[dic
 
 def journal(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def kinds(run_id) -> list[str]:
-    return list(AgentRunEvent.objects.filter(run_id=run_id).order_by("sequence").values_list("kind", flat=True))
 
 
 def test_deadline_stops_a_long_run_within_one_step(runtime, tmp_path, monkeypatch):

@@ -20,6 +20,7 @@ from nrllm_agents.testing.chat_server import ChatCompletionServer
 from nrllm_agents.validation.run_request import RunRequest
 from tests import waits
 from tests.conftest import race_rounds
+from tests.integration.runs import kinds
 
 SLOW_NOTE = {"slow_note": "nrllm_agents.testing.tools.SlowNote"}
 STEPS = [{"tool_calls": [{"name": "calculator", "arguments": {"expression": f"{i}+1"}}]} for i in range(3)] + [
@@ -29,10 +30,6 @@ STEPS = [{"tool_calls": [{"name": "calculator", "arguments": {"expression": f"{i
 
 def request(script: list[dict[str, Any]], tools: tuple[str, ...] = ("calculator",), **extra: Any) -> dict[str, Any]:
     return {"prompt": "liveness", "tools": list(tools), "script": script, **extra}
-
-
-def kinds(run_id) -> list[str]:
-    return list(AgentRunEvent.objects.filter(run_id=run_id).order_by("sequence").values_list("kind", flat=True))
 
 
 def sequences(run_id) -> list[int]:
