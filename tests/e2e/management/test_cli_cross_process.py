@@ -170,7 +170,7 @@ def test_agent_cancel_from_another_process_stops_agent_run_at_the_next_boundary(
         env=child_env,
     )
     run_id = runner.read_until(lambda o: o["event"] == "started")["run_id"]
-    runner.wait_stderr(f"python manage.py agent_cancel {run_id}")
+    runner.wait_stderr(f"manage.py agent_cancel {run_id}")  # by absolute paths (issue 48)
     runner.read_until(lambda o: o["event"] == "step" and ready(o["step"]))
 
     canceller = start(children, "agent_cancel", run_id, "--reason", f"e2e {moment}", env=child_env)
