@@ -485,6 +485,8 @@ REQUIRED_APPS = (
     "django_rq",
 )
 EDGE_MIDDLEWARE = "nrllm_agents.http.edge.EdgeGuardMiddleware"
+# the same class by its public path (nrllm_agents.middleware re-exports it)
+EDGE_MIDDLEWARE_PATHS = (EDGE_MIDDLEWARE, "nrllm_agents.middleware.EdgeGuardMiddleware")
 
 
 def check_host(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
@@ -502,11 +504,11 @@ def check_host(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
         for name in REQUIRED_APPS
         if not apps.is_installed(name)
     ]
-    if EDGE_MIDDLEWARE not in (getattr(settings, "MIDDLEWARE", None) or ()):
+    if not set(EDGE_MIDDLEWARE_PATHS) & set(getattr(settings, "MIDDLEWARE", None) or ()):
         found.append(
             Warning(
-                f"{EDGE_MIDDLEWARE} is not in MIDDLEWARE: a NUL character in a query or form reaches the views "
-                "(a 500 on PostgreSQL) and oversized API bodies are read whole",
+                f"{EDGE_MIDDLEWARE_PATHS[1]} is not in MIDDLEWARE: a NUL character in a query or form reaches "
+                "the views (a 500 on PostgreSQL) and oversized API bodies are read whole",
                 hint="Insert it right after SecurityMiddleware.",
                 id="nrllm_agents.W013",
             )

@@ -26,8 +26,8 @@ from nrllm_agents.models import AgentRun, AgentRunEvent, CancelSource, RunStatus
 from nrllm_agents.runtime.agent_runtime import AgentRuntime, Outcome
 from nrllm_agents.testing import mcp_servers
 from tests.conftest import manage
-from tests.e2e.api.test_worker_cancel import wait_for
 from tests.e2e.processes import Workers, _children
+from tests.waits import wait_for
 
 # transaction=True everywhere: the executing thread or process sees only committed rows, and we theirs.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -80,13 +80,13 @@ def started(record: Path, progressed: int = 1) -> dict:
             return calls[-1]
         return None
 
-    return wait_for("the MCP server to start the call and report progress", probe, timeout=60)
+    return wait_for(what="the MCP server to start the call and report progress", predicate=probe, timeout=60)
 
 
 def server_cancelled(record: Path, request_id: str) -> dict:
     return wait_for(
-        "the MCP server to see its handler cancelled",
-        lambda: next(
+        what="the MCP server to see its handler cancelled",
+        predicate=lambda: next(
             (e for e in mcp_servers.records(record) if e["event"] == "cancelled" and e["request_id"] == request_id),
             None,
         ),
@@ -96,7 +96,11 @@ def server_cancelled(record: Path, request_id: str) -> dict:
 
 def assert_cancelled_mid_call(run_id, record: Path, call: dict) -> None:
     """The server was told within the bound; the stream ends interrupted tool step → cancelled."""
-    wait_for("the run to stop", lambda: AgentRun.objects.filter(pk=run_id, stopped_at__isnull=False).exists(), 30)
+    wait_for(
+        what="the run to stop",
+        predicate=lambda: AgentRun.objects.filter(pk=run_id, stopped_at__isnull=False).exists(),
+        timeout=30,
+    )
     run = AgentRun.objects.get(pk=run_id)
     told = server_cancelled(record, call["request_id"])
     latency = told["t"] - run.cancel_requested_at.timestamp()
@@ -209,9 +213,9 @@ def test_a_queued_run_on_a_real_worker_tells_the_server_and_the_next_call_works(
             }
         )
         wait_for(
-            "the next run to complete",
-            lambda: AgentRun.objects.filter(pk=echo, status=RunStatus.COMPLETED).exists(),
-            60,
+            what="the next run to complete",
+            predicate=lambda: AgentRun.objects.filter(pk=echo, status=RunStatus.COMPLETED).exists(),
+            timeout=60,
         )
         if command == "agent_worker":  # one process: the same session served both runs
             echoed = [e for e in mcp_servers.records(record) if e["tool"] == "echo"]
@@ -253,7 +257,11 @@ def test_no_server_outlives_its_worker(command, how, configured, child_env, redi
         else:
             workers.terminate(0)
             workers.wait_exit(0, timeout=60)
-        wait_for("the MCP server and its guard to end", lambda: not alive(server) and not alive(guard), timeout=15)
+        wait_for(
+            what="the MCP server and its guard to end",
+            predicate=lambda: not alive(server) and not alive(guard),
+            timeout=15,
+        )
 
 
 def test_a_resumed_run_cancelled_mid_call_tells_the_server(settings, tmp_path):
@@ -281,7 +289,8 @@ def test_a_resumed_run_cancelled_mid_call_tells_the_server(settings, tmp_path):
         thread.join(30)
         assert outcome["result"].outcome == Outcome.CANCELLED
         wait_for(
-            "the run to stop", lambda: AgentRun.objects.filter(pk=waiting.run_id, stopped_at__isnull=False).exists()
+            what="the run to stop",
+            predicate=lambda: AgentRun.objects.filter(pk=waiting.run_id, stopped_at__isnull=False).exists(),
         )
         told = server_cancelled(record, call["request_id"])
         assert told["t"] - AgentRun.objects.get(pk=waiting.run_id).cancel_requested_at.timestamp() < BOUND_SECONDS
