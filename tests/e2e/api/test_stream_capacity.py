@@ -148,7 +148,8 @@ def test_100_polled_streams_open_get_their_step_and_leave_the_server_answering(a
     run = store.begin(
         {"prompt": "p", "provider": "scripted", "owner": alice}, claimed_by="me", lease_expires=store.lease_until()
     )
-    env = {**child_env, "NRLLM_STREAM_PUSH": "0", "NRLLM_STREAM_MAX_PER_USER": "0"}
+    # the cap named: its default follows the server's threads now (issue 44), not 1,000
+    env = {**child_env, "NRLLM_STREAM_PUSH": "0", "NRLLM_STREAM_MAX_PER_USER": "0", "NRLLM_STREAM_MAX_OPEN": "200"}
     path = f"/api/runs/{run.pk}/stream/"
     before = held_connections()
 
