@@ -44,6 +44,7 @@ from ..presentation.outcomes import (
 )
 from ..presentation.presenters import event_dict
 from ..store import budgets, retention
+from ..store.db import reconnecting
 from ..validation.run_request import InvalidRequest, RunRequest
 from . import forks, limits, threads, trees, worst_case
 from .runner import SegmentRunner, run_result
@@ -302,10 +303,20 @@ class AgentRuntime:
         rehydrated settles the run ``failed`` rather than stranding it.
         """
         run_id = parse_run_id(run_id)
+        segment = identity("worker")
+        # A connection that dies before the segment starts (the claim, the reads that shape the
+        # segment) is replaced and that part tried again at once, the claim recognising its own
+        # earlier win: the run neither waits for a retried job nor for the reaper (issue 44, item 16).
+        start = reconnecting(lambda: self._claimed(run_id, segment, on_step, on_delta))
+        return None if start is None else start()
+
+    def _claimed(
+        self, run_id: uuid.UUID, segment: str, on_step: StepObserver | None, on_delta: DeltaObserver | None
+    ) -> Callable[[], RunResult] | None:
+        """``run_queued``'s claim and reads: the segment to execute, or ``None`` (claim lost)."""
         where = threads.place(run_id)
         if where is not None and threads.waits(where):
             return None  # a run before it in its thread has not stopped; its stop dispatches this one
-        segment = identity("worker")
         claim = store.claim_queued(run_id, claimed_by=segment, lease_expires=store.lease_until())
         observe.claimed(run_id, segment, claim)
         if not claim.applied:
@@ -313,7 +324,8 @@ class AgentRuntime:
         payload = claim.data.get("request_payload") or {}
         if "resume" in payload:
             run = AgentRun.objects.get(pk=run_id)
-            return self._resume(
+            return functools.partial(
+                self._resume,
                 run,
                 segment,
                 run.suspended_state,
@@ -338,15 +350,16 @@ class AgentRuntime:
                 else RunRequest.from_mapping(payload)
             )
         except InvalidRequest as exc:
-            return self.segments.settle_unrunnable(run_id, trace, exc)
+            return functools.partial(self.segments.settle_unrunnable, run_id, trace, exc)
         if trace.next_sequence == 0 and where is not None:
-            return self.segments.execute(run_id, request, trace, _opened(trace, threads.opening(where, request)))
+            opening = threads.opening(where, request)
+            return functools.partial(self.segments.execute, run_id, request, trace, _opened(trace, opening))
         if trace.next_sequence == 0:
-            return self.segments.execute(run_id, request, trace, _fresh(request))
+            return functools.partial(self.segments.execute, run_id, request, trace, _fresh(request))
         # Continue from the stream: it is the checkpoint of everything that already happened.
         state = rebuild_state(event_dict(e) for e in store.events(run_id))
         trace.usage, trace.iterations = state.usage, state.iterations
-        return self.segments.execute(run_id, request, trace, lambda loop: loop.proceed(state))
+        return functools.partial(self.segments.execute, run_id, request, trace, lambda loop: loop.proceed(state))
 
     # --- control and reads ---------------------------------------------------------------
     @observe.cancel

