@@ -24,6 +24,7 @@ from tests import waits
 from tests.conftest import race_rounds
 from tests.e2e.processes import wait_for
 from tests.integration.executors.test_queue import journal, no_redis  # noqa: F401  (fixtures)
+from tests.integration.runtime.test_races import race
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -234,32 +235,13 @@ def test_a_cancel_of_the_root_racing_a_spawn_below_it_leaves_no_child_running():
             )
             for i in range(3)
         ]
-        barrier = threading.Barrier(2)
-        outcome: dict[str, object] = {}
-
-        def spawn() -> None:
-            try:
-                barrier.wait()
-                outcome["spawn"] = tree_store.spawn(
-                    mid.pk, "m", state={}, iterations=0, usage=Usage(), children=children
-                )
-            finally:
-                connections.close_all()
-
-        def cancel() -> None:
-            try:
-                barrier.wait()
-                outcome["cancel"] = tree_store.cancel_tree(root.pk, source=CancelSource.API, reason="race")
-            finally:
-                connections.close_all()
-
-        threads = [threading.Thread(target=spawn), threading.Thread(target=cancel)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
-        assert outcome["cancel"].transition.applied  # type: ignore[union-attr]
-        spawn_won = outcome["spawn"].applied  # type: ignore[union-attr]
+        spawned, cancelled = race(
+            lambda: tree_store.spawn(mid.pk, "m", state={}, iterations=0, usage=Usage(), children=children),
+            lambda: tree_store.cancel_tree(root.pk, source=CancelSource.API, reason="race"),
+        )
+        assert not isinstance(spawned, BaseException), spawned
+        assert cancelled.transition.applied, cancelled
+        spawn_won = spawned.applied
         spawned_first += spawn_won
         tree_runs = AgentRun.objects.filter(tree_root_id=root.pk)
         escaped += tree_runs.filter(status__in=[s.value for s in ACTIVE]).count()
@@ -288,32 +270,13 @@ def test_a_cancel_of_a_root_racing_its_first_spawn_leaves_no_child_running():
             tree_store.Child(f"call_{i}", {"prompt": "leaf", "provider": "scripted"}, {"prompt": "leaf"})
             for i in range(2)
         ]
-        barrier = threading.Barrier(2)
-        outcome: dict[str, object] = {}
-
-        def spawn() -> None:
-            try:
-                barrier.wait()
-                outcome["spawn"] = tree_store.spawn(
-                    root.pk, "r", state={}, iterations=0, usage=Usage(), children=children
-                )
-            finally:
-                connections.close_all()
-
-        def cancel() -> None:
-            try:
-                barrier.wait()
-                outcome["cancel"] = tree_store.cancel_tree(root.pk, source=CancelSource.API, reason="race")
-            finally:
-                connections.close_all()
-
-        threads = [threading.Thread(target=spawn), threading.Thread(target=cancel)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
-        assert outcome["cancel"].transition.applied  # type: ignore[union-attr]
-        spawn_won = outcome["spawn"].applied  # type: ignore[union-attr]
+        spawned, cancelled = race(
+            lambda: tree_store.spawn(root.pk, "r", state={}, iterations=0, usage=Usage(), children=children),
+            lambda: tree_store.cancel_tree(root.pk, source=CancelSource.API, reason="race"),
+        )
+        assert not isinstance(spawned, BaseException), spawned
+        assert cancelled.transition.applied, cancelled
+        spawn_won = spawned.applied
         spawned_first += spawn_won
         below = AgentRun.objects.filter(tree_root_id=root.pk)
         assert below.count() == (2 if spawn_won else 0)
