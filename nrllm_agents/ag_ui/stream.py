@@ -11,18 +11,16 @@ open longer than ``STREAM_MAX_SECONDS`` closes without an end: the client reatta
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..conf import app_settings
+from ..live.pacing import Clock, Pace
 from ..live.watch import Watch
 from ..models import AgentRun, RunStatus
 from ..presentation.presenters import event_dict
 from ..store.db import release_connection
 from .events import Cursor, Event, Frame, Translator
 
-KEEPALIVE = ": keepalive\n\n"
 PROTOCOL_VERSION = "1.0"
 
 
@@ -100,9 +98,10 @@ def frames(run_id: Any, thread_key: str, client_run: str, cursor: Cursor | None,
     """The stream's text (see the module docstring)."""
     run = AgentRun.objects.get(pk=run_id)
     translator, after, first = opening(run, thread_key, client_run, cursor, snapshot)
-    watch = Watch(run.pk, after, poll=app_settings.STREAM_POLL_SECONDS)
+    pace = Pace.from_settings()
+    watch = Watch(run.pk, after, poll=pace.poll)
     release_connection(idle=True)
-    started = last_write = time.monotonic()
+    clock = Clock(pace)
     try:
         out = [sse(f) for f in first]
         while True:
@@ -115,15 +114,12 @@ def frames(run_id: Any, thread_key: str, client_run: str, cursor: Cursor | None,
                 row = AgentRun.objects.filter(pk=run.pk).first() if update.final and update.final[1] else None
                 out += [sse(f) for f in translator.close_all()]
                 out.append(sse((None, end(row, thread_key, client_run))))
-            if out:
-                last_write = time.monotonic()
-                yield "".join(out)
-                out = []
-            if update.finished or time.monotonic() - started >= app_settings.STREAM_MAX_SECONDS:
+            text, done = clock.after("".join(out), update.finished)
+            out = []
+            if text:
+                yield text
+            if done:
                 return
-            if time.monotonic() - last_write >= app_settings.STREAM_HEARTBEAT_SECONDS:
-                last_write = time.monotonic()
-                yield KEEPALIVE
-            watch.wait(app_settings.STREAM_POLL_SECONDS if not watch.pushed else app_settings.STREAM_HEARTBEAT_SECONDS)
+            watch.wait(clock.wait_for(watch))
     finally:
         watch.close()

@@ -17,12 +17,12 @@ from rest_framework.response import Response
 
 from ..access import policy
 from ..admission import Kind, Slot, SlotRefused, hold
-from ..api.stream import Pace
 from ..api.throttling import CREATE_SCOPE
 from ..conf import app_settings
 from ..domain.errors import Kind as ErrorKind
 from ..domain.errors import KindedError
 from ..http import answers
+from ..live.pacing import Pace
 from ..models import AgentRun, RunStatus
 from ..validation.run_request import InvalidRequest
 from . import shapes

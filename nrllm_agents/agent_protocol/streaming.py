@@ -18,7 +18,7 @@ from typing import Any
 from django.http import StreamingHttpResponse
 
 from ..admission import Slot
-from ..api.stream import KEEPALIVE, Pace
+from ..live.pacing import Clock, Pace
 from ..live.watch import Watch
 from ..models import AgentRun, RunStatus
 from ..presentation.presenters import event_dict
@@ -48,7 +48,7 @@ def parts(run_id: Any, after: int, modes: tuple[str, ...], pace: Pace) -> Iterat
     translator = Translator(row.pk, row.thread_id, modes, seen)
     watch = Watch(row.pk, after, poll=pace.poll)
     release_connection(idle=True)
-    started = last_write = time.monotonic()
+    clock = Clock(pace)
     try:
         yield frame("metadata", {"run_id": str(row.pk), "thread_id": str(row.thread_id), "attempt": 1})
         while True:
@@ -60,15 +60,12 @@ def parts(run_id: Any, after: int, modes: tuple[str, ...], pace: Pace) -> Iterat
                 out += [frame(e, d) for e, d in translator.delta(delta)]
             if update.finished:
                 out += [frame(e, d) for e, d in _end(translator, row.pk)]
-            if out:
-                last_write = time.monotonic()
-                yield "".join(out)
-            if update.finished or time.monotonic() - started >= pace.max_seconds:
+            text, done = clock.after("".join(out), update.finished)
+            if text:
+                yield text
+            if done:
                 return
-            if time.monotonic() - last_write >= pace.heartbeat:
-                last_write = time.monotonic()
-                yield KEEPALIVE
-            watch.wait(pace.poll if not watch.pushed else pace.heartbeat)
+            watch.wait(clock.wait_for(watch))
     finally:
         watch.close()
 

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from django.core.handlers.asgi import ASGIRequest
@@ -31,8 +29,8 @@ from rest_framework.exceptions import AuthenticationFailed
 
 from ..access import policy
 from ..admission import Kind, Slot, SlotRefused, hold
-from ..conf import app_settings
 from ..http import answers
+from ..live.pacing import Clock, Pace
 from ..live.push import StepData
 from ..live.watch import Update, Watch
 from ..money import amounts
@@ -44,7 +42,6 @@ from .serializers import EventsQuerySerializer
 RETRY_AFTER_SECONDS = 5
 
 OPEN = "retry: 2000\n: stream open\n\n"  # reconnect delay for EventSource; a comment flushes headers
-KEEPALIVE = ": keepalive\n\n"
 
 
 def final_data(status: dict[str, Any]) -> dict[str, Any]:
@@ -92,67 +89,15 @@ def render(update: Update) -> str:
     return "".join(frames)
 
 
-@dataclass(frozen=True)
-class Pace:
-    """Timing of one stream (seconds)."""
-
-    poll: float
-    heartbeat: float
-    max_seconds: float
-
-    @classmethod
-    def from_settings(cls) -> Pace:
-        return cls(
-            poll=app_settings.STREAM_POLL_SECONDS,
-            heartbeat=app_settings.STREAM_HEARTBEAT_SECONDS,
-            max_seconds=app_settings.STREAM_MAX_SECONDS,
-        )
-
-
-class _Clock:
-    """Decides when to send a keepalive, when a long stream should close, how long to wait."""
-
-    def __init__(self, pace: Pace) -> None:
-        self.pace = pace
-        self.started = self.last_write = time.monotonic()
-
-    def wrote(self) -> None:
-        self.last_write = time.monotonic()
-
-    def expired(self) -> bool:
-        return time.monotonic() - self.started >= self.pace.max_seconds
-
-    def keepalive_due(self) -> bool:
-        return time.monotonic() - self.last_write >= self.pace.heartbeat
-
-    def next_frames(self, update: Update) -> tuple[str, bool]:
-        """What to send after ``update`` (its frames, or a keepalive when the stream has been
-        silent too long) and whether the stream ends after it. Shared by both servers' loops."""
-        frames = render(update)
-        if frames:
-            self.wrote()
-        if update.finished or self.expired():
-            return frames, True
-        if self.keepalive_due():
-            self.wrote()
-            return frames + KEEPALIVE, False
-        return frames, False
-
-    def wait_for(self, watch: Watch) -> float:
-        """Pushed: until the next keepalive or the end; else the poll interval."""
-        now = time.monotonic()
-        idle = min(self.last_write + self.pace.heartbeat, self.started + self.pace.max_seconds) - now
-        return max(0.0, min(idle, self.pace.poll) if not watch.pushed else idle)
-
-
 def sync_stream(run_id: uuid.UUID, after: int, pace: Pace, slot: Slot) -> Iterator[str]:
     """The stream for WSGI servers: blocks its worker thread until something arrives."""
-    clock = _Clock(pace)
+    clock = Clock(pace)
     watch = Watch(run_id, after, poll=pace.poll)
     try:
         yield OPEN
         while True:
-            frames, done = clock.next_frames(watch.update())
+            update = watch.update()
+            frames, done = clock.after(render(update), update.finished)
             if frames:
                 yield frames
             if done:
@@ -165,12 +110,13 @@ def sync_stream(run_id: uuid.UUID, after: int, pace: Pace, slot: Slot) -> Iterat
 
 async def async_stream(run_id: uuid.UUID, after: int, pace: Pace, slot: Slot) -> AsyncIterator[str]:
     """The stream for ASGI servers: waits on the event loop, reads in a worker thread."""
-    clock = _Clock(pace)
+    clock = Clock(pace)
     watch = Watch(run_id, after, loop=asyncio.get_running_loop(), poll=pace.poll)
     try:
         yield OPEN
         while True:
-            frames, done = clock.next_frames(await watch.update_async())
+            update = await watch.update_async()
+            frames, done = clock.after(render(update), update.finished)
             if frames:
                 yield frames
             if done:
