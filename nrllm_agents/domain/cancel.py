@@ -159,7 +159,10 @@ class CallContext:
     (``traceparent``, ``tracestate``) that carries the run's trace to this call: a provider sends
     them with its HTTP requests, an MCP tool in its request's ``_meta``; empty when nothing traces.
     ``on_progress``: for a tool call, where to report how far it got (``progress``); shown live
-    to the run's watchers, never recorded by this path.
+    to the run's watchers, never recorded by this path. ``idempotency_key``: for a tool call of a
+    run, a key that is the same every time this call is executed (a retry after a requeue, a lost
+    worker or a hand-back) and different for every other call (``domain/idempotency.py``): hand it
+    to an API that honours idempotency keys; ``None`` for a model call, or a call outside a run.
     """
 
     token: CancelToken = field(default_factory=lambda: NEVER)
@@ -168,6 +171,7 @@ class CallContext:
     call_index: int | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     on_progress: ProgressSink | None = None
+    idempotency_key: str | None = None
 
     def progress(self, value: float, total: float | None = None, message: str | None = None) -> None:
         """Report how far a tool call got (``7`` of ``20``, a message); a failing sink never stops the call."""

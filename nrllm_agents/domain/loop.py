@@ -20,6 +20,7 @@ from typing import Any
 
 from .cancel import NEVER, CallContext, CancelToken, StepInterrupted
 from .errors import RunCancellationRequested, ToolError
+from .idempotency import idempotency_key
 from .pricing import Price
 from .providers.base import Provider
 from .providers.failures import redact
@@ -74,9 +75,8 @@ class ToolLoop:
     on_deny: ``"continue"`` feeds a denial back to the model; ``"stop"`` ends the run.
     before_effect: called right before a non-idempotent tool starts (the write fence); may raise.
     token: trips on cancel; handed to providers and tools that take a ``context``, checked before each call.
-    before_start: called right before any model call or tool call starts, with whether that
-        call may wait (``False`` for an ``instant`` tool or provider, and before the request
-        step); may raise to stop the loop (the runtime re-checks the row there).
+    before_start: called right before any model or tool call starts, with whether it may wait (``False``
+        for an ``instant`` one, and before the request step); may raise (the runtime re-checks the row).
     on_delta, on_progress: receive ``(round, text)`` as a model call streams its answer, and
         ``(round, call, progress, total, message)`` as a tool call reports how far it got.
     price: the model's price in force for this drive; each model call's usage and step carry its cost.
@@ -84,6 +84,7 @@ class ToolLoop:
         reserves the call's worst case against the shared budgets there); may raise to stop the loop.
     carrier: called right before a model call (``None``) or a tool call (the call) starts, after
         every gate; returns the trace context's headers for it (``CallContext.headers``), or ``None``.
+    run_id: the run driven; its tool calls' ``CallContext.idempotency_key`` derive from it (``None``: no key).
     """
 
     def __init__(
@@ -102,6 +103,7 @@ class ToolLoop:
         price: Price | None = None,
         carrier: Callable[[ToolCall | None], Mapping[str, str]] | None = None,
         before_call: Callable[[Sequence[Mapping[str, Any]]], None] | None = None,
+        run_id: str | None = None,
     ) -> None:
         self.provider = provider
         self.tools = dict(tools)
@@ -116,6 +118,7 @@ class ToolLoop:
         self.price = price
         self.carrier = carrier
         self.before_call = before_call
+        self.run_id = run_id
         self._schemas = [schema(t) for t in self.tools.values()]
         self._provider_context = accepts_context(provider.complete)
         self._tool_context = {name: accepts_context(t.execute) for name, t in self.tools.items()}
@@ -292,6 +295,9 @@ class ToolLoop:
             call_index=state.iterations,
             headers=headers or {},
             on_progress=progress,
+            idempotency_key=(
+                idempotency_key(self.run_id, round_, call.id) if call is not None and self.run_id is not None else None
+            ),
         )
 
     def _complete(self, state: LoopState, headers: Mapping[str, str] | None = None) -> Any:

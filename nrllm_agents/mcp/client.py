@@ -116,7 +116,7 @@ class Hub:
         when the server cannot be reached, breaks, times out or refuses, and
         ``McpCallInterrupted`` when the token trips first: the request then gets its
         ``notifications/cancelled`` and its late answer is dropped. ``meta`` goes in the request's
-        ``_meta`` (the run's trace context, as the MCP spec allows).
+        ``_meta`` (the run's trace context and the call's idempotency key, as the MCP spec allows).
         """
         server = self._server(config)
         record = CallRecord()

@@ -7,7 +7,9 @@ says otherwise); ``readOnlyHint`` or ``idempotentHint`` → idempotent (the runt
 after a lost worker; any other MCP tool gets a write fence). A result is recorded as its text,
 its ``structuredContent`` and the progress the server reported; ``isError`` is a tool error the
 model sees. A cancel interrupts the call (``StepInterrupted`` carrying the progress so far).
-The call's trace context (``CallContext.headers``) travels in the request's ``_meta``.
+The call's trace context (``CallContext.headers``) travels in the request's ``_meta``, and so does
+its idempotency key, under ``io.nrllm/idempotency-key`` (``IDEMPOTENCY_META``): the same on every
+execution of one call, so a server may apply a repeated call's effect once.
 
 Plain Python: no Django.
 """
@@ -24,6 +26,8 @@ from .client import McpCallInterrupted, hub
 from .config import ServerConfig
 
 DEFAULT_MAX_RESULT_CHARS = 100_000
+# A _meta key of our own: reverse-DNS prefix, as the MCP spec asks of keys that are not the protocol's.
+IDEMPOTENCY_META = "io.nrllm/idempotency-key"
 _MAX_TEXT_ERROR = 2000
 
 
@@ -70,7 +74,7 @@ class McpTool:
                 token=context.token,
                 timeout=self.timeout,
                 on_progress=shown,
-                meta=context.headers,
+                meta=_meta(context),
             )
         except McpCallInterrupted as stop:
             where: dict[str, Any] = dict(self._where())
@@ -124,6 +128,14 @@ class McpTool:
                 f"{self.max_result_chars} a result may hold; ask for less"
             )
         return recorded
+
+
+def _meta(context: CallContext) -> dict[str, str]:
+    """The request's ``_meta``: the trace context, and the call's idempotency key when it has one."""
+    meta = dict(context.headers)
+    if context.idempotency_key is not None:
+        meta[IDEMPOTENCY_META] = context.idempotency_key
+    return meta
 
 
 def _iso(unix: float) -> str:

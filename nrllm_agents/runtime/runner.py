@@ -204,6 +204,7 @@ class SegmentRunner:
                 price=price,  # once per segment: the price in force now
                 before_call=trace.before_call,
                 carrier=trace.spans.starting if trace.spans is not None else None,  # traced: spans per call
+                run_id=str(run_id),  # each tool call's idempotency key
             )
             result = drive(loop)
         except RunCancellationRequested:

@@ -4,6 +4,7 @@ reached through the store's own transitions (no test writes ``status`` itself)."
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -60,6 +61,11 @@ def stream(run_id: uuid.UUID) -> list[AgentRunEvent]:
 
 def kinds(run_id: uuid.UUID) -> list[str]:
     return [e.kind for e in stream(run_id)]
+
+
+def expire(run_id: uuid.UUID) -> None:
+    """Make a run's lease look expired, as if its worker stopped renewing (died)."""
+    AgentRun.objects.filter(pk=run_id).update(lease_expires=timezone.now() - dt.timedelta(seconds=1))
 
 
 @contextlib.contextmanager

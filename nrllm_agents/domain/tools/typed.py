@@ -5,7 +5,9 @@ describes each parameter), and the JSON schema of the arguments is the one pydan
 the signature. The model's arguments are validated against that schema before the function runs:
 invalid ones (a wrong type, a missing or an unknown argument) are a ``ToolError`` fed back to the
 model, never an exception in the loop. A parameter named ``context`` is not an argument: it gets
-the call's ``CallContext``, so the function can be interrupted by a cancel.
+the call's ``CallContext``, so the function can be interrupted by a cancel. Nor is one named
+``idempotency_key``: it gets the call's key (``CallContext.idempotency_key``), the same every time
+the call is repeated, to hand to an API that honours idempotency keys.
 
 The decorator registers nothing: the function becomes a ``FunctionTool`` (still callable as
 before), and the app finds the ones in each installed app's ``agent_tools`` module at start-up.
@@ -23,6 +25,7 @@ import pydantic
 from ..errors import ToolError
 
 CONTEXT = "context"
+IDEMPOTENCY_KEY = "idempotency_key"
 _ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$")
 _ARG_LINE = re.compile(r"^\s+(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 
@@ -47,7 +50,7 @@ class FunctionTool:
         self.requires_approval = requires_approval
         self.idempotent = idempotent
         self.instant = instant
-        self.model, self.takes_context = _arguments_model(function, self.name, documented)
+        self.model, self.takes = _arguments_model(function, self.name, documented)
         self.parameters = _schema(self.model)
         self.__doc__ = function.__doc__
         self.__name__ = getattr(function, "__name__", self.name)
@@ -71,8 +74,10 @@ class FunctionTool:
         except pydantic.ValidationError as exc:
             raise ToolError(f"invalid arguments for {self.name}: {_describe(exc)}") from None
         kwargs = {field: getattr(validated, field) for field in type(validated).model_fields}
-        if self.takes_context:
+        if CONTEXT in self.takes:
             kwargs[CONTEXT] = context
+        if IDEMPOTENCY_KEY in self.takes:
+            kwargs[IDEMPOTENCY_KEY] = getattr(context, IDEMPOTENCY_KEY, None)  # None outside a run
         return _jsonable(self.function(**kwargs))
 
 
@@ -111,7 +116,8 @@ def tool(
         The run waits for a person's approval before each call.
     idempotent:
         False for a side effect that must not happen twice: a run lost during the call is never
-        retried (the runtime's write fence).
+        retried (the runtime's write fence). A function that hands its ``idempotency_key`` to an
+        API that honours it may stay idempotent: the repeated call carries the same key.
     instant:
         True for a function that returns at once, waiting on nothing (no I/O, no sleep, no lock).
 
@@ -136,13 +142,14 @@ def tool(
 
 def _arguments_model(
     function: Callable[..., Any], name: str, documented: dict[str, str]
-) -> tuple[type[pydantic.BaseModel], bool]:
+) -> tuple[type[pydantic.BaseModel], frozenset[str]]:
+    """The model of the model's arguments, and which of the runtime's parameters the function takes."""
     signature = inspect.signature(function, eval_str=True)
     fields: dict[str, Any] = {}
-    takes_context = False
+    takes: set[str] = set()
     for parameter in signature.parameters.values():
-        if parameter.name == CONTEXT:
-            takes_context = True
+        if parameter.name in (CONTEXT, IDEMPOTENCY_KEY):  # given by the runtime, never by the model
+            takes.add(parameter.name)
             continue
         if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
             raise TypeError(f"@tool {name}: *{parameter.name} cannot be described to a model; name each argument")
@@ -162,7 +169,7 @@ def _arguments_model(
         model.model_json_schema()
     except (pydantic.PydanticSchemaGenerationError, pydantic.PydanticUserError) as exc:
         raise TypeError(f"@tool {name}: {exc}") from None
-    return model, takes_context
+    return model, frozenset(takes)
 
 
 def _schema(model: type[pydantic.BaseModel]) -> dict[str, Any]:

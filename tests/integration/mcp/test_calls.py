@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import pytest
 
+from nrllm_agents.domain.idempotency import idempotency_key
+from nrllm_agents.executors import dispatch
 from nrllm_agents.mcp import catalog
 from nrllm_agents.mcp.client import hub
+from nrllm_agents.mcp.tool import IDEMPOTENCY_META
 from nrllm_agents.models import AgentRunEvent, RunStatus
+from nrllm_agents.runtime import segment
 from nrllm_agents.runtime.agent_runtime import AgentRuntime, Outcome
 from nrllm_agents.testing import mcp_servers
 
@@ -185,3 +189,31 @@ def test_a_hostile_server_over_streamable_http_gives_clear_tool_errors(servers, 
     print(died["error"], "|", gone["error"])
     assert "dropped the call" in died["error"]
     assert "could not be started or reached" in gone["error"]
+
+
+def test_a_call_repeated_after_a_hand_back_sends_the_same_idempotency_key_in_meta(servers, tmp_path, monkeypatch):
+    """The first worker shuts down once the server reports progress (the call is cut short and
+    not recorded); the next one repeats the call. The server receives the same key both times."""
+    monkeypatch.setattr(dispatch, "dispatch", lambda run_id, **kwargs: None)  # this test is the worker
+    record = tmp_path / "rec.jsonl"
+    script = [call("web__slow", seconds=0.6, steps=3), {"content": "done"}]
+
+    def shut_down_at_the_first_progress(delta):
+        if delta.get("kind") == "progress":
+            segment.hand_back_all()
+
+    with mcp_servers.HttpServer("ours", record=record) as server:
+        servers(web=server.entry())
+        run_id = AgentRuntime().enqueue({"prompt": "p", "tools": ["web__slow"], "script": script})
+        try:
+            handed = AgentRuntime().run_queued(run_id, on_delta=shut_down_at_the_first_progress)
+        finally:
+            segment.shutdown_requested.clear()
+        assert handed.outcome == Outcome.REQUEUED, handed
+        done = AgentRuntime().run_queued(run_id)
+    assert done.outcome == Outcome.COMPLETED, done
+    events = mcp_servers.records(record)
+    assert [e["event"] for e in events if e["event"] != "progress"] == ["started", "cancelled", "started", "finished"]
+    sent = [e["meta"].get(IDEMPOTENCY_META) for e in events if e["event"] == "started"]
+    assert sent == [idempotency_key(run_id, 1, "call_1_1")] * 2
+    assert len(tool_steps(list(AgentRunEvent.objects.filter(run_id=run_id).values("kind", "payload")))) == 1

@@ -20,7 +20,7 @@ from nrllm_agents.testing.chat_server import ChatCompletionServer
 from nrllm_agents.validation.run_request import RunRequest
 from tests import waits
 from tests.conftest import race_rounds
-from tests.integration.runs import kinds
+from tests.integration.runs import expire, kinds
 
 SLOW_NOTE = {"slow_note": "nrllm_agents.testing.tools.SlowNote"}
 STEPS = [{"tool_calls": [{"name": "calculator", "arguments": {"expression": f"{i}+1"}}]} for i in range(3)] + [
@@ -34,11 +34,6 @@ def request(script: list[dict[str, Any]], tools: tuple[str, ...] = ("calculator"
 
 def sequences(run_id) -> list[int]:
     return list(AgentRunEvent.objects.filter(run_id=run_id).order_by("sequence").values_list("sequence", flat=True))
-
-
-def expire(run_id) -> None:
-    """Test setup: make a run's lease look expired, as if its worker stopped renewing."""
-    AgentRun.objects.filter(pk=run_id).update(lease_expires=timezone.now() - dt.timedelta(seconds=1))
 
 
 pytestmark = pytest.mark.django_db
