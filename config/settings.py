@@ -116,7 +116,7 @@ MIDDLEWARE = [
     # /api/ only; a preflight is answered here, before any credential is asked for.
     "corsheaders.middleware.CorsMiddleware",
     # NUL characters refused with 400 everywhere; too-large API bodies answered with a JSON 413.
-    "nrllm_agents.http.edge.EdgeGuardMiddleware",
+    "nrllm_agents.middleware.EdgeGuardMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -128,7 +128,7 @@ MIDDLEWARE = [
     (
         "django.middleware.csp.ContentSecurityPolicyMiddleware"
         if django.VERSION >= (6, 0)
-        else "nrllm_agents.http.csp.ContentSecurityPolicyMiddleware"
+        else "nrllm_agents.middleware.ContentSecurityPolicyMiddleware"
     ),
 ]
 
@@ -216,7 +216,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Failed sign-ins are throttled (nrllm_agents.access.signin, NRLLM_SIGN_IN_FAILURES): Django's
 # ModelBackend that refuses a username and address past the rate (first, if there are others).
-AUTHENTICATION_BACKENDS = ["nrllm_agents.access.signin.ThrottledModelBackend"]
+AUTHENTICATION_BACKENDS = ["nrllm_agents.access.ThrottledModelBackend"]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -244,7 +244,7 @@ CACHES = {
 }
 RQ_QUEUES = {"default": {"URL": REDIS_URL or "redis://127.0.0.1:6379/0", "DEFAULT_TIMEOUT": 360}}
 # On SIGTERM a worker hands its run back to the queue at the next step boundary.
-RQ = {"WORKER_CLASS": "nrllm_agents.workers.rq_worker.GracefulWorker"}
+RQ = {"WORKER_CLASS": "nrllm_agents.workers.GracefulWorker"}
 
 # Extra tools by environment, e.g. NRLLM_EXTRA_TOOLS="search=myproject.tools.make_search,other=..."
 NRLLM_AGENTS: dict = {

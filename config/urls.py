@@ -4,7 +4,7 @@ it under a prefix of its own: docs/quickstart.md)."""
 from django.contrib import admin
 from django.urls import include, path
 
-from nrllm_agents.access.signin import AdminSignInForm
+from nrllm_agents.access import AdminSignInForm
 
 # The admin's sign-in form says so when sign-in is throttled (nrllm_agents.access.signin).
 admin.site.login_form = AdminSignInForm

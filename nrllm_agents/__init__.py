@@ -35,6 +35,7 @@ _PUBLIC = {
     "Outcome": "nrllm_agents.presentation.outcomes",
     "CancelOutcome": "nrllm_agents.presentation.outcomes",
     "InvalidRequest": "nrllm_agents.validation.run_request",
+    "RunRequest": "nrllm_agents.validation.run_request",
     "RunNotFound": "nrllm_agents.presentation.outcomes",
     "ThreadNotFound": "nrllm_agents.runtime.threads",
     "ThreadBusy": "nrllm_agents.runtime.threads",
@@ -52,6 +53,7 @@ __all__ = [
     "InvalidRequest",
     "Outcome",
     "RunNotFound",
+    "RunRequest",
     "RunResult",
     "ThreadBusy",
     "ThreadNotFound",
@@ -79,7 +81,7 @@ if TYPE_CHECKING:
     from .runtime.public import cancel, create_thread, enqueue, post, run, status, steps
     from .runtime.signals import run_settled, step_recorded
     from .runtime.threads import ThreadBusy, ThreadNotFound
-    from .validation.run_request import InvalidRequest
+    from .validation.run_request import InvalidRequest, RunRequest
 
 
 def __getattr__(name: str) -> Any:

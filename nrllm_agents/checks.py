@@ -484,9 +484,9 @@ REQUIRED_APPS = (
     "drf_spectacular_sidecar",
     "django_rq",
 )
-EDGE_MIDDLEWARE = "nrllm_agents.http.edge.EdgeGuardMiddleware"
-# the same class by its public path (nrllm_agents.middleware re-exports it)
-EDGE_MIDDLEWARE_PATHS = (EDGE_MIDDLEWARE, "nrllm_agents.middleware.EdgeGuardMiddleware")
+# the edge guard by its public path (the one a message names), and by the older private one
+EDGE_MIDDLEWARE = "nrllm_agents.middleware.EdgeGuardMiddleware"
+EDGE_MIDDLEWARE_PATHS = (EDGE_MIDDLEWARE, "nrllm_agents.http.edge.EdgeGuardMiddleware")
 
 
 def check_host(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
@@ -507,7 +507,7 @@ def check_host(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     if not set(EDGE_MIDDLEWARE_PATHS) & set(getattr(settings, "MIDDLEWARE", None) or ()):
         found.append(
             Warning(
-                f"{EDGE_MIDDLEWARE_PATHS[1]} is not in MIDDLEWARE: a NUL character in a query or form reaches "
+                f"{EDGE_MIDDLEWARE} is not in MIDDLEWARE: a NUL character in a query or form reaches "
                 "the views (a 500 on PostgreSQL) and oversized API bodies are read whole",
                 hint="Insert it right after SecurityMiddleware.",
                 id="nrllm_agents.W013",

@@ -51,19 +51,20 @@ def env(name: str, kind: type, default: Any) -> Any:
 
 
 DEFAULTS: dict[str, Any] = {
-    # name -> dotted path of a factory ``(request, run_id) -> Provider``
+    # name -> dotted path of a factory ``(request, run_id) -> Provider``; the built-in ones by their
+    # public paths (the older ``nrllm_agents.catalog.registry.*`` ones, in hosts' settings, still import)
     "PROVIDERS": {
-        "scripted": "nrllm_agents.catalog.registry.scripted_provider",
-        "openai": "nrllm_agents.catalog.registry.openai_provider",
-        "anthropic": "nrllm_agents.catalog.registry.anthropic_provider",
-        "gemini": "nrllm_agents.catalog.registry.gemini_provider",
+        "scripted": "nrllm_agents.providers.scripted_provider",
+        "openai": "nrllm_agents.providers.openai_provider",
+        "anthropic": "nrllm_agents.providers.anthropic_provider",
+        "gemini": "nrllm_agents.providers.gemini_provider",
     },
     # name -> dotted path of a factory ``(run_id) -> Tool``
     "TOOLS": {
-        "calculator": "nrllm_agents.catalog.registry.calculator_tool",
-        "current_time": "nrllm_agents.catalog.registry.current_time_tool",
-        "sleep": "nrllm_agents.catalog.registry.sleep_tool",
-        "write_note": "nrllm_agents.catalog.tools.WriteNote",
+        "calculator": "nrllm_agents.tools.calculator_tool",
+        "current_time": "nrllm_agents.tools.current_time_tool",
+        "sleep": "nrllm_agents.tools.sleep_tool",
+        "write_note": "nrllm_agents.tools.WriteNote",
     },
     # MCP servers in the ``{"mcpServers": {...}}`` shape (docs/howto/mcp.md), from a
     # JSON file (MCP_CONFIG) and from here; their tools are offered as ``<server>__<tool>``

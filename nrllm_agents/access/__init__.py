@@ -8,7 +8,9 @@ Public: what a host names in its settings and URLconf, ``nrllm_agents.access.Thr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..domain.exports import on_first_use
 
 __all__ = ["AdminSignInForm", "ThrottledModelBackend"]
 
@@ -16,9 +18,4 @@ if TYPE_CHECKING:
     from .signin import AdminSignInForm, ThrottledModelBackend
 
 
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from . import signin
-
-    return getattr(signin, name)
+__getattr__ = on_first_use(globals(), dict.fromkeys(__all__, ".signin"))

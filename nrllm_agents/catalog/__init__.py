@@ -1,14 +1,17 @@
 """What a run is built from, the catalog: connections (with their keys), saved agents, and the registry that
 builds a run's provider and tools from settings, connections and MCP servers.
 
-Public: the factories of the built-in providers and tools, the dotted paths a host writes in
-``NRLLM_AGENTS["PROVIDERS"]`` and ``["TOOLS"]`` (``nrllm_agents.catalog.scripted_provider``...),
-re-exported from the private ``registry`` (whose paths keep working). Imported on first use.
+Private, as every room is. The built-in factories a host writes in ``NRLLM_AGENTS["PROVIDERS"]``
+and ``["TOOLS"]`` are public in ``nrllm_agents.providers`` and ``nrllm_agents.tools``; their
+older paths, ``nrllm_agents.catalog.registry.<factory>`` and ``nrllm_agents.catalog.<factory>``
+(re-exported here on first use), keep working.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..domain.exports import on_first_use
 
 __all__ = [
     "anthropic_provider",
@@ -34,9 +37,4 @@ if TYPE_CHECKING:
     )
 
 
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from . import registry
-
-    return getattr(registry, name)
+__getattr__ = on_first_use(globals(), dict.fromkeys(__all__, ".registry"))

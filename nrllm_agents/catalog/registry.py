@@ -59,9 +59,13 @@ def offered_tools(*, fresh: bool = False) -> tuple[list[dict[str, Any]], dict[st
     """
     entries = []
     for name, path in sorted(app_settings.TOOLS.items()):
-        source = "built-in" if DEFAULTS["TOOLS"].get(name) == path else "settings"
+        source = "settings"
         try:
-            tool = import_string(path)(None)
+            factory = import_string(path)
+            # built-in by its public path or by the older private one a host's settings may name
+            if name in DEFAULTS["TOOLS"] and factory is import_string(DEFAULTS["TOOLS"][name]):
+                source = "built-in"
+            tool = factory(None)
         except Exception as exc:  # a broken factory is named, never a crash of the listing
             entries.append(
                 _entry(name, f"cannot be built: {type(exc).__name__}: {exc}"[:300], source, None, False, True)

@@ -11,8 +11,9 @@ of this package's modules does not load RQ's worker.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..domain.exports import on_first_use
 
 __all__ = ["GracefulWorker", "ThreadedWorker"]
 
@@ -23,7 +24,4 @@ if TYPE_CHECKING:
     from .threaded import ThreadedWorker
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _PUBLIC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(_PUBLIC[name], __name__), name)
+__getattr__ = on_first_use(globals(), _PUBLIC)

@@ -132,7 +132,7 @@ FLOORS = [
     ("surfaces", ("http", "api", "agent_protocol", "ag_ui", "web", "admin", "management")),
     ("app", ("apps", "checks", "urls")),
     # the public modules a host or an extender writes: re-exports only, imported by no floor below
-    ("public", ("providers", "middleware")),
+    ("public", ("providers", "tools", "middleware")),
 ]
 # the package's own __init__ imports its public names on first use only (PEP 562 __getattr__)
 UNCHECKED = {"nrllm_agents", "nrllm_agents.conf"}
@@ -156,8 +156,8 @@ def test_every_module_sits_on_a_floor():
 def test_the_root_holds_only_djangos_roots():
     """At most ten modules at the package root: Django's own roots, the settings, the package."""
     root = sorted(path.name for path in PACKAGE.glob("*.py"))
-    # jobs: the job's name on the queue (a contract); urls: what a host includes; middleware and
-    # providers: public modules in front of private ones (docs/reference/python-api.md)
+    # jobs: the job's name on the queue (a contract); urls: what a host includes; middleware,
+    # providers and tools: public modules in front of private ones (docs/reference/python-api.md)
     assert root == [
         "__init__.py",
         "apps.py",
@@ -167,6 +167,7 @@ def test_the_root_holds_only_djangos_roots():
         "middleware.py",
         "models.py",
         "providers.py",
+        "tools.py",
         "urls.py",
     ]
     assert len(root) <= 10

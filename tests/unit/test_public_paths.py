@@ -8,19 +8,25 @@ import importlib
 import re
 from typing import Any
 
+import nrllm_agents
 from tests.conftest import ROOT
 
-# the modules whose names a host or an extender writes (docs/reference/python-api.md)
+# the modules whose names a host or an extender writes (docs/reference/python-api.md), and the
+# private rooms that define what each re-exports
 PUBLIC = {
-    "nrllm_agents": None,
-    "nrllm_agents.providers": "nrllm_agents.domain",
-    "nrllm_agents.middleware": "nrllm_agents.http",
-    "nrllm_agents.workers": "nrllm_agents.workers",
-    "nrllm_agents.catalog": "nrllm_agents.catalog.registry",
-    "nrllm_agents.access": "nrllm_agents.access.signin",
+    "nrllm_agents": (),
+    "nrllm_agents.providers": ("nrllm_agents.domain", "nrllm_agents.catalog.registry"),
+    "nrllm_agents.tools": ("nrllm_agents.domain", "nrllm_agents.catalog.registry", "nrllm_agents.catalog.tools"),
+    "nrllm_agents.middleware": ("nrllm_agents.http",),
+    "nrllm_agents.workers": ("nrllm_agents.workers",),
+    "nrllm_agents.access": ("nrllm_agents.access.signin",),
 }
-# modules a host names whole (URLconfs, the queue's job)
-PUBLIC_WHOLE = {"nrllm_agents.urls", "nrllm_agents.ag_ui.urls", "nrllm_agents.jobs"}
+# modules a host names whole (URLconfs, the queue's job), and Django's own root the rows
+# ``status`` and ``steps`` return are defined in (with their choices, which the API's schema names)
+PUBLIC_WHOLE = {"nrllm_agents.urls", "nrllm_agents.ag_ui.urls", "nrllm_agents.jobs", "nrllm_agents.models"}
+# the built-in providers and tools (nrllm_agents.conf.DEFAULTS)
+KINDS = ("scripted", "openai", "anthropic", "gemini", "connection")
+BUILT_IN_TOOLS = ("calculator", "current_time", "sleep")
 # look like paths in the docs but are not: a logger's name, a file's, system check ids
 NOT_PATHS = {"nrllm_agents.runs", "nrllm_agents.env"}
 CHECK_ID = re.compile(r"nrllm_agents\.[EW][0-9x]+")
@@ -29,7 +35,8 @@ PATH = re.compile(r"nrllm_agents(?:\.\w+)+(?![\w…])")
 
 
 def pages() -> list[str]:
-    return [p.read_text() for p in sorted((ROOT / "docs").rglob("*.md"))] + [(ROOT / "README.md").read_text()]
+    root = [(ROOT / name).read_text() for name in ("README.md", "ARCHITECTURE.md")]
+    return [p.read_text() for p in sorted((ROOT / "docs").rglob("*.md"))] + root
 
 
 def in_code_blocks() -> set[str]:
@@ -74,18 +81,28 @@ def test_the_public_modules_re_export_the_private_names_and_the_old_paths_keep_w
         assert module.__all__, name
         for export in module.__all__:
             value = getattr(module, export)
-            if private is not None and not isinstance(value, str):
+            if private and not isinstance(value, str):
                 # the same object as the private module's, not a copy
                 assert value.__module__.startswith(private), (name, export, value.__module__)
                 assert getattr(importlib.import_module(value.__module__), export) is value
     old = {
         "nrllm_agents.http.edge.EdgeGuardMiddleware": "nrllm_agents.middleware.EdgeGuardMiddleware",
+        "nrllm_agents.http.csp.ContentSecurityPolicyMiddleware": (
+            "nrllm_agents.middleware.ContentSecurityPolicyMiddleware"
+        ),
         "nrllm_agents.workers.rq_worker.GracefulWorker": "nrllm_agents.workers.GracefulWorker",
         "nrllm_agents.workers.threaded.ThreadedWorker": "nrllm_agents.workers.ThreadedWorker",
-        "nrllm_agents.catalog.registry.scripted_provider": "nrllm_agents.catalog.scripted_provider",
         "nrllm_agents.domain.errors.ProviderError": "nrllm_agents.providers.ProviderError",
         "nrllm_agents.domain.steps.ModelResponse": "nrllm_agents.providers.ModelResponse",
+        "nrllm_agents.domain.errors.ToolError": "nrllm_agents.tools.ToolError",
         "nrllm_agents.access.signin.ThrottledModelBackend": "nrllm_agents.access.ThrottledModelBackend",
+        "nrllm_agents.validation.run_request.RunRequest": "nrllm_agents.RunRequest",
+        # the built-in factories by the paths of earlier releases' settings, and of this round's
+        "nrllm_agents.catalog.scripted_provider": "nrllm_agents.providers.scripted_provider",
+        "nrllm_agents.catalog.calculator_tool": "nrllm_agents.tools.calculator_tool",
+        **{f"nrllm_agents.catalog.registry.{k}_provider": f"nrllm_agents.providers.{k}_provider" for k in KINDS},
+        **{f"nrllm_agents.catalog.registry.{n}_tool": f"nrllm_agents.tools.{n}_tool" for n in BUILT_IN_TOOLS},
+        "nrllm_agents.catalog.tools.WriteNote": "nrllm_agents.tools.WriteNote",
     }
     assert {path: resolve(path)[1] for path in old} == {path: resolve(new)[1] for path, new in old.items()}
 
@@ -108,8 +125,57 @@ def test_rq_and_django_find_the_workers_and_factories_by_their_public_paths() ->
     from django.utils.module_loading import import_string
     from rq.utils import import_attribute
 
-    from nrllm_agents.catalog.registry import scripted_provider
+    from nrllm_agents.catalog.registry import calculator_tool, scripted_provider
     from nrllm_agents.workers.rq_worker import GracefulWorker
 
     assert import_attribute("nrllm_agents.workers.GracefulWorker") is GracefulWorker
-    assert import_string("nrllm_agents.catalog.scripted_provider") is scripted_provider
+    assert import_string("nrllm_agents.providers.scripted_provider") is scripted_provider
+    assert import_string("nrllm_agents.tools.calculator_tool") is calculator_tool
+
+
+def test_every_path_a_host_sees_by_default_is_public() -> None:
+    """The defaults of ``NRLLM_AGENTS["PROVIDERS"]`` and ``["TOOLS"]`` (shown by the settings
+    reference, ``manage.py agent_tools`` and check E023), the edge guard check W013 asks for, and
+    the dotted paths the demo project's settings write, are public paths."""
+    from nrllm_agents.checks import EDGE_MIDDLEWARE
+    from nrllm_agents.conf import DEFAULTS
+
+    shown = [*DEFAULTS["PROVIDERS"].values(), *DEFAULTS["TOOLS"].values(), EDGE_MIDDLEWARE]
+    host = (ROOT / "config" / "settings.py").read_text()
+    written = re.findall(r"[\"'](nrllm_agents(?:\.\w+)+)[\"']", host)
+    assert "nrllm_agents.workers.GracefulWorker" in written and len(shown) == 9
+    assert [path for path in [*shown, *written] if resolve(path)[0] not in {*PUBLIC, *PUBLIC_WHOLE}] == []
+
+
+def test_the_defaults_the_extend_page_shows_are_the_settings_defaults() -> None:
+    from nrllm_agents.conf import DEFAULTS
+
+    text = (ROOT / "docs" / "howto" / "extend.md").read_text()
+    [block] = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if '"scripted": "nrllm_agents' in b]
+    shown: dict[str, Any] = {}
+    exec(block, shown)
+    assert shown["NRLLM_AGENTS"] == {"PROVIDERS": DEFAULTS["PROVIDERS"], "TOOLS": DEFAULTS["TOOLS"]}
+
+
+def test_settings_that_name_the_older_paths_keep_working(settings) -> None:
+    """A host's settings written for an earlier release: the built-ins by their private paths
+    still build, are still listed as built-in, and the old edge guard path satisfies W013."""
+    from nrllm_agents import checks
+    from nrllm_agents.catalog import registry
+
+    settings.NRLLM_AGENTS = {
+        "PROVIDERS": {"scripted": "nrllm_agents.catalog.registry.scripted_provider"},
+        "TOOLS": {
+            "calculator": "nrllm_agents.catalog.registry.calculator_tool",
+            "write_note": "nrllm_agents.catalog.tools.WriteNote",
+        },
+    }
+    public, older = checks.EDGE_MIDDLEWARE_PATHS
+    settings.MIDDLEWARE = [older if m == public else m for m in settings.MIDDLEWARE]
+    assert older in settings.MIDDLEWARE and public not in settings.MIDDLEWARE
+    sources = {e["name"]: e["source"] for e in registry.offered_tools()[0]}
+    assert (sources["calculator"], sources["write_note"], sources["sleep"]) == ("built-in",) * 3
+    request = nrllm_agents.RunRequest(prompt="hi", script=[{"content": "hello"}])
+    assert registry.build_provider(request).name == "scripted"
+    assert registry.build_tools(["calculator"])["calculator"].execute({"expression": "6*7"})["value"] == 42
+    assert "nrllm_agents.W013" not in {m.id for m in checks.check_host()}

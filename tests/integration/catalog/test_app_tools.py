@@ -77,7 +77,7 @@ def test_a_name_offered_twice_is_a_check_error_naming_both(installed) -> None:
     messages = sorted(e.msg for e in errors)
     assert messages == [
         f"two tools are named 'calculator': @tool in {ALPHA}.agent_tools and NRLLM_AGENTS['TOOLS'] "
-        "(nrllm_agents.catalog.registry.calculator_tool)",
+        "(nrllm_agents.tools.calculator_tool)",
         f"two tools are named 'shout': @tool in {ALPHA}.agent_tools and @tool in {BETA}.agent_tools",
     ]
     # until it is fixed, the settings' tool and the first app's are the ones offered

@@ -8,6 +8,7 @@ import ast
 import re
 import sys
 import types
+import typing
 
 import pytest
 from django.test import Client
@@ -52,6 +53,9 @@ def test_the_example_imports_only_public_modules(extending):
         elif isinstance(node, ast.Import):
             imported.update(alias.name for alias in node.names)
     assert imported == {"json", "nrllm_agents", "nrllm_agents.providers"} and (imported - {"json"}) <= set(PUBLIC)
+    # the factory is annotated with the public RunRequest, the type a provider factory receives
+    factory = sys.modules["myproject.extending"].sum_provider
+    assert typing.get_type_hints(factory)["request"] is nrllm_agents.RunRequest
 
 
 def test_a_run_with_the_example_provider_calls_the_tool_and_answers(extending):

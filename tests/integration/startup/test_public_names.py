@@ -4,6 +4,7 @@ but for the job's name on the queue."""
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 
@@ -21,6 +22,19 @@ def test_importing_the_package_loads_nothing_else_of_it() -> None:
     code = "import sys, nrllm_agents; print(sorted(m for m in sys.modules if m.startswith('nrllm')))"
     loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert loaded.stdout.strip() == "['nrllm_agents']", loaded.stderr
+
+
+@pytest.mark.processes
+def test_a_provider_or_tool_module_may_import_the_public_types_before_django_is_set_up() -> None:
+    """``nrllm_agents.providers`` and ``nrllm_agents.tools`` load no Django, no registry and no
+    RQ: their built-in factories are imported on first use."""
+    code = (
+        "import sys, nrllm_agents.providers, nrllm_agents.tools\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('django', 'rq', 'nrllm_agents.catalog'))))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    assert loaded.stdout.strip() == "[]", loaded.stderr
 
 
 def test_every_public_name_resolves_and_is_documented() -> None:
