@@ -357,3 +357,32 @@ def test_the_lists_offer_only_what_the_user_may_use(restricted):
         if policy.may_configure(user, policy.Setup.VIEW, "connection"):
             assert {row["name"] for row in listed.json()} == ({"paid"} if may else set()), name
         assert set(policy.usable_connections(user).values_list("name", flat=True)) == ({"paid"} if may else set())
+
+
+@pytest.mark.django_db
+def test_the_howto_s_refusal_runs_as_written(django_user_model):
+    """docs/howto/providers.md, "Who may use an agent or a connection": its command, as written,
+    for an agent that names another user."""
+    import shlex
+
+    from django.core.management import CommandError, call_command
+
+    from nrllm_agents.catalog import agents
+    from nrllm_agents.models import Agent
+    from tests.conftest import ROOT
+
+    text = (ROOT / "docs" / "howto" / "providers.md").read_text()
+    block = text[text.index("## Who may use an agent or a connection") :].split("```sh\n", 1)[1].split("```", 1)[0]
+    django_user_model.objects.create_user("mallory")
+    agents.save("helper", {"provider": "scripted", "script": [{"content": "42"}], "tools": []})
+    Agent.objects.get(name="helper").allowed_users.add(django_user_model.objects.create_user("alice"))
+    lines = [line for line in block.splitlines() if line.strip()]
+    assert lines
+    for line in lines:
+        words = shlex.split(line, comments=True)
+        assert words[:2] == [".venv/bin/python", "manage.py"], line
+        with pytest.raises(CommandError) as refused:
+            call_command(*words[2:], stdout=io.StringIO(), stderr=io.StringIO())
+        assert refused.value.returncode == 2 and str(refused.value) == "you may not use agent 'helper'", line
+        assert line.endswith(f"# exit 2: {refused.value}")  # the page says what it prints
+    assert not AgentRun.objects.exists()
