@@ -386,3 +386,38 @@ def test_the_howto_s_refusal_runs_as_written(django_user_model):
         assert refused.value.returncode == 2 and str(refused.value) == "you may not use agent 'helper'", line
         assert line.endswith(f"# exit 2: {refused.value}")  # the page says what it prints
     assert not AgentRun.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_admin_edits_who_may_use_an_agent_and_a_connection(restricted, admin_client):
+    from django.contrib.auth.models import Group
+
+    from nrllm_agents.models import Agent, Connection
+
+    outsider, team = restricted["not_named"], Group.objects.get(name="team")
+    agent, connection = Agent.objects.get(name="secret-agent"), Connection.objects.get(name="paid")
+    for url in (
+        f"/admin/nrllm_agents/agent/{agent.pk}/change/",
+        f"/admin/nrllm_agents/connection/{connection.pk}/change/",
+    ):
+        page = admin_client.get(url).content.decode()
+        assert 'id="id_allowed_users"' in page and 'id="id_allowed_groups"' in page and "selectfilter" in page, url
+    latest = agent.latest().definition
+    changed = admin_client.post(
+        f"/admin/nrllm_agents/agent/{agent.pk}/change/",
+        {"description": "", "definition": json.dumps(latest), "allowed_users": [outsider.pk], "allowed_groups": [],
+         "versions-TOTAL_FORMS": "1", "versions-INITIAL_FORMS": "1", "versions-MIN_NUM_FORMS": "0",
+         "versions-MAX_NUM_FORMS": "1000"},
+    )  # fmt: skip
+    assert changed.status_code == 302, changed.content.decode()[:2000]
+    assert policy.may_use_agent(outsider, "secret-agent") and not policy.may_use_agent(restricted["in_group"], agent)
+    changed = admin_client.post(
+        f"/admin/nrllm_agents/connection/{connection.pk}/change/",
+        {"name": "paid", "kind": "openai", "base_url": "https://llm.example.com/v1", "default_model": "m",
+         "api_key": "", "allowed_groups": [team.pk]},
+    )  # fmt: skip
+    assert changed.status_code == 302, changed.content.decode()[:2000]
+    assert policy.may_use_connection(restricted["in_group"], "paid")
+    assert not policy.may_use_connection(restricted["named"], connection)  # no longer named
+    connection.allowed_groups.clear()
+    assert policy.may_use_connection(outsider, "paid")  # both lists empty: open to everyone again
