@@ -378,11 +378,22 @@ class ConnectionKind(models.TextChoices):
 
 
 class Named(models.Model):
-    """What connections and agents share: a unique slug name and when they changed."""
+    """What connections and agents share: a unique slug name, when they changed, and who may
+    use them in a run (``access.policy.may_use``): nobody named, users or groups, means every
+    signed-in user; once one is named, only those (and staff who may change them)."""
 
     name = models.SlugField(max_length=100, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    allowed_users = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="+",
+        help_text="Who may use it in a run. Leave both lists empty to let every signed-in user use it.",
+    )
+    allowed_groups = models.ManyToManyField(
+        "auth.Group", blank=True, related_name="+", help_text="Members of these groups may use it too."
+    )
 
     class Meta:
         abstract = True

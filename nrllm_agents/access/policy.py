@@ -1,4 +1,5 @@
-"""Who may see, stream, cancel, approve, bulk-cancel and start a run: the one rule.
+"""Who may see, stream, cancel, approve, bulk-cancel and start a run, and which saved agents
+and connections a user may start one with: the one rule.
 
 Every surface (REST API, playground, admin, the browser stream) asks this module and only
 translates its answer into HTTP, HTML or a message. The table of who may do what is in
@@ -17,10 +18,11 @@ import enum
 from typing import Any
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 
 from ..conf import app_settings
-from ..models import AgentRun, Thread
+from ..domain.errors import Kind, KindedError
+from ..models import Agent, AgentRun, Connection, Named, Thread
 
 CANCEL_PERMISSION = "nrllm_agents.cancel_agentrun"
 APPROVE_PERMISSION = "nrllm_agents.approve_agentrun"
@@ -214,3 +216,89 @@ def may_see_agents(user: Any) -> bool:
     """The list of agents and their definitions (no secret in them): every signed-in user, who
     may start runs from them."""
     return authenticated(user)
+
+
+# --- who may use a saved agent or a connection in a run -------------------------------------
+
+
+def _uses_all(user: Any, model: type[Agent] | type[Connection]) -> bool:
+    """Superusers, and staff who may change the model's rows, use every one of them."""
+    return authenticated(user) and (
+        bool(user.is_superuser) or may_configure(user, Setup.CHANGE, model._meta.model_name or "")
+    )
+
+
+def _usable_by(user: Any, model: type[Agent] | type[Connection]) -> Any:
+    """The rows of ``model`` that ``user`` (signed in, not one who uses all) may use: those open to
+    everyone (no user and no group named), those naming the user, and those naming a group of the
+    user's; as ``EXISTS`` subqueries, so a list or one row is one query."""
+    users: Any = model._meta.get_field("allowed_users")
+    groups: Any = model._meta.get_field("allowed_groups")
+    named_users = users.remote_field.through.objects.filter(**{users.m2m_field_name(): OuterRef("pk")})
+    named_groups = groups.remote_field.through.objects.filter(**{groups.m2m_field_name(): OuterRef("pk")})
+    open_to_all = ~Exists(named_users) & ~Exists(named_groups)
+    mine = Exists(named_users.filter(**{users.m2m_reverse_field_name(): user.pk}))
+    memberships = getattr(user, "groups", None)
+    if memberships is None:  # a user model without groups
+        return open_to_all | mine
+    member = named_groups.filter(**{f"{groups.m2m_reverse_field_name()}__in": memberships.values("pk")})
+    return open_to_all | mine | Exists(member)
+
+
+def _usable(user: Any, model: type[Agent] | type[Connection]) -> QuerySet[Any]:
+    rows: QuerySet[Any] = model.objects.all()
+    if not authenticated(user):
+        return rows.none()
+    return rows if _uses_all(user, model) else rows.filter(_usable_by(user, model))
+
+
+def usable_agents(user: Any) -> QuerySet[Agent]:
+    """The saved agents ``user`` may start runs from (the lists: API, playground, commands)."""
+    return _usable(user, Agent)
+
+
+def usable_connections(user: Any) -> QuerySet[Connection]:
+    """The connections ``user`` may run through."""
+    return _usable(user, Connection)
+
+
+def _may_use(user: Any, model: type[Agent] | type[Connection], row: Named | str) -> bool:
+    rows = _usable(user, model)
+    return rows.filter(pk=row.pk).exists() if isinstance(row, Named) else rows.filter(name=row).exists()
+
+
+def may_use_agent(user: Any, agent: Agent | str) -> bool:
+    """Whether ``user`` may start a run from ``agent`` (a row or its name): it names nobody, or the
+    user or one of their groups; superusers and staff who may change agents use every agent. At
+    most one query (none for those who use all)."""
+    return _may_use(user, Agent, agent)
+
+
+def may_use_connection(user: Any, connection: Connection | str) -> bool:
+    """Whether ``user`` may run through ``connection`` (a row or its name), as ``may_use_agent``."""
+    return _may_use(user, Connection, connection)
+
+
+class UseRefused(KindedError):
+    """The user may not use a saved agent or a connection the run names: nothing starts."""
+
+    kind = Kind.FORBIDDEN
+
+    def __init__(self, what: str, name: str) -> None:
+        self.what, self.name = what, name
+        super().__init__(f"you may not use {what} {name!r}")
+
+    def subject(self) -> dict[str, Any]:
+        return {self.what: self.name}
+
+
+def check_use(user: Any, agent: str | None = None, connection: str | None = None) -> None:
+    """Raise ``UseRefused`` when ``user`` may not use the saved ``agent`` or the ``connection``
+    (their names) a run is to start with. ``None`` (a run of no owner: a command without
+    ``--owner``, Python code) is not asked: whoever runs it holds the keys already."""
+    if user is None:
+        return
+    if agent and not may_use_agent(user, agent):
+        raise UseRefused("agent", agent)
+    if connection and not may_use_connection(user, connection):
+        raise UseRefused("connection", connection)

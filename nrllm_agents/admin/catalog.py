@@ -1,4 +1,5 @@
-"""The admin of what runs are set up with: connections (their key write-only), prices, agents.
+"""The admin of what runs are set up with: connections (their key write-only), prices, agents,
+and who may use a connection or an agent (users and groups; none named: every signed-in user).
 
 Who may view, add, change and delete them is ``policy.may_configure``'s decision. A
 connection's key is a password field that never renders its value: leaving it empty keeps
@@ -65,7 +66,7 @@ class ConnectionForm(ConnectionModelForm):
 
     class Meta:
         model = Connection
-        fields = ("name", "kind", "base_url", "default_model")
+        fields = ("name", "kind", "base_url", "default_model", "allowed_users", "allowed_groups")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -95,12 +96,24 @@ class ConnectionAdmin(_Configured):
     form = ConnectionForm
     list_display = ("name", "kind", "address", "default_model", "key_state", "updated_at")
     search_fields = ("name", "default_model")  # not the URL: a search would test guesses of its password
-    fields = ("name", "kind", "base_url", "default_model", "key_state", "api_key", "clear_key")
+    fields = (
+        "name",
+        "kind",
+        "base_url",
+        "default_model",
+        "key_state",
+        "api_key",
+        "clear_key",
+        "allowed_users",
+        "allowed_groups",
+    )
     readonly_fields = ("key_state",)
+    filter_horizontal = ("allowed_users", "allowed_groups")  # who may use it (``policy.may_use_connection``)
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is not None and not self.has_change_permission(request, obj):
-            return ("name", "kind", "address", "default_model", "key_state")  # no secret's name to look up
+            # no secret's name to look up
+            return ("name", "kind", "address", "default_model", "key_state", "allowed_users", "allowed_groups")
         return super().get_fields(request, obj)
 
     @admin.display(description="base URL", ordering="base_url")
@@ -139,7 +152,7 @@ class AgentForm(AgentModelForm):
 
     class Meta:
         model = Agent
-        fields = ("name", "description")
+        fields = ("name", "description", "allowed_users", "allowed_groups")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -175,6 +188,7 @@ class AgentAdmin(_Configured):
     list_display = ("name", "description", "latest_version", "updated_at")
     search_fields = ("name", "description")
     inlines = [AgentVersionInline]
+    filter_horizontal = ("allowed_users", "allowed_groups")  # who may use it (``policy.may_use_agent``)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         return ("name",) if obj is not None else ()

@@ -18,6 +18,8 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from .. import admission
+from ..access import policy
+from ..admission.budgets import BudgetRefused
 from ..executors.dispatch import EnqueueError
 from ..models import AgentRun
 from ..runtime.agent_runtime import AgentRuntime, RunNotFound
@@ -45,7 +47,7 @@ def fork_selected(modeladmin: ModelAdmin[Any], request: HttpRequest, queryset: Q
             break
         try:
             forked.append(AgentRuntime().fork(parent, owner=request.user).run_id)
-        except (NotForkable, InvalidRequest, RunNotFound, EnqueueError) as exc:
+        except (NotForkable, InvalidRequest, RunNotFound, EnqueueError, BudgetRefused, policy.UseRefused) as exc:
             refused.append(f"{parent}: {exc}")
     if forked:
         links = format_html_join(

@@ -179,6 +179,7 @@ class RunView(AgUiView):
             return self.stream(thread_key, client_run, existing, cursor, snapshot=True)
         if not policy.may_see_agents(user) or not Agent.objects.filter(name=name).exists():
             raise AgentNotFound(name)
+        policy.check_use(user, name)  # 403 before a thread is created (its connection: at the start)
         thread = self.thread(thread_key)
         self.spend(request, admission.Action.CREATE)
         if data.get("resume") is not None:

@@ -46,7 +46,7 @@ class AssistantSearchView(ProtocolView):
             raise PermissionDenied()
         body = request.data if isinstance(request.data, dict) else {}
         limit, offset = page_of(body)
-        agents = Agent.objects.order_by("name")
+        agents = policy.usable_agents(request.user).order_by("name")  # only those the caller may run
         if isinstance(body.get("name"), str):
             agents = agents.filter(name=body["name"])
         if body.get("graph_id") not in (None, shapes.GRAPH_ID):

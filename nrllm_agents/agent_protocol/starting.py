@@ -2,7 +2,8 @@
 strategy), or a ``Command`` that resumes the thread's interrupt (our approval).
 
 The checks are the REST API's: the body's storable text, the saved agent (404), the policy
-(posting to a thread is its owner's; approving asks ``APPROVE``), the provider refusal, then
+(posting to a thread is its owner's; approving asks ``APPROVE``; the saved agent and the
+connection the caller may use, 403), the provider refusal, then
 ``AgentRuntime.post`` / ``approve``, which fence everything else.
 """
 
@@ -68,6 +69,8 @@ def start(view: Any, runtime: AgentRuntime, thread_id: str | None) -> Started:
     if isinstance(data.get("assistant_id"), str):
         agent_named(view.request.user, data["assistant_id"])  # 404 before the body's other fields
     parsed = requests.parse(data, threaded=thread_id is not None)
+    if parsed.request is not None:  # 403 before a thread is created for it
+        runtime.check_use(parsed.request, owner=view.request.user)
     thread = _thread(view, thread_id, parsed)
     if parsed.resume is not None:
         run_id, after = _resume(view, runtime, thread, parsed)

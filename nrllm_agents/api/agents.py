@@ -73,12 +73,15 @@ class AgentListView(RunAPIView):
     @extend_schema(
         operation_id="agents_list",
         summary="List agents",
+        description="The saved agents the caller may start runs from: those open to every signed-in user, and "
+        "those that name the caller or one of their groups (superusers and staff who may change agents: all).",
         responses={200: AgentSerializer(many=True), **AUTH_ERRORS, **BAD_REQUEST},
     )
     def get(self, request: Request) -> Response:
         if not policy.may_see_agents(request.user):
             raise PermissionDenied()
-        return Response([agents.public_dict(a) for a in Agent.objects.prefetch_related("versions")])
+        usable = policy.usable_agents(request.user)  # only those the caller may start runs from
+        return Response([agents.public_dict(a) for a in usable.prefetch_related("versions")])
 
     @extend_schema(
         operation_id="agents_create",

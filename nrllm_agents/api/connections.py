@@ -91,11 +91,14 @@ class ConnectionListView(RunAPIView):
     @extend_schema(
         operation_id="connections_list",
         summary="List connections (never their keys)",
+        description="The connections the caller may run through (as the saved agents: open ones, and those "
+        "naming the caller or one of their groups; staff who may change connections: all).",
         responses={200: ConnectionSerializer(many=True), **AUTH_ERRORS, **BAD_REQUEST},
     )
     def get(self, request: Request) -> Response:
         _allow(request, policy.Setup.VIEW)
-        return Response([connections.public_dict(row) for row in Connection.objects.all()])
+        usable = policy.usable_connections(request.user)  # only those the caller may run through
+        return Response([connections.public_dict(row) for row in usable])
 
     @extend_schema(
         operation_id="connections_create",

@@ -18,7 +18,7 @@ from ..runtime.forks import provider_of
 from . import responses as r
 from . import serializers as s
 from .base import RunAPIView, checked_body, refuse_provider, sync_slot
-from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, RUN_ID, THROTTLED, extend_schema
+from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, RUN_ID, STARTS, THROTTLED, extend_schema
 from .throttling import CREATE_SCOPE
 
 
@@ -43,6 +43,7 @@ class RunForkView(RunAPIView):
             ),
             **BAD_REQUEST,
             **AUTH_ERRORS,
+            **STARTS,
             **NOT_FOUND,
             **THROTTLED,
             **ENQUEUE_FAILED,

@@ -66,6 +66,13 @@ AUTH_ERRORS: dict[int, Any] = {
     401: OpenApiResponse(r.ErrorSerializer, "Not authenticated (send `Authorization: Token ...`, or log in)."),
     403: OpenApiResponse(r.ErrorSerializer, "Authenticated, but not allowed (e.g. a session without its CSRF token)."),
 }
+STARTS: dict[int, Any] = {  # after AUTH_ERRORS, for an operation that starts a run
+    403: OpenApiResponse(
+        r.ErrorSerializer,
+        "Not allowed: the caller may not use the saved agent or the connection the run names (`detail` names "
+        "it, and `agent` or `connection` holds its name; nothing was started), or a session without its CSRF token.",
+    ),
+}
 BAD_REQUEST: dict[int, Any] = {400: OpenApiResponse(r.ValidationErrorSerializer, "Invalid input.")}
 NOT_FOUND: dict[int, Any] = {
     404: OpenApiResponse(r.ErrorSerializer, "Unknown run, a run the caller may not see, or a malformed id."),

@@ -24,7 +24,7 @@ from ..validation.run_request import RunRequest
 from . import responses as r
 from . import serializers as s
 from .base import RunAPIView, RunPagination, checked_body, refuse_provider
-from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, THROTTLED, extend_schema
+from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, STARTS, THROTTLED, extend_schema
 from .throttling import CREATE_SCOPE
 
 THREAD_ID = OpenApiParameter("id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The thread's id.")
@@ -154,6 +154,7 @@ class ThreadMessageView(ThreadAPIView):
             409: OpenApiResponse(r.ThreadBusySerializer, "reject: a run of the thread is still active."),
             **BAD_REQUEST,
             **AUTH_ERRORS,
+            **STARTS,
             **NOT_FOUND,
             **THROTTLED,
             **ENQUEUE_FAILED,

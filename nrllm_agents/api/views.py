@@ -29,7 +29,7 @@ from . import responses as r
 from . import serializers as s
 from .base import RunAPIView, RunPagination, checked_body, refuse_provider, sync_slot, with_children
 from .fields import query_data
-from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, RUN_ID, THROTTLED, extend_schema
+from .schema import AUTH_ERRORS, BAD_REQUEST, ENQUEUE_FAILED, NOT_FOUND, RUN_ID, STARTS, THROTTLED, extend_schema
 from .throttling import CANCEL_SCOPE, CREATE_SCOPE
 
 
@@ -97,6 +97,7 @@ class RunListCreateView(generics.ListAPIView[AgentRun], RunAPIView):
             201: OpenApiResponse(r.RunOutcomeSerializer, "Executed here: the run and its outcome."),
             **BAD_REQUEST,
             **AUTH_ERRORS,
+            **STARTS,
             **THROTTLED,
             **ENQUEUE_FAILED,
         },

@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from .. import store
+from ..access import policy
 from ..admission.budgets import admit
 from ..domain import (
     LoopResult,
@@ -106,8 +107,9 @@ class AgentRuntime:
         """Execute a new run in this process, streaming steps to ``on_step`` and the model's
         text, as it is written, to ``on_delta``.
 
-        Raises ``InvalidRequest`` for a bad request, ``BudgetRefused`` when a shared budget
-        covering it has nothing left; never raises for a run outcome.
+        Raises ``InvalidRequest`` for a bad request, ``policy.UseRefused`` when ``owner`` may not
+        use its saved agent or connection, ``BudgetRefused`` when a shared budget covering it has
+        nothing left; never raises for a run outcome.
         """
         request = request if isinstance(request, RunRequest) else RunRequest.from_mapping(request)
         _admit(owner, request)
@@ -284,11 +286,18 @@ class AgentRuntime:
         trace = SegmentTrace(run.pk, owner=segment, next_sequence=0, on_step=on_step)
         return self.segments.execute(run.pk, plan.request, trace, _opened(trace, plan.step))
 
+    def check_use(self, request: RunRequest, *, owner: Any) -> None:
+        """Raise ``policy.UseRefused`` when ``owner`` may not use the saved agent or connection of
+        ``request``. Every start asks it; a surface that writes something before it starts a run
+        (a thread it creates) asks first."""
+        _may_use(owner, request)
+
     def post(
         self, thread_id: Any, request: RunRequest | dict[str, Any], *, owner: Any = None, strategy: str | None = None
     ) -> uuid.UUID:
         """Post a message to a thread: a queued run that follows ``strategy`` (``threads.post``)."""
         request = request if isinstance(request, RunRequest) else RunRequest.from_mapping(request)
+        _may_use(owner, request)  # before the thread's active run is interrupted for it
         return threads.post(self, thread_id, request, owner=owner, strategy=strategy)
 
     def run_queued(
@@ -453,7 +462,16 @@ class AgentRuntime:
         return run
 
 
+def _may_use(owner: Any, request: RunRequest) -> None:
+    """Raise ``policy.UseRefused`` when ``owner`` may not use the saved agent or the connection
+    ``request`` starts with: every surface that starts a run passes here, before anything is
+    written."""
+    policy.check_use(owner, request.agent, request.connection)
+
+
 def _admit(owner: Any, request: RunRequest) -> None:
-    """Count the new run against the shared budgets covering it, which must have room for its
-    first call's worst case (``worst_case.first_call``); raises ``BudgetRefused``."""
+    """Ask the policy whether ``owner`` may use what the run names (``_may_use``), then count the
+    new run against the shared budgets covering it, which must have room for its first call's
+    worst case (``worst_case.first_call``); raises ``UseRefused`` or ``BudgetRefused``."""
+    _may_use(owner, request)
     admit(owner, request.agent_record["id"] if request.agent_record else None, lambda: worst_case.first_call(request))

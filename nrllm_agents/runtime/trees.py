@@ -7,10 +7,10 @@ same fence (``store.trees.spawn``); the children run on whichever executor runs 
 concurrently. The child that ends last wakes its parent (``waiting_for_children → queued``),
 which continues from its stream: each call is answered by its child's final answer, or by a
 tool error saying how the child ended (cancelled on its own, failed, a limit). A child is
-admitted like any run (its owner's create rate limit, the budgets covering it, and the tree's
-``TREE_MAX_RUNS``); a refused one starts nothing, and its call is answered with the refusal as
-a tool error. A cancel of a run cancels its whole subtree in one fence
-(``store.trees.cancel_tree``).
+admitted like any run (the policy: the tree's user may use its agent and connection; its owner's
+create rate limit, the budgets covering it, and the tree's ``TREE_MAX_RUNS``); a refused one
+starts nothing, and its call is answered with the refusal as a tool error. A cancel of a run
+cancels its whole subtree in one fence (``store.trees.cancel_tree``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AnonymousUser
 from django.db import transaction
 
 from ..access import policy
@@ -206,8 +208,12 @@ def admit_child(child: tree_store.Child) -> str | None:
     """Why ``child`` may not start, as any run of its owner and agent may not (``None``: it
     may, and it is counted): the create rate limit of its owner (a run of no owner has none),
     then every budget covering it, with room for its first call (``admission.budgets.admit``,
-    which counts it)."""
+    which counts it). First of all, the policy: the tree's user (the root run's owner, which
+    every run of its tree shares) may use the child's saved agent and connection."""
     owner_id = child.fields.get("owner_id")
+    refused = _use_refusal(owner_id, child)
+    if refused is not None:
+        return refused
     if owner_id is not None:
         limited = rates.take_for(owner_id, rates.Action.CREATE)
         if limited is not None:
@@ -216,6 +222,23 @@ def admit_child(child: tree_store.Child) -> str | None:
         budgets.admit_id(owner_id, child.fields.get("agent_version_id"), child.worst_case)
     except budgets.BudgetRefused as exc:
         return str(exc)
+    return None
+
+
+def _use_refusal(owner_id: Any, child: tree_store.Child) -> str | None:
+    """Why the tree's user (of id ``owner_id``; ``None``: a run of no owner, not asked) may not
+    use the child's saved agent or connection; ``None`` when they may."""
+    if owner_id is None:
+        return None
+    user = get_user_model().objects.filter(pk=owner_id).first()
+    try:
+        policy.check_use(
+            user if user is not None else AnonymousUser(),
+            (child.fields.get("agent_snapshot") or {}).get("name"),
+            child.fields.get("connection") or None,
+        )
+    except policy.UseRefused as exc:
+        return f"the run's user may not use {exc.what} {exc.name!r}"
     return None
 
 

@@ -10,7 +10,6 @@ from ..access import policy
 from ..catalog import registry
 from ..conf import app_settings
 from ..domain import jsonlimits
-from ..models import Agent, Connection
 from ..money import parsing
 from ..money.fields import AmountField
 from ..validation.run_request import MAX_PROMPT_CHARS, InvalidRequest, RunRequest
@@ -31,6 +30,14 @@ def script_value(text: str | None) -> Any:
         return jsonlimits.loads(text)
     except jsonlimits.JSONRefused as exc:
         raise forms.ValidationError(str(exc)) from None
+
+
+class _Offered(forms.ChoiceField):
+    """A choice among the rows the user may use, that takes any name: the run request says an
+    unknown one is unknown, and the policy refuses one the user may not use in its own words."""
+
+    def valid_value(self, value: Any) -> bool:
+        return True
 
 
 class RunForm(forms.Form):
@@ -66,10 +73,10 @@ class RunForm(forms.Form):
         help_text="Cancel the run after the model call that costs more in total (in the configured currency). "
         "Empty: the default.",
     )
-    connection = forms.ChoiceField(
+    connection = _Offered(
         required=False, help_text="Run through a connection (its kind is the provider). Empty: the provider above."
     )
-    agent = forms.ChoiceField(
+    agent = _Offered(
         required=False,
         help_text="Start from an agent: its definition sets the provider or connection, model, tools, "
         "iterations and instructions (the limits and a model given here win).",
@@ -79,7 +86,7 @@ class RunForm(forms.Form):
     )
     mode = forms.ChoiceField(choices=MODES, initial="interactive", widget=forms.RadioSelect)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, user: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         offered = policy.offered_providers(registry.provider_names())  # no test double in production
         cast(forms.ChoiceField, self.fields["provider"]).choices = [(p, p) for p in offered]
@@ -93,11 +100,12 @@ class RunForm(forms.Form):
         self.tool_groups = tool_groups()
         cast(forms.IntegerField, self.fields["max_iterations"]).max_value = app_settings.MAX_ITERATIONS_LIMIT
         self.fields["max_iterations"].initial = app_settings.DEFAULT_MAX_ITERATIONS
-        names = Connection.objects.values_list("name", flat=True)
+        # only what ``user`` may use is offered (``policy.usable_*``)
+        names = policy.usable_connections(user).values_list("name", flat=True)
         cast(forms.ChoiceField, self.fields["connection"]).choices = [("", "—"), *((n, n) for n in names)]
         cast(forms.ChoiceField, self.fields["agent"]).choices = [
             ("", "—"),
-            *((n, n) for n in Agent.objects.values_list("name", flat=True)),
+            *((n, n) for n in policy.usable_agents(user).values_list("name", flat=True)),
         ]
         self.run_request: RunRequest | None = None
 

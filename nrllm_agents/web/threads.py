@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from .. import admission
 from ..access import policy
+from ..admission.budgets import BudgetRefused
 from ..domain import jsonlimits
 from ..executors.dispatch import EnqueueError
 from ..http import answers
@@ -205,7 +206,7 @@ def post_message(request: HttpRequest, thread_id: uuid.UUID) -> HttpResponse:
         run_id = AgentRuntime().post(
             thread.pk, form.run_request, owner=request.user, strategy=form.cleaned_data["multitask_strategy"]
         )
-    except (threads.ThreadBusy, threads.ThreadNotFound, EnqueueError) as exc:
+    except (threads.ThreadBusy, threads.ThreadNotFound, EnqueueError, BudgetRefused, policy.UseRefused) as exc:
         answer = answers.for_error(exc)
         assert answer is not None
         if answer.status == 404:  # purged in between

@@ -83,7 +83,7 @@ def _refused(request: HttpRequest, run_id: uuid.UUID, exc: BaseException, prefix
 def _page(
     request: HttpRequest, *, form: RunForm | None = None, run: AgentRun | None = None, status: int = 200
 ) -> HttpResponse:
-    context: dict[str, Any] = {"form": form or RunForm(), "run": run, **recent_runs(request)}
+    context: dict[str, Any] = {"form": form or RunForm(user=request.user), "run": run, **recent_runs(request)}
     context["budgets"] = [budgets.as_dict(b) for b in budgets.covering_user(request.user)]
     if run is not None:
         events = AgentRuntime().events(run.pk)
@@ -180,7 +180,7 @@ def start_run(request: HttpRequest) -> HttpResponse:
     refused = _throttled(request, admission.Action.CREATE)
     if refused is not None:
         return refused
-    form = RunForm(request.POST)
+    form = RunForm(request.POST, user=request.user)
     if not form.is_valid() or form.run_request is None:
         if wants_json(request):
             return JsonResponse({"errors": {k: [str(m) for m in v] for k, v in form.errors.items()}}, status=400)
@@ -191,7 +191,7 @@ def start_run(request: HttpRequest) -> HttpResponse:
             queued = runtime.submit(run_request, owner=request.user)
         except EnqueueError as exc:  # the run was settled failed (enqueue_failed)
             return _refused(request, exc.run_id, exc)
-        except BudgetRefused as exc:  # nothing was started: the API's 429, in the page's words
+        except (BudgetRefused, policy.UseRefused) as exc:  # nothing was started: the API's 429 or 403, in words
             answer = _capacity(exc)
             if wants_json(request):
                 return answers.json_response(answer)
@@ -211,7 +211,7 @@ def start_run(request: HttpRequest) -> HttpResponse:
         run_id = interactive.launch(
             lambda on_step: runtime.run(run_request, owner=request.user, on_step=on_step), user_key=request.user.pk
         )
-    except (interactive.LaunchTimeout, interactive.AtCapacity, BudgetRefused) as exc:
+    except (interactive.LaunchTimeout, interactive.AtCapacity, BudgetRefused, policy.UseRefused) as exc:
         answer = _capacity(exc)
         if wants_json(request):
             return answers.json_response(answer)
@@ -220,8 +220,11 @@ def start_run(request: HttpRequest) -> HttpResponse:
     return _answer(request, run_id, 201, messages.SUCCESS, "Run started.")
 
 
-def _capacity(exc: interactive.AtCapacity | interactive.LaunchTimeout | BudgetRefused) -> answers.Answer:
-    """What the one mapping answers to a run this process could not start now (or a budget refused)."""
+def _capacity(
+    exc: interactive.AtCapacity | interactive.LaunchTimeout | BudgetRefused | policy.UseRefused,
+) -> answers.Answer:
+    """What the one mapping answers to a run this process could not start now (or a budget, or
+    the policy on agents and connections, refused)."""
     answer = answers.for_error(exc)
     assert answer is not None  # both name their status
     return answer
@@ -365,7 +368,7 @@ def fork_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         return _refused(request, run.pk, exc, prefix="Cannot continue from there: ")
     except (NotForkable, RunNotFound) as exc:
         return _refused(request, run.pk, exc)
-    except (interactive.LaunchTimeout, interactive.AtCapacity) as exc:
+    except (interactive.LaunchTimeout, interactive.AtCapacity, BudgetRefused, policy.UseRefused) as exc:
         answer = _capacity(exc)
         return _answer(request, run.pk, answer.status, messages.ERROR, answer.message)
     return _answer(request, fork_id, 201, messages.SUCCESS, f"Continuing run {run.pk} as a new run.")

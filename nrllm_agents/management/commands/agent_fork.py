@@ -7,6 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from nrllm_agents.access.policy import UseRefused
+from nrllm_agents.admission.budgets import BudgetRefused
 from nrllm_agents.executors.dispatch import EnqueueError
 from nrllm_agents.management import console, terminal
 from nrllm_agents.runtime.agent_runtime import AgentRuntime, RunNotFound
@@ -73,6 +75,8 @@ class Command(BaseCommand):
                 code = self._here(runtime, parent, options["from_sequence"], overrides, printer, owner)
         except InvalidRequest as exc:
             raise console.request_error(exc) from None
+        except (BudgetRefused, UseRefused) as exc:  # nothing was started (exit 2)
+            raise console.usage_error(str(exc)) from None
         except (RunNotFound, NotForkable) as exc:
             raise CommandError(str(exc), returncode=console.EXIT_FAILED) from None
         except EnqueueError as exc:

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from nrllm_agents.access.policy import UseRefused
 from nrllm_agents.admission.budgets import BudgetRefused
 from nrllm_agents.executors.dispatch import EnqueueError, uses_rq
 from nrllm_agents.management import console, terminal
@@ -23,7 +24,7 @@ class Command(BaseCommand):
         "a worker runs it. With --thread the prompt is a message of that thread: its run is queued "
         "behind the thread's runs (--multitask says what happens while one is active) and followed. "
         "Exit status: 0 completed, 3 cancelled, 4 awaiting approval, 1 failed (or a busy thread "
-        "refused the message), 2 usage error."
+        "refused the message), 2 usage error (or the --owner may not use the agent or connection)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -81,7 +82,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             self._handle(options)
-        except BudgetRefused as exc:  # nothing was started: the same words as the API's 429 (exit 2)
+        except (BudgetRefused, UseRefused) as exc:  # nothing was started: the API's 429 or 403's words (exit 2)
             raise console.usage_error(str(exc)) from None
 
     def _handle(self, options: dict[str, Any]) -> None:

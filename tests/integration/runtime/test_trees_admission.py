@@ -144,3 +144,38 @@ def test_parallel_spawns_of_one_tree_never_pass_tree_max_runs():
         assert sum(len(o.data["refused"]) for o in outcomes) == 15
         refused = AgentRunEvent.objects.filter(run__tree_root_id=root.pk, kind="tool")
         assert refused.count() == 15
+
+
+@pytest.mark.parametrize("who", ["not_named", "named", "in_group"])
+def test_a_child_from_an_agent_its_tree_s_user_may_not_use_is_a_tool_error(
+    runtime,
+    no_redis,  # noqa: F811
+    alice,
+    who,
+):
+    """The policy on saved agents asks the root run's owner (issue 48): ``leaf`` names the group
+    ``team`` (and alice, in one row); alice's run of the open ``boss`` calls it. Before, every
+    child ran."""
+    from django.contrib.auth.models import Group
+
+    from nrllm_agents.models import Agent
+
+    boss(1)
+    team = Group.objects.create(name="team")
+    leaf = Agent.objects.get(name="leaf")
+    leaf.allowed_groups.add(team)
+    if who == "named":
+        leaf.allowed_users.add(alice)
+    elif who == "in_group":
+        alice.groups.add(team)
+    root = finished(runtime, alice)
+    children = AgentRun.objects.filter(tree_root_id=root.pk)
+    given = answers(root.pk)
+    if who == "not_named":
+        assert not children.exists()
+        assert [a["error"] for a in given] == [
+            "the sub-agent run was not started: the run's user may not use agent 'leaf'"
+        ]
+    else:
+        assert [c.status for c in children] == [RunStatus.COMPLETED]
+        assert [a["result"] for a in given] == ["leaf answer"]
