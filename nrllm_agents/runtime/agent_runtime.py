@@ -66,6 +66,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+# How long a job tries its claim again on fresh connections: a terminated backend is replaced at
+# once; past this the database is taken to be away and the job fails, for RQ's retries
+# (``executors.CLAIM_RETRY_DELAYS``), instead of holding its worker for ``RECONNECT_SECONDS``.
+CLAIM_RECONNECT_SECONDS = 5.0
+
 
 def _opened(trace: SegmentTrace, step: Step) -> Callable[[ToolLoop], LoopResult]:
     """A drive that records ``step`` (a fork's or a thread run's first: it holds the transcript)
@@ -316,7 +321,8 @@ class AgentRuntime:
         # A connection that dies before the segment starts (the claim, the reads that shape the
         # segment) is replaced and that part tried again at once, the claim recognising its own
         # earlier win: the run neither waits for a retried job nor for the reaper (issue 44, item 16).
-        start = reconnecting(lambda: self._claimed(run_id, segment, on_step, on_delta))
+        # A database away for longer fails the job soon, for the queue's own retries.
+        start = reconnecting(lambda: self._claimed(run_id, segment, on_step, on_delta), seconds=CLAIM_RECONNECT_SECONDS)
         return None if start is None else start()
 
     def _claimed(
