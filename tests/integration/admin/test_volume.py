@@ -55,10 +55,10 @@ def test_the_admin_list_its_search_and_filters_answer_quickly_at_a_million_runs(
         {"status__exact": "completed", "provider": "openai", "q": "order #99"},
         {"p": "50"},
     ):
-        # The best of up to three answers: a CI runner's other slots can stall one request for a
-        # second; a list that scans the table is slow every time (5-10 s before issue 45).
+        # The best of up to five answers: a CI runner's other slots can stall a request for a
+        # second or two; a list that scans the table is slow every time (5-10 s before issue 45).
         elapsed = float("inf")
-        for _ in range(3):
+        for _ in range(5):
             started = time.perf_counter()
             response = client.get(CHANGELIST, params)
             elapsed = min(elapsed, time.perf_counter() - started)
