@@ -19,6 +19,7 @@ from functools import update_wrapper
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin import helpers
 from django.contrib.admin.utils import flatten_fieldsets
 from django.db.models import Count, F, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
@@ -27,6 +28,8 @@ from django.template.defaultfilters import truncatechars
 from django.template.response import SimpleTemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext as _
 
 from ..access import policy
 from ..models import AgentRun, AgentRunEvent, RunStatus
@@ -201,6 +204,17 @@ class AgentRunAdmin(TreeFields, RunCancelAdmin):
                 return queryset, False
             return listing.search(queryset, search_term), False
         return queryset.filter(pk=run_id), False
+
+    def action_checkbox(self, obj: AgentRun) -> SafeString:
+        """Django's row checkbox, written at once: its widget renders a template for each row,
+        which was a third of the list's time (issue 45); the markup is the widget's."""
+        label = format_html(_("Select this object for an action - {}"), str(obj))
+        return format_html(
+            '<input type="checkbox" name="{}" value="{}" class="action-select" aria-label="{}">',
+            helpers.ACTION_CHECKBOX_NAME,
+            str(obj.pk),
+            label,
+        )
 
     @admin.display(description="prompt")
     def prompt_excerpt(self, run: AgentRun) -> str:

@@ -88,3 +88,16 @@ def test_durations_and_times_read_for_people():
     assert columns.span(now - timedelta(seconds=2.414), now) == "2.41 s"
     assert columns.ago(now - timedelta(minutes=5), now) == "5 min ago"
     assert 'title="' in columns.when(now) and ">just now</time>" in columns.when(now)
+
+
+def test_the_rows_checkbox_is_the_widgets_markup_written_at_once(op_client, runtime, alice):
+    """The list writes each row's checkbox with one ``format_html`` instead of rendering Django's
+    widget template per row; the markup is the same, so the admin's actions script finds it."""
+    from django.contrib import admin as django_admin
+
+    result = runtime.run({"prompt": "p", "script": [{"content": "x"}]}, owner=alice)
+    run = AgentRun.objects.get(pk=result.run_id)
+    model_admin = django_admin.site._registry[AgentRun]
+    assert model_admin.action_checkbox(run) == django_admin.ModelAdmin.action_checkbox(model_admin, run)
+    html = op_client.get(CHANGELIST).content.decode()
+    assert f'name="_selected_action" value="{run.pk}" class="action-select"' in html
