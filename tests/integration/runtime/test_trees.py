@@ -215,6 +215,20 @@ def _running(owner: str, **fields) -> AgentRun:
     return run_store.begin({"prompt": "p", "provider": "scripted", **fields}, claimed_by=owner)
 
 
+def _spawn_racing_the_cancel(parent: AgentRun, root: AgentRun, children: list[tree_store.Child]) -> bool:
+    """``parent`` spawns ``children`` at the moment ``root``'s tree is cancelled; whether the
+    spawn committed first (the cancel always applies)."""
+    spawned, cancelled = race(
+        lambda: tree_store.spawn(
+            parent.pk, parent.claimed_by, state={}, iterations=0, usage=Usage(), children=children
+        ),
+        lambda: tree_store.cancel_tree(root.pk, source=CancelSource.API, reason="race"),
+    )
+    assert not isinstance(spawned, BaseException), spawned
+    assert cancelled.transition.applied, cancelled
+    return bool(spawned.applied)
+
+
 @pytest.mark.postgres_only
 @pytest.mark.postgres
 def test_a_cancel_of_the_root_racing_a_spawn_below_it_leaves_no_child_running():
@@ -235,13 +249,7 @@ def test_a_cancel_of_the_root_racing_a_spawn_below_it_leaves_no_child_running():
             )
             for i in range(3)
         ]
-        spawned, cancelled = race(
-            lambda: tree_store.spawn(mid.pk, "m", state={}, iterations=0, usage=Usage(), children=children),
-            lambda: tree_store.cancel_tree(root.pk, source=CancelSource.API, reason="race"),
-        )
-        assert not isinstance(spawned, BaseException), spawned
-        assert cancelled.transition.applied, cancelled
-        spawn_won = spawned.applied
+        spawn_won = _spawn_racing_the_cancel(mid, root, children)
         spawned_first += spawn_won
         tree_runs = AgentRun.objects.filter(tree_root_id=root.pk)
         escaped += tree_runs.filter(status__in=[s.value for s in ACTIVE]).count()
@@ -270,13 +278,7 @@ def test_a_cancel_of_a_root_racing_its_first_spawn_leaves_no_child_running():
             tree_store.Child(f"call_{i}", {"prompt": "leaf", "provider": "scripted"}, {"prompt": "leaf"})
             for i in range(2)
         ]
-        spawned, cancelled = race(
-            lambda: tree_store.spawn(root.pk, "r", state={}, iterations=0, usage=Usage(), children=children),
-            lambda: tree_store.cancel_tree(root.pk, source=CancelSource.API, reason="race"),
-        )
-        assert not isinstance(spawned, BaseException), spawned
-        assert cancelled.transition.applied, cancelled
-        spawn_won = spawned.applied
+        spawn_won = _spawn_racing_the_cancel(root, root, children)
         spawned_first += spawn_won
         below = AgentRun.objects.filter(tree_root_id=root.pk)
         assert below.count() == (2 if spawn_won else 0)
