@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import executors, store
 from ..domain.errors import Kind, KindedError
+from ..store.db import connection_lost, reconnecting
 
 
 class EnqueueError(KindedError, RuntimeError):
@@ -63,13 +64,16 @@ def dispatch(run_id: uuid.UUID, *, delay_seconds: float = 0, segment: int | None
     the queue raised: an outage (``is_outage``) leaves the run queued for the queued sweep;
     anything else (a bad configuration) makes the caller settle the run ``failed``.
     """
-    jid = job_id(run_id, store.next_sequence(run_id) if segment is None else segment)
+    if segment is None:  # a read: tried again on a fresh connection while the one it used dies
+        segment = reconnecting(lambda: store.next_sequence(run_id))
+    jid = job_id(run_id, segment)
     executors.chosen().submit(str(run_id), job_id=jid, delay_seconds=delay_seconds)
     return jid
 
 
 def is_outage(exc: BaseException) -> bool:
-    """Whether a dispatch failed because the queue is away for now (``QueueUnavailable``, a
-    refused or timed-out connection), not because it refused the job: the run then stays
-    ``queued`` and the queued sweep (``recovery.py``) dispatches it once the queue is back."""
-    return isinstance(exc, (executors.QueueUnavailable, ConnectionError, TimeoutError))
+    """Whether a dispatch failed because the queue or the database is away for now
+    (``QueueUnavailable``, a refused or timed-out connection, a database connection that stayed
+    lost), not because the queue refused the job: the run then stays ``queued`` and the queued
+    sweep (``recovery.py``) dispatches it once both are back."""
+    return isinstance(exc, (executors.QueueUnavailable, ConnectionError, TimeoutError)) or connection_lost(exc)

@@ -199,12 +199,13 @@ def enqueue_failed(run_id: uuid.UUID, exc: BaseException) -> None:
 
 @_guarded
 def enqueue_deferred(run_id: uuid.UUID, exc: BaseException) -> None:
-    """The queue was unreachable for a run's job; the run stays queued for the queued sweep."""
+    """The queue (or the database) was unreachable for a run's job; the run stays queued for
+    the queued sweep."""
     metrics.ENQUEUE_DEFERRED.inc()
     run_event(
         "enqueue_deferred",
         run_id,
-        "the queue is unreachable (%s); the run stays queued and is dispatched once the queue is back",
+        "not dispatched for now (%s); the run stays queued and the queued sweep dispatches it",
         type(exc).__name__,
         level=logging.WARNING,
     )

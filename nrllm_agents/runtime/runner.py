@@ -128,8 +128,9 @@ class SegmentRunner:
         except Exception as exc:
             if dispatch.is_outage(exc):
                 logger.warning(
-                    "run %s: the queue is unreachable (%s); the run stays queued for the queued sweep",
+                    "run %s: the %s is unreachable (%s); the run stays queued for the queued sweep",
                     run_id,
+                    "database" if connection_lost(exc) else "queue",
                     type(exc).__name__,
                 )
                 observe.enqueue_deferred(run_id, exc)
@@ -298,16 +299,33 @@ class SegmentRunner:
         attempt: int = 0,
         error: BaseException | None = None,
     ) -> RunResult:
-        """Hand a running run back to the queue; it continues from its stream in a worker."""
-        fence = store.requeue(
-            run_id,
-            trace.owner,
-            count_attempt=count_attempt,
-            error_class=type(error).__name__ if error else "",
-            error_message=_safe_message(error),
-            iterations=trace.iterations,
-            usage=trace.usage,
-        )
+        """Hand a running run back to the queue; it continues from its stream in a worker.
+
+        The hand-back is tried on fresh connections while the one it used dies. A try that
+        died after its commit leaves the row queued and the next try refused: that refusal is
+        this segment's own hand-back whose reply was lost, so the run is still dispatched (a
+        queued row that no job would wake waits for the queued sweep)."""
+        lost = False
+
+        def hand_back() -> store.Transition:
+            nonlocal lost
+            try:
+                return store.requeue(
+                    run_id,
+                    trace.owner,
+                    count_attempt=count_attempt,
+                    error_class=type(error).__name__ if error else "",
+                    error_message=_safe_message(error),
+                    iterations=trace.iterations,
+                    usage=trace.usage,
+                )
+            except Exception as exc:
+                lost = lost or connection_lost(exc)
+                raise
+
+        fence = reconnecting(hand_back)
+        if not fence.applied and lost and fence.status == RunStatus.QUEUED:
+            fence = store.Transition(True, RunStatus.QUEUED, RunStatus.RUNNING)
         if not fence.applied:
             if fence.status == RunStatus.CANCELLED:
                 return self._cancelled(run_id, trace)

@@ -289,7 +289,12 @@ DARK = """e => { const rgb = (c) => (c.match(/[\\d.]+/g) || []).slice(0, 3).map(
 
 def fits_and_is_dark(page: Page, selector: str) -> None:
     """At 390 px the page does not scroll sideways, and ``selector`` is drawn dark: a dark
-    background (its own or the nearest painted one) behind light text."""
+    background (its own or the nearest painted one) behind light text.
+
+    It waits for ``selector`` and a loaded document first: after a click that navigates, the old
+    page may be gone and the new one not yet parsed (no ``documentElement`` to measure)."""
+    page.locator(selector).first.wait_for(state="visible")
+    page.wait_for_load_state("load")
     width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
     assert width[0] <= width[1], (selector, width)
     element = page.locator(selector).first

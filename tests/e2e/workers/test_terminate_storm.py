@@ -93,9 +93,9 @@ def test_a_storm_of_terminated_backends_leaves_no_run_to_the_reaper(runtime, que
             for _ in range(runs)
         ],
     )
-    # The queued sweep on, as in production: a run whose claim died in the storm is handed back
-    # queued, and the sweep dispatches it again (the tests' default turns the sweep off).
-    env = {**worker_env, "NRLLM_LEASE_SECONDS": str(LEASE_SECONDS), "NRLLM_QUEUED_SWEEP_SECONDS": "1"}
+    # No recovery pass runs while the test waits (the worker's maintenance is hourly): a run handed
+    # back in the storm must be dispatched by its own segment, not found later by the queued sweep.
+    env = {**worker_env, "NRLLM_LEASE_SECONDS": str(LEASE_SECONDS), "NRLLM_MAINTENANCE_SECONDS": "3600"}
     workers = start_worker(runs, env=env)
     wait_for(lambda: running_count(ids) == runs, timeout=60, what="every run to execute")
     with Storm(app_name) as storm:

@@ -62,3 +62,42 @@ def test_a_claim_tried_again_by_another_segment_still_loses():
     lost = store.claim_queued(run_id, claimed_by="worker:b")
     assert (lost.applied, lost.status) == (False, RunStatus.RUNNING)
     assert AgentRun.objects.get(pk=run_id).claimed_by == "worker:a"
+
+
+def test_a_hand_back_whose_reply_was_lost_still_wakes_a_worker(runtime, monkeypatch):
+    """A segment hands its run back (here: its process shuts down) and the connection dies after
+    the hand-back committed, and again before the dispatch reads the run's segment number. The run
+    is queued and a job names its next segment: it waits neither for the queued sweep nor for the
+    reaper (the storm test found a run left queued with no job)."""
+    from nrllm_agents import executors
+    from nrllm_agents.runtime import segment
+
+    run_id = queued(request(STEPS))
+    real, calls, jobs = store.requeue, [], []
+
+    def requeue(*args, **kwargs):
+        calls.append(kwargs)
+        answer = real(*args, **kwargs)
+        terminate_own_backend()
+        if len(calls) == 1:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")  # the reply that never came
+        return answer  # the second try's refusal; the dispatch's read then meets a dead connection
+
+    class Queue:
+        def submit(self, run_id: str, *, job_id: str, delay_seconds: float = 0) -> None:
+            jobs.append(job_id)
+
+    monkeypatch.setattr(store, "requeue", requeue)
+    monkeypatch.setattr(executors, "chosen", Queue)
+    segment.shutdown_requested.set()  # hand back at the first boundary
+    try:
+        result = runtime.run_queued(run_id)
+    finally:
+        segment.shutdown_requested.clear()
+    assert result is not None and result.outcome.value == "requeued", result
+    assert len(calls) == 2
+    steps = AgentRunEvent.objects.filter(run_id=run_id).count()
+    assert jobs == [f"nrllm-run-{run_id}-{steps}"]
+    run = AgentRun.objects.get(pk=run_id)
+    assert (run.status, run.claimed_by, run.attempts) == (RunStatus.QUEUED, "", 0)
