@@ -31,10 +31,14 @@ class AssistantNotFound(KindedError, LookupError):
         return "Assistant not found."
 
 
-def agent_named(user: Any, name: str) -> Agent:
+def agent_named(user: Any, name: str, *, usable: bool = False) -> Agent:
+    """The agent named ``name``; with ``usable``, only one ``user`` may start runs from (the reads:
+    another team's assistant is not found, as the search leaves it out). A start asks for any
+    agent, then the policy refuses it with a 403 that names it (``policy.check_use``)."""
     if not policy.may_see_agents(user):
         raise PermissionDenied()
-    agent = Agent.objects.filter(name=name).first() if isinstance(name, str) else None
+    rows = policy.usable_agents(user) if usable else Agent.objects.all()
+    agent = rows.filter(name=name).first() if isinstance(name, str) else None
     if agent is None:
         raise AssistantNotFound(name)
     return agent
@@ -56,12 +60,12 @@ class AssistantSearchView(ProtocolView):
 
 class AssistantDetailView(ProtocolView):
     def get(self, request: Request, assistant_id: str) -> Response:
-        return Response(shapes.assistant(agent_named(request.user, assistant_id)))
+        return Response(shapes.assistant(agent_named(request.user, assistant_id, usable=True)))
 
 
 class AssistantSchemasView(ProtocolView):
     def get(self, request: Request, assistant_id: str) -> Response:
-        agent_named(request.user, assistant_id)
+        agent_named(request.user, assistant_id, usable=True)
         return Response(
             {
                 "graph_id": shapes.GRAPH_ID,

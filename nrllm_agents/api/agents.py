@@ -103,10 +103,13 @@ class AgentListView(RunAPIView):
 
 
 class AgentDetailView(RunAPIView):
-    def _agent(self, name: str) -> Agent:
+    def _agent(self, name: str, *, usable: bool = False) -> Agent:
+        """The agent named ``name``; with ``usable``, only one the caller may start runs from (a
+        read shows what the list shows: another team's agent is not found)."""
         if not policy.may_see_agents(self.request.user):
             raise PermissionDenied()
-        agent = Agent.objects.filter(name=name).first()
+        rows = policy.usable_agents(self.request.user) if usable else Agent.objects.all()
+        agent = rows.filter(name=name).first()
         if agent is None:
             raise NotFound(AGENT_NOT_FOUND)
         return agent
@@ -118,7 +121,7 @@ class AgentDetailView(RunAPIView):
         responses={200: AgentSerializer, **AUTH_ERRORS, **NOT_FOUND_AGENT, **BAD_REQUEST},
     )
     def get(self, request: Request, name: str) -> Response:
-        return Response(agents.public_dict(self._agent(name), versions=True))
+        return Response(agents.public_dict(self._agent(name, usable=True), versions=True))
 
     @extend_schema(
         operation_id="agents_edit",

@@ -116,7 +116,9 @@ class ConnectionListView(RunAPIView):
 class ConnectionDetailView(RunAPIView):
     def _row(self, name: str, action: policy.Setup) -> Connection:
         _allow(self.request, action)
-        row = Connection.objects.filter(name=name).first()
+        # a read shows what the list shows: a connection the caller may not run through is not found
+        rows = policy.usable_connections(self.request.user) if action == policy.Setup.VIEW else Connection.objects
+        row = rows.filter(name=name).first()
         if row is None:
             raise NotFound("No connection with this name.")
         return row

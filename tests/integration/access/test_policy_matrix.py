@@ -351,11 +351,17 @@ def test_the_lists_offer_only_what_the_user_may_use(restricted):
             a["assistant_id"] for a in c.post("/lg/assistants/search", {}, content_type="application/json").json()
         }
         assert searched == agents, name
+        # a read of one shows what the lists show: another team's agent is not found
+        assert c.get("/api/agents/secret-agent/").status_code == (200 if may else 404), name
+        assert c.get("/lg/assistants/secret-agent").status_code == (200 if may else 404), name
+        assert c.get("/lg/assistants/secret-agent/schemas").status_code == (200 if may else 404), name
+        assert c.get("/api/agents/via-paid/").status_code == 200, name
         page = c.get("/playground/").content.decode()
         assert ('value="secret-agent"' in page, 'value="paid"' in page) == (may, may), name
         listed = c.get("/api/connections/")
         if policy.may_configure(user, policy.Setup.VIEW, "connection"):
             assert {row["name"] for row in listed.json()} == ({"paid"} if may else set()), name
+            assert c.get("/api/connections/paid/").status_code == (200 if may else 404), name
         assert set(policy.usable_connections(user).values_list("name", flat=True)) == ({"paid"} if may else set())
 
 
