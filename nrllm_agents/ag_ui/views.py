@@ -179,17 +179,26 @@ class RunView(AgUiView):
             return self.stream(thread_key, client_run, existing, cursor, snapshot=True)
         if not policy.may_see_agents(user) or not Agent.objects.filter(name=name).exists():
             raise AgentNotFound(name)
-        policy.check_use(user, name)  # 403 before a thread is created (its connection: at the start)
+        resuming = data.get("resume") is not None
+        run_request = (
+            None
+            if resuming
+            else RunRequest.from_mapping({"agent": name, "prompt": last_user_text(data.get("messages"))})
+        )
+        # 403 for the agent or its connection, and 422 for the request, before a thread is created
+        if run_request is not None:
+            self.runtime.check_use(run_request, owner=user)
+            refusal = policy.provider_refusal(run_request.provider)
+            if refusal is not None:
+                raise InvalidRequest({"provider": refusal})
+        else:
+            policy.check_use(user, name)
         thread = self.thread(thread_key)
         self.spend(request, admission.Action.CREATE)
-        if data.get("resume") is not None:
+        if resuming:
             run_id, after = self.resume(thread, client_run, data["resume"])
             return self.stream(thread_key, client_run, run_id, cursor or Cursor(after), snapshot=False)
-        text = last_user_text(data.get("messages"))
-        run_request = RunRequest.from_mapping({"agent": name, "prompt": text})
-        refusal = policy.provider_refusal(run_request.provider)
-        if refusal is not None:
-            raise InvalidRequest({"provider": refusal})
+        assert run_request is not None
         run_id, _ = claims.start(
             self.runtime, user, client_run, lambda: self.runtime.post(thread.pk, run_request, owner=user)
         )

@@ -19,7 +19,7 @@ from django.contrib.auth.models import AnonymousUser, Permission
 from django.test import Client
 
 from nrllm_agents.access import policy
-from nrllm_agents.models import AgentRun, RunStatus
+from nrllm_agents.models import AgentRun, RunStatus, Thread
 
 A = policy.Action
 ALL_ON_OWN = {A.SEE, A.STREAM, A.CANCEL, A.APPROVE, A.BULK_CANCEL, A.START}
@@ -328,9 +328,13 @@ def test_a_restricted_agent_or_connection_starts_only_for_whom_it_names_on_every
         for subject in ("agent", "connection"):
             may = USERS_OF[name]
             for surface in START_SURFACES:
-                before = AgentRun.objects.count()
+                before, threads = AgentRun.objects.count(), Thread.objects.count()
                 code, said = _start(surface, subject, user, parent)
                 started = AgentRun.objects.count() - before
+                # a refusal writes nothing: no thread either (api_thread's is the test's own)
+                created = Thread.objects.count() - threads - (surface == "api_thread")
+                if not may and created:
+                    mismatches.append(f"{surface}: {name} {subject} refused but left {created} thread(s)")
                 what = f"{subject} 'secret-agent'" if subject == "agent" else f"{subject} 'paid'"
                 if may and (code not in (0, 200, 201, 202) or started != 1):
                     mismatches.append(f"{surface}: {name} {subject} -> {code} {said[:200]}, {started} run(s)")
