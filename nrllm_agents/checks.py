@@ -569,6 +569,64 @@ def check_tool_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessag
     return found
 
 
+def check_transactional_tools(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """A transactional tool's writes go to the database its runs are stored in: one transaction
+    holds both. Where database routers decide, the tool names the models it writes (``models``)
+    and each must route its writes there."""
+    from django.apps import apps
+    from django.db import router
+    from django.utils.module_loading import import_string
+
+    from .catalog import app_tools
+    from .conf import app_settings
+    from .models import AgentRun
+
+    tools: list[tuple[str, Any]] = []
+    for name, path in sorted(app_settings.TOOLS.items()):
+        try:
+            tools.append((f"{name!r} (NRLLM_AGENTS['TOOLS'])", import_string(path)(None)))
+        except Exception:  # a tool that cannot be built is named where it is listed (agent_tools)
+            continue
+    tools += [(f"{name!r} (@tool in {found.module})", found.tool) for name, found in sorted(app_tools.tools().items())]
+    runs_db = router.db_for_write(AgentRun)
+    found: list[CheckMessage] = []
+    hint = "See docs/howto/tools.md, 'Writes that commit with their step'."
+    for named, tool in tools:
+        if not getattr(tool, "transactional", False):
+            continue
+        models = tuple(getattr(tool, "models", ()) or ())
+        if not models and settings.DATABASE_ROUTERS:
+            found.append(
+                Error(
+                    f"the transactional tool {named} names no models, and DATABASE_ROUTERS may send its writes "
+                    f"to another database than its runs' ({runs_db!r})",
+                    hint=f"Name what it writes: @tool(transactional=True, models=[...]) or models = [...]. {hint}",
+                    id="nrllm_agents.E024",
+                )
+            )
+        for model in models:
+            try:
+                resolved = apps.get_model(model) if isinstance(model, str) else model
+                db = router.db_for_write(resolved)
+            except (LookupError, ValueError, TypeError, AttributeError):
+                found.append(
+                    Error(
+                        f"the transactional tool {named} names {model!r}, no model", hint=hint, id="nrllm_agents.E024"
+                    )
+                )
+                continue
+            if db != runs_db:
+                found.append(
+                    Error(
+                        f"the transactional tool {named} writes {resolved._meta.label} to the database {db!r}, "
+                        f"and its runs are stored in {runs_db!r}: one transaction cannot hold both",
+                        hint=f"Route those writes to {runs_db!r}, or make the tool not transactional. {hint}",
+                        id="nrllm_agents.E024",
+                    )
+                )
+    return found
+
+
 def check_stream_capacity(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """``STREAM_MAX_OPEN`` set above the server's threads (when they are known): open streams
     would hold every thread, and other requests wait unanswered."""
@@ -609,3 +667,4 @@ def register_all() -> None:
     register(check_host, Tags.compatibility, TAG)
     register(check_tool_names, Tags.compatibility, TAG)
     register(check_stream_capacity, Tags.compatibility, TAG)
+    register(check_transactional_tools, Tags.compatibility, TAG)

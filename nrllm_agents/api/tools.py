@@ -25,6 +25,9 @@ class OfferedToolSerializer(serializers.Serializer[Any]):
     server = serializers.CharField(allow_null=True, help_text="The MCP server it comes from (else null).")
     requires_approval = serializers.BooleanField(help_text="A call waits for a human decision.")
     idempotent = serializers.BooleanField(help_text="May be repeated after a lost worker.")
+    transactional = serializers.BooleanField(
+        help_text="Its database writes commit with its step, or not at all: made exactly once."
+    )
 
 
 class ToolListSerializer(serializers.Serializer[Any]):

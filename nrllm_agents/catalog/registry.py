@@ -54,7 +54,7 @@ def offered_tools(*, fresh: bool = False) -> tuple[list[dict[str, Any]], dict[st
 
     Each entry: ``name``, ``description``, ``source`` (``built-in``, ``settings``, ``app`` for a
     typed tool of an app's ``agent_tools`` or ``mcp``), ``server`` (an MCP server's name, else None),
-    ``requires_approval``, ``idempotent``. ``fresh`` lists the MCP servers now, broken ones too (a
+    ``requires_approval``, ``idempotent``, ``transactional``. ``fresh`` lists the MCP servers now, broken ones too (a
     command); else the process's catalog.
     """
     entries = []
@@ -67,45 +67,32 @@ def offered_tools(*, fresh: bool = False) -> tuple[list[dict[str, Any]], dict[st
                 source = "built-in"
             tool = factory(None)
         except Exception as exc:  # a broken factory is named, never a crash of the listing
-            entries.append(
-                _entry(name, f"cannot be built: {type(exc).__name__}: {exc}"[:300], source, None, False, True)
-            )
+            entries.append(_entry(name, f"cannot be built: {type(exc).__name__}: {exc}"[:300], source, None))
             continue
-        entries.append(
-            _entry(name, tool.description, source, None, tool.requires_approval, getattr(tool, "idempotent", True))
-        )
+        entries.append(_entry(name, tool.description, source, None, tool))
     for name, found in sorted(app_tools.tools().items()):
         if name not in app_settings.TOOLS:  # a clash (check E023): the settings' tool is the one built
             tool = found.tool
-            entries.append(_entry(name, tool.description, "app", None, tool.requires_approval, tool.idempotent))
+            entries.append(_entry(name, tool.description, "app", None, tool))
     if not mcp_catalog.configured():
         listing = mcp_catalog.Catalog()
     else:
         listing = mcp_catalog.refresh(force=True) if fresh else mcp_catalog.current()
     for name, mcp_tool in sorted(listing.tools.items()):
-        entries.append(
-            _entry(
-                name,
-                mcp_tool.description,
-                "mcp",
-                mcp_tool.server.name,
-                mcp_tool.requires_approval,
-                mcp_tool.idempotent,
-            )
-        )
+        entries.append(_entry(name, mcp_tool.description, "mcp", mcp_tool.server.name, mcp_tool))
     return entries, dict(listing.broken)
 
 
-def _entry(
-    name: str, description: str, source: str, server: str | None, approval: bool, idempotent: bool
-) -> dict[str, Any]:
+def _entry(name: str, description: str, source: str, server: str | None, tool: Any = None) -> dict[str, Any]:
+    """One tool of the listing; ``tool`` ``None``: one that cannot be built (no flag set)."""
     return {
         "name": name,
         "description": description,
         "source": source,
         "server": server,
-        "requires_approval": bool(approval),
-        "idempotent": bool(idempotent),
+        "requires_approval": bool(getattr(tool, "requires_approval", False)),
+        "idempotent": bool(getattr(tool, "idempotent", True)),
+        "transactional": bool(getattr(tool, "transactional", False)),
     }
 
 

@@ -75,8 +75,7 @@ class ToolLoop:
     on_deny: ``"continue"`` feeds a denial back to the model; ``"stop"`` ends the run.
     before_effect: called right before a non-idempotent tool starts (the write fence); may raise.
     token: trips on cancel; handed to providers and tools that take a ``context``, checked before each call.
-    before_start: called right before any model or tool call starts, with whether it may wait (``False``
-        for an ``instant`` one, and before the request step); may raise (the runtime re-checks the row).
+    before_start: called right before any call starts, with whether it may wait (not an ``instant`` one); may raise.
     on_delta, on_progress: receive ``(round, text)`` as a model call streams its answer, and
         ``(round, call, progress, total, message)`` as a tool call reports how far it got.
     price: the model's price in force for this drive; each model call's usage and step carry its cost.
@@ -85,6 +84,7 @@ class ToolLoop:
     carrier: called right before a model call (``None``) or a tool call (the call) starts, after
         every gate; returns the trace context's headers for it (``CallContext.headers``), or ``None``.
     run_id: the run driven; its tool calls' ``CallContext.idempotency_key`` derive from it (``None``: no key).
+    in_transaction: runs a ``transactional`` tool's call with its step in one transaction (``None``: as any tool).
     """
 
     def __init__(
@@ -104,6 +104,7 @@ class ToolLoop:
         carrier: Callable[[ToolCall | None], Mapping[str, str]] | None = None,
         before_call: Callable[[Sequence[Mapping[str, Any]]], None] | None = None,
         run_id: str | None = None,
+        in_transaction: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         self.provider = provider
         self.tools = dict(tools)
@@ -119,6 +120,7 @@ class ToolLoop:
         self.carrier = carrier
         self.before_call = before_call
         self.run_id = run_id
+        self.in_transaction = in_transaction
         self._schemas = [schema(t) for t in self.tools.values()]
         self._provider_context = accepts_context(provider.complete)
         self._tool_context = {name: accepts_context(t.execute) for name, t in self.tools.items()}
@@ -359,20 +361,18 @@ class ToolLoop:
                 error = f"unknown tool {call.name!r}"
             else:
                 self._gate(waits=not getattr(tool, "instant", False))
-                if self.before_effect is not None and not getattr(tool, "idempotent", True):
-                    self.before_effect(call)
+                transactional = self._transactional(tool)
+                if self.before_effect is not None and not getattr(tool, "idempotent", True) and not transactional:
+                    self.before_effect(call)  # a transactional tool needs no fence: its writes commit with its step
                 headers = self.carrier(call) if self.carrier is not None else None
                 t0 = time.perf_counter()
+                if transactional:
+                    failed = self._run_in_transaction(state, call, tool, calls, headers, t0)
+                    if failed is not None:
+                        return failed
+                    continue
                 try:
-                    if is_sub_agent(tool):  # answered by its run, which has ended: nothing executes
-                        sub: Any = tool
-                        result = sub.answer(call, calls)
-                    elif self._tool_context.get(call.name):
-                        aware: Any = tool  # a tool that takes the optional ``context``
-                        result = aware.execute(dict(call.arguments), context=self._context(state, headers, call))
-                    else:
-                        result = tool.execute(dict(call.arguments))
-                    result = clean_value(result)  # what the tool returned, made storable
+                    result = self._execute(state, call, tool, calls, headers)
                 except StepInterrupted as stop:
                     interrupted, seen = True, clean_value(stop.details)
                 except ToolError as exc:
@@ -392,6 +392,80 @@ class ToolLoop:
             if fatal is not None:
                 return LoopResult(LoopOutcome.TOOL_FAILED, state, error=fatal)
         return None
+
+    def _transactional(self, tool: Tool) -> bool:
+        """Whether ``tool`` runs in the transaction that records its step (``transactional``)."""
+        wanted = bool(getattr(tool, "transactional", False))
+        return wanted and self.in_transaction is not None and not is_sub_agent(tool)
+
+    def _execute(
+        self, state: LoopState, call: ToolCall, tool: Tool, calls: Sequence[ToolCall], headers: Mapping[str, str] | None
+    ) -> Any:
+        """Make one tool call; its result made storable. Raises what the tool raises."""
+        if is_sub_agent(tool):  # answered by its run, which has ended: nothing executes
+            sub: Any = tool
+            return clean_value(sub.answer(call, calls))
+        if self._tool_context.get(call.name):
+            aware: Any = tool  # a tool that takes the optional ``context``
+            return clean_value(aware.execute(dict(call.arguments), context=self._context(state, headers, call)))
+        return clean_value(tool.execute(dict(call.arguments)))
+
+    def _run_in_transaction(
+        self,
+        state: LoopState,
+        call: ToolCall,
+        tool: Tool,
+        calls: Sequence[ToolCall],
+        headers: Mapping[str, str] | None,
+        t0: float,
+    ) -> LoopResult | None:
+        """A transactional tool's call: its writes and its ``tool`` step commit together, or neither.
+
+        The call's error (``ToolError`` or any other) rolls its writes back; the step then records
+        the error, as for any tool. A cancel, whether it interrupts the call or refuses the step's
+        fence at the commit, rolls the writes back too: the call is recorded interrupted, with
+        ``rolled_back: true``, and the loop stops. A stop decided after the commit (a deadline, a
+        shutdown) and a lost lease propagate as they are.
+        """
+        assert self.in_transaction is not None
+        mark = (len(state.messages), state.sent)
+        phase = "call"  # then "record" (the step's fence), then "recorded" (the commit follows)
+
+        def body() -> None:
+            nonlocal phase
+            result = self._execute(state, call, tool, calls, headers)
+            phase = "record"
+            self._record_tool(state, call, result, None, _elapsed_ms(t0))
+            phase = "recorded"
+
+        error: str | None = None
+        fatal: Exception | None = None
+        seen: dict[str, Any] = {}
+        try:
+            self.in_transaction(body)
+            return None
+        except StepInterrupted as stop:
+            seen = clean_value(stop.details)
+        except RunCancellationRequested:
+            if phase != "record":  # stopped after the commit (a deadline, a budget): the step stands
+                raise
+            del state.messages[mark[0] :]  # the fence refused the step: the run was cancelled meanwhile
+            state.sent = mark[1]
+        except ToolError as exc:
+            if phase != "call":
+                raise
+            error = clean_text(str(exc))
+        except Exception as exc:
+            if phase != "call":
+                raise  # the store's or the runtime's (a lost lease, a commit that failed): not the tool's
+            if not self.token.cancelled:  # broken by the abort: an interruption, not a failure
+                fatal, error = exc, _safe_error(exc)
+        if error is None:  # interrupted, its writes rolled back
+            details = {**seen, "rolled_back": True}
+            self._record_tool(state, call, None, INTERRUPTED_RESULT, _elapsed_ms(t0), interrupted=True, details=details)
+            raise RunCancellationRequested()  # when the boundary probe could not confirm it
+        self._record_tool(state, call, None, error, _elapsed_ms(t0), details={"rolled_back": True})
+        return LoopResult(LoopOutcome.TOOL_FAILED, state, error=fatal) if fatal is not None else None
 
     def _record_tool(
         self,

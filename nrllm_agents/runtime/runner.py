@@ -206,6 +206,7 @@ class SegmentRunner:
                 before_call=trace.before_call,
                 carrier=trace.spans.starting if trace.spans is not None else None,  # traced: spans per call
                 run_id=str(run_id),  # each tool call's idempotency key
+                in_transaction=trace.transaction,  # a transactional tool's writes commit with its step
             )
             result = drive(loop)
         except RunCancellationRequested:

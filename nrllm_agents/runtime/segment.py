@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any, TypeVar, cast
 
 from django.db import DatabaseError, IntegrityError, connection
+from django.db import transaction as db_transaction
 from django.utils import timezone
 
 from .. import store
@@ -141,6 +142,8 @@ class SegmentTrace:
         self.limits = limits.Enforcer(run_id)
         self.spend = spend.Spend(run_id, owner)
         self.spans: Any = None  # the segment's spans while this process traces (observability.spans)
+        self._in_transaction = False  # a transactional tool runs: its step commits with its writes
+        self._after_commit: BaseException | None = None  # a stop that comes after that commit
 
     @property
     def last_sequence(self) -> int | None:
@@ -210,12 +213,48 @@ class SegmentTrace:
             # stamp, and the run is then dead-lettered rather than repeating the write.
             cleared = store.renew(self.run_id, self.owner, clear_effect=True)
             self._effect_stamped = cleared is Lease.UNKNOWN  # a store hiccup: try again after the next tool
+        # Cancelled while ours: inside a transactional tool's transaction this stop rolls the step
+        # back with the tool's writes (``transaction``). A stop decided after a held record (a
+        # deadline, a budget, a shutdown) comes after the commit instead.
+        rolls_back = cancelled
         cancelled = cancelled or self.limits(step, self.usage) is not None  # a deadline or budget stops it here
+        stop: BaseException | None = None
         if cancelled:
             self._stopped_at = created_at  # the work stopped with this step: its end, recorded with it
-            raise RunCancellationRequested(boundary_sequence=sequence)
-        if self.interruptible and shutdown_requested.is_set():
-            raise SegmentInterrupted()
+            stop = RunCancellationRequested(boundary_sequence=sequence)
+        elif self.interruptible and shutdown_requested.is_set():
+            stop = SegmentInterrupted()
+        if stop is not None:
+            if self._in_transaction and not rolls_back:
+                self._after_commit = stop
+                return
+            raise stop
+
+    def transaction(self, body: Callable[[], T]) -> T:
+        """``body()`` (a transactional tool's call and its ``tool`` step) in one database
+        transaction: the tool's writes commit with its step, through the step's fence.
+
+        Whatever ``body`` raises rolls both back, and this trace forgets the step it had counted;
+        that includes the fence refusing the step (the run was cancelled: the caller then
+        records the call as interrupted and rolled back; or lost: nothing is written). A stop
+        decided once the step was recorded under a held lease (a deadline, a budget, a
+        shutdown) is raised after the commit. A commit that fails (the connection died) leaves
+        neither the writes nor the step: the run's next segment makes the call again.
+        """
+        counted = (self.next_sequence, self.recorded, self.round, self._interrupted_sequence, self._stopped_at)
+        self._in_transaction, self._after_commit = True, None
+        try:
+            with db_transaction.atomic():
+                answer = body()
+        except BaseException:
+            self.next_sequence, self.recorded, self.round, self._interrupted_sequence, self._stopped_at = counted
+            raise
+        finally:
+            self._in_transaction = False
+        stop, self._after_commit = self._after_commit, None
+        if stop is not None:
+            raise stop
+        return answer
 
     def ended(self) -> None:
         """The segment is over: a shutdown of this process has nothing more to hand back for it.

@@ -128,3 +128,54 @@ def test_the_pages_the_hints_point_to_exist():
     root = Path(__file__).resolve().parents[2]
     assert "docs/operations/workers.md" in pages
     assert [page for page in sorted(pages) if not (root / page).is_file()] == []
+
+
+# --- E024: a transactional tool writes to its runs' database -------------------------------------
+class NotesElsewhere:
+    """A router that sends ``Note`` writes to another database."""
+
+    def db_for_write(self, model, **hints):
+        return "archive" if model._meta.model_name == "note" else None
+
+
+class Ledger:
+    name, description, parameters, requires_approval = "ledger", "d", {"type": "object"}, False
+    transactional = True
+    models: tuple[str, ...] = ("nrllm_agents.Note",)
+
+    def __init__(self, run_id=None):
+        pass
+
+    def execute(self, arguments):
+        return None
+
+
+class Unnamed(Ledger):
+    models = ()
+
+
+class Wrong(Ledger):
+    models = ("nrllm_agents.NoSuchModel",)
+
+
+ROUTER = f"{__name__}.NotesElsewhere"
+
+
+@pytest.mark.parametrize(
+    "tool, routers, said",
+    [
+        ("Ledger", [], None),  # one database: nothing to check
+        ("Unnamed", [], None),
+        ("Ledger", [ROUTER], "writes nrllm_agents.Note to the database 'archive'"),
+        ("Unnamed", [ROUTER], "names no models"),
+        ("Wrong", [], "names 'nrllm_agents.NoSuchModel', no model"),
+    ],
+)
+def test_a_transactional_tool_must_write_to_its_runs_database(tool, routers, said):
+    with override_settings(NRLLM_AGENTS={"TOOLS": {"ledger": f"{__name__}.{tool}"}}, DATABASE_ROUTERS=routers):
+        found = checks.check_transactional_tools()
+    if said is None:
+        assert found == []
+    else:
+        assert [m.id for m in found] == ["nrllm_agents.E024"] and said in found[0].msg, found
+        assert "docs/howto/tools.md" in found[0].hint

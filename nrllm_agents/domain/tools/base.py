@@ -21,6 +21,13 @@ class Tool(Protocol):
     # Optional ``idempotent: bool`` (default True). A tool with a side effect that must not
     # happen twice sets it False: the runtime stamps a write fence before it starts, and a
     # run lost while that stamp stands is never retried.
+    # Optional ``transactional: bool`` (default False). A tool whose effect is writes to the
+    # run's database (the Django ORM, on the default database) sets it True: the call runs inside
+    # the transaction that records its ``tool`` step, so its writes and its step commit together
+    # through the step's fence, or neither does (a lost worker, a cancel, a lost lease, an
+    # error roll them back). It needs no write fence and is never in doubt. With database
+    # routers, it names the models it writes (``models``, classes or ``"app_label.Model"``):
+    # ``manage.py check`` refuses one that writes to another database than its runs' (E024).
     # Optional ``instant: bool`` (default False). A tool that returns at once, waiting on
     # nothing (no I/O, no sleep, no lock; microseconds of CPU, as the calculator), sets it True:
     # the runtime then keeps its database connection across the call rather than giving it

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, overload
 
 import pydantic
@@ -42,6 +42,8 @@ class FunctionTool:
         requires_approval: bool = False,
         idempotent: bool = True,
         instant: bool = False,
+        transactional: bool = False,
+        models: Sequence[Any] = (),
     ) -> None:
         self.function = function
         self.name = name or function.__name__
@@ -50,6 +52,8 @@ class FunctionTool:
         self.requires_approval = requires_approval
         self.idempotent = idempotent
         self.instant = instant
+        self.transactional = transactional
+        self.models = tuple(models)  # what a transactional tool writes (the check of its database)
         self.model, self.takes = _arguments_model(function, self.name, documented)
         self.parameters = _schema(self.model)
         self.__doc__ = function.__doc__
@@ -93,6 +97,8 @@ def tool(
     requires_approval: bool = False,
     idempotent: bool = True,
     instant: bool = False,
+    transactional: bool = False,
+    models: Sequence[Any] = (),
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -105,6 +111,8 @@ def tool(
     requires_approval: bool = False,
     idempotent: bool = True,
     instant: bool = False,
+    transactional: bool = False,
+    models: Sequence[Any] = (),
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Make a tool of a typed function: ``@tool`` or ``@tool(requires_approval=True, ...)``.
 
@@ -115,11 +123,12 @@ def tool(
     requires_approval:
         The run waits for a person's approval before each call.
     idempotent:
-        False for a side effect that must not happen twice: a run lost during the call is never
-        retried (the runtime's write fence). A function that hands its ``idempotency_key`` to an
-        API that honours it may stay idempotent: the repeated call carries the same key.
+        False for a side effect that must not happen twice (the write fence); one that hands its
+        ``idempotency_key`` to an API that honours it may stay idempotent.
     instant:
         True for a function that returns at once, waiting on nothing (no I/O, no sleep, no lock).
+    transactional, models:
+        True for ORM writes that commit with its step or not at all; ``models``: those it writes.
 
     Returns
     -------
@@ -135,6 +144,8 @@ def tool(
             requires_approval=requires_approval,
             idempotent=idempotent,
             instant=instant,
+            transactional=transactional,
+            models=models,
         )
 
     return make(function) if function is not None else make

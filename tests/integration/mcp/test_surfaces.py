@@ -55,6 +55,7 @@ def test_agent_tools_lists_every_source_and_names_the_broken_server(configured, 
         "server": "ours",
         "requires_approval": True,
         "idempotent": False,
+        "transactional": False,  # an MCP server's effects are outside our database
     }
     assert by_name["ours__slow"]["requires_approval"] is False and by_name["ours__slow"]["idempotent"] is True
     assert "exited or closed the connection" in listing["unavailable"]["broken"]
