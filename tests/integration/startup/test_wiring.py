@@ -63,4 +63,5 @@ def test_no_module_wires_the_process_at_import_only_ready_does():
         "check_stream_capacity",
         "check_tool_names",
         "check_tracing",
+        "check_transactional_tools",
     ]
