@@ -91,6 +91,7 @@ RULES: dict[str, Rule] = {
     "DEFAULT_PROVIDER": NAME,
     "QUEUE_NAME": NAME,
     "EXECUTOR": (_names_an_executor, "'auto', 'rq', 'local' or the dotted path of an Executor class"),
+    "IN_DOUBT": (lambda v: v in ("wait", "fail"), "'wait' or 'fail'"),
     "THREAD_MULTITASK_STRATEGY": (
         lambda v: v in ("reject", "enqueue", "interrupt", "rollback"),
         "one of 'reject', 'enqueue', 'interrupt', 'rollback'",

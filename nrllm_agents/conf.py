@@ -114,6 +114,9 @@ DEFAULTS: dict[str, Any] = {
     "ANTHROPIC_MAX_TOKENS": Env("NRLLM_ANTHROPIC_MAX_TOKENS", int, 4096),
     "GEMINI_MODEL": Env("NRLLM_GEMINI_MODEL", str, "gemini-2.5-flash"),
     "QUEUE_NAME": "default",
+    # a run whose worker was lost during a non-idempotent, non-transactional tool call: "wait" for a
+    # person to say whether the call happened (it waits like an approval), or "fail" it at once
+    "IN_DOUBT": Env("NRLLM_IN_DOUBT", str, "wait"),
     # who executes queued runs: "rq" (RQ workers; needs REDIS_URL), "local" (threads of the
     # process that queued them), or "auto": RQ when REDIS_URL is set, else local
     "EXECUTOR": Env("NRLLM_EXECUTOR", str, "auto"),

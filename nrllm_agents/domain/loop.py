@@ -141,17 +141,19 @@ class ToolLoop:
         and (``on_deny="continue"``) the model is asked again.
         """
         calls, state.pending_calls = list(state.pending_calls), []
+        doubt, state.in_doubt = state.in_doubt, None
+        decided = dict(decision or {})
+        if doubt is not None:  # which call the decision is about, in the audit
+            decided["in_doubt_call"] = doubt.get("call")
         self.trace(
             Step(
                 StepKind.APPROVAL,
                 state.round,
-                {
-                    "approved": approved,
-                    "calls": [c.as_dict() for c in calls],
-                    **dict(decision or {}),
-                },
+                {"approved": approved, "calls": [c.as_dict() for c in calls], **decided},
             )
         )
+        if approved and doubt is not None and decided.get("in_doubt") == "happened":
+            calls = self._happened(state, calls, (doubt.get("call") or {}).get("id"), decided.get("result"))
         if approved:
             failed = self._run_calls(state, calls)
             if failed is not None:
@@ -172,6 +174,13 @@ class ToolLoop:
         with the model's final answer (the segment stopped before settling) completes with
         that answer: the model is not asked again.
         """
+        if state.in_doubt is not None:
+            if not state.in_doubt.get("happened"):  # a lost worker may have made one of them: a person decides
+                return LoopResult(LoopOutcome.AWAITING_APPROVAL, state)
+            # decided "it happened", and the worker that recorded the decision was lost before its result
+            doubt, state.in_doubt = state.in_doubt, None
+            calls = self._happened(state, state.pending_calls, (doubt.get("call") or {}).get("id"), doubt.get("result"))
+            state.pending_calls = calls
         calls = list(state.pending_calls)
         last = state.messages[-1] if state.messages else {}
         if not calls and last.get("role") == "assistant" and not last.get("tool_calls"):
@@ -265,6 +274,13 @@ class ToolLoop:
             failed = self._run_calls(state, calls)
             if failed is not None:
                 return failed
+
+    def _happened(self, state: LoopState, calls: Sequence[ToolCall], doubted: Any, result: Any) -> list[ToolCall]:
+        """A person said the call ``doubted`` (an id), which a lost worker was making, did happen:
+        record ``result`` (theirs) as its step; it is not made again. Returns the other calls."""
+        for call in [c for c in calls if c.id == doubted]:
+            self._record_tool(state, call, clean_value(result), None, 0.0, details={"in_doubt": "happened"})
+        return [c for c in calls if c.id != doubted]
 
     def _awaiting(self, calls: Sequence[ToolCall]) -> bool:
         """Whether a sub-agent's run for one of ``calls`` has not ended (or not started)."""

@@ -22,7 +22,8 @@ def rebuild_state(steps: Iterable[Mapping[str, Any]]) -> LoopState:
     ``decision`` is the human decision recorded for that turn, if any (kept even when every
     call of the turn has its step, so a denial that ends the run still ends it). A model
     call interrupted by a cancel counts in the spend and the iterations but adds no turn; a
-    tool call interrupted by a cancel is answered by its recorded interruption.
+    tool call interrupted by a cancel is answered by its recorded interruption. A call in
+    doubt that a person said did happen, with no step yet, is ``in_doubt`` with their result.
     """
     messages: list[dict[str, Any]] = []
     usage = Usage()
@@ -31,6 +32,7 @@ def rebuild_state(steps: Iterable[Mapping[str, Any]]) -> LoopState:
     turn: list[ToolCall] = []
     done: set[str] = set()
     decision: bool | None = None
+    happened: dict[str, Any] | None = None  # a person said a call in doubt did happen, with its result
     for step in steps:
         kind, payload = step["kind"], step.get("payload") or {}
         round_ = max(round_, int(step.get("round") or 0))
@@ -44,13 +46,15 @@ def rebuild_state(steps: Iterable[Mapping[str, Any]]) -> LoopState:
             if payload.get("interrupted"):
                 continue  # cut short by a cancel: it spent, but it is not a turn of the transcript
             turn = [ToolCall.from_dict(c) for c in payload.get("tool_calls") or []]
-            done, decision = set(), None
+            done, decision, happened = set(), None, None
             assistant: dict[str, Any] = {"role": "assistant", "content": payload.get("content")}
             if turn:
                 assistant["tool_calls"] = [c.as_dict() for c in turn]
             messages.append(assistant)
         elif kind == "approval":
             decision = bool(payload.get("approved"))
+            if payload.get("in_doubt") == "happened" and isinstance(payload.get("in_doubt_call"), dict):
+                happened = {"call": payload["in_doubt_call"], "happened": True, "result": payload.get("result")}
         elif kind == "tool":
             done.add(str(payload.get("call_id")))
             messages.append(
@@ -61,6 +65,8 @@ def rebuild_state(steps: Iterable[Mapping[str, Any]]) -> LoopState:
                 }
             )
     pending = [c for c in turn if c.id not in done]
+    if happened is not None and happened["call"].get("id") not in {c.id for c in pending}:
+        happened = None  # its result is recorded already
     return LoopState(
         messages=messages,
         pending_calls=pending,
@@ -69,4 +75,5 @@ def rebuild_state(steps: Iterable[Mapping[str, Any]]) -> LoopState:
         usage=usage,
         sent=len(messages),
         decision=decision,
+        in_doubt=happened,
     )

@@ -149,9 +149,12 @@ class LoopState:
     usage: Usage = Usage()
     sent: int = 0  # how many messages earlier request steps already recorded
     decision: bool | None = None  # a human decision already recorded for pending_calls (rebuilt states)
+    # The pending call a lost worker may or may not have made (``{"call": ..., "at": ...}``): the
+    # run waits for a person to say whether it happened (``ToolLoop.resume``'s ``in_doubt``).
+    in_doubt: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "messages": self.messages,
             "pending_calls": [c.as_dict() for c in self.pending_calls],
             "round": self.round,
@@ -159,6 +162,9 @@ class LoopState:
             "usage": self.usage.as_dict(),
             "sent": self.sent,
         }
+        if self.in_doubt is not None:
+            data["in_doubt"] = self.in_doubt
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LoopState:
@@ -169,6 +175,7 @@ class LoopState:
             iterations=int(data.get("iterations", 0)),
             usage=Usage.from_dict(data.get("usage")),
             sent=int(data.get("sent", 0)),
+            in_doubt=data.get("in_doubt") if isinstance(data.get("in_doubt"), dict) else None,
         )
 
 

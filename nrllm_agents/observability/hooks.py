@@ -385,6 +385,8 @@ def reaped_run(reaped: Reaped) -> None:
         return
     if reaped.verdict == "requeue":
         metrics.REAPER_ACTIONS.labels("requeued", "lease_expired").inc()
+    elif reaped.verdict == "in_doubt":  # requeued with its stamp: the next segment asks a person
+        metrics.REAPER_ACTIONS.labels("requeued", "in_doubt").inc()
     else:
         metrics.REAPER_ACTIONS.labels("dead_lettered", reaped.verdict).inc()
         _finished(RunStatus.FAILED, reaped.verdict, _provider_label(reaped.provider))

@@ -78,6 +78,27 @@ class ApprovalNotPending(KindedError, RuntimeError):
         return {"run_id": str(self.run_id), "status": self.status}
 
 
+class DecisionMismatch(KindedError, RuntimeError):
+    """An approval asked of a run whose call is in doubt (a lost worker may have made it), or a
+    decision on a doubt asked of a run that has none: each waits for its own kind of decision;
+    nothing changed."""
+
+    kind = Kind.CONFLICT
+
+    def __init__(self, run_id: Any, in_doubt: bool) -> None:
+        said = (
+            "a call of it is in doubt: say whether it happened (resolve), or cancel the run"
+            if in_doubt
+            else "no call of it is in doubt: approve or deny it"
+        )
+        super().__init__(f"Run {run_id} waits, but {said}; nothing changed.")
+        self.run_id = run_id
+        self.in_doubt = in_doubt
+
+    def subject(self) -> dict[str, Any]:
+        return {"run_id": str(self.run_id), "in_doubt": self.in_doubt}
+
+
 class ApprovalAmbiguous(KindedError, RuntimeError):
     """Several runs below the one named wait for approval: which one to decide is for the
     caller to say (``run_id`` in the API, ``--run`` in ``agent_approve``); nothing changed."""

@@ -20,6 +20,7 @@ from django.utils import timezone
 from .. import store
 from ..access import policy
 from ..admission.budgets import admit
+from ..conf import app_settings
 from ..domain import (
     LoopResult,
     LoopState,
@@ -27,6 +28,7 @@ from ..domain import (
     ToolLoop,
     rebuild_state,
 )
+from ..domain.sanitize import clean_value
 from ..executors import dispatch
 from ..live.interrupts import watcher
 from ..models import AgentRun, AgentRunEvent, RunStatus, TerminationReason
@@ -37,6 +39,7 @@ from ..presentation.outcomes import (
     ApprovalNotPending,
     CancelOutcome,
     CancelResult,
+    DecisionMismatch,
     InvalidRunId,
     Outcome,
     RunNotFound,
@@ -57,6 +60,7 @@ __all__ = [
     "ApprovalNotPending",
     "CancelOutcome",
     "CancelResult",
+    "DecisionMismatch",
     "InvalidRunId",
     "Outcome",
     "RunNotFound",
@@ -84,9 +88,38 @@ def _opened(trace: SegmentTrace, step: Step) -> Callable[[ToolLoop], LoopResult]
 
 
 def _recorded(decided: Mapping[str, Any]) -> dict[str, Any]:
-    """What the approval step records beside the decision: who decided, and why when they said."""
+    """What the approval step records beside the decision: who decided, and why when they said;
+    for a call in doubt, what they said of it (and the result they gave)."""
     reason = decided.get("reason")
-    return {"by": decided.get("by"), **({"reason": str(reason)} if reason else {})}
+    recorded = {"by": decided.get("by"), **({"reason": str(reason)} if reason else {})}
+    for key in ("in_doubt", "result"):
+        if key in decided:
+            recorded[key] = decided[key]
+    return recorded
+
+
+def _expects(run_id: uuid.UUID, *, in_doubt: bool) -> None:
+    """Refuse a decision of the wrong kind for a waiting run (``DecisionMismatch``): an approval
+    of a run whose call is in doubt, or a doubt's decision for one that only waits for approval.
+    A run not waiting is left to the claim to refuse (``ApprovalNotPending``)."""
+    row = AgentRun.objects.filter(pk=run_id, status=RunStatus.WAITING_FOR_APPROVAL).values("suspended_state").first()
+    if row is None:
+        return
+    doubted = isinstance(row["suspended_state"], dict) and row["suspended_state"].get("in_doubt") is not None
+    if doubted != in_doubt:
+        raise DecisionMismatch(run_id, doubted)
+
+
+def _doubt(state: LoopState, effect: Any) -> None:
+    """A run continued after its worker was lost: when the write fence's stamp names a call of
+    its last turn with no recorded step, that call may or may not have happened. With
+    ``IN_DOUBT = "wait"`` the state says so, and the loop suspends for a person's decision
+    instead of making it again (the reaper dead-letters the run instead with ``"fail"``)."""
+    call = effect.get("call") if isinstance(effect, dict) else None
+    if app_settings.IN_DOUBT == "fail" or not isinstance(call, dict) or state.in_doubt is not None:
+        return
+    if call.get("id") in {c.id for c in state.pending_calls}:
+        state.in_doubt = {"call": call, "at": effect.get("at")}
 
 
 def _fresh(request: RunRequest) -> Callable[[ToolLoop], LoopResult]:
@@ -148,8 +181,51 @@ class AgentRuntime:
         """
         run_id = parse_run_id(run_id)
         who = by.get_username() if by is not None and hasattr(by, "get_username") else by
-        segment = identity("resume")
         decided = {"approved": bool(decision), "by": who, **({"reason": reason} if reason else {})}
+        _expects(run_id, in_doubt=False)
+        return self._decide(run_id, decided, on_step=on_step, queued=queued, on_delta=on_delta)
+
+    def resolve(
+        self,
+        run_id: uuid.UUID | str,
+        happened: bool,
+        *,
+        result: Any = None,
+        by: Any = None,
+        reason: str = "",
+        queued: bool = False,
+        on_step: StepObserver | None = None,
+        on_delta: DeltaObserver | None = None,
+    ) -> RunResult:
+        """Decide on a call in doubt (a lost worker may or may not have made it) and resume the run.
+
+        ``happened``: the call did happen, and ``result`` (any JSON value) is recorded as its
+        step; it is not made again. Not ``happened``: the call is made again. The decision (who,
+        why, which call) is an ``approval`` step. The third decision is ``cancel``. Here by
+        default, or (``queued``) in a worker. Raises ``RunNotFound``, ``ApprovalNotPending`` (not
+        waiting) or ``DecisionMismatch`` (waiting for an approval, no call in doubt).
+        """
+        run_id = parse_run_id(run_id)
+        who = by.get_username() if by is not None and hasattr(by, "get_username") else by
+        decided: dict[str, Any] = {"approved": True, "in_doubt": "happened" if happened else "not_happened", "by": who}
+        if happened:
+            decided["result"] = clean_value(result)  # recorded as the call's result: made storable
+        if reason:
+            decided["reason"] = reason
+        _expects(run_id, in_doubt=True)
+        return self._decide(run_id, decided, on_step=on_step, queued=queued, on_delta=on_delta)
+
+    def _decide(
+        self,
+        run_id: uuid.UUID,
+        decided: dict[str, Any],
+        *,
+        on_step: StepObserver | None,
+        queued: bool,
+        on_delta: DeltaObserver | None,
+    ) -> RunResult:
+        """Resume a waiting run with ``decided`` (an approval's or a doubt's): here, or in a worker."""
+        segment = identity("resume")
         if queued:
             claim = store.requeue_for_resume(run_id, {"resume": decided})
         else:
@@ -358,12 +434,9 @@ class AgentRuntime:
             interruptible=True,
             on_delta=on_delta,
         )
+        row = AgentRun.objects.get(pk=run_id) if payload == store.RECOVER else None
         try:
-            request = (
-                RunRequest.from_row(AgentRun.objects.get(pk=run_id))
-                if payload == store.RECOVER
-                else RunRequest.from_mapping(payload)
-            )
+            request = RunRequest.from_row(row) if row is not None else RunRequest.from_mapping(payload)
         except InvalidRequest as exc:
             return functools.partial(self.segments.settle_unrunnable, run_id, trace, exc)
         if trace.next_sequence == 0 and where is not None:
@@ -373,6 +446,7 @@ class AgentRuntime:
             return functools.partial(self.segments.execute, run_id, request, trace, _fresh(request))
         # Continue from the stream: it is the checkpoint of everything that already happened.
         state = rebuild_state(event_dict(e) for e in store.events(run_id))
+        _doubt(state, row.pending_effect if row is not None else None)
         trace.usage, trace.iterations = state.usage, state.iterations
         return functools.partial(self.segments.execute, run_id, request, trace, lambda loop: loop.proceed(state))
 

@@ -251,23 +251,31 @@ class ReapReport:
     deadline_cancelled: int = 0  # overdue runs nothing was executing, cancelled first (nrllm_agents.runtime.limits)
     holds_released: int = 0  # budget reservations of dead segments given back (store.budgets.release_dead)
     reaped: list[Reaped] = field(default_factory=list)  # every write tried, in order (none on a dry run)
+    in_doubt: int = 0  # of ``requeued``: lost during a non-idempotent call; they wait for a decision
 
     def summary(self) -> str:
         parts = [f"{self.deadline_cancelled} cancelled (deadline_exceeded)"] if self.deadline_cancelled else []
-        parts += [f"{len(self.requeued)} requeued"]
+        parts += [f"{len(self.requeued)} requeued" + (f" ({self.in_doubt} in doubt)" if self.in_doubt else "")]
         parts += [f"{n} dead-lettered ({reason})" for reason, n in sorted(self.dead_lettered.items())]
         parts += [f"{self.holds_released} budget reservations released"] if self.holds_released else []
         parts += [f"{self.acknowledged} cancel acknowledged", f"{self.skipped} skipped (alive)"]
         return ("would have: " if self.dry_run else "") + ", ".join(parts)
 
 
+IN_DOUBT = "in_doubt"
+"""The reaper's verdict on a run lost during a non-idempotent call (``IN_DOUBT = "wait"``)."""
+
+
 def reap(*, limit: int = 100, dry_run: bool = False, now: datetime | None = None) -> ReapReport:
     """Requeue or dead-letter running runs whose lease expired.
 
-    A run whose lost segment had stamped a non-idempotent effect is dead-lettered
-    (``not_retryable``): the write runs at most once. One that used its requeue budget is
-    dead-lettered (``retries_exhausted``). The others go back to the queue and continue
-    from their stream. Each write re-checks the expiry inside its statement.
+    A run whose lost segment had stamped a non-idempotent effect is in doubt: the call may or
+    may not have happened. With ``IN_DOUBT = "wait"`` (the default) it goes back to the queue
+    with its stamp, and no attempt counted: the next segment suspends it for a person's decision
+    instead of making the call again. With ``"fail"`` it is dead-lettered (``not_retryable``).
+    One that used its requeue budget is dead-lettered (``retries_exhausted``). The others go
+    back to the queue and continue from their stream. Each write re-checks the expiry inside
+    its statement.
     """
     now = now or timezone.now()
     report = ReapReport(dry_run=dry_run)
@@ -278,9 +286,10 @@ def reap(*, limit: int = 100, dry_run: bool = False, now: datetime | None = None
         .order_by("lease_expires")
         .values("id", "attempts", "pending_effect", "provider")[:limit]
     )
+    waits = app_settings.IN_DOUBT != "fail"
     for row in stale:
         if row["pending_effect"]:
-            verdict = TerminationReason.NOT_RETRYABLE.value
+            verdict = IN_DOUBT if waits else TerminationReason.NOT_RETRYABLE.value
         elif not policy.may_retry(row["attempts"]):
             verdict = TerminationReason.RETRIES_EXHAUSTED.value
         else:
@@ -289,8 +298,8 @@ def reap(*, limit: int = 100, dry_run: bool = False, now: datetime | None = None
             _count(report, verdict, row["id"])
             continue
         still_stale = AgentRun.objects.filter(pk=row["id"], status=RunStatus.RUNNING, lease_expires__lt=now)
-        if verdict == "requeue":
-            n = still_stale.update(**requeued_fields(count_attempt=True))
+        if verdict in ("requeue", IN_DOUBT):  # in doubt: the stamp stays, for the next segment
+            n = still_stale.update(**requeued_fields(count_attempt=verdict == "requeue"))
         else:
             message = (
                 "the worker was lost during a non-idempotent tool call; not retried"
@@ -310,8 +319,9 @@ def reap(*, limit: int = 100, dry_run: bool = False, now: datetime | None = None
 
 
 def _count(report: ReapReport, verdict: str, run_id: uuid.UUID) -> None:
-    if verdict == "requeue":
+    if verdict in ("requeue", IN_DOUBT):
         report.requeued.append(run_id)
+        report.in_doubt += verdict == IN_DOUBT
     else:
         report.dead_lettered[verdict] = report.dead_lettered.get(verdict, 0) + 1
 

@@ -100,13 +100,15 @@ def _refused(run_id: uuid.UUID) -> Transition:
 def suspend(
     run_id: uuid.UUID, *, state: dict[str, Any], iterations: int, usage: Usage, owner: str | None = None
 ) -> Transition:
-    """``running → waiting_for_approval`` (by the owning segment), storing the resumable state."""
+    """``running → waiting_for_approval`` (by the owning segment), storing the resumable state.
+    A call in doubt is in ``state`` (``in_doubt``) from now on: the write fence's stamp goes."""
     n = owned(run_id, owner).update(
         status=RunStatus.WAITING_FOR_APPROVAL,
         suspended_state=state,
         **spend_fields(iterations, usage),
         claimed_by="",
         lease_expires=None,
+        pending_effect=None,
     )
     return Transition(True, RunStatus.WAITING_FOR_APPROVAL, RunStatus.RUNNING) if n else _refused(run_id)
 

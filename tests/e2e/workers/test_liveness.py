@@ -268,14 +268,17 @@ def test_a_zombie_worker_that_lost_its_lease_writes_nothing_when_it_wakes_up(run
 
 
 # --- a worker killed during a non-idempotent tool --------------------------------------------
-def test_a_run_killed_during_a_non_idempotent_tool_is_dead_lettered_never_repeated(
+def test_a_run_killed_during_a_non_idempotent_tool_waits_in_doubt_and_is_never_repeated(
     runtime, queue, start_workers, worker_env
 ):
+    """The default (``IN_DOUBT = "wait"``): the reaper hands the run back with its stamp, a worker
+    suspends it with the call named, and a person's "it happened" completes it without the call
+    being made again. ``IN_DOUBT = "fail"`` dead-letters it instead."""
     workers = start_workers(2)
     run_id = runtime.enqueue(
         scripted(
             {"tool_calls": [{"name": "slow_note", "arguments": {"title": "exactly once", "seconds": 10}}]},
-            {"content": "never"},
+            {"content": "noted"},
         )
     )
     wait_for(lambda: Note.objects.filter(run_id=run_id).exists(), what="the note to be written")
@@ -284,20 +287,48 @@ def test_a_run_killed_during_a_non_idempotent_tool_is_dead_lettered_never_repeat
     stamped = AgentRun.objects.get(pk=run_id)
     assert stamped.status == RunStatus.RUNNING and stamped.pending_effect["call"]["name"] == "slow_note"
     wait_for(lambda: lease_expired(run_id), timeout=30, what="the dead worker's lease to expire")
-    assert agent_reap(worker_env) == (
-        "0 requeued, 1 dead-lettered (not_retryable), 0 cancel acknowledged, 0 skipped (alive)"
+    assert agent_reap(worker_env) == "1 requeued (1 in doubt), 0 cancel acknowledged, 0 skipped (alive)"
+    wait_for(
+        lambda: AgentRun.objects.get(pk=run_id).status == RunStatus.WAITING_FOR_APPROVAL,
+        timeout=60,
+        what="the other worker to suspend the run in doubt",
     )
+    run = AgentRun.objects.get(pk=run_id)
+    assert run.suspended_state["in_doubt"]["call"]["name"] == "slow_note" and run.pending_effect is None
+    assert runtime.resolve(run_id, True, result={"note": "seen"}, queued=True).outcome == "queued"
+    wait_for(lambda: finished(run_id), timeout=60, what="the run to end after the decision")
+    run = AgentRun.objects.get(pk=run_id)
+    assert (run.status, run.final_text) == (RunStatus.COMPLETED, "noted")
+    assert Note.objects.filter(run_id=run_id).count() == 1  # never repeated
+    assert [(s["what"], s["name"]) for s in journal(worker_env, run_id)] == [
+        ("model", "scripted-demo"),
+        ("tool", "slow_note"),
+        ("model", "scripted-demo"),
+    ]
+    assert [e.kind for e in events(run_id)] == ["request", "llm", "approval", "tool", "request", "llm"]
+
+
+def test_with_in_doubt_fail_a_run_killed_during_a_non_idempotent_tool_is_dead_lettered(
+    runtime, queue, start_workers, worker_env
+):
+    env = {**worker_env, "NRLLM_IN_DOUBT": "fail"}
+    workers = start_workers(2, env=env)
+    run_id = runtime.enqueue(
+        scripted(
+            {"tool_calls": [{"name": "slow_note", "arguments": {"title": "exactly once", "seconds": 10}}]},
+            {"content": "never"},
+        )
+    )
+    wait_for(lambda: Note.objects.filter(run_id=run_id).exists(), what="the note to be written")
+    workers.kill(workers.index_of_horse(horse_of(worker_env, run_id)))
+    wait_for(lambda: lease_expired(run_id), timeout=30, what="the dead worker's lease to expire")
+    assert agent_reap(env) == "0 requeued, 1 dead-lettered (not_retryable), 0 cancel acknowledged, 0 skipped (alive)"
     run = AgentRun.objects.get(pk=run_id)
     assert (run.status, run.termination_reason, run.error_class) == (RunStatus.FAILED, "not_retryable", "LeaseExpired")
     # Another worker is available: even a stray job for the run executes nothing.
     stray = queue.enqueue(JOB_FUNCTION, str(run_id), job_id=f"stray-{run_id}").id
     assert wait_for(lambda: results_of(queue, stray), what="the stray job") == [None]
-    assert agent_reap(worker_env) == "0 requeued, 0 cancel acknowledged, 0 skipped (alive)"
     assert Note.objects.filter(run_id=run_id).count() == 1
-    assert [(s["what"], s["name"]) for s in journal(worker_env, run_id)] == [
-        ("model", "scripted-demo"),
-        ("tool", "slow_note"),
-    ]
     assert [e.kind for e in events(run_id)] == ["request", "llm"]
 
 

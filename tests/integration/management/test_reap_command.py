@@ -98,8 +98,10 @@ def snapshot(*runs: AgentRun) -> list[dict[str, Any]]:
     return list(AgentRun.objects.filter(pk__in=[r.pk for r in runs]).order_by("pk").values())
 
 
-def test_summary_counts_each_verdict_and_requeued_runs_finish_before_the_command_returns():
-    """Embedded default: the command executes what it requeued, in this process, and waits for it."""
+def test_summary_counts_each_verdict_and_requeued_runs_finish_before_the_command_returns(settings):
+    """Embedded default: the command executes what it requeued, in this process, and waits for it.
+    ``IN_DOUBT = "fail"`` (the default waits for a person: test_in_doubt.py)."""
+    settings.NRLLM_AGENTS = {**settings.NRLLM_AGENTS, "IN_DOUBT": "fail"}
     first_call = {"id": "call_1_1", "name": "calculator", "arguments": {"expression": "0 + 1"}}
     lost = died_running([request_step(), llm_step(1, tool_calls=[first_call])])
     effect = begun(pending_effect={"call": {"id": "c", "name": "slow_note", "arguments": {}}})

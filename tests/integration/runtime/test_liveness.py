@@ -151,9 +151,10 @@ def test_orphaned_cancel_is_acknowledged_by_the_reaper(runtime):
     assert kinds(run.pk) == ["cancelled"] and AgentRun.objects.get(pk=run.pk).stopped_at is not None
 
 
-@override_settings(NRLLM_AGENTS={"TOOLS": SLOW_NOTE})
+@override_settings(NRLLM_AGENTS={"TOOLS": SLOW_NOTE, "IN_DOUBT": "fail"})
 def test_write_fence_dead_letters_a_run_lost_during_a_non_idempotent_tool(runtime, monkeypatch):
-    """The process dies after the tool's effect and before its step is recorded."""
+    """The process dies after the tool's effect and before its step is recorded; ``IN_DOUBT =
+    "fail"`` (the default waits for a person: test_in_doubt.py)."""
     from nrllm_agents.testing.tools import SlowNote
 
     def die_after_effect(self, arguments):

@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import IntegrityError
+from django.test import override_settings
 from django.utils import timezone
 
 from nrllm_agents import store
@@ -215,6 +216,7 @@ def test_reap_requeues_a_run_whose_lease_expired():
     assert row(alive).status == RunStatus.RUNNING
 
 
+@override_settings(NRLLM_AGENTS={"IN_DOUBT": "fail"})  # the default waits: test_in_doubt.py
 def test_reap_dead_letters_a_run_lost_during_a_non_idempotent_call():
     run_id = running()
     store.renew(run_id, OWNER, effect={"call": {"name": "write_note"}})
@@ -237,6 +239,7 @@ def test_reap_dead_letters_a_run_that_used_its_requeue_budget(settings):
     assert row(run_id).error_message == "the worker was lost and the budget of 1 requeues is used"
 
 
+@override_settings(NRLLM_AGENTS={"IN_DOUBT": "fail"})  # the default waits: test_in_doubt.py
 def test_a_dry_reap_counts_and_writes_nothing():
     requeue, effect = running(), running()
     store.renew(effect, OWNER, effect={"call": {}})
