@@ -77,6 +77,8 @@ class RunCreate:
     stream_modes: tuple[str, ...]
     metadata: dict[str, Any] = field(default_factory=dict)
     reason: str = ""  # why the human decided as they did (a resume's)
+    happened: bool | None = None  # a resume of a call in doubt: whether it happened (then ``result`` is its result)
+    result: Any = None
 
 
 def _mapping(data: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -194,7 +196,18 @@ def parse(data: Any, *, threaded: bool) -> RunCreate:
     if command:
         if set(command) != {"resume"} or data.get("input") is not None:
             raise InvalidRequest({"command": 'only {"resume": ...}, without input'})
-        approved, reason = decision(command["resume"])
+        resume = command["resume"]
+        if isinstance(resume, Mapping) and "happened" in resume:  # a call in doubt: did it happen?
+            if not isinstance(resume["happened"], bool):
+                raise InvalidRequest({"command.resume.happened": "true or false"})
+            if not resume["happened"] and "result" in resume:
+                raise InvalidRequest({"command.resume.result": "only with happened: true"})
+            happened, result = bool(resume["happened"]), resume.get("result")
+            reason = _reason(resume)
+            return RunCreate(
+                assistant_id, None, True, strategy, if_not_exists, modes, metadata, reason, happened, result
+            )
+        approved, reason = decision(resume)
         return RunCreate(assistant_id, None, approved, strategy, if_not_exists, modes, metadata, reason)
     prompt, system = prompt_of(data.get("input"))
     fields = {**run_fields(data), "prompt": prompt, "agent": assistant_id}

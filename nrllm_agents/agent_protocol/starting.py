@@ -56,7 +56,12 @@ def _resume(view: Any, runtime: AgentRuntime, thread: Thread, parsed: requests.R
     if refused is not None:
         raise answers.Refused(refused)
     last = waiting.events.order_by("-sequence").values_list("sequence", flat=True).first()
-    runtime.approve(waiting.pk, bool(parsed.resume), by=view.request.user, queued=True, reason=parsed.reason)
+    if parsed.happened is not None:  # a call in doubt: whether it happened
+        runtime.resolve(
+            waiting.pk, parsed.happened, result=parsed.result, by=view.request.user, queued=True, reason=parsed.reason
+        )
+    else:
+        runtime.approve(waiting.pk, bool(parsed.resume), by=view.request.user, queued=True, reason=parsed.reason)
     return waiting.pk, -1 if last is None else last
 
 

@@ -47,16 +47,25 @@ def run_messages(run: AgentRun, steps: list[dict[str, Any]] | None = None) -> li
 
 
 def interrupts(run: AgentRun | None) -> list[dict[str, Any]]:
-    """The interrupt a waiting run holds: the tool calls that need a human's approval."""
+    """The interrupt a waiting run holds: the tool calls that need a human's approval, or the call
+    in doubt (its worker was lost during it) that needs a human to say whether it happened."""
     if run is None or run.status != RunStatus.WAITING_FOR_APPROVAL or not run.suspended_state:
         return []
     calls = run.suspended_state.get("pending_calls") or []
-    value = {
+    doubt = run.suspended_state.get("in_doubt")
+    value: dict[str, Any] = {
         "run_id": str(run.pk),
         "question": "Approve these tool calls?",
         "tool_calls": m.tool_calls(calls),
         "resume": 'command={"resume": true | false | {"approved": bool, "reason": str}}',
     }
+    if isinstance(doubt, dict):
+        value["question"] = "Did this call happen? Its worker was lost during it: it may or may not have."
+        value["in_doubt"] = doubt
+        value["resume"] = (
+            'command={"resume": {"happened": true, "result": <what it returned>} | {"happened": false}} '
+            "(false: it is made again), with an optional reason; or cancel the run"
+        )
     return [{"value": value, "id": str(run.pk)}]
 
 

@@ -67,6 +67,11 @@ class PendingCallSerializer(serializers.Serializer[Any]):
     arguments = serializers.DictField()
 
 
+class InDoubtSerializer(serializers.Serializer[Any]):
+    call = PendingCallSerializer(help_text="The call a lost worker was making.")
+    at = serializers.DateTimeField(allow_null=True, help_text="When the call started.")
+
+
 class LimitDetailSerializer(serializers.Serializer[Any]):
     limit = serializers.ChoiceField(
         ["deadline_seconds", "max_total_tokens", "max_cost"], help_text="The limit exceeded."
@@ -193,6 +198,11 @@ class RunSerializer(serializers.Serializer[Any]):
     final_text = serializers.CharField(allow_null=True)
     error = serializers.CharField(allow_null=True)
     pending_approval = PendingCallSerializer(many=True, help_text="Calls awaiting a decision (waiting runs).")
+    in_doubt = InDoubtSerializer(
+        allow_null=True,
+        help_text="A waiting run's call that may or may not have happened (its worker was lost during it): "
+        "decide with POST /api/runs/{id}/resolve/, or cancel the run. null otherwise.",
+    )
     created_at = serializers.DateTimeField()
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)

@@ -120,6 +120,35 @@ class ApproveRequestSerializer(ClosedSerializer):
     )
 
 
+class ResolveRequestSerializer(ClosedSerializer):
+    happened = StrictBooleanField(
+        help_text="true: the call in doubt did happen, and `result` is recorded as its result (it is not made "
+        "again); false: it did not, and it is made again."
+    )
+    result = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="With `happened: true`: what the call returned, as the model reads it (any JSON, at most 256 KiB).",
+    )
+    queued = StrictBooleanField(
+        required=False, default=False, help_text="Hand the resumed run to a worker instead of running it now."
+    )
+    reason = reason_field("Why: how you know; recorded on the decision's step.")
+    run_id = StrictUUIDField(
+        required=False,
+        help_text="In a tree: the run below this one whose call is in doubt, when several wait.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not attrs["happened"] and "result" in self.initial_data:
+            raise serializers.ValidationError(
+                {"result": "only with happened: true (a call that did not happen has none)"}
+            )
+        validated: dict[str, Any] = super().validate(attrs)
+        return validated
+
+
 class BulkCancelRequestSerializer(ClosedSerializer):
     """Either ``ids``, or ``status`` (with an optional ``created_before``); never both."""
 

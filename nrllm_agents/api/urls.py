@@ -61,6 +61,7 @@ urlpatterns = [
     path("runs/<str:id>/", views.RunDetailView.as_view(), name="run-detail"),
     path("runs/<str:id>/cancel/", views.RunCancelView.as_view(), name="run-cancel"),
     path("runs/<str:id>/approve/", views.RunApproveView.as_view(), name="run-approve"),
+    path("runs/<str:id>/resolve/", views.RunResolveView.as_view(), name="run-resolve"),
     path("runs/<str:id>/events/", views.RunEventsView.as_view(), name="run-events"),
     path("runs/<str:id>/fork/", forks.RunForkView.as_view(), name="run-fork"),
     path("runs/<uuid:run_id>/stream/", stream.run_stream, name="run-stream"),

@@ -10,6 +10,7 @@ visible run the caller may not act on answers 403.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -196,6 +197,20 @@ class RunCancelView(RunAPIView):
         )
 
 
+def decision_responses(conflict: str) -> dict[int, Any]:
+    """The answers of a decision on a waiting run (approve, resolve); ``conflict``: when it is a 409."""
+    return {
+        200: OpenApiResponse(r.RunOutcomeSerializer, "Resumed here: the run decided and its outcome."),
+        202: OpenApiResponse(r.RunOutcomeSerializer, "Decision stored: a worker resumes the run."),
+        409: OpenApiResponse(r.ConflictSerializer, conflict),
+        **BAD_REQUEST,
+        **AUTH_ERRORS,
+        **NOT_FOUND,
+        **THROTTLED,
+        **ENQUEUE_FAILED,
+    }
+
+
 class RunApproveView(RunAPIView):
     @extend_schema(
         operation_id="runs_approve",
@@ -205,43 +220,83 @@ class RunApproveView(RunAPIView):
         description="Decide on the calls a waiting run holds, then resume it here, or (`queued`) hand it to a worker. "
         "On a run that waits for its sub-agents (the root of a tree), the decision is for the one run below it "
         "that waits for approval, or for the one `run_id` names when several wait; the answer shows that run.",
-        responses={
-            200: OpenApiResponse(r.RunOutcomeSerializer, "Resumed here: the run decided and its outcome."),
-            202: OpenApiResponse(r.RunOutcomeSerializer, "Decision stored: a worker resumes the run."),
-            409: OpenApiResponse(
-                r.ConflictSerializer,
-                "The run (and its tree) is not waiting for approval, or several runs below it wait "
-                "(`waiting_for_approval` lists them: name one in `run_id`).",
-            ),
-            **BAD_REQUEST,
-            **AUTH_ERRORS,
-            **NOT_FOUND,
-            **THROTTLED,
-            **ENQUEUE_FAILED,
-        },
+        responses=decision_responses(
+            "The run (and its tree) is not waiting for approval, its call is in doubt (resolve it), or several "
+            "runs below it wait (`waiting_for_approval` lists them: name one in `run_id`)."
+        ),
     )
     def post(self, request: Request, id: str) -> Response:
         run = self.get_run(id, policy.Action.APPROVE)
         body = s.ApproveRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        queued = body.validated_data["queued"]
-        # not pending, several pending, not found, a refused enqueue: answered by the handler
-        # (``http.answers``). A run below asks the policy too (it is owned like its root).
-        target = self.runtime.approval_target(run.pk, pick=body.validated_data.get("run_id"))
-        if target != run.pk:
-            self.get_run(str(target), policy.Action.APPROVE)
-        slot = None if queued else sync_slot(request)
-        try:
-            decided = body.validated_data
-            result = self.runtime.approve(
-                target, decided["approved"], by=request.user, queued=queued, reason=decided["reason"]
-            )
-        finally:
-            if slot is not None:
-                slot.release()
-        return Response(
-            {**self.fresh(target), "outcome": result.outcome.value},
-            status=status.HTTP_202_ACCEPTED if queued else status.HTTP_200_OK,
+        decided = body.validated_data
+        return resumed(
+            self,
+            request,
+            run,
+            decided,
+            lambda target: self.runtime.approve(
+                target, decided["approved"], by=request.user, queued=decided["queued"], reason=decided["reason"]
+            ),
+        )
+
+
+def resumed(
+    view: RunAPIView, request: Request, run: Any, decided: dict[str, Any], decide: Callable[[Any], Any]
+) -> Response:
+    """Take a decision on a waiting run (``decide(target)``): the run named, or the one below it in
+    its tree that waits (``run_id`` picks one of several), asked of the policy as its root is.
+    Not pending, several pending, not found, a refused enqueue: answered by the handler
+    (``http.answers``). Resumed here (200), or queued for a worker (202)."""
+    queued = decided["queued"]
+    target = view.runtime.approval_target(run.pk, pick=decided.get("run_id"))
+    if target != run.pk:
+        view.get_run(str(target), policy.Action.APPROVE)
+    slot = None if queued else sync_slot(request)
+    try:
+        result = decide(target)
+    finally:
+        if slot is not None:
+            slot.release()
+    return Response(
+        {**view.fresh(target), "outcome": result.outcome.value},
+        status=status.HTTP_202_ACCEPTED if queued else status.HTTP_200_OK,
+    )
+
+
+class RunResolveView(RunAPIView):
+    @extend_schema(
+        operation_id="runs_resolve",
+        summary="Decide on a call in doubt",
+        parameters=[RUN_ID],
+        request=s.ResolveRequestSerializer,
+        description="A run whose worker was lost during a non-idempotent call waits with the call in doubt "
+        "(`suspended_state.in_doubt`, `in_doubt` in the run): it may or may not have happened. Say which, then "
+        "the run resumes here, or (`queued`) in a worker: `happened: true` records `result` as the call's result "
+        "and does not make it again; `happened: false` makes it again. The third decision is a cancel. The "
+        "decision is a step of the run (who, why, which call). Asks the approve permission.",
+        responses=decision_responses(
+            "The run is not waiting, or it waits for an approval with no call in doubt (approve or deny it)."
+        ),
+    )
+    def post(self, request: Request, id: str) -> Response:
+        run = self.get_run(id, policy.Action.APPROVE)
+        body = s.ResolveRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        decided = body.validated_data
+        return resumed(
+            self,
+            request,
+            run,
+            decided,
+            lambda target: self.runtime.resolve(
+                target,
+                decided["happened"],
+                result=decided["result"],
+                by=request.user,
+                queued=decided["queued"],
+                reason=decided["reason"],
+            ),
         )
 
 

@@ -58,7 +58,27 @@ def approval_attributes(payload: Mapping[str, Any]) -> dict[str, Any]:
         found["nrllm.approval.by"] = str(payload["by"])
     if payload.get("reason"):
         found["nrllm.approval.reason"] = str(payload["reason"])
+    if payload.get("in_doubt"):  # a decision on a call in doubt: "happened" or "not_happened"
+        found["nrllm.approval.in_doubt"] = str(payload["in_doubt"])
     return found
+
+
+INTERRUPT_EVENT = "nrllm.interrupt"  # a segment that suspends for a person: an approval, or a call in doubt
+
+
+def interrupt_attributes(run_id: str) -> dict[str, Any]:
+    """The ``nrllm.interrupt`` event's attributes, read from the suspended run: what it waits for
+    (``approval``, or ``in_doubt`` naming the call a lost worker may or may not have made)."""
+    state = AgentRun.objects.filter(pk=run_id).values_list("suspended_state", flat=True).first() or {}
+    doubt = state.get("in_doubt") if isinstance(state, dict) else None
+    if not isinstance(doubt, dict):
+        return {"nrllm.interrupt.kind": "approval"}
+    call = doubt.get("call") or {}
+    return {
+        "nrllm.interrupt.kind": "in_doubt",
+        "gen_ai.tool.name": str(call.get("name", "")),
+        "gen_ai.tool.call.id": str(call.get("id", "")),
+    }
 
 
 ANSWERED_EVENT = "nrllm.sub_agent.answered"  # a sub-agent call's answer, read when its parent resumed
@@ -434,6 +454,8 @@ class SegmentSpans:
                 if getattr(result, key, ""):
                     attributes[name] = str(getattr(result, key))
             self.span.set_attributes(attributes)
+            if outcome == "awaiting_approval":  # it waits for a person: the interrupt, and what for
+                self.span.add_event(INTERRUPT_EVENT, interrupt_attributes(self.run_id))
             if outcome == "cancelled":
                 self._as_cancelled(self.span)
             elif error is not None or outcome in _FAILED_OUTCOMES:

@@ -63,9 +63,10 @@ def _iso(value: datetime | None) -> str | None:
 
 def run_status_dict(run: AgentRun) -> dict[str, Any]:
     """The run's status payload: what a final stream event and a summary line carry."""
-    pending = []
+    pending, doubt = [], None
     if run.status == RunStatus.WAITING_FOR_APPROVAL and run.suspended_state:
         pending = run.suspended_state.get("pending_calls", [])
+        doubt = run.suspended_state.get("in_doubt")
     return {
         "run_id": str(run.pk),
         "status": run.status,
@@ -80,6 +81,8 @@ def run_status_dict(run: AgentRun) -> dict[str, Any]:
         "final_text": run.final_text or None,
         "error": f"{run.error_class}: {run.error_message}" if run.error_class else None,
         "pending_approval": pending,
+        # the call a lost worker may or may not have made: resolve it (happened, or not), or cancel
+        "in_doubt": doubt if isinstance(doubt, dict) else None,
         "created_at": _iso(run.created_at),
         "started_at": _iso(run.started_at),
         "finished_at": _iso(run.finished_at),

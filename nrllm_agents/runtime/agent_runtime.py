@@ -26,6 +26,7 @@ from ..domain import (
     LoopState,
     Step,
     ToolLoop,
+    jsonlimits,
     rebuild_state,
 )
 from ..domain.sanitize import clean_value
@@ -209,6 +210,10 @@ class AgentRuntime:
         who = by.get_username() if by is not None and hasattr(by, "get_username") else by
         decided: dict[str, Any] = {"approved": True, "in_doubt": "happened" if happened else "not_happened", "by": who}
         if happened:
+            if jsonlimits.value_too_deep(result) or jsonlimits.value_too_large(result):
+                raise InvalidRequest(
+                    {"result": f"{jsonlimits.SIZE_ERROR}, nested at most {jsonlimits.MAX_JSON_DEPTH} deep"}
+                )
             decided["result"] = clean_value(result)  # recorded as the call's result: made storable
         if reason:
             decided["reason"] = reason

@@ -20,7 +20,8 @@ class Command(BaseCommand):
     help = (
         "Cancel overdue runs that nothing is executing (deadline_exceeded: queued, or running with an "
         "expired lease). Then requeue running runs whose lease expired (their worker died), or "
-        "dead-letter them when their requeue budget is used or a non-idempotent tool was in flight. "
+        "dead-letter them when their requeue budget is used; one lost during a non-idempotent tool "
+        "call is requeued in doubt, to wait for a person's decision (NRLLM_IN_DOUBT=fail: dead-lettered). "
         "Safe to run on a schedule (cron, rq-scheduler) and concurrently with live workers: a run "
         "that renews its lease meanwhile is left alone. Then dispatches again queued runs older than "
         f"NRLLM_QUEUED_STALE_SECONDS (default {DEFAULTS['QUEUED_STALE_SECONDS'].default:g}) that have no job "

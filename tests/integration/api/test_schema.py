@@ -64,6 +64,7 @@ def test_the_schema_is_valid_openapi_3_and_describes_every_endpoint(api):
         ("/api/runs/{id}/", "get"),
         ("/api/runs/{id}/cancel/", "post"),
         ("/api/runs/{id}/approve/", "post"),
+        ("/api/runs/{id}/resolve/", "post"),
         ("/api/runs/{id}/events/", "get"),
         ("/api/runs/{id}/fork/", "post"),
         ("/api/agents/", "get"),
@@ -160,7 +161,7 @@ def test_every_generated_request_gets_a_documented_non_5xx_answer(api_schema, al
     # STREAM_MAX_SECONDS; tests/integration/api/test_stream.py drives it with bad input instead.
     operations = [result.ok() for result in api_schema.get_all_operations()]
     operations = [op for op in operations if not op.path.endswith("/stream/")]
-    assert len(operations) == 27  # runs (8), agents (5), budgets (4), connections (5), tools (1), threads (4)
+    assert len(operations) == 28  # runs (9), agents (5), budgets (4), connections (5), tools (1), threads (4)
 
     for operation in operations:
         raw = operation.definition.raw

@@ -32,6 +32,7 @@ from nrllm_agents.store.results import Operator
 from nrllm_agents.testing.chat_server import ChatCompletionServer
 from tests import waits
 from tests.integration.executors.test_queue import no_redis  # noqa: F401  (fixture)
+from tests.integration.runtime.test_in_doubt import charge, lost_in_doubt  # noqa: F401  (fixture)
 
 # Once, on PostgreSQL: nothing here differs on SQLite.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_only]
@@ -356,3 +357,22 @@ def test_every_emitted_name_is_the_conventions_or_ours(runtime, exported, monkey
     assert operations == names["operation"]
     assert all(s.name.split(" ", 1)[0] == s.attributes["gen_ai.operation.name"] for s in finished)
     assert {e.name for s in finished for e in s.events} <= {segment_spans.CANCEL_EVENT, "nrllm.approval"}
+
+
+def test_a_call_in_doubt_is_an_interrupt_and_its_decision_an_approval_event(runtime, exported, charge):  # noqa: F811
+    """The segment that suspends a run in doubt ends with an ``nrllm.interrupt`` event naming the
+    call; the decision's segment records it on its ``nrllm.approval`` event (issue 47)."""
+    run_id = lost_in_doubt(runtime)
+    suspended = [
+        s for s in exported.get_finished_spans() if any(e.name == segment_spans.INTERRUPT_EVENT for e in s.events)
+    ]
+    (event,) = [e for e in suspended[-1].events if e.name == segment_spans.INTERRUPT_EVENT]
+    assert dict(event.attributes) == {
+        "nrllm.interrupt.kind": "in_doubt",
+        "gen_ai.tool.name": "charge",
+        "gen_ai.tool.call.id": "call_1_1",
+    }
+    runtime.resolve(run_id, True, result="ok", reason="seen")
+    approvals = [e for s in exported.get_finished_spans() for e in s.events if e.name == "nrllm.approval"]
+    assert approvals[-1].attributes["nrllm.approval.in_doubt"] == "happened"
+    assert approvals[-1].attributes["nrllm.approval.reason"] == "seen"
