@@ -88,9 +88,12 @@ def clear_job(queue: Any, job_id: str) -> None:
 
     For a while after a worker dies mid-dequeue, RQ 2.x keeps the job's entry in its executions
     registry but no longer the execution's own hash, and ``Job.delete`` raises ``ValueError``
-    (``Execution … not found in Redis``). The keys are then removed by name: the job from its
-    queue and registries, its executions' entries and hashes, and the job's own keys.
+    (``Execution … not found in Redis``); and a job whose hash went meanwhile (a dead worker's
+    job cleaned from its registries) makes it raise ``InvalidJobOperation`` (``Failed to
+    retrieve status``). The keys are then removed by name: the job from its queue and
+    registries, its executions' entries and hashes, and the job's own keys.
     """
+    from rq.exceptions import InvalidJobOperation
     from rq.job import Job
     from rq.registry import (
         DeferredJobRegistry,
@@ -104,7 +107,7 @@ def clear_job(queue: Any, job_id: str) -> None:
     try:
         job.delete()
         return
-    except ValueError:
+    except (ValueError, InvalidJobOperation):
         pass
     connection = queue.connection
     executions = job.execution_registry

@@ -4,7 +4,8 @@ the database of tests that repeat a tool call.
 Every ``POST`` needs the header (a ``400`` without it). The first request with a key applies its
 effect (one entry in ``effects``) and answers ``201`` with ``{"id", "key", "body"}``; a request
 with a key already seen applies nothing and answers the same body again, ``200``. ``requests``
-holds every request as it came, ``(key, path, body)``, repeats included.
+holds every request as it came, ``(key, path, body)``, repeats included. A path under
+``/unkeyed/`` is an API that honours no key: every request applies its effect (``201``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ class KeyedServer:
         """The status and answer for one request (the effect applied once per key)."""
         with self._lock:
             self.requests.append((key, path, body))
+            if path.startswith("/unkeyed/"):  # no key honoured: every request is an effect
+                answer = {"id": f"ch_{len(self.effects) + 1}", "key": None, "body": body}
+                self.effects.append(answer)
+                return 201, answer
             if not key:
                 return 400, {"error": "an Idempotency-Key header is required"}
             if key in self._answers:

@@ -111,3 +111,23 @@ def test_agent_reap_exits_0_when_redis_is_up_behind_a_half_gone_job(rq):
     call_command("agent_reap", stdout=out)
     assert "queued runs: 2 recovered (no job)" in out.getvalue()
     assert {head.pk, behind.pk} <= set(AgentRun.objects.filter(status=RunStatus.QUEUED).values_list("pk", flat=True))
+
+
+def test_a_job_whose_hash_went_between_the_look_and_the_delete_is_cleared(rq):
+    """The kill matrix found it: a dead agent_worker's job cleaned from its registries while the
+    sweep held its id. ``Job.delete`` then raises ``InvalidJobOperation`` (no status to read);
+    the job's keys are removed by name, and the run is dispatched again, not skipped pass after pass."""
+    from rq.exceptions import InvalidJobOperation
+    from rq.job import Job
+    from rq.registry import ScheduledJobRegistry
+
+    run = stale(30)
+    jid = dispatch.job_id(run.pk, 0)
+    rq.connection.zadd(ScheduledJobRegistry(queue=rq).key, {jid: 1})  # listed, its hash gone
+    with pytest.raises(InvalidJobOperation):  # what RQ itself does with it
+        Job(jid, connection=rq.connection).delete()
+    rq_queue.clear_job(rq, jid)
+    assert rq.connection.zscore(ScheduledJobRegistry(queue=rq).key, jid) is None
+    report = recovery.sweep_queued(older_than=60)
+    assert (report.recovered, report.skipped) == ([run.pk], [])
+    assert rq.connection.lpos(rq.key, jid) is not None
