@@ -53,7 +53,8 @@ def built() -> Path:
     web = home / _web_folder(lines)
     if (web / "dist" / "index.html").is_file() and (home / "built").is_file():
         return web
-    shutil.rmtree(home, ignore_errors=True)
+    for stale in CACHE.glob("*"):  # a build of other lines (an older page) or a broken one
+        shutil.rmtree(stale, ignore_errors=True)
     home.mkdir(parents=True)
     # The lines are the reader's: one shell, each line as written; `cd` carries over.
     script = "set -euo pipefail\n" + "\n".join(lines) + "\n"
