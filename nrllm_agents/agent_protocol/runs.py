@@ -112,14 +112,13 @@ def sse(
 
 def left_early(content: Iterator[str], on_leave: Callable[[], None]) -> Iterator[str]:
     """``content``, calling ``on_leave`` if it is closed before its end: the WSGI server closes
-    it when a write to the client fails (the client left)."""
-    ended = False
+    it when a write to the client fails (the client left). An error of the stream's own is no
+    leaving: it cancels nothing."""
     try:
         yield from content
-        ended = True
-    finally:
-        if not ended:
-            on_leave()
+    except GeneratorExit:
+        on_leave()
+        raise
 
 
 class RunCreateView(ProtocolView):

@@ -120,3 +120,23 @@ def test_a_run_labels_its_thread_and_a_graph_id_search_finds_an_assistant_s_thre
         found = client.post("/lg/threads/search", {"metadata": wanted}, format="json").json()
         assert [t["thread_id"] for t in found] == [str(thread_id)], wanted
     assert client.post("/lg/threads/search", {"metadata": {"graph_id": "nobody"}}, format="json").json() == []
+
+
+def test_only_a_client_leaving_calls_on_leave_not_the_stream_s_end_or_its_own_error():
+    from nrllm_agents.agent_protocol.runs import left_early
+
+    def frames(fail: bool = False):
+        yield "a"
+        yield "b"
+        if fail:
+            raise RuntimeError("the stream's own error")
+
+    left: list[str] = []
+    assert list(left_early(frames(), lambda: left.append("ended"))) == ["a", "b"]
+    with pytest.raises(RuntimeError):
+        list(left_early(frames(fail=True), lambda: left.append("failed")))
+    assert left == []
+    stream = left_early(frames(), lambda: left.append("left"))
+    assert next(stream) == "a"
+    stream.close()  # what the WSGI server does when a write to the client fails
+    assert left == ["left"]
