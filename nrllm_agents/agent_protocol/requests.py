@@ -41,14 +41,13 @@ IGNORED = {
     "feedback_keys",
     "checkpoint_during",
     "durability",
-    "on_disconnect",
     "on_completion",
     "langsmith_tracer",
     "strict_resume",
 }
-REFUSED = {"interrupt_before", "interrupt_after", "webhook", "checkpoint", "checkpoint_id", "after_seconds"}
+REFUSED = {"interrupt_before", "interrupt_after", "webhook", "after_seconds"}
 KNOWN = {"assistant_id", "input", "command", "config", "context", "metadata", "stream_mode", "multitask_strategy"}
-KNOWN |= {"if_not_exists"} | IGNORED | REFUSED
+KNOWN |= {"if_not_exists", "on_disconnect", "checkpoint", "checkpoint_id"} | IGNORED | REFUSED
 # The run's own fields a client may set through ``context`` (or ``config.configurable``).
 RUN_FIELDS = {
     "provider",
@@ -77,6 +76,8 @@ class RunCreate:
     stream_modes: tuple[str, ...]
     metadata: dict[str, Any] = field(default_factory=dict)
     reason: str = ""  # why the human decided as they did (a resume's)
+    cancel_on_disconnect: bool = False  # ``on_disconnect="cancel"``: a stream's client leaving cancels the run
+    checkpoint_id: str | None = None  # the checkpoint the client starts from: only the thread's latest is allowed
     happened: bool | None = None  # a resume of a call in doubt: whether it happened (then ``result`` is its result)
     result: Any = None
 
@@ -192,9 +193,14 @@ def parse(data: Any, *, threaded: bool) -> RunCreate:
         raise InvalidRequest({"if_not_exists": "create or reject"})
     metadata = metadata_of(data)
     modes = stream_modes(data.get("stream_mode"))
+    on_disconnect = data.get("on_disconnect") or "continue"
+    if on_disconnect not in ("cancel", "continue"):
+        raise InvalidRequest({"on_disconnect": "cancel or continue"})
+    leaving = on_disconnect == "cancel"
+    at = checkpoint_of(data)
     command = _mapping(data, "command")
     if command:
-        if set(command) != {"resume"} or data.get("input") is not None:
+        if set(command) != {"resume"} or data.get("input") not in (None, {}):
             raise InvalidRequest({"command": 'only {"resume": ...}, without input'})
         resume = command["resume"]
         if isinstance(resume, Mapping) and "happened" in resume:  # a call in doubt: did it happen?
@@ -202,16 +208,35 @@ def parse(data: Any, *, threaded: bool) -> RunCreate:
                 raise InvalidRequest({"command.resume.happened": "true or false"})
             if not resume["happened"] and "result" in resume:
                 raise InvalidRequest({"command.resume.result": "only with happened: true"})
-            happened, result = bool(resume["happened"]), resume.get("result")
-            reason = _reason(resume)
             return RunCreate(
-                assistant_id, None, True, strategy, if_not_exists, modes, metadata, reason, happened, result
+                assistant_id,
+                None,
+                True,
+                strategy,
+                if_not_exists,
+                modes,
+                metadata,
+                _reason(resume),
+                leaving,
+                at,
+                happened=bool(resume["happened"]),
+                result=resume.get("result"),
             )
         approved, reason = decision(resume)
-        return RunCreate(assistant_id, None, approved, strategy, if_not_exists, modes, metadata, reason)
+        return RunCreate(assistant_id, None, approved, strategy, if_not_exists, modes, metadata, reason, leaving, at)
     prompt, system = prompt_of(data.get("input"))
     fields = {**run_fields(data), "prompt": prompt, "agent": assistant_id}
     if system and "system" not in fields:
         fields["system"] = system
     request = RunRequest.from_mapping(fields)
-    return RunCreate(assistant_id, request, None, strategy, if_not_exists, modes, metadata)
+    return RunCreate(assistant_id, request, None, strategy, if_not_exists, modes, metadata, "", leaving, at)
+
+
+def checkpoint_of(data: Mapping[str, Any]) -> str | None:
+    """The checkpoint a body starts from (``checkpoint_id``, or ``checkpoint.checkpoint_id``), if any."""
+    found = data.get("checkpoint_id")
+    if found is None and data.get("checkpoint") is not None:
+        found = _mapping(data, "checkpoint").get("checkpoint_id")
+    if found is not None and not isinstance(found, str):
+        raise InvalidRequest({"checkpoint_id": "a checkpoint id, as a thread's state names it"})
+    return found or None

@@ -8,6 +8,8 @@ more to do or after ``STREAM_MAX_SECONDS``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from django.urls import reverse
@@ -23,7 +25,7 @@ from ..domain.errors import Kind as ErrorKind
 from ..domain.errors import KindedError
 from ..http import answers
 from ..live.pacing import Pace
-from ..models import AgentRun, RunStatus
+from ..models import AgentRun, CancelSource, RunStatus
 from ..validation.run_request import InvalidRequest
 from . import shapes
 from . import state as st
@@ -35,6 +37,11 @@ from .statuses import RUN_STATUS
 from .streaming import SlotStream, error_of, parts, until_finished
 
 RETRY_AFTER_SECONDS = 5
+# A stream whose client leaving cancels its run writes a keepalive at least this often while
+# silent: a write to a closed connection is how a WSGI server learns the client left (the
+# first write after the close is refused by the peer, the next fails), so the cancel follows
+# within about two of these.
+DISCONNECT_PROBE_SECONDS = 0.25
 
 
 class RunStillActive(KindedError, RuntimeError):
@@ -79,12 +86,38 @@ def final_values(run: AgentRun) -> dict[str, Any]:
     return values
 
 
-def sse(request: Request, thread_id: Any, run_id: Any, after: int, modes: tuple[str, ...], slot: Slot) -> SlotStream:
+def sse(
+    request: Request,
+    thread_id: Any,
+    run_id: Any,
+    after: int,
+    modes: tuple[str, ...],
+    slot: Slot,
+    on_leave: Callable[[], None] | None = None,
+) -> SlotStream:
+    """The run's stream; ``on_leave``: called when the client leaves before the run stops
+    (``on_disconnect="cancel"``), the stream probing its client while it is silent."""
     try:
-        content = parts(run_id, after, modes, Pace.from_settings())
+        pace = Pace.from_settings()
+        if on_leave is None:
+            content = parts(run_id, after, modes, pace)
+        else:
+            pace = replace(pace, heartbeat=min(pace.heartbeat, DISCONNECT_PROBE_SECONDS))
+            content = left_early(parts(run_id, after, modes, pace), on_leave)
         return SlotStream(slot, content, run_urls(request, thread_id, run_id))
     except BaseException:
         slot.release()
+        raise
+
+
+def left_early(content: Iterator[str], on_leave: Callable[[], None]) -> Iterator[str]:
+    """``content``, calling ``on_leave`` if it is closed before its end: the WSGI server closes
+    it when a write to the client fails (the client left). An error of the stream's own is no
+    leaving: it cancels nothing."""
+    try:
+        yield from content
+    except GeneratorExit:
+        on_leave()
         raise
 
 
@@ -128,7 +161,15 @@ class RunStreamView(ProtocolView):
         except BaseException:
             slot.release()
             raise
-        return sse(request, started.thread.pk, started.run_id, started.after, started.modes, slot)
+        on_leave = None
+        if started.cancel_on_disconnect:
+            runtime, user, run_id = self.runtime, request.user, started.run_id
+
+            def on_leave() -> None:
+                reason = "the client streaming it left (on_disconnect=cancel)"
+                runtime.cancel(run_id, by=user, source=CancelSource.API, reason=reason)  # a finished run: no-op
+
+        return sse(request, started.thread.pk, started.run_id, started.after, started.modes, slot, on_leave)
 
 
 class RunWaitView(ProtocolView):

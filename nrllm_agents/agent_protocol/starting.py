@@ -19,10 +19,10 @@ from ..models import AgentRun, RunStatus, Thread
 from ..runtime.agent_runtime import AgentRuntime, ApprovalNotPending
 from ..runtime.threads import ThreadNotFound
 from ..validation.run_request import InvalidRequest
-from . import requests
+from . import requests, shapes
 from . import state as st
 from .assistants import agent_named
-from .threads import create
+from .threads import create, merge_metadata
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,7 @@ class Started:
     run_id: Any
     after: int
     modes: tuple[str, ...]
+    cancel_on_disconnect: bool = False
 
 
 def _thread(view: Any, thread_id: str | None, parsed: requests.RunCreate) -> Thread:
@@ -65,6 +66,17 @@ def _resume(view: Any, runtime: AgentRuntime, thread: Thread, parsed: requests.R
     return waiting.pk, -1 if last is None else last
 
 
+def _at_latest(thread: Thread, checkpoint_id: str) -> None:
+    """A run may name the thread's latest checkpoint (what agent-chat-ui sends with a resume:
+    the state it shows), which changes nothing; an earlier one would be a fork: 422."""
+    latest = st.latest_run(thread)
+    current = st.checkpoint(thread.pk, latest, latest.events.count() if latest else 0)["checkpoint_id"]
+    if checkpoint_id != current:
+        raise InvalidRequest(
+            {"checkpoint": f"only the thread's latest checkpoint ({current}); a run cannot start from an earlier one"}
+        )
+
+
 def start(view: Any, runtime: AgentRuntime, thread_id: str | None) -> Started:
     """Check the body and start its run; raises what the handler answers (404, 409, 422)."""
     data = view.request.data
@@ -77,12 +89,16 @@ def start(view: Any, runtime: AgentRuntime, thread_id: str | None) -> Started:
     if parsed.request is not None:  # 403 before a thread is created for it
         runtime.check_use(parsed.request, owner=view.request.user)
     thread = _thread(view, thread_id, parsed)
+    if parsed.checkpoint_id is not None:
+        _at_latest(thread, parsed.checkpoint_id)
     if parsed.resume is not None:
         run_id, after = _resume(view, runtime, thread, parsed)
-        return Started(thread, run_id, after, parsed.stream_modes)
+        return Started(thread, run_id, after, parsed.stream_modes, parsed.cancel_on_disconnect)
     assert parsed.request is not None
     refuse_provider(parsed.request.provider)
+    # As LangGraph's server labels a thread with what ran on it: its history finds it by them.
+    merge_metadata(thread.pk, {"graph_id": shapes.GRAPH_ID, "assistant_id": parsed.assistant_id})
     run_id = runtime.post(thread.pk, parsed.request, owner=view.request.user, strategy=parsed.strategy)
     if parsed.metadata:
         AgentRun.objects.filter(pk=run_id).update(metadata=parsed.metadata)  # the client's labels, not a status
-    return Started(thread, run_id, -1, parsed.stream_modes)
+    return Started(thread, run_id, -1, parsed.stream_modes, parsed.cancel_on_disconnect)

@@ -51,22 +51,42 @@ def interrupts(run: AgentRun | None) -> list[dict[str, Any]]:
     in doubt (its worker was lost during it) that needs a human to say whether it happened."""
     if run is None or run.status != RunStatus.WAITING_FOR_APPROVAL or not run.suspended_state:
         return []
-    calls = run.suspended_state.get("pending_calls") or []
+    calls = m.tool_calls(run.suspended_state.get("pending_calls") or [])
     doubt = run.suspended_state.get("in_doubt")
     value: dict[str, Any] = {
         "run_id": str(run.pk),
         "question": "Approve these tool calls?",
-        "tool_calls": m.tool_calls(calls),
+        "tool_calls": calls,
         "resume": 'command={"resume": true | false | {"approved": bool, "reason": str}}',
+        **human_interrupt(calls),
     }
     if isinstance(doubt, dict):
         value["question"] = "Did this call happen? Its worker was lost during it: it may or may not have."
         value["in_doubt"] = doubt
+        # a HumanInterrupt's Accept / Ignore would be an approval, refused for a call in doubt
+        value["description"] = value["question"]
+        value["config"] = {"allow_accept": False, "allow_ignore": False, "allow_respond": False, "allow_edit": False}
         value["resume"] = (
             'command={"resume": {"happened": true, "result": <what it returned>} | {"happened": false}} '
             "(false: it is made again), with an optional reason; or cancel the run"
         )
     return [{"value": value, "id": str(run.pk)}]
+
+
+def human_interrupt(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """The same question as LangGraph's ``HumanInterrupt`` (what agent-chat-ui and
+    create-agent-chat-app show with Accept, Ignore and a response): one action, the call or, for
+    several, all of them. Accept approves; Ignore and a response deny (``requests.decision``);
+    the arguments cannot be edited."""
+    if len(calls) == 1:
+        action = {"action": calls[0]["name"], "args": calls[0]["args"]}
+    else:
+        action = {"action": ", ".join(str(c["name"]) for c in calls), "args": {"tool_calls": calls}}
+    return {
+        "action_request": action,
+        "config": {"allow_accept": True, "allow_ignore": True, "allow_respond": True, "allow_edit": False},
+        "description": "Approve these tool calls? Accept runs them; Ignore, or a response, denies them.",
+    }
 
 
 def values(thread_id: Any, run: AgentRun | None, steps: list[dict[str, Any]] | None = None) -> dict[str, Any]:

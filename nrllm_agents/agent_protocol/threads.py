@@ -93,6 +93,25 @@ class ThreadListView(ProtocolView):
         return Response(shapes.thread(thread))
 
 
+def merge_metadata(thread_id: Any, metadata: dict[str, Any]) -> None:
+    """Merge ``metadata`` into the thread's; the merge is checked as it is kept (422 past the
+    size limit): two merges cannot pass it together."""
+    with transaction.atomic():
+        kept = Thread.objects.select_for_update().filter(pk=thread_id).values_list("metadata", flat=True).get()
+        merged = checked_metadata({**(kept or {}), **metadata})
+        Thread.objects.filter(pk=thread_id).update(metadata=merged)
+
+
+def labelled(metadata: dict[str, Any], key: str, value: Any) -> bool:
+    """Whether a thread's ``metadata`` has ``key`` = ``value``. A ``graph_id`` also matches the
+    thread's ``assistant_id``: every saved agent runs the one graph (``shapes.GRAPH_ID``), and
+    a chat UI given an assistant's name where LangGraph expects a graph's (agent-chat-ui's
+    history, for an ``assistantId`` that is no UUID) asks for that agent's threads."""
+    if metadata.get(key) == value:
+        return True
+    return key == "graph_id" and metadata.get("assistant_id") == value
+
+
 class ThreadSearchView(ProtocolView):
     def post(self, request: Request) -> Response:
         data = body(request)
@@ -105,7 +124,7 @@ class ThreadSearchView(ProtocolView):
         field = {"created_at": "created_at", "thread_id": "id"}.get(str(data.get("sort_by")), "last_activity_at")
         found: list[dict[str, Any]] = []
         for thread in rows.order_by(f"{order}{field}", "pk")[:SEARCH_SCAN]:
-            if any((thread.metadata or {}).get(k) != v for k, v in wanted.items()):
+            if not all(labelled(thread.metadata or {}, k, v) for k, v in wanted.items()):
                 continue
             shown = shapes.thread(thread)
             if statuses is None or shown["status"] == statuses:
@@ -123,10 +142,7 @@ class ThreadDetailView(ProtocolView):
         thread = self.get_thread(thread_id, policy.Action.POST_MESSAGE)
         metadata = metadata_of(body(request))
         if metadata:
-            with transaction.atomic():  # the merge is checked as it is kept: two PATCHes cannot pass it together
-                kept = Thread.objects.select_for_update().filter(pk=thread.pk).values_list("metadata", flat=True).get()
-                merged = checked_metadata({**(kept or {}), **metadata})
-                Thread.objects.filter(pk=thread.pk).update(metadata=merged)
+            merge_metadata(thread.pk, metadata)
         return Response(shapes.thread(Thread.objects.get(pk=thread.pk)))
 
     def delete(self, request: Request, thread_id: str) -> Response:

@@ -64,7 +64,8 @@ def test_a_run_streams_its_answer_in_pieces_and_the_thread_keeps_it(sdk):
     assert len(sdk.threads.get_history(thread["thread_id"])) == 1
     assert [t["thread_id"] for t in sdk.threads.search(metadata={"topic": "pieces"})] == [thread["thread_id"]]
     sdk.threads.update(thread["thread_id"], metadata={"more": 1})
-    assert sdk.threads.get(thread["thread_id"])["metadata"] == {"topic": "pieces", "more": 1}
+    labels = {"graph_id": "agent", "assistant_id": "helper"}  # what ran on it, as LangGraph labels a thread
+    assert sdk.threads.get(thread["thread_id"])["metadata"] == {"topic": "pieces", "more": 1, **labels}
 
 
 def test_wait_join_and_a_threadless_run(sdk):
