@@ -32,6 +32,14 @@ def _lost_after_the_effect(self: SlowNote, arguments: dict[str, Any]) -> Any:
 
 def lost_in_doubt(runtime: Any, *, owner: Any = None, title: str = "pay the invoice") -> uuid.UUID:
     """A run of ``owner`` waiting with its ``slow_note`` call in doubt; its note written once."""
+    run_id = lost(runtime, owner=owner, title=title)
+    reaped_into_doubt(runtime, run_id)
+    return run_id
+
+
+def lost(runtime: Any, *, owner: Any = None, title: str = "pay the invoice") -> uuid.UUID:
+    """A run of ``owner`` whose worker was lost during its ``slow_note`` call, after the note was
+    written: still ``running``, with the write fence's stamp, until it is reaped."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(dispatch, "dispatch", lambda run_id, **kwargs: None)  # this thread is the worker
         patch.setattr(SlowNote, "execute", _lost_after_the_effect)
@@ -39,6 +47,13 @@ def lost_in_doubt(runtime: Any, *, owner: Any = None, title: str = "pay the invo
         run_id = runtime.enqueue({"prompt": "note it", "tools": ["slow_note"], "script": script}, owner=owner)
         with pytest.raises(SystemExit):
             runtime.run_queued(run_id)
+    return run_id
+
+
+def reaped_into_doubt(runtime: Any, run_id: uuid.UUID) -> None:
+    """Reap the ``lost`` run and continue it here: it suspends with its call in doubt."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dispatch, "dispatch", lambda run_id, **kwargs: None)  # this thread is the worker
         expire(run_id)
         assert run_id in store.reap().requeued
         assert runtime.run_queued(run_id).outcome == Outcome.AWAITING_APPROVAL
@@ -46,7 +61,6 @@ def lost_in_doubt(runtime: Any, *, owner: Any = None, title: str = "pay the invo
     assert run.status == RunStatus.WAITING_FOR_APPROVAL
     assert run.suspended_state["in_doubt"]["call"]["name"] == "slow_note"
     assert Note.objects.filter(run_id=run_id).count() == 1
-    return run_id
 
 
 @pytest.fixture

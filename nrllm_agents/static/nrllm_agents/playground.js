@@ -227,7 +227,10 @@
     if (fresh.dataset.costText && !TERMINAL.includes(status.status)) text("st-cost", fresh.dataset.costText);
   });
   const refreshTree = refresher(document.getElementById("run-tree").dataset.treeUrl, "run-tree");
-  const refreshDecision = refresher(window.location.pathname, "decision");
+  const refreshDecision = refresher(window.location.pathname, "decision", (fresh) => {
+    formatTimes(fresh);
+    if (fresh.querySelector("#in-doubt")) streamState("paused (a call in doubt)");
+  });
   const treeActive = () => {
     const section = document.getElementById("run-tree");
     return !section.hidden && section.dataset.active === "true";

@@ -15,7 +15,7 @@ from django.urls import reverse
 from playwright.sync_api import Page, expect
 
 from nrllm_agents.models import AgentRun, Note, RunStatus
-from tests.integration.doubt import doubted, lost_in_doubt, steps  # noqa: F401  (a fixture)
+from tests.integration.doubt import doubted, lost, lost_in_doubt, reaped_into_doubt, steps  # noqa: F401  (a fixture)
 from tests.waits import wait_for
 
 from .servers import serve
@@ -53,14 +53,15 @@ def shows_the_call(page: Page) -> None:
     expect(page.locator("#approve-button")).to_have_count(0)  # an approval is not what it waits for
 
 
-def opened(context, base: str, run_id, seen: list[str]) -> Page:
+def opened(context, base: str, run_id, seen: list[str], *, shown: bool = True) -> Page:
     """Alice's playground page of ``run_id`` in a new page of ``context``, showing the call in
-    doubt; the page's errors go to ``seen``."""
+    doubt (unless not ``shown`` yet); the page's errors go to ``seen``."""
     page = context.new_page()
     watch(page, seen)
     sign_in(page, base)
     page.goto(f"{base}/playground/runs/{run_id}/")
-    shows_the_call(page)
+    if shown:
+        shows_the_call(page)
     return page
 
 
@@ -82,10 +83,15 @@ def expected_only(seen: list[str], allowed: str) -> list[str]:
 def test_a_call_in_doubt_is_resolved_from_the_playground_and_from_the_admin(
     browser_context, doubt_url, alice, runtime, doubted, django_user_model, screenshot
 ):
-    first = lost_in_doubt(runtime, owner=alice)
+    first = lost(runtime, owner=alice)  # its page is open when it comes to wait in doubt
     second = lost_in_doubt(runtime, owner=alice)
     seen: list[str] = []
-    page = opened(browser_context(), doubt_url, first, seen)
+    page = opened(browser_context(), doubt_url, first, seen, shown=False)
+    expect(page.locator("#st-status")).to_have_text("running")
+    page.evaluate("window.__samePage = true")
+    reaped_into_doubt(runtime, first)
+    shows_the_call(page)  # the stream said it waits: the page fetched the decision it waits for
+    assert page.evaluate("window.__samePage") is True  # no reload
     expect(page.locator("#st-stream")).to_have_text("paused (a call in doubt)")
     for button in ("#happened-button", "#not-happened-button", "#doubt-cancel-button"):
         expect(page.locator(button)).to_be_visible()
