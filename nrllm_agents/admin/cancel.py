@@ -203,16 +203,10 @@ class RunCancelAdmin(RunModelAdmin):
             return HttpResponseNotAllowed(["GET", "HEAD", "POST"])
         if not (self.has_view_permission(request) and self.has_cancel_permission(request)):
             raise PermissionDenied
-        try:
-            run_id = parse_run_id(unquote(object_id))
-        except InvalidRunId:
-            return self._refuse(
-                request, f"Not a run id: {timeline.clip(unquote(object_id), 80)!r}. Nothing was changed."
-            )
-        queryset = self.get_queryset(request).filter(pk=run_id)
-        run = queryset.first()
-        if run is None:
-            return self._refuse(request, f"Run {run_id} does not exist; nothing changed.")
+        run = self._named_run(request, object_id)
+        if not isinstance(run, AgentRun):
+            return run
+        queryset = self.get_queryset(request).filter(pk=run.pk)
         if not self.has_cancel_permission(request, run):
             raise PermissionDenied
         form = CancelForm(request.POST if request.method == "POST" and request.POST.get("post") else None)
@@ -237,6 +231,20 @@ class RunCancelAdmin(RunModelAdmin):
             title="Cancel this run",
             original=run,
         )
+
+    def _named_run(self, request: HttpRequest, object_id: str) -> AgentRun | HttpResponse:
+        """The run a run's own admin URL names, or the redirect to the list with a message that
+        says why there is none (not a run id, no such run); nothing is changed."""
+        try:
+            run_id = parse_run_id(unquote(object_id))
+        except InvalidRunId:
+            return self._refuse(
+                request, f"Not a run id: {timeline.clip(unquote(object_id), 80)!r}. Nothing was changed."
+            )
+        run = self.get_queryset(request).filter(pk=run_id).first()
+        if run is None:
+            return self._refuse(request, f"Run {run_id} does not exist; nothing changed.")
+        return run
 
     def _refuse(self, request: HttpRequest, message: str) -> HttpResponse:
         self.message_user(request, message, messages.ERROR)

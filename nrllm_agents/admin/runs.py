@@ -1,4 +1,5 @@
-"""The runs admin: a read-only list and page per run, its step timeline, and cancel actions.
+"""The runs admin: a read-only list and page per run, its step timeline, cancel actions, and the
+decision on a call in doubt (``resolve.py``).
 
 Who may see and cancel which run is ``nrllm_agents.access.policy``'s decision, as on every other
 surface: staff see every run; they cancel their own runs, and other users' runs with the
@@ -39,11 +40,12 @@ from ..presentation import describe
 from ..presentation.outcomes import EXECUTING_STOPS
 from ..presentation.presenters import run_status_dict, stream_finished
 from ..runtime.agent_runtime import InvalidRunId, parse_run_id
+from ..web import doubt
 from ..web.display import spend_text
 from . import columns, listing, timeline
-from .cancel import RunCancelAdmin
 from .fork import fork_selected
 from .operations import HealthFilter, operations_page
+from .resolve import RunResolveAdmin
 from .trees import TreeFields
 
 TIMELINE_LIMIT = 500  # steps shown on a run's page; the API pages through longer streams
@@ -59,8 +61,8 @@ def _step_count() -> Coalesce:
 
 
 @admin.register(AgentRun)
-class AgentRunAdmin(TreeFields, RunCancelAdmin):
-    """Lists and shows runs; cancels them through ``AgentRuntime`` only."""
+class AgentRunAdmin(TreeFields, RunResolveAdmin):
+    """Lists and shows runs; cancels them, and decides on a call in doubt, through ``AgentRuntime`` only."""
 
     # Fits 1280 px: a short id, a coloured status (its reason on hover), the prompt, who, what it
     # spent, how long it took, and one date (relative; the exact local time on hover).
@@ -260,7 +262,8 @@ class AgentRunAdmin(TreeFields, RunCancelAdmin):
     @admin.display(description="pending approval")
     def pending_approval(self, run: AgentRun) -> str:
         calls = (run.suspended_state or {}).get("pending_calls") or []
-        return "; ".join(timeline.call_text(c) for c in calls) or "-"
+        text = "; ".join(timeline.call_text(c) for c in calls) or "-"
+        return f"{text} (a call in doubt: see the summary)" if doubt.call_in_doubt(run) else text
 
     @admin.display(description="forked from")
     def parent_link(self, run: AgentRun) -> str:
@@ -332,6 +335,10 @@ class AgentRunAdmin(TreeFields, RunCancelAdmin):
                     "can_cancel": not obj.is_terminal and self.has_cancel_permission(request, obj),
                     "can_fork": obj.is_terminal and obj.purged_at is None and self.has_fork_permission(request, obj),
                     "cancel_url": self._url("cancel", obj.pk),
+                    # a call that may or may not have happened, and whether this user may say which
+                    "doubt": doubt.call_in_doubt(obj),
+                    "can_resolve": self.has_approve_permission(request, obj),
+                    "resolve_url": self._url("resolve", obj.pk),
                 }
             )
         return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
@@ -340,9 +347,10 @@ class AgentRunAdmin(TreeFields, RunCancelAdmin):
         """Counts by status, stuck runs, the last reaper pass and the queue depth, each linked."""
         return operations_page(self, request)
 
-    # --- URLs (the cancel views are ``RunCancelAdmin``'s) ----------------------------------------
+    # --- URLs (the cancel views are ``RunCancelAdmin``'s, the resolve view ``RunResolveAdmin``'s) ---
     def get_urls(self) -> list[URLPattern]:
-        """The standard admin URLs plus ``operations/`` and ``<id>/cancel/``, a run's cancel confirmation.
+        """The standard admin URLs plus ``operations/``, ``<id>/cancel/`` (a run's cancel confirmation)
+        and ``<id>/resolve/`` (the decision on a call in doubt).
 
         Listed first: the standard ``<path:object_id>/`` fallback would otherwise take it.
         """
@@ -358,5 +366,6 @@ class AgentRunAdmin(TreeFields, RunCancelAdmin):
         return [
             path("operations/", wrap(self.operations_view), name="{}_{}_operations".format(*info)),
             path("<path:object_id>/cancel/", wrap(self.cancel_view), name="{}_{}_cancel".format(*info)),
+            path("<path:object_id>/resolve/", wrap(self.resolve_view), name="{}_{}_resolve".format(*info)),
             *super().get_urls(),
         ]

@@ -23,6 +23,7 @@ urlpatterns = [
     path("playground/runs/<uuid:run_id>/tree/", tree.run_tree, name="run-tree"),
     path("playground/runs/<uuid:run_id>/cancel/", views.cancel_run, name="cancel"),
     path("playground/runs/<uuid:run_id>/approve/", views.approve_run, name="approve"),
+    path("playground/runs/<uuid:run_id>/resolve/", views.resolve_run, name="resolve"),
     path("playground/runs/<uuid:run_id>/fork/", views.fork_run, name="fork"),
     path("playground/threads/", threads.thread_list, name="threads"),
     path("playground/threads/new/", threads.new_thread, name="thread-new"),

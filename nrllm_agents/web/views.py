@@ -1,6 +1,6 @@
-"""The playground: start, watch, approve and cancel runs from a browser.
+"""The playground: start, watch, approve, resolve (a call in doubt) and cancel runs from a browser.
 
-Start, Cancel and Approve are plain POST forms (CSRF-protected) that work without
+Start, Cancel, Approve and Resolve are plain POST forms (CSRF-protected) that work without
 JavaScript and redirect to the run page; called by ``fetch`` with ``Accept:
 application/json`` they answer JSON instead. Every action calls the runtime and maps its
 result; none writes a status. Who may see and act on which run is ``nrllm_agents.access.policy``'s
@@ -11,6 +11,7 @@ the caller may not see, 403 or a message for one they may not act on, 409, 503).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
@@ -28,13 +29,27 @@ from ..http import answers
 from ..models import ACTIVE, TERMINAL, AgentRun, CancelSource, RunStatus
 from ..observability import gantt
 from ..presentation.describe import call_text, cancel_text, who_cancelled
-from ..presentation.outcomes import ApprovalAmbiguous, InvalidRunId, Outcome, cancel_wording, queued_wording
+from ..presentation.outcomes import (
+    ApprovalAmbiguous,
+    DecisionMismatch,
+    InvalidRunId,
+    Outcome,
+    cancel_wording,
+    queued_wording,
+)
 from ..presentation.presenters import event_dict, run_status_dict, stream_finished
-from ..runtime.agent_runtime import AgentRuntime, ApprovalNotPending, CancelOutcome, CancelResult, RunNotFound
+from ..runtime.agent_runtime import (
+    AgentRuntime,
+    ApprovalNotPending,
+    CancelOutcome,
+    CancelResult,
+    RunNotFound,
+    RunResult,
+)
 from ..runtime.forks import NotForkable, ParentPurged, provider_of
 from ..store import reason_problem
 from ..validation.run_request import InvalidRequest
-from . import interactive, tree
+from . import doubt, interactive, tree
 from .access import get_visible_run, login_required, visible_run, wants_json
 from .display import absolute, duration, elapsed, final_answer_sequence, for_page, spend_text
 from .forms import ForkForm, RunForm
@@ -120,6 +135,7 @@ def _page(
                 "children": policy.visible_runs(request.user).filter(parent=run).order_by("created_at"),  # forks
                 "tree": tree.context(run, request.user),  # sub-agent runs, approvals waiting below
                 "waiting": run.status == RunStatus.WAITING_FOR_APPROVAL,
+                "doubt": doubt.call_in_doubt(run),  # the call a person says happened or not
                 "may_cancel": policy.may(request.user, policy.Action.CANCEL, run),
                 "may_approve": policy.may(request.user, policy.Action.APPROVE, run),
                 **_urls(run.pk),
@@ -307,18 +323,67 @@ def approve_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
         if not isinstance(run, AgentRun):
             return run
     verb = "Approved" if approved else "Denied"
+    return _resume(
+        request,
+        run,
+        page,
+        verb,
+        lambda **how: runtime.approve(run.pk, approved, by=user, reason=reason, **how),
+    )
+
+
+@require_POST
+@login_required
+def resolve_run(request: HttpRequest, run_id: uuid.UUID) -> HttpResponse:
+    """Decide on a call in doubt (``doubt.ResolveForm``): it happened, with its result, or it did
+    not (it is made again); then the run resumes as after an approval. Cancel is the third
+    decision (``cancel_run``). Asks the approve permission; a bad result, a run that no longer
+    waits, or one that waits for an approval instead, is a message (JSON for scripts)."""
+    run = _visible(request, run_id, policy.Action.APPROVE)
+    if not isinstance(run, AgentRun):
+        return run
+    form = doubt.ResolveForm(request.POST)
+    if not form.is_valid():
+        if wants_json(request):
+            errors = {name: [str(m) for m in messages_] for name, messages_ in form.errors.items()}
+            return JsonResponse({"errors": errors, "message": f"Not decided: {form.problem()}."}, status=400)
+        messages.error(request, f"Not decided: {form.problem()}.")
+        return redirect("nrllm_web:run", run_id=run.pk)
+    # Said here, before a thread is started for it (the runtime refuses the same under a race).
+    call = doubt.call_in_doubt(run)
+    if run.status != RunStatus.WAITING_FOR_APPROVAL:
+        return _refused(request, run.pk, ApprovalNotPending(run.pk, run.status))
+    if call is None:
+        return _refused(request, run.pk, DecisionMismatch(run.pk, in_doubt=False))
+    runtime, user, data = AgentRuntime(), request.user, form.cleaned_data
+    verb = doubt.decided_text(form.happened, call["name"])
+    return _resume(
+        request,
+        run,
+        run.pk,
+        verb,
+        lambda **how: runtime.resolve(
+            run.pk, form.happened, result=data.get("value"), by=user, reason=data["reason"], **how
+        ),
+    )
+
+
+def _resume(
+    request: HttpRequest, run: AgentRun, page: uuid.UUID, verb: str, decide: Callable[..., RunResult]
+) -> HttpResponse:
+    """Resume a waiting run with a person's decision (``decide(queued=..., on_step=...)``): a run
+    that came through the queue (it still holds its stored request) in a worker; an interactive
+    one in a background thread of this process, so the page streams it. The answer goes back to
+    ``page``, the run page the decision was made on."""
     try:
         if run.request_payload is not None:
-            handed = runtime.approve(run.pk, approved, by=user, queued=True, reason=reason)
+            handed = decide(queued=True)
             if handed.outcome == Outcome.WAITING_FOR_QUEUE:
                 wording = queued_wording(handed.outcome)
                 return _answer(request, page, 202, messages.WARNING, f"{verb}. {wording.sentence(run.pk)}")
             return _answer(request, page, 202, messages.SUCCESS, f"{verb}; a worker resumes the run.")
-        interactive.launch(
-            lambda on_step: runtime.approve(run.pk, approved, by=user, on_step=on_step, reason=reason),
-            user_key=user.pk,
-        )
-    except (ApprovalNotPending, RunNotFound, EnqueueError) as exc:
+        interactive.launch(lambda on_step: decide(on_step=on_step), user_key=request.user.pk)
+    except (ApprovalNotPending, DecisionMismatch, RunNotFound, EnqueueError, InvalidRequest) as exc:
         return _refused(request, page, exc)
     except (interactive.LaunchTimeout, interactive.AtCapacity) as exc:
         answer = _capacity(exc)

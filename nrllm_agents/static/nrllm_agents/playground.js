@@ -85,7 +85,9 @@
     const body = new FormData(form);
     if (submitter && submitter.name) body.set(submitter.name, submitter.value);
     const token = form.querySelector("input[name=csrfmiddlewaretoken]").value;
-    const response = await fetch(form.action, {
+    // a button may post the form elsewhere (the cancel among a doubt's decisions)
+    const url = submitter && submitter.hasAttribute("formaction") ? submitter.formAction : form.action;
+    const response = await fetch(url, {
       method: "POST", body, credentials: "same-origin",
       headers: {"Accept": "application/json", "X-CSRFToken": token},
     });
@@ -147,7 +149,9 @@
 
   const steps = document.getElementById("steps");
   const strip = document.getElementById("strip");
-  const approval = document.getElementById("approval");
+  // The decision a waiting run needs (approve or deny; or, for a call in doubt, whether it
+  // happened): the server renders it, and it is re-fetched when the run comes to wait.
+  const decision = () => document.getElementById("decision");
   const cancelForm = document.getElementById("cancel-form");
   const status = JSON.parse(document.getElementById("run-status").textContent);
   let remaining = JSON.parse(document.getElementById("run-remaining").textContent);  // calls not run yet
@@ -165,7 +169,7 @@
     const recent = document.querySelector(`#recent-runs a[data-run-id="${panel.dataset.runId}"] .badge`);
     if (recent) { recent.textContent = value.replace(/_/g, " "); recent.className = `badge status-${value}`; }
     cancelForm.hidden = TERMINAL.includes(value) || cancelForm.dataset.forbidden === "1";
-    if (value !== "waiting_for_approval") approval.hidden = true;
+    if (value !== "waiting_for_approval") decision().hidden = true;
   }
 
   function tick() {
@@ -223,6 +227,10 @@
     if (fresh.dataset.costText && !TERMINAL.includes(status.status)) text("st-cost", fresh.dataset.costText);
   });
   const refreshTree = refresher(document.getElementById("run-tree").dataset.treeUrl, "run-tree");
+  const refreshDecision = refresher(window.location.pathname, "decision", (fresh) => {
+    formatTimes(fresh);
+    if (fresh.querySelector("#in-doubt")) streamState("paused (a call in doubt)");
+  });
   const treeActive = () => {
     const section = document.getElementById("run-tree");
     return !section.hidden && section.dataset.active === "true";
@@ -435,15 +443,7 @@
     } else {
       outcome.replaceChildren();
     }
-    if (payload.status === "waiting_for_approval") {
-      const list = document.getElementById("pending-calls");
-      list.replaceChildren(...payload.pending_text.map((call) => {
-        const li = el("li");
-        li.append(el("code", {}, call));
-        return li;
-      }));
-      approval.hidden = false;
-    }
+    if (payload.status === "waiting_for_approval") refreshDecision();
     refreshPicture();
     refreshTree();
   }
@@ -524,7 +524,10 @@
     try {
       const {ok, status: code, data} = await postForm(form, submitter);
       say(data.message || data.detail || `HTTP ${code}`, ok ? "success" : (code === 409 ? "warning" : "error"));
-      if (ok && form.classList.contains("approve-form")) { approval.hidden = true; setStatus("running"); }
+      if (ok && form.closest("#decision")) {
+        decision().hidden = true;
+        if (!(submitter && submitter.hasAttribute("formaction"))) setStatus("running");  // a cancel says itself
+      }
       follow();  // a waiting run's stream had closed: reopen it to see what the action did
     } catch (e) {
       say("Could not reach the server.", "error");
@@ -532,9 +535,10 @@
   }
 
   cancelForm.addEventListener("submit", (event) => { event.preventDefault(); act(cancelForm, event.submitter); });
-  approval.querySelector("form").addEventListener("submit", (event) => {
+  document.addEventListener("submit", (event) => {  // the decision's forms, re-fetched or not
+    if (!event.target.closest("#decision")) return;
     event.preventDefault();
-    act(event.currentTarget, event.submitter);
+    act(event.target, event.submitter);
   });
 
   // The work in flight when the page was rendered (elapsed times count from the server's clock).

@@ -40,7 +40,7 @@ SURFACES = {
     A.SEE: ("api", "playground", "admin"),
     A.STREAM: ("stream",),
     A.CANCEL: ("api", "playground", "admin"),
-    A.APPROVE: ("api", "playground"),
+    A.APPROVE: ("api", "playground", "resolve", "admin"),  # resolve: the decision on a call in doubt
     A.BULK_CANCEL: ("api", "admin"),
     A.START: ("api", "playground"),
 }
@@ -75,7 +75,7 @@ def _client(user) -> Client:
 
 def _allowed(surface: str, response) -> bool:
     code = response.status_code
-    if surface in ("api", "playground", "stream"):
+    if surface in ("api", "playground", "resolve", "stream"):
         assert code in (200, 201, 202, 400, 409, 401, 403, 404, 302), (surface, code)
         return code in (200, 201, 202, 400, 409)
     assert code in (200, 302, 403), (surface, code)
@@ -100,6 +100,9 @@ def attempt(surface: str, action: policy.Action, user, finished: AgentRun, queue
         ("playground", A.APPROVE): lambda: c.post(
             f"/playground/runs/{fid}/approve/", {"decision": "approve"}, headers=JSON
         ),
+        ("resolve", A.APPROVE): lambda: c.post(
+            f"/playground/runs/{fid}/resolve/", {"decision": "not_happened"}, headers=JSON
+        ),
         ("api", A.START): lambda: c.post("/api/runs/", {}, content_type="application/json"),
         ("playground", A.START): lambda: c.post("/playground/runs/", {}, headers=JSON),
     }
@@ -114,6 +117,10 @@ def attempt(surface: str, action: policy.Action, user, finished: AgentRun, queue
             {"action": "cancel_selected", "_selected_action": [str(queued.pk)], "select_across": "0"},
         )
         return response.status_code == 200 and bool(response.context["actionable"])
+    if (surface, action) == ("admin", A.APPROVE):  # a run's page decides on a call in doubt
+        response = c.post(f"{admin_run}resolve/", {"decision": "not_happened"})
+        assert response.status_code in (302, 403), response.status_code
+        return response.status_code == 302 and response["Location"] == f"{admin_run}change/"
     response = requests[(surface, action)]()
     if getattr(response, "streaming", False):
         b"".join(response.streaming_content)  # the run is finished: the stream ends at once
