@@ -1,7 +1,7 @@
 """The one rate limiter: per user (per address for anonymous callers), per action, atomic.
 
 A sliding window over two fixed windows (the previous one weighted by how much of it still
-overlaps), checked and counted in one atomic step, so parallel requests cannot all read "room
+overlaps, rounded up: never more than the rate across a window's turn), checked and counted in one atomic step, so parallel requests cannot all read "room
 left" and all pass (DRF's throttles read, then write: 60 parallel creates against 20/min passed
 60). A refused attempt is not counted. The counts live in Redis (one Lua script; a Redis outage
 falls back to the database for ``REDIS_RETRY_SECONDS``) or in the database (one ``INSERT … ON
@@ -133,17 +133,17 @@ def check(scope: str, ident: str, allowed: int, period: int, now: float | None =
             _redis_down_until[0] = time.monotonic() + REDIS_RETRY_SECONDS
             _warn_once(exc)
     current, previous = counts if counts is not None else _database_counts(scope, ident, window)
-    if current + math.floor(previous * (1.0 - into)) < allowed:
+    if current + math.ceil(previous * (1.0 - into)) < allowed:
         return None
     return _refusal(allowed, period, into, current, previous)
 
 
 def _refusal(allowed: int, period: int, into: float, current: int, previous: int) -> RateRefused:
-    """How long until the weighted count falls below ``allowed``."""
+    """How long until the weighted count leaves room for one more."""
     left = period * (1.0 - into)
     if previous > 0 and current < allowed:
-        # previous * (1 - into - t/period) + current < allowed
-        left = max(0.0, left - period * (allowed - current) / previous)
+        # ceil(previous * (1 - into - t/period)) + current < allowed
+        left = max(0.0, left - period * (allowed - 1 - current) / previous)
     return RateRefused(wait=max(1, math.ceil(left)))
 
 
@@ -176,7 +176,7 @@ def _database_counts(scope: str, ident: str, window: int) -> tuple[int, int]:
 def _database_attempt(scope: str, ident: str, window: int, allowed: int, weight: float) -> tuple[bool, int, int]:
     table = connection.ops.quote_name(RateCounter._meta.db_table)
     current, previous = _database_counts(scope, ident, window)
-    room = allowed - math.floor(previous * weight)  # what the current window may hold
+    room = allowed - math.ceil(previous * weight)  # what the current window may hold
     if room <= 0:
         return False, current, previous
     with connection.cursor() as cursor:
@@ -195,7 +195,7 @@ def _database_attempt(scope: str, ident: str, window: int, allowed: int, weight:
 _LUA = """
 local current = tonumber(redis.call('GET', KEYS[1]) or '0')
 local previous = tonumber(redis.call('GET', KEYS[2]) or '0')
-if current + math.floor(previous * tonumber(ARGV[2])) >= tonumber(ARGV[1]) then
+if current + math.ceil(previous * tonumber(ARGV[2])) >= tonumber(ARGV[1]) then
   return {0, current, previous}
 end
 current = redis.call('INCR', KEYS[1])

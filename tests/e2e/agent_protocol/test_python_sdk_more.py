@@ -157,8 +157,8 @@ def test_cancel_without_wait_answers_once_the_cancel_commits(sdk, contract):
 
 
 # 3/hour: the thread's create counts too (a /lg/ thread shares the create rate with the runs).
-# An hour, not a minute: a loaded machine can start the test near a minute's end, and the limiter's
-# sliding window then counts the earlier creates at less than one each (one CI run got no 429).
+# (A CI run that crossed an hour's turn once got no 429: the limiter rounded the previous window's
+# weighted count down. It rounds up now, so a window's turn lets nothing more through.)
 @pytest.mark.parametrize("server_env", [{"NRLLM_THROTTLE_CREATE": "3/hour", "NRLLM_STREAM_MAX_PER_USER": "1"}])
 def test_the_rest_apis_limits_are_the_sdks_rate_limit_error(sdk):
     thread = sdk.threads.create()["thread_id"]

@@ -61,7 +61,10 @@ def test_a_deadline_stops_a_queued_run_on_a_worker_within_one_step(runtime, queu
     ack = steps[-1]
     assert ack.kind == "cancelled" and ack.payload["limit"]["value"] == 2
     boundary = steps[ack.payload["boundary_sequence"]]
-    assert boundary.created_at > run.deadline_at >= steps[boundary.sequence - 1].created_at
+    # The step before the boundary was recorded before the deadline (the run went on), and the
+    # boundary's check found it passed. The boundary step itself is stamped as its write begins,
+    # so under load it may carry a time a few milliseconds before the deadline its check saw.
+    assert run.deadline_at >= steps[boundary.sequence - 1].created_at, (run.deadline_at, boundary.sequence)
     assert_starts_match_steps(worker_env, run_id)  # nothing started after the boundary
 
 

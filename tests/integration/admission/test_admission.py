@@ -74,13 +74,14 @@ def test_the_previous_window_weighs_on_the_next(store):
     start = 1_000_000 * PERIOD  # the start of a window
     spent = [rates.attempt("edge/60", "u", 10, PERIOD, now=start + 59) for _ in range(12)]
     assert sum(r is None for r in spent) == 10
-    # One second into the next window, 59/60 of the last one still counts: one more passes.
+    # One second into the next window, 59/60 of the last one still counts, rounded up: the ten of
+    # the last second are all within the last minute, and none more passes.
     early = [rates.attempt("edge/60", "u", 10, PERIOD, now=start + PERIOD + 1) for _ in range(3)]
-    assert [r is None for r in early] == [True, False, False]
-    assert 0 < early[1].wait <= PERIOD
-    # Half-way through, half of it: five in this window in all.
+    assert [r is None for r in early] == [False, False, False]
+    assert 0 < early[0].wait <= PERIOD
+    # Half-way through, half of it: five in this window.
     later = [rates.attempt("edge/60", "u", 10, PERIOD, now=start + PERIOD + 30) for _ in range(10)]
-    assert sum(r is None for r in later) == 4
+    assert sum(r is None for r in later) == 5
 
 
 def test_a_refused_attempt_is_not_counted(store):
