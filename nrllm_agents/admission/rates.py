@@ -1,13 +1,14 @@
 """The one rate limiter: per user (per address for anonymous callers), per action, atomic.
 
 A sliding window over two fixed windows (the previous one weighted by how much of it still
-overlaps, rounded up: never more than the rate across a window's turn), checked and counted in one atomic step, so parallel requests cannot all read "room
-left" and all pass (DRF's throttles read, then write: 60 parallel creates against 20/min passed
-60). A refused attempt is not counted. The counts live in Redis (one Lua script; a Redis outage
-falls back to the database for ``REDIS_RETRY_SECONDS``) or in the database (one ``INSERT … ON
-CONFLICT DO UPDATE … WHERE count < allowed RETURNING count`` on ``RateCounter``), as
-``RATE_LIMIT_STORE`` says. The rates are ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]``, written as
-DRF writes them. Settings and tests: docs/operations/security.md ("Rate limits and caps").
+overlaps, rounded up: never more than the rate across a window's turn), checked and counted in
+one atomic step, so parallel requests cannot all read "room left" and all pass (DRF's throttles
+read, then write: 60 parallel creates against 20/min passed 60). A refused attempt is not
+counted. The counts live in Redis (one Lua script; a Redis outage falls back to the database for
+``REDIS_RETRY_SECONDS``) or in the database (one ``INSERT … ON CONFLICT DO UPDATE … WHERE count
+< allowed RETURNING count`` on ``RateCounter``), as ``RATE_LIMIT_STORE`` says. The rates are
+``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]``, written as DRF writes them. Settings and tests:
+docs/operations/security.md ("Rate limits and caps").
 """
 
 from __future__ import annotations
