@@ -26,7 +26,7 @@ from tests.integration.api.test_threads import assert_nothing_started_after_the_
 from tests.integration.runtime.test_races import race
 from tests.integration.runtime.test_threads_transcript import turn_of
 
-ROUNDS = race_rounds(100)
+ROUNDS = race_rounds(60)  # each round races 4-6 threads; NRLLM_RACE_ROUNDS=200 before a release
 THREAD_ROUNDS = 20  # the rounds one thread takes in the mixed-strategy race
 POSTERS = 8
 SLEEPY = [{"tool_calls": [{"name": "sleep", "arguments": {"seconds": 30}}]}, {"content": "never"}]
