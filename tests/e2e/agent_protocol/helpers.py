@@ -18,8 +18,9 @@ def answer(content: str = ANSWER, delay: float = 0.6) -> list[dict[str, Any]]:
 PIECE_SECONDS = 1.0  # the scripted provider writes a long answer in 24 pieces: one a second here
 
 
-def slow(words: int = 400, delay: float = 24.0) -> list[dict[str, Any]]:
-    """A model call that writes for ``delay`` seconds: only a cancel ends it early."""
+def slow(words: int = 400, delay: float = 55.0) -> list[dict[str, Any]]:
+    """A model call that writes for ``delay`` seconds: only a cancel ends it early. (24 s once ran
+    out before a loaded CI's flow reached its cancel: the run completed and the cancel was a 409.)"""
     return [{"content": "word " * words, "delay": delay}]
 
 

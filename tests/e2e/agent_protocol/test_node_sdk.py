@@ -90,7 +90,7 @@ def test_the_node_sdk_drives_the_whole_flow(site, proxied):
     assert row.stopped_at is not None
     interrupted = row.events.get(kind="llm")
     assert interrupted.payload["interrupted"] is True and interrupted.payload["content"]
-    assert cancel["cancel_ms"] < 20_000, "the 24 s model call was cut short, not waited out"
+    assert cancel["cancel_ms"] < 20_000, "the 55 s model call was cut short, not waited out"
     assert (cancel["status"], cancel["thread_status"]) == ("interrupted", "idle")
 
     rollback = seen["rollback"]
