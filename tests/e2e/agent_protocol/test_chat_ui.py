@@ -203,5 +203,12 @@ def test_langgraph_chat_ui_sends_streams_stops_approves_and_reloads(
     assert listed.count() == 1
     screenshot(page, "chat-ui-7-reloaded")
     context.close()
-    # The one request that did not finish is the stream Stop left.
-    assert len(failed) == 1 and "/runs/stream" in failed[0] and "ERR_ABORTED" in failed[0], failed
+    # The one stream that did not finish is the one Stop left; any other request that did not
+    # finish is a read the UI itself abandoned (a history poll cut by the reload), never an error.
+    streams = [f for f in failed if "/runs/stream" in f]
+    assert len(streams) == 1 and "ERR_ABORTED" in streams[0], failed
+    assert all(
+        "ERR_ABORTED" in f and f.split()[-2].endswith(("/history", "/search", "/state"))
+        for f in failed
+        if f not in streams
+    ), failed
